@@ -1,0 +1,12 @@
+"""The `logbook` command line. One module per command group registers on `app`."""
+
+from __future__ import annotations
+
+from ._app import app
+from . import init_cmd  # noqa: F401  (registers commands)
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,103 @@
+"""The typer application, its error handling, and output helpers shared by commands.
+
+Commands live one group per module and register themselves on `app`. They parse
+arguments, call the library, and print: data to stdout (`--json` for scripts),
+messages to stderr. A `LogbookError` becomes one clear message and its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, LogbookError
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok · 1 internal error · 2 usage · 3 refused · 4 tampered · "
+    "5 run failed · 130 interrupted."
+)
+
+
+def err(message: str) -> None:
+    """A message for the person at the terminal, on stderr."""
+    typer.echo(message, err=True)
+
+
+def print_json(obj: Any) -> None:
+    """Data for scripts, on stdout."""
+    typer.echo(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def stdout_console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def report_error(e: LogbookError) -> None:
+    err(f"error: {e.message}")
+    if e.hint:
+        err(f"hint: {e.hint}")
+
+
+class LogbookGroup(TyperGroup):
+    """Turns library errors into messages and exit codes, never tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LogbookError as e:
+            report_error(e)
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            err("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort, click.exceptions.Exit):
+            raise
+        except Exception as e:  # a bug: say so plainly, show the trace only on request
+            if os.environ.get("LOGBOOK_DEBUG"):
+                raise
+            err(f"internal error: {type(e).__name__}: {e}")
+            err("hint: rerun with LOGBOOK_DEBUG=1 for the traceback, and please report it")
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+
+app = typer.Typer(
+    cls=LogbookGroup,
+    name="logbook",
+    help=(
+        "Preregister training runs, record everything that happens to them, and "
+        "score the outcome against the promise.\n\n" + EXIT_CODES_HELP + "\n\n"
+        "Example: logbook init && logbook prereg --from-file prereg.yaml"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"logbook {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Preregister training runs, record what happens to them, score the outcome."""
+
+
+def is_interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty() and not os.environ.get("CI")

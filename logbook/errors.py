@@ -1,0 +1,64 @@
+"""Typed errors. Library code raises these; only the CLI turns them into exit codes.
+
+Exit codes (documented in the README and in `logbook --help`):
+
+- 0: success
+- 1: internal error (a bug: please report it)
+- 2: usage: bad arguments, bad input syntax, unknown names
+- 3: refused: the request is well formed but cannot be honoured in this state
+- 4: tampered: a verification found a record that was changed after it was written
+- 5: the training run failed or was aborted
+- 130: interrupted (Ctrl-C)
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_TAMPERED = 4
+EXIT_RUN_FAILED = 5
+EXIT_INTERRUPTED = 130
+
+
+class LogbookError(Exception):
+    """Base class: a message for a person, an exit code, and an optional hint."""
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(LogbookError):
+    """Bad arguments or input that does not parse."""
+
+    exit_code = EXIT_USAGE
+
+
+class RefusedError(LogbookError):
+    """A well-formed request that the current state does not allow."""
+
+    exit_code = EXIT_REFUSED
+
+
+class NotFoundError(RefusedError):
+    """An id, run or file that does not exist."""
+
+
+class TamperedError(LogbookError):
+    """A record no longer matches what was written and committed."""
+
+    exit_code = EXIT_TAMPERED
+
+
+class RunFailedError(LogbookError):
+    """The training run ended in failure or was aborted."""
+
+    exit_code = EXIT_RUN_FAILED

@@ -1,0 +1,52 @@
+"""`logbook init`: a logbook in a git repository."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import CONFIG_FILE, LogbookConfig, load_config
+from .errors import RefusedError
+from .fsutil import atomic_write_text
+from .project import find_git_root
+
+
+@dataclass
+class InitResult:
+    root: Path
+    config_path: Path
+    entries: Path
+    created: bool
+
+
+def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> InitResult:
+    """Write `logbook.yaml` and create the entries folder; idempotent."""
+    root = find_git_root(start)
+    if root is None:
+        raise RefusedError("not inside a git repository", hint="run `git init`, commit something, then `logbook init`")
+    import git  # deferred: GitPython costs start-up time
+
+    with git.Repo(root) as repo:
+        if not repo.head.is_valid():
+            raise RefusedError(
+                f"the repository at {root} has no commits yet",
+                hint="preregistrations are bound to commits: make a first commit (`git commit --allow-empty -m init`), then `logbook init`",
+            )
+    cfg_path = root / CONFIG_FILE
+    created = not cfg_path.exists()
+    if created:
+        cfg = LogbookConfig(entries_dir=entries_dir)
+        cfg.validate()
+        atomic_write_text(cfg_path, cfg.to_yaml())
+    else:
+        cfg = load_config(cfg_path)
+    entries = root / cfg.entries_dir
+    entries.mkdir(parents=True, exist_ok=True)
+    keep = entries / "README.md"
+    if not keep.exists():
+        atomic_write_text(
+            keep,
+            "# Logbook\n\nPreregistrations, run logs and the dated chronicle live here.\n"
+            "The event logs under `runs/` are the source of truth; the dated Markdown is rendered from them.\n",
+        )
+    return InitResult(root=root, config_path=cfg_path, entries=entries, created=created)

@@ -1,0 +1,96 @@
+"""The run record: `runs/<run>/run.json`, one per logical run (all its attempts).
+
+It links the run to its preregistration, its code snapshot and the hash of the
+config it trains with, so every later reader can tell what ran and against
+which promise. It is written once before the first step and rewritten only to
+update `status` (atomic replace each time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import NotFoundError, UsageError
+from .fsutil import atomic_write_json
+from .project import Project
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_run_id(run_id: str) -> str:
+    """Refuse ids that could escape their folder or be read as options."""
+    if not RUN_ID_RE.match(run_id or "") or ".." in run_id:
+        raise UsageError(
+            f"invalid run id {run_id!r}",
+            hint="use letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    return run_id
+
+
+@dataclass
+class RunRecord:
+    """Everything that identifies a run, independent of its attempts."""
+
+    run_id: str
+    """Unique id; also the folder name under `runs/`."""
+    created: str
+    """UTC time the run was launched."""
+    config_path: str
+    """Training config file, relative to the repository root where possible."""
+    config_hash: str
+    """sha256 of the config file's bytes as launched."""
+    prereg_id: str | None = None
+    """Preregistration the run answers to; None for exploratory runs."""
+    exploratory: bool = False
+    """True when launched with `--exploratory` (no preregistration)."""
+    prereg_config_hash: str | None = None
+    """Config hash stored in the preregistration, for the deviation check."""
+    snapshot: dict[str, Any] = field(default_factory=dict)
+    """Code snapshot: {"ref": "refs/logbook/...", "commit": sha, "head": sha, "dirty": bool}."""
+    overrides: list[str] = field(default_factory=list)
+    """`key.sub=value` overrides given on the command line."""
+    nproc: int = 1
+    """Processes per node."""
+    nnodes: int = 1
+    """Nodes."""
+    max_restarts: int = 0
+    """torchrun --max-restarts."""
+    author: str = ""
+    """Who launched it (git config user.name <user.email>)."""
+    status: str = "running"
+    """running | finished | failed | aborted | preempted"""
+    deviations: list[str] = field(default_factory=list)
+    """Deviations recorded at launch (config differs from the preregistered one, ...)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def run_record_path(project: Project, run_id: str) -> Path:
+    return project.run_dir(check_run_id(run_id)) / "run.json"
+
+
+def write_run_record(project: Project, rec: RunRecord) -> None:
+    atomic_write_json(run_record_path(project, rec.run_id), rec.to_dict())
+
+
+def load_run_record(project: Project, run_id: str) -> RunRecord:
+    path = run_record_path(project, run_id)
+    if not path.exists():
+        known = list_run_ids(project)
+        hint = f"known runs: {', '.join(known[-10:])}" if known else "no runs yet: start one with `logbook run`"
+        raise NotFoundError(f"unknown run {run_id!r}", hint=hint)
+    raw = json.loads(path.read_text("utf-8"))
+    names = {f.name for f in dataclasses.fields(RunRecord)}
+    return RunRecord(**{k: v for k, v in raw.items() if k in names})
+
+
+def list_run_ids(project: Project) -> list[str]:
+    if not project.runs_dir.exists():
+        return []
+    return sorted(p.name for p in project.runs_dir.iterdir() if (p / "run.json").exists())

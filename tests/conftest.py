@@ -1,0 +1,77 @@
+"""Shared fixtures: temporary git repositories and in-process CLI calls."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in `repo` and return stdout (raises on failure)."""
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(autouse=True)
+def _isolated_git_identity(monkeypatch, tmp_path_factory):
+    """Every test sees the same git identity and no user-level git config."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    (home / ".gitconfig").write_text("[user]\n\tname = Ada Tester\n\temail = ada@example.org\n[init]\n\tdefaultBranch = main\n")
+    monkeypatch.delenv("LOGBOOK_DEBUG", raising=False)
+    monkeypatch.setenv("CI", "true")
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    """A fresh git repository with one commit, as the working directory."""
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    (r / "README.md").write_text("experiments\n")
+    git(r, "add", "README.md")
+    git(r, "commit", "-q", "-m", "initial")
+    monkeypatch.chdir(r)
+    return r
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+@pytest.fixture
+def cli():
+    """Call the logbook CLI in-process: cli("prereg", "--title", ...) -> CliResult."""
+    from logbook.cli import app
+
+    def run(*args: str, input: str | None = None) -> CliResult:
+        runner = CliRunner()
+        res = runner.invoke(app, list(args), input=input, catch_exceptions=False)
+        return CliResult(res.exit_code, res.stdout, res.stderr)
+
+    return run
+
+
+@pytest.fixture
+def logbook_repo(repo, cli) -> Path:
+    """A git repository with `logbook init` done and committed."""
+    res = cli("init")
+    assert res.exit_code == 0, res.output
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "logbook init")
+    return repo

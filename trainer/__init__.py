@@ -1,0 +1,1 @@
+"""The PyTorch trainer: model, data, checkpoints, guard, live control, telemetry."""
