@@ -8,6 +8,38 @@ An event is one line of a run's hash-chained log (see `chain.py`):
 
 `v` is the schema version: readers accept any record with the fields above and
 treat unknown kinds generically, so a log written next year still reads today.
+
+Payload (`data`) fields per kind. Producers add fields freely; readers must
+tolerate missing ones. Times are seconds (float), steps and tokens integers.
+
+- run_started: config_hash, config_path, world_size, prereg_id, exploratory,
+  snapshot_commit, total_steps, tokens_per_step, device, resumed_from_step
+- restart: cause (exception | signal | preempted | hang | unknown), detail,
+  prev_attempt, resumed_from_step, failed_at_step, steps_lost, seconds_lost,
+  downtime_s, exception_type, exception_message, signal
+- attempt_failed: exception_type, exception_message, traceback (last lines)
+- checkpoint_saved: path, blocking_s, total_s, bytes
+- checkpoint_rejected: path, ckpt_step, reason
+- checkpoint_failed: reason
+- preempted: signal, saved_step
+- divergence_detected: metric (loss | grad_norm), value, baseline, scale,
+  threshold, z, nonfinite, batch_ids, action (skip | rollback | lr_scale | abort | none),
+  plan ({rule: int | null, follows: bool})
+- step_skipped: reason, metric
+- rollback: from_step, to_step, steps_lost, batches_skipped ([first, last]),
+  checkpoint, kept (paths of the checkpoints kept for study), plan
+- lr_scaled: old, new, factor, reason, plan
+- run_aborted: reason, rollbacks
+- hparam_change: key, old, new, reason, who, source (live | schedule | advice),
+  request_id, config_diff (unified diff text), plan ({rule, follows})
+- hparam_change_rejected: request_id, who, reason, changes
+- milestone: fraction, total_steps, elapsed_s, eta_s, loss, val_loss,
+  tokens_per_s, goodput, plot, predictions ([{expr, status, value}]),
+  since_last ({restarts, rollbacks, changes, skips})
+- hang: timeout_s, elapsed_s
+- fault_injected: fault, at_step
+- run_finished: final_loss, val_loss, wall_s
+- run_failed: reason, exit_code, attempts
 """
 
 from __future__ import annotations
@@ -37,6 +69,7 @@ KINDS: dict[str, str] = {
     "straggler": "one rank was persistently slower than the others",
     "fault_injected": "a fault drill fired",
     "log_repaired": "a torn last line (from a kill) was moved aside",
+    "attempt_failed": "an attempt raised an exception; recorded by the failing attempt itself",
     "run_finished": "the run reached its last step",
     "run_failed": "the run ended in failure (restarts exhausted or fatal error)",
     "note": "a human note",
