@@ -1,0 +1,57 @@
+"""`logbook demo`: see the whole loop once, in a scratch repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._app import app, err, print_json
+
+
+@app.command("demo")
+def demo_cmd(
+    dir: Optional[Path] = typer.Option(None, "--dir", help="Folder for the scratch repository (kept). Default: a temporary folder."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the temporary scratch repository at the end."),
+    steps: int = typer.Option(60, "--steps", help="Training steps of the demo run."),
+    nproc: int = typer.Option(1, "--nproc", help="Worker processes under torchrun."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Make a scratch logbook, preregister, train a tiny GPT with a drill kill, verify.
+
+    The run is real: torchrun starts the trainer, a fault drill SIGKILLs it
+    halfway, torchrun restarts it, and the trainer resumes from its last
+    checkpoint. The restart lands in the run's event log and the chronicle.
+
+    Example: logbook demo --dir ./demo
+    """
+    from ..demo import run_demo, scratch_dir
+
+    root = scratch_dir(dir)
+    kept = keep or dir is not None
+    err(f"Scratch repository: {root}" + ("" if kept else " (removed at the end; --keep keeps it)"))
+    res = run_demo(root, steps=steps, nproc=nproc, keep=kept, say=err)
+    _summary(res)
+    if as_json:
+        print_json(res.to_dict())
+    if res.run.exit_code != 0:
+        raise typer.Exit(res.run.exit_code)
+    if not res.verify_ok:
+        raise typer.Exit(4)
+
+
+def _summary(res) -> None:
+    run = res.run
+    err("")
+    err(f"Demo done in {res.seconds:.0f} s.")
+    err(f"  preregistration: {res.prereg_id}")
+    err(f"  run:             {run.run_id} ({run.status}, {run.attempts} attempt(s), {run.restarts} restart(s))")
+    for line in run.restart_lines or ["no restart recorded"]:
+        err(f"  {line}")
+    where = "" if res.kept else " (removed)"
+    err(f"  event log:       {run.events_path}{where}")
+    for p in res.chronicle:
+        err(f"  chronicle:       {p}{where}")
+    verdict = "intact" if res.verify_ok else "PROBLEMS: " + "; ".join(res.verify_lines[:3])
+    err(f"  logbook verify:  {verdict}")

@@ -1,0 +1,69 @@
+"""`logbook run`: launch the trainer under torchrun with its preregistration."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ._app import app, err, print_json
+
+
+@app.command("run")
+def run_cmd(
+    config: Optional[str] = typer.Argument(None, help="Training config (YAML), e.g. configs/tiny-cpu.yaml.", show_default=False),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Config overrides: key.sub=value ...", show_default=False),
+    prereg: Optional[str] = typer.Option(None, "--prereg", help="Id of the preregistration this run answers to."),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="Worker processes per node (default 1; on --resume, as before)."),
+    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", help="Automatic restarts before the run fails (default 3)."),
+    exploratory: bool = typer.Option(False, "--exploratory", help="Run without a preregistration; labelled exploratory everywhere."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id (default: the preregistration's slug plus 4 hex digits)."),
+    resume: Optional[str] = typer.Option(None, "--resume", metavar="RUN", help="Relaunch an existing, unfinished run (after preemption or failure)."),
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes in the run (multi-node: start `logbook run` on each)."),
+    node_rank: int = typer.Option(0, "--node-rank", help="This node's rank; node 0 keeps the run's record."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous address (required with --nnodes > 1)."),
+    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Rendezvous id (default: the run id)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Run training under torchrun: check, snapshot the code, record, restart on failure.
+
+    Before the first step: the config is checked by the trainer, the
+    preregistration must exist and verify, the code is snapshotted and the
+    config hashed into run.json (a config that differs from the preregistered
+    one is recorded as a deviation). Each restart lands in the run's event log.
+
+    Exit codes: 0 finished · 5 failed or aborted · 75 preempted (resume with
+    --resume) · 2 usage · 3 refused · 4 preregistration tampered.
+
+    Example: logbook run --prereg 2026-11-30-qknorm-removes-spikes-3f9a1c configs/tiny-cpu.yaml --nproc 2 --max-restarts 3
+    """
+    from ..launch import Rendezvous, launch_run
+    from ..project import open_project
+
+    project = open_project()
+    rdzv = Rendezvous(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
+    result = launch_run(
+        project, config, list(overrides or []), prereg_id=prereg, exploratory=exploratory, nproc=nproc,
+        max_restarts=max_restarts, run_id=run_id, resume=resume, rendezvous=rdzv, say=err,
+    )
+    _summary(result, project.root)
+    if as_json:
+        print_json(result.to_dict())
+    raise typer.Exit(result.exit_code)
+
+
+def _summary(result, root) -> None:
+    label = " (exploratory)" if result.exploratory else ""
+    restarts = f"{result.restarts} restart" + ("" if result.restarts == 1 else "s")
+    err(f"Run {result.run_id}{label} {result.status}: {result.attempts} attempt(s), {restarts}.")
+    for line in result.restart_lines:
+        err(f"  {line}")
+    if result.reason:
+        err(f"  {result.reason}")
+    for d in result.deviations:
+        err(f"  deviation: {d}")
+    try:
+        events = result.events_path.relative_to(root)
+    except ValueError:
+        events = result.events_path
+    err(f"  events: {events}")

@@ -1,0 +1,293 @@
+"""What the launcher does while torchrun runs, and how it reads the end.
+
+While torchrun runs: follow the run's event log, say a line for each restart
+or failed attempt, re-render the chronicle when events arrive (a rendering
+failure is a warning, never the end of a run), and turn SIGINT/SIGTERM into
+one SIGTERM for torchrun so the trainer saves before it stops.
+
+When torchrun has exited: the event log decides. `run_finished` means
+finished; a `preempted` in the last attempt means preempted (exit 75); else
+the launcher writes `run_failed` itself, with the best reason it can find.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .chain import iter_records
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
+from .project import Project
+from .runs import RunRecord, load_run_record, write_run_record
+from .sink import EventSink
+
+EXIT_PREEMPTED = 75
+"""EX_TEMPFAIL: the run saved and stopped on request; a requeue resumes it."""
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass
+class RunResult:
+    """How a launch ended."""
+
+    run_id: str
+    status: str
+    """finished | failed | aborted | preempted"""
+    attempts: int
+    """Last attempt number in the run's event log (1-based, across resumes)."""
+    restarts: int
+    """`restart` events in the run's event log."""
+    exit_code: int
+    """0 finished, 5 failed or aborted, 75 preempted, 130 interrupted by Ctrl-C."""
+    run_dir: Path
+    events_path: Path
+    reason: str = ""
+    torchrun_exit: int | None = None
+    exploratory: bool = False
+    deviations: list[str] = field(default_factory=list)
+    restart_lines: list[str] = field(default_factory=list)
+    """One human line per restart, in order."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["run_dir"], d["events_path"] = str(self.run_dir), str(self.events_path)
+        return d
+
+
+class EventTail:
+    """Reads the complete lines appended to a log since the last read."""
+
+    def __init__(self, path: Path, from_end: bool = True) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        if from_end and self.path.exists():
+            data = self.path.read_bytes()
+            self.offset = data.rfind(b"\n") + 1
+
+    def new(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        out = []
+        for line in data[: end + 1].splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+
+class Watcher:
+    """Follows one torchrun process until it exits."""
+
+    def __init__(self, project: Project, run_id: str, proc: subprocess.Popen, say: Callable[[str], None]) -> None:
+        self.project = project
+        self.run_id = run_id
+        self.proc = proc
+        self.say = say
+        self.tail = EventTail(project.run_dir(run_id) / "events.jsonl")
+        self.signals: list[int] = []
+        self._warned: set[str] = set()
+
+    def wait(self, poll_s: float = 1.0) -> int:
+        """Block until torchrun exits; return its exit code."""
+        previous = self._install()
+        try:
+            while True:
+                try:
+                    return self.proc.wait(timeout=poll_s)
+                except subprocess.TimeoutExpired:
+                    self.tick()
+        finally:
+            self._restore(previous)
+            self.tick()
+
+    def tick(self) -> None:
+        new = [e for e in self.tail.new() if e.get("run") == self.run_id]
+        for ev in new:
+            line = event_line(ev)
+            if line:
+                self.say(line)
+        if new:
+            self._render(sorted({str(e.get("ts", ""))[:10] for e in new if e.get("ts")}))
+
+    def _render(self, days: list[str]) -> None:
+        try:
+            from .chronicle import render_chronicle
+        except ModuleNotFoundError as e:
+            if e.name == f"{__package__}.chronicle":
+                return  # no chronicle renderer in this installation
+            self._warn(f"chronicle not rendered: {e}")
+            return
+        try:
+            res = render_chronicle(self.project, days=days)
+        except Exception as e:  # a renderer bug must never stop a run
+            self._warn(f"chronicle not rendered: {type(e).__name__}: {e}")
+            return
+        for w in res.warnings:
+            self._warn(w)
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            self.say(f"warning: {message} (the run goes on; `logbook chronicle` can render it later)")
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.signals.append(signum)
+        name = signal.Signals(signum).name
+        if len(self.signals) == 1:
+            self.say(f"{name}: asking the trainer to save and stop (SIGTERM to torchrun)")
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        else:
+            self.say(f"{name}: already stopping; torchrun kills the workers if they do not stop within 30 s")
+
+    def _install(self) -> dict[int, Any] | None:
+        if threading.current_thread() is not threading.main_thread():
+            return None  # signal handlers can only be set from the main thread
+        return {s: signal.signal(s, self._on_signal) for s in _FORWARDED}
+
+    def _restore(self, previous: dict[int, Any] | None) -> None:
+        for s, handler in (previous or {}).items():
+            signal.signal(s, handler)
+
+
+def event_line(ev: dict[str, Any]) -> str | None:
+    """One plain line for the events a person at the terminal should see at once."""
+    d = ev.get("data") or {}
+    kind = ev.get("kind")
+    if kind == "restart":
+        return restart_line(ev)
+    if kind == "attempt_failed":
+        return f"attempt {ev.get('attempt')} failed at step {ev.get('step')}: {d.get('exception_type')}: {d.get('exception_message')}"
+    if kind == "preempted":
+        return f"attempt {ev.get('attempt')} preempted at step {ev.get('step')}: checkpoint at step {d.get('saved_step')}"
+    return None
+
+
+def restart_line(ev: dict[str, Any]) -> str:
+    d = ev.get("data") or {}
+    prev = d.get("prev_attempt", (ev.get("attempt") or 1) - 1)
+    parts = [f"restart: attempt {prev} -> {ev.get('attempt')}, cause {d.get('cause', 'unknown')}"]
+    if d.get("detail"):
+        parts.append(str(d["detail"]))
+    if d.get("resumed_from_step") is not None:
+        lost = f", {d['steps_lost']} step(s) lost" if d.get("steps_lost") is not None else ""
+        parts.append(f"resumed from step {d['resumed_from_step']}{lost}")
+    if ev.get("drill"):
+        parts.append("drill")
+    return " · ".join(parts)
+
+
+# --- the end of a launch -------------------------------------------------------------
+
+
+def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[int], launch_dir: Path,
+            record: bool = True):
+    """Decide how the launch ended; with `record`, write run_failed and the status."""
+    events_path = project.run_dir(rec.run_id) / "events.jsonl"
+    events = [e for e in iter_records(events_path) if e.get("run") == rec.run_id]
+    last = max((int(e.get("attempt") or 0) for e in events), default=0)
+    tail = [e for e in events if e.get("attempt") == last]
+    kinds = {e.get("kind") for e in tail}
+    interrupted = bool(signals) and signals[0] == signal.SIGINT
+    reason = ""
+    if any(e.get("kind") == "run_finished" for e in events):
+        status, code = "finished", EXIT_OK
+    elif "preempted" in kinds:
+        status, code = "preempted", EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED
+        reason = "stopped on request after saving; resume with `logbook run --resume " + rec.run_id + "`"
+    else:
+        status = "aborted" if "run_aborted" in kinds else "failed"
+        code = EXIT_INTERRUPTED if interrupted else EXIT_RUN_FAILED
+        reason = failure_reason(rec, tail, last, torchrun_exit, signals, launch_dir)
+        if record:
+            attempt = last or _first_attempt_of_launch(events)
+            step = max((e["step"] for e in tail if isinstance(e.get("step"), int)), default=None)
+            EventSink(project.run_dir(rec.run_id), rec.run_id, attempt=attempt, rank=0).emit(
+                "run_failed", step=step, reason=reason, exit_code=torchrun_exit, attempts=attempt,
+                status=status, torchrun_attempts=len(_attempt_dirs(launch_dir)),
+            )
+    if record:
+        fresh = load_run_record(project, rec.run_id)
+        fresh.status = status
+        write_run_record(project, fresh)
+    restarts = [e for e in events if e.get("kind") == "restart"]
+    return RunResult(
+        run_id=rec.run_id, status=status, attempts=last, restarts=len(restarts), exit_code=code,
+        run_dir=project.run_dir(rec.run_id), events_path=events_path, reason=reason,
+        torchrun_exit=torchrun_exit, exploratory=rec.exploratory, deviations=list(rec.deviations),
+        restart_lines=[restart_line(e) for e in restarts],
+    )
+
+
+def _first_attempt_of_launch(events: list[dict[str, Any]]) -> int:
+    return 1 + max((int(e.get("attempt") or 0) for e in events), default=0)
+
+
+def failure_reason(rec: RunRecord, tail: list[dict[str, Any]], last: int, torchrun_exit: int,
+                   signals: list[int], launch_dir: Path) -> str:
+    """The best one-sentence account of why the last attempt ended."""
+    by_kind = {e.get("kind"): e for e in tail}
+    if signals:
+        why = f"stopped by {signal.Signals(signals[0]).name} before the trainer saved"
+    elif "run_aborted" in by_kind:
+        why = f"aborted by the guard: {(by_kind['run_aborted'].get('data') or {}).get('reason', 'no reason given')}"
+    elif "attempt_failed" in by_kind:
+        d = by_kind["attempt_failed"].get("data") or {}
+        why = f"attempt {last} raised {d.get('exception_type')}: {d.get('exception_message')}"
+    elif "hang" in by_kind:
+        why = f"attempt {last} hung: a step ran past {(by_kind['hang'].get('data') or {}).get('timeout_s')} s"
+    elif "fault_injected" in by_kind:
+        why = f"attempt {last} was killed by a drill fault ({(by_kind['fault_injected'].get('data') or {}).get('fault')})"
+    elif not tail:
+        why = "the trainer never started"
+        detail = _worker_error(launch_dir)
+        if detail:
+            why += f": {detail}"
+    else:
+        why = f"attempt {last} ended without an error record (killed by a signal, or its machine was lost)"
+    used = len(_attempt_dirs(launch_dir))
+    if used > rec.max_restarts and not signals and "run_aborted" not in by_kind:
+        why += f"; all {rec.max_restarts} restart(s) used"
+    return f"{why} (torchrun exit {torchrun_exit})"
+
+
+def _attempt_dirs(launch_dir: Path) -> list[Path]:
+    return sorted((launch_dir / "logs").glob("*/attempt_*"))
+
+
+def _worker_error(launch_dir: Path) -> str:
+    """The message of a worker's torchelastic error file, if one was written."""
+    dirs = _attempt_dirs(launch_dir)
+    files = sorted(dirs[-1].glob("*/error.json")) if dirs else []
+    files += [launch_dir / "torchrun-error.json"]
+    for f in files:
+        try:
+            data = json.loads(f.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        msg = data.get("message")
+        if isinstance(msg, dict):
+            msg = msg.get("message")
+        if msg:
+            return str(msg).strip().splitlines()[-1]
+    return ""
