@@ -12,7 +12,6 @@ import os
 import sys
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -46,10 +45,20 @@ def report_error(e: LogbookError) -> None:
         err(f"hint: {e.hint}")
 
 
+def _is_cli_control_flow(e: BaseException) -> bool:
+    """Exit, Abort and usage errors of the CLI framework pass through untouched.
+
+    typer vendors its own copy of click, so these are recognised by origin
+    rather than by importing a particular click.
+    """
+    mod = type(e).__module__ or ""
+    return mod.startswith(("typer", "click")) or isinstance(e, typer.Exit)
+
+
 class LogbookGroup(TyperGroup):
     """Turns library errors into messages and exit codes, never tracebacks."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except LogbookError as e:
@@ -58,9 +67,9 @@ class LogbookGroup(TyperGroup):
         except KeyboardInterrupt:
             err("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort, click.exceptions.Exit):
-            raise
         except Exception as e:  # a bug: say so plainly, show the trace only on request
+            if _is_cli_control_flow(e):
+                raise
             if os.environ.get("LOGBOOK_DEBUG"):
                 raise
             err(f"internal error: {type(e).__name__}: {e}")

@@ -1,0 +1,36 @@
+"""Every command has help, and every help text ends with an example."""
+
+from __future__ import annotations
+
+import typer.main
+
+from logbook.cli import app
+
+
+def _commands(group, prefix: tuple[str, ...] = ()):
+    yield prefix, group
+    if hasattr(group, "commands"):
+        for name, cmd in group.commands.items():
+            yield from _commands(cmd, prefix + (name,))
+
+
+def test_every_command_help_ends_with_an_example():
+    root = typer.main.get_command(app)
+    seen = []
+    for path, cmd in _commands(root):
+        if not path:
+            continue
+        seen.append(" ".join(path))
+        text = (cmd.help or "").strip()
+        assert text, f"`logbook {' '.join(path)}` has no help"
+        last = text.splitlines()[-1].strip()
+        assert last.startswith("Example"), f"`logbook {' '.join(path)}` help does not end with an example: {last!r}"
+    assert "init" in seen
+
+
+def test_every_command_answers_help(cli):
+    root = typer.main.get_command(app)
+    for path, _ in _commands(root):
+        res = cli(*path, "--help")
+        assert res.exit_code == 0, (path, res.output)
+        assert "Usage:" in res.stdout
