@@ -1,0 +1,86 @@
+"""Run every benchmark in bench/ and print one table: figure, value, goal, met.
+
+Usage: python3 bench/run_all.py [--only NAME ...] [--timeout SECONDS]
+
+Each script runs in its own process, one after another (never in parallel:
+they measure ratios side by side and need the machine to themselves), and
+reports its figures as `RESULT {json}` lines (see bench/_result.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = [
+    "trainer_vs_bare.py",
+    "guard_overhead.py",
+    "telemetry_overhead.py",
+    "background_save.py",
+    "recovery_time.py",
+    "goodput_vs_optimum.py",
+    "cli_latency.py",
+    "render_scaling.py",
+]
+
+
+def run_one(script: Path, timeout: float) -> tuple[list[dict], str, float]:
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, str(script)], cwd=HERE.parent, capture_output=True, text=True, timeout=timeout)
+        out, status = proc.stdout, ("ok" if proc.returncode == 0 else f"exit {proc.returncode}")
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-2000:])
+    except subprocess.TimeoutExpired as e:
+        out, status = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"
+    rows = []
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            try:
+                rows.append(json.loads(line[7:]))
+            except ValueError:
+                pass
+    return rows, status, time.perf_counter() - t0
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", help="script names (without .py) to run")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per script")
+    args = ap.parse_args()
+    names = [s for s in SCRIPTS if not args.only or s.removesuffix(".py") in args.only]
+    table: list[tuple[str, str, str, str, str]] = []
+    for name in names:
+        script = HERE / name
+        if not script.exists():
+            table.append((name, "(missing)", "", "", "missing"))
+            continue
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        rows, status, secs = run_one(script, args.timeout)
+        if not rows:
+            table.append((name, "(no figure)", "", "", status))
+        for r in rows:
+            met = {True: "yes", False: "NO", None: "-"}[r.get("met")]
+            table.append((r["figure"], f"{_fmt(r['value'])} {r.get('unit', '')}".strip(), r.get("goal", ""), met, f"{status}, {secs:.0f} s"))
+    widths = [max(len(row[i]) for row in table + [("figure", "value", "goal", "met", "script")]) for i in range(5)]
+    header = ("figure", "value", "goal", "met", "script")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join("-" * w for w in widths))
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+    return 0 if all(r[3] != "NO" for r in table) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
