@@ -1,0 +1,363 @@
+"""`logbook prereg [amend]`, `logbook verify`, `logbook ls`, `logbook show`."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from . import _app
+from ._app import app, err, print_json
+
+prereg_app = typer.Typer(
+    invoke_without_command=True,
+    no_args_is_help=False,
+    add_completion=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(prereg_app, name="prereg")
+
+_JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
+_PREDICT_HELP = ("Machine-checkable prediction `metric@point op threshold [± tol]`; repeatable. "
+                 "Points: final, step:N (or N), P%. Example: 'val_loss@final < 1.45 ± 0.02'.")
+_RULE_HELP = "Contingency rule `IF condition -> THEN actions`; repeatable. Example: 'loss spike > 4 sigma twice in 500 steps -> rollback 100 steps, lr × 0.9'."
+
+
+@prereg_app.callback()
+def prereg_cmd(
+    ctx: typer.Context,
+    title: Optional[str] = typer.Option(None, "--title", metavar="TITLE", help="Short title; it names the id and the file."),
+    hypothesis: Optional[str] = typer.Option(None, "--hypothesis", metavar="TEXT", help="What you expect and why it matters."),
+    predict: Optional[list[str]] = typer.Option(None, "--predict", metavar="EXPR", help=_PREDICT_HELP),
+    contingency: Optional[list[str]] = typer.Option(None, "--contingency", metavar="RULE", help=_RULE_HELP),
+    config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Training config the run will use (its sha256 is stored)."),
+    budget: Optional[str] = typer.Option(None, "--budget", metavar="AMOUNT", help="Compute budget, e.g. '8 GPU-hours', '2B tokens', '5000 steps'."),
+    rationale: Optional[str] = typer.Option(None, "--rationale", metavar="TEXT", help="Why you expect it: reasoning, prior evidence."),
+    assume: Optional[list[str]] = typer.Option(None, "--assume", metavar="TEXT", help="An assumption the prediction rests on; repeatable."),
+    from_file: Optional[Path] = typer.Option(None, "--from-file", metavar="YAML", help="Read all of the above from a YAML file."),
+    as_json: bool = _JSON,
+) -> None:
+    """Preregister a run before it starts: hypothesis, predictions, contingency plan, config hash.
+
+    The record is written to entries/prereg/<id>.md and committed alone (your other
+    staged and unstaged changes stay as they are). With neither --title nor
+    --from-file, an editor opens on a template when run at a terminal.
+    `logbook prereg amend ID ...` adds an amendment; records are never edited.
+
+    Example: logbook prereg --title "qk-norm removes spikes" --hypothesis "QK-norm keeps attention logits bounded" --predict "spikes@final == 0" --predict "val_loss@final < 2.31" --config configs/tiny-cpu.yaml --budget "8 GPU-hours"
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..prereg import create_prereg
+    from ..project import open_project
+
+    project = open_project()
+    inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
+                        config=config, budget=budget, rationale=rationale, assume=assume, from_file=from_file)
+    written = create_prereg(project, inp)
+    for w in written.warnings:
+        err(f"warning: {w}")
+    if as_json:
+        print_json(written.to_dict())
+        return
+    typer.echo(f"Preregistered {written.id}  (commit {written.commit[:7]}, sha256 {written.sha256[:8]}…)")
+    _echo_plan(written.front)
+
+
+def _echo_plan(front: dict[str, Any]) -> None:
+    preds = [p["text"] for p in front.get("predictions") or []]
+    if preds:
+        typer.echo(f"  predictions: {' · '.join(preds)}")
+    for i, rule in enumerate(front.get("contingency") or [], start=1):
+        tag = "" if rule.get("structured") else "  (free text)"
+        typer.echo(f"  contingency {i}: {rule['text']}{tag}")
+
+
+def _gather_input(*, title, hypothesis, predict, contingency, config, budget, rationale, assume, from_file):
+    from ..errors import UsageError
+    from ..prereg import PreregInput, input_from_mapping
+
+    flags = {"--title": title, "--hypothesis": hypothesis, "--predict": predict, "--contingency": contingency,
+             "--config": config, "--budget": budget, "--rationale": rationale, "--assume": assume}
+    given = [name for name, v in flags.items() if v]
+    if from_file is not None:
+        if given:
+            raise UsageError(f"--from-file cannot be combined with {', '.join(given)}",
+                             hint="put everything in the YAML file, or use flags only")
+        from ..yamlsafe import load_yaml_file
+
+        return input_from_mapping(load_yaml_file(from_file, "preregistration file"), str(from_file))
+    if given:
+        return PreregInput(title=title or "", hypothesis=hypothesis or "", predictions=list(predict or []),
+                           contingency=list(contingency or []), config=config, budget=budget,
+                           rationale=rationale or "", assumptions=list(assume or []))
+    if _app.is_interactive():
+        return _input_from_editor()
+    raise UsageError("nothing to preregister",
+                     hint="give --title, --hypothesis and --predict (repeatable), or --from-file prereg.yaml; "
+                          "see `logbook prereg --help`")
+
+
+def _template() -> str:
+    from ..predictions import known_metrics_text
+
+    return f"""\
+# Preregistration. Fill it in, save and close the editor.
+# Lines starting with # are ignored; leave the file unchanged to cancel.
+title:
+hypothesis: |
+
+# Machine-checkable predictions: metric@point op threshold [± tolerance]
+#   points: final, step:5000 (or 5000), 50%    comparators: < <= > >= == !=
+#   metrics: {known_metrics_text()}
+predictions:
+#  - val_loss@final < 1.45 ± 0.02
+#  - spikes@final == 0
+# If-then rules the run follows, e.g.
+#  - loss spike > 4 sigma twice within 500 steps -> rollback 100 steps, skip 300 batches, lr × 0.9
+contingency:
+# Training config the run will use (path in this repository):
+config:
+# e.g. 8 GPU-hours, 2B tokens, 5000 steps
+budget:
+rationale: |
+
+assumptions:
+"""
+
+
+def _input_from_editor():
+    from ..errors import UsageError
+    from ..prereg import input_from_mapping
+    from ..yamlsafe import load_yaml_text, read_text_utf8
+
+    template = _template()
+    fd, name = tempfile.mkstemp(prefix="prereg-", suffix=".yaml")
+    path = Path(name)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(template)
+    editor = os.environ.get("EDITOR") or os.environ.get("VISUAL") or "vi"
+    try:
+        rc = subprocess.run([*shlex.split(editor), str(path)]).returncode
+    except FileNotFoundError:
+        path.unlink()
+        raise UsageError(f"editor {editor!r} not found", hint="set $EDITOR, or use --from-file / the flags") from None
+    keep = f"your text is kept in {path}; fix it and run `logbook prereg --from-file {path}`"
+    if rc != 0:
+        raise UsageError(f"the editor exited with status {rc}; nothing was preregistered", hint=keep)
+    try:
+        text = read_text_utf8(path, "edited template")
+        data = load_yaml_text(text, str(path))
+        if text == template or (isinstance(data, dict) and not any(data.values())):
+            path.unlink()
+            raise UsageError("the template was left empty; nothing was preregistered")
+        inp = input_from_mapping(data, str(path))
+    except UsageError as e:
+        raise UsageError(e.message, hint=keep if path.exists() else e.hint) from None
+    path.unlink()
+    return inp
+
+
+@prereg_app.command("amend")
+def amend_cmd(
+    prereg_id: str = typer.Argument(..., metavar="ID", help="The preregistration to amend."),
+    reason: str = typer.Option(..., "--reason", metavar="TEXT", help="Why the plan changes."),
+    seen: str = typer.Option(..., "--seen", metavar="WHAT", help="What you had seen: nothing | run-started | results."),
+    predict: Optional[list[str]] = typer.Option(None, "--predict", metavar="EXPR", help="A prediction to add; repeatable."),
+    contingency: Optional[list[str]] = typer.Option(None, "--contingency", metavar="RULE", help="A contingency rule to add; repeatable."),
+    as_json: bool = _JSON,
+) -> None:
+    """Amend a preregistration: a new, linked, committed record; the original is never edited.
+
+    --seen says what had been seen when amending: `nothing` (nothing run yet),
+    `run-started` (a run started, no results seen) or `results` (results seen:
+    recorded as a deviation, not an amendment).
+
+    Example: logbook prereg amend 2026-11-30-qknorm-removes-spikes-3f9a --seen nothing --reason "budget halved" --predict "restarts@final <= 2"
+    """
+    from ..prereg import amend_prereg, resolve_prereg_id
+    from ..project import open_project
+
+    project = open_project()
+    pid = resolve_prereg_id(project, prereg_id) or prereg_id
+    written = amend_prereg(project, pid, reason=reason, seen=seen, predictions=list(predict or []),
+                           contingency=list(contingency or []))
+    for w in written.warnings:
+        err(f"warning: {w}")
+    n, kind = written.front["n"], written.front["kind"]
+    if kind == "deviation":
+        err("note: results had been seen, so this is recorded as a deviation from the preregistration")
+    if as_json:
+        print_json({**written.to_dict(), "n": n, "kind": kind})
+        return
+    typer.echo(f"Amended {written.id}: {kind} {n}  (commit {written.commit[:7]}, sha256 {written.sha256[:8]}…)")
+    _echo_plan(written.front)
+
+
+@app.command("verify")
+def verify_cmd(
+    prereg_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="Check only this preregistration."),
+    as_json: bool = _JSON,
+) -> None:
+    """Check preregistrations against their commits, and every hash-chained log.
+
+    Exit 0 when everything is as written; exit 4 naming what changed otherwise
+    (edited lines, deleted files, rewritten commits, broken amendment chains,
+    edited or deleted log lines).
+
+    Example: logbook verify
+    """
+    from ..prereg import resolve_prereg_id
+    from ..project import open_project
+    from ..verify import verify_project
+
+    project = open_project()
+    pid = None if prereg_id is None else (resolve_prereg_id(project, prereg_id) or prereg_id)
+    report = verify_project(project, pid)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        for w in report.warnings:
+            err(f"warning: {w.message}")
+        for p in report.problems:
+            typer.echo(f"CHANGED  {p.message}")
+        if report.ok:
+            typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
+                       f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")
+    report.raise_if_tampered()
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@app.command("ls")
+def ls_cmd(as_json: bool = _JSON) -> None:
+    """List preregistrations: id, date, author, title, predictions, amendments, runs.
+
+    Example: logbook ls --json
+    """
+    from ..prereg import runs_referencing, scan_preregs
+    from ..project import open_project
+
+    project = open_project()
+    preregs, damaged = scan_preregs(project)
+    runs = runs_referencing(project)
+    rows = [{"id": p.id, "created": p.created, "author": p.author, "title": p.title,
+             "predictions": len(p.all_predictions()), "amendments": len(p.amendments),
+             "deviations": sum(1 for a in p.amendments if a.kind == "deviation"),
+             "runs": runs.get(p.id, [])} for p in preregs]
+    for d in damaged:
+        err(f"warning: {d} (run `logbook verify`)")
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        err("No preregistrations yet. Create one with `logbook prereg --help`.")
+        return
+    con = _app.stdout_console()
+    if con.width < 110:  # a table this wide would be cut: one block per preregistration instead
+        for r in rows:
+            con.print(f"{r['id']}  {r['title']}", soft_wrap=True)
+            con.print(f"    {r['created'][:10]} · {r['author'].split(' <')[0]} · {_count(r['predictions'], 'prediction')}"
+                      f" · {_amend_text(r)} · runs: {', '.join(r['runs']) or '-'}", soft_wrap=True)
+        return
+    from rich.table import Table
+
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for col, kw in (("id", {"no_wrap": True}), ("date", {"no_wrap": True}),
+                    ("author", {"max_width": 20, "overflow": "ellipsis", "no_wrap": True}),
+                    ("title", {"min_width": 16, "ratio": 1}), ("#pred", {"justify": "right", "no_wrap": True}),
+                    ("amendments", {"no_wrap": True}), ("runs", {"min_width": 6})):
+        table.add_column(col, **kw)
+    for r in rows:
+        table.add_row(r["id"], r["created"][:10], r["author"].split(" <")[0], r["title"],
+                      str(r["predictions"]), _amend_text(r), ", ".join(r["runs"]) or "-")
+    con.print(table)
+
+
+def _amend_text(row: dict[str, Any]) -> str:
+    text = _count(row["amendments"], "amendment")
+    return text + (f" ({row['deviations']} deviation{'s' if row['deviations'] > 1 else ''})" if row["deviations"] else "")
+
+
+@app.command("show")
+def show_cmd(
+    ident: str = typer.Argument(..., metavar="ID", help="A preregistration id (or unique prefix) or a run id."),
+    as_json: bool = _JSON,
+) -> None:
+    """Show one preregistration in full (with amendments), or a run record with its events.
+
+    Example: logbook show 2026-11-30-qknorm-removes-spikes-3f9a
+    """
+    from ..errors import NotFoundError
+    from ..prereg import load_prereg, resolve_prereg_id, runs_referencing
+    from ..project import open_project
+    from ..runs import RUN_ID_RE
+    from ..verify import verify_project
+
+    project = open_project()
+    if RUN_ID_RE.match(ident) and ".." not in ident and (project.run_dir(ident) / "run.json").exists():
+        _show_run(project, ident, as_json)
+        return
+    pid = resolve_prereg_id(project, ident)
+    if pid is None:
+        raise NotFoundError(f"no preregistration or run called {ident!r}", hint="see `logbook ls`")
+    prereg = load_prereg(project, pid)
+    runs = runs_referencing(project).get(pid, [])
+    report = verify_project(project, pid)
+    if as_json:
+        print_json({**prereg.to_dict(), "runs": runs, "verified": report.ok,
+                    "problems": [p.message for p in report.problems]})
+        return
+    _print_markdown(prereg.body)
+    for a in prereg.amendments:
+        _print_markdown(a.body)
+    state = "intact" if report.ok else f"CHANGED: {report.problems[0].message}"
+    typer.echo(f"file {prereg.path.relative_to(project.root)} · sha256 {prereg.sha256[:12]}… · "
+               f"runs: {', '.join(runs) or 'none'} · {state}")
+
+
+def _print_markdown(text: str) -> None:
+    """Rendered at a terminal; the Markdown itself when piped (so `> file.md` works)."""
+    if _app.is_interactive():
+        from rich.markdown import Markdown
+
+        _app.stdout_console().print(Markdown(text))
+    else:
+        typer.echo(text)
+
+
+def _show_run(project, run_id: str, as_json: bool) -> None:
+    from ..events import read_events
+    from ..runs import load_run_record
+
+    record = load_run_record(project, run_id)
+    log = read_events(project.run_dir(run_id) / "events.jsonl")
+    if as_json:
+        print_json({"run": record.to_dict(), "events": log.records})
+        return
+    from rich.table import Table
+
+    con = _app.stdout_console()
+    head = Table(show_header=False, show_edge=False, pad_edge=False)
+    for key, value in record.to_dict().items():
+        if value not in (None, "", [], {}):
+            head.add_row(key, value if isinstance(value, str) else str(value))
+    con.print(head)
+    events = Table(show_edge=False, pad_edge=False)
+    for col in ("seq", "time (UTC)", "att.", "step", "kind", "details"):
+        events.add_column(col, no_wrap=col != "details")
+    for e in log.records:
+        details = ", ".join(f"{k}={v}" for k, v in (e.get("data") or {}).items())
+        events.add_row(str(e.get("seq")), str(e.get("ts", ""))[:19].replace("T", " "), str(e.get("attempt", "")),
+                       "" if e.get("step") is None else str(e["step"]), str(e.get("kind")), details[:200])
+    con.print(events)
+    for p in log.problems:
+        err(f"warning: {p.message} (run `logbook verify`)")

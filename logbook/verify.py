@@ -1,0 +1,337 @@
+"""`verify`: prove that preregistrations, amendments and logs are as they were written.
+
+For each preregistration and amendment (working-tree files, plus records whose
+commits HEAD contains) the commit is found by its trailer on any ref, then:
+
+- the file must still exist (else: deleted),
+- a commit must carry its trailer (else: commit missing: amended or rebased away),
+- that commit must contain the file, change nothing else, and sit on the commit
+  recorded as `base_commit` (else: rewritten by amend, rebase or cherry-pick),
+- the committed file must hash to the trailer's `Logbook-Sha256` (else: hash mismatch),
+- the working file must equal the committed one byte for byte (else: edited,
+  naming the first lines that changed),
+- amendments must be numbered 1..n and each must link the hash of the record
+  before it (else: amendment chain broken).
+
+Every hash-chained log under the entries folder (runs/*/events.jsonl,
+notes/notes.jsonl, reviews/reviews.jsonl) is checked with `chain.verify_log`,
+and, where HEAD holds a committed version, that version must still be a prefix
+of the file (logs are append-only). A torn last line is a warning, not tampering.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import gitbind
+from .chain import verify_log
+from .errors import NotFoundError, TamperedError
+from .prereg import _AMEND_RE, ID_RE, check_id, record_hash, runs_referencing, split_record
+from .project import Project
+
+TRAILER = "Logbook-Prereg"
+
+
+@dataclass
+class Finding:
+    """One thing that is not as it was written."""
+
+    path: str
+    """File, relative to the repository root."""
+    kind: str
+    """edited | deleted | commit_missing | rewritten | hash_mismatch | chain_broken |
+    log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere"""
+    message: str
+    line: int | None = None
+
+
+@dataclass
+class VerifyReport:
+    """What `verify_project` checked and found."""
+
+    preregs: list[str] = field(default_factory=list)
+    amendments: int = 0
+    logs: list[str] = field(default_factory=list)
+    problems: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "preregs": self.preregs, "amendments": self.amendments, "logs": self.logs,
+                "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings]}
+
+    def raise_if_tampered(self) -> None:
+        if self.problems:
+            first = self.problems[0].message
+            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            raise TamperedError(f"{first}{more}",
+                                hint="records are never edited: restore them from git (`git checkout -- <file>`) "
+                                     "and record changes with `logbook prereg amend`")
+
+
+@dataclass
+class _Record:
+    prereg_id: str
+    n: int  # 0 for the preregistration itself
+    relpath: str
+
+    @property
+    def label(self) -> str:
+        return "preregistration" if self.n == 0 else f"amendment {self.n}"
+
+
+def verify_project(project: Project, prereg_id: str | None = None) -> VerifyReport:
+    """Check every preregistration (or one, with its amendments and runs) and every log."""
+    root = project.root
+    report = VerifyReport()
+    has_head = gitbind.head_commit(root) is not None
+    commits = gitbind.trailer_commits(root, TRAILER) if has_head else []
+    on_head = gitbind.reachable_from_head(root, TRAILER) if has_head else set()
+    by_key: dict[tuple[str, int], list[gitbind.TrailerCommit]] = {}
+    for tc in commits:
+        key = (tc.trailers.get(TRAILER, ""), _amend_no(tc.trailers.get("Logbook-Amendment")))
+        by_key.setdefault(key, []).append(tc)
+    records = _records(project, by_key, on_head)
+    if prereg_id is not None:
+        check_id(prereg_id)
+        records = [r for r in records if r.prereg_id == prereg_id]
+        if not records:
+            raise NotFoundError(f"unknown preregistration {prereg_id!r}", hint="see `logbook ls`")
+    hashes: dict[tuple[str, int], str | None] = {}
+    blobs = gitbind.read_blobs(root, [f"{c.commit}:{r.relpath}" for r in records
+                                      for c in by_key.get((r.prereg_id, r.n), [])])
+    for rec in records:
+        hashes[(rec.prereg_id, rec.n)] = _check_record(project, rec, by_key.get((rec.prereg_id, rec.n), []),
+                                                       on_head, blobs, report)
+    _check_chains(project, records, hashes, report)
+    report.preregs = sorted({r.prereg_id for r in records})
+    report.amendments = sum(1 for r in records if r.n)
+    _check_logs(project, prereg_id, report)
+    return report
+
+
+def _amend_no(value: str | None) -> int:
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        return -1
+
+
+def _records(project: Project, by_key: dict, on_head: set[str]) -> list[_Record]:
+    """Records in the working tree, plus those HEAD's history committed (to catch deletions)."""
+    base = project.prereg_dir.relative_to(project.root).as_posix()
+    keys: set[tuple[str, int]] = set()
+    if project.prereg_dir.is_dir():
+        for p in project.prereg_dir.iterdir():
+            m = _AMEND_RE.match(p.name)
+            if m and ID_RE.match(m.group("id")):
+                keys.add((m.group("id"), int(m.group("n"))))
+            elif p.suffix == ".md" and ID_RE.match(p.stem):
+                keys.add((p.stem, 0))
+    for key, tcs in by_key.items():
+        if ID_RE.match(key[0]) and key[1] >= 0 and any(tc.commit in on_head for tc in tcs):
+            keys.add(key)
+    return [_Record(i, n, f"{base}/{i}.md" if n == 0 else f"{base}/{i}.amend-{n}.md") for i, n in sorted(keys)]
+
+
+def _check_record(project: Project, rec: _Record, candidates: list[gitbind.TrailerCommit], on_head: set[str],
+                  blobs: dict[str, bytes | None], report: VerifyReport) -> str | None:
+    """Check one record; returns its hash as committed (None when it cannot be trusted)."""
+    path = project.root / rec.relpath
+    reachable = [c for c in candidates if c.commit in on_head]
+    if not path.exists():
+        if reachable:
+            report.problems.append(Finding(rec.relpath, "deleted",
+                                           f"{rec.relpath} ({rec.label}) was deleted; it was committed in {reachable[0].commit[:7]}"))
+        return None
+    data = path.read_bytes()
+    if not candidates:
+        report.problems.append(Finding(rec.relpath, "commit_missing", (
+            f"{rec.relpath} ({rec.label}): no commit on any branch carries `{TRAILER}: {rec.prereg_id}`"
+            + (f" with `Logbook-Amendment: {rec.n}`" if rec.n else "")
+            + " (the commit was amended or rebased away, or the file was never committed by logbook)")))
+        return None
+    best: list[Finding] | None = None
+    for c in reachable or candidates:
+        found = _check_against(rec, c, data, blobs.get(f"{c.commit}:{rec.relpath}"))
+        if best is None or len(found) < len(best):
+            best = found
+        if not found:
+            break
+    report.problems.extend(best or [])
+    if not reachable and not best:
+        report.warnings.append(Finding(rec.relpath, "elsewhere", (
+            f"{rec.relpath} matches commit {candidates[0].commit[:7]}, which is on another branch, not in HEAD's history")))
+    return _hash_bytes(data) if not best else None
+
+
+def _hash_bytes(data: bytes) -> str | None:
+    try:
+        front, body = split_record(data.decode("utf-8"), "record")
+        return record_hash(front, body)
+    except (TamperedError, UnicodeDecodeError):
+        return None
+
+
+def _check_against(rec: _Record, c: gitbind.TrailerCommit, data: bytes, blob: bytes | None) -> list[Finding]:
+    where, short = rec.relpath, c.commit[:7]
+    if blob is None:
+        return [Finding(where, "rewritten", f"{where} ({rec.label}): commit {short} carries its trailer "
+                                            "but does not contain the file (rewritten)")]
+    out: list[Finding] = []
+    claimed = c.trailers.get("Logbook-Sha256", "")
+    actual = _hash_bytes(blob)
+    if actual != claimed:
+        out.append(Finding(where, "hash_mismatch", (
+            f"{where} ({rec.label}): the file in commit {short} hashes to {(actual or 'nothing readable')[:12]}, "
+            f"but the commit's Logbook-Sha256 says {claimed[:12]} (the commit was rewritten)")))
+    others = [f for f in c.files if f != rec.relpath]
+    if others:
+        out.append(Finding(where, "rewritten", f"{where} ({rec.label}): commit {short} also changes "
+                                               f"{', '.join(others[:3])} (the commit was amended)"))
+    base = _base_commit(blob)
+    parent = c.parents[0] if c.parents else ""
+    if base and parent != base:
+        out.append(Finding(where, "rewritten", (
+            f"{where} ({rec.label}): commit {short} sits on {parent[:7] or 'no parent'}, but the record was made "
+            f"on {base[:7]} (the commit was rebased or cherry-picked)")))
+    if data != blob:
+        line, what = _first_change(blob, data)
+        out.append(Finding(where, "edited", f"{where} ({rec.label}) was edited after commit {short}: {what}", line))
+    return out
+
+
+def _base_commit(blob: bytes) -> str:
+    try:
+        front, _ = split_record(blob.decode("utf-8"), "record")
+    except (TamperedError, UnicodeDecodeError):
+        return ""
+    return str(front.get("base_commit") or "")
+
+
+def _first_change(old: bytes, new: bytes) -> tuple[int, str]:
+    """The first changed line, in words: `line 12 changed: 'a' -> 'b'`."""
+    a = old.decode("utf-8", "replace").splitlines()
+    b = new.decode("utf-8", "replace").splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        if tag == "replace":
+            return j1 + 1, f"line {j1 + 1} changed: {_clip(a[i1])} -> {_clip(b[j1])}"
+        if tag == "delete":
+            return j1 + 1, f"line {i1 + 1} was removed: {_clip(a[i1])}"
+        return j1 + 1, f"line {j1 + 1} was added: {_clip(b[j1])}"
+    return 1, "the line endings or the final newline changed"
+
+
+def _clip(s: str, n: int = 80) -> str:
+    return repr(s if len(s) <= n else s[:n] + "…")
+
+
+def _check_chains(project: Project, records: list[_Record], hashes: dict, report: VerifyReport) -> None:
+    by_id: dict[str, list[_Record]] = {}
+    for r in records:
+        by_id.setdefault(r.prereg_id, []).append(r)
+    for pid, recs in by_id.items():
+        numbers = sorted(r.n for r in recs if r.n)
+        for expected, r in enumerate((r for r in sorted(recs, key=lambda r: r.n) if r.n), start=1):
+            if r.n != expected:
+                report.problems.append(Finding(r.relpath, "chain_broken", (
+                    f"{pid}: amendment {expected} is missing before amendment {r.n} (amendments {numbers})")))
+                break
+            path = project.root / r.relpath
+            if not path.exists():
+                continue
+            _check_link(pid, r, path, hashes.get((pid, r.n - 1)), report)
+
+
+def _check_link(pid: str, r: _Record, path: Path, prev_hash: str | None, report: VerifyReport) -> None:
+    try:
+        front, _ = split_record(path.read_bytes().decode("utf-8"), r.relpath)
+    except (TamperedError, UnicodeDecodeError):
+        return  # already reported as edited
+    prev = front.get("previous") if isinstance(front.get("previous"), dict) else {}
+    expected_file = f"{pid}.md" if r.n == 1 else f"{pid}.amend-{r.n - 1}.md"
+    if front.get("amends") != pid or front.get("n") != r.n or prev.get("file") != expected_file:
+        report.problems.append(Finding(r.relpath, "chain_broken", (
+            f"{r.relpath}: says it is amendment {front.get('n')} of {front.get('amends')} after "
+            f"{prev.get('file')}, expected amendment {r.n} of {pid} after {expected_file}")))
+    elif prev_hash is not None and prev.get("sha256") != prev_hash:
+        report.problems.append(Finding(r.relpath, "chain_broken", (
+            f"{r.relpath}: links {expected_file} by hash {str(prev.get('sha256'))[:12]}, "
+            f"but that record hashes to {prev_hash[:12]}: the amendment chain is broken")))
+
+
+# --- logs --------------------------------------------------------------------
+
+def _log_paths(project: Project, prereg_id: str | None) -> list[str]:
+    """Logs to check, relative to the root: present ones plus those HEAD has committed."""
+    root = project.root
+    entries = project.entries.relative_to(root).as_posix()
+    if prereg_id is None:
+        present = [p for p in project.runs_dir.glob("*/events.jsonl")] if project.runs_dir.is_dir() else []
+        present += [p for p in (project.notes_log, project.reviews_log) if p.exists()]
+        rels = {p.relative_to(root).as_posix() for p in present}
+        if gitbind.head_commit(root):
+            tracked = gitbind.git(root, "ls-tree", "-r", "--name-only", "-z", "HEAD", "--", entries).split("\0")
+            rels |= {t for t in tracked if _is_log(entries, t)}
+        return sorted(rels)
+    runs = runs_referencing(project).get(prereg_id, [])
+    return [f"{entries}/runs/{r}/events.jsonl" for r in runs if (project.run_dir(r) / "events.jsonl").exists()]
+
+
+def _is_log(entries: str, rel: str) -> bool:
+    if rel in (f"{entries}/notes/notes.jsonl", f"{entries}/reviews/reviews.jsonl"):
+        return True
+    parts = rel.split("/")
+    return rel.startswith(f"{entries}/runs/") and len(parts) == len(entries.split("/")) + 3 \
+        and parts[-1] == "events.jsonl"
+
+
+def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport) -> None:
+    rels = _log_paths(project, prereg_id)
+    committed = gitbind.read_blobs(project.root, [f"HEAD:{r}" for r in rels]) \
+        if rels and gitbind.head_commit(project.root) else {}
+    for rel in rels:
+        path = project.root / rel
+        report.logs.append(rel)
+        if not path.exists():
+            report.problems.append(Finding(rel, "log_deleted", f"{rel} was deleted; HEAD has it committed"))
+            continue
+        problems = verify_log(path)
+        for p in problems:
+            kind = "log_torn_tail" if p.kind == "torn_tail" else "log_edited"
+            finding = Finding(rel, kind, f"{rel}: {p.message}", p.line)
+            (report.warnings if kind == "log_torn_tail" else report.problems).append(finding)
+        if any(p.kind != "torn_tail" for p in problems):
+            continue
+        old = committed.get(f"HEAD:{rel}")
+        if old:
+            _check_prefix(rel, old, path.read_bytes(), report)
+
+
+def _check_prefix(rel: str, old: bytes, new: bytes, report: VerifyReport) -> None:
+    """Append-only: the lines HEAD committed must all still be there, unchanged, first."""
+    complete = old[: old.rfind(b"\n") + 1]
+    if new.startswith(complete):
+        return
+    old_lines, new_lines = complete.splitlines(), new.splitlines()
+    line = next((i + 1 for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b),
+                min(len(old_lines), len(new_lines)) + 1)
+    report.problems.append(Finding(rel, "log_lines_missing", (
+        f"{rel}: HEAD committed {len(old_lines)} lines, the file now has {len(new_lines)}; "
+        f"they differ from line {line} (lines were removed or replaced)"), line))
+
+
+def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyReport:
+    """`verify_project`, raising TamperedError when anything changed."""
+    report = verify_project(project, prereg_id)
+    report.raise_if_tampered()
+    return report
+

@@ -1,0 +1,159 @@
+"""Predictions parse into typed fields, refuse what cannot fail, and evaluate against values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logbook.errors import UsageError
+from logbook.predictions import METRICS, At, Prediction, check_falsifiable, parse_prediction
+
+
+@pytest.mark.parametrize(
+    "text, metric, at, op, threshold, tolerance, canonical",
+    [
+        ("val_loss@final < 1.45", "val_loss", At("final"), "<", 1.45, 0.0, "val_loss@final < 1.45"),
+        ("val_loss@final < 1.45 ± 0.02", "val_loss", At("final"), "<", 1.45, 0.02, "val_loss@final < 1.45 ± 0.02"),
+        ("val_loss@final < 1.45 +- 0.02", "val_loss", At("final"), "<", 1.45, 0.02, "val_loss@final < 1.45 ± 0.02"),
+        ("val_loss < 1.45 +/- .02", "val_loss", At("final"), "<", 1.45, 0.02, "val_loss@final < 1.45 ± 0.02"),
+        ("spikes@final == 0", "spikes", At("final"), "==", 0.0, 0.0, "spikes@final == 0"),
+        ("restarts@final <= 3", "restarts", At("final"), "<=", 3.0, 0.0, "restarts@final <= 3"),
+        ("tokens_per_s@50% >= 2000", "tokens_per_s", At("fraction", 0.5), ">=", 2000.0, 0.0, "tokens_per_s@50% >= 2000"),
+        ("loss@step:5000 < 3.2", "loss", At("step", 5000), "<", 3.2, 0.0, "loss@step:5000 < 3.2"),
+        ("loss@5000<3.2", "loss", At("step", 5000), "<", 3.2, 0.0, "loss@step:5000 < 3.2"),
+        ("loss@step:5_000 ≤ 3.2", "loss", At("step", 5000), "<=", 3.2, 0.0, "loss@step:5000 <= 3.2"),
+        ("mfu@final >= 40%", "mfu", At("final"), ">=", 0.4, 0.0, "mfu@final >= 0.4"),
+        ("tokens@final >= 10B", "tokens", At("final"), ">=", 1e10, 0.0, "tokens@final >= 10000000000"),
+        ("goodput@12.5% > 0.9", "goodput", At("fraction", 0.125), ">", 0.9, 0.0, "goodput@12.5% > 0.9"),
+        ("grad_norm@final != 1 ± 0.5", "grad_norm", At("final"), "!=", 1.0, 0.5, "grad_norm@final != 1 ± 0.5"),
+    ],
+)
+def test_prediction_forms_parse_into_typed_fields(text, metric, at, op, threshold, tolerance, canonical):
+    p = parse_prediction(text)
+    assert (p.metric, p.at, p.op, p.threshold, p.tolerance) == (metric, at, op, threshold, tolerance)
+    assert p.to_text() == canonical
+    assert parse_prediction(p.to_text()) == p
+
+
+def test_prediction_to_dict_carries_every_field_and_rebuilds():
+    p = parse_prediction("tokens_per_s@50% >= 2000 ± 100")
+    d = p.to_dict()
+    assert d == {"text": "tokens_per_s@50% >= 2000 ± 100", "metric": "tokens_per_s",
+                 "at": {"kind": "fraction", "value": 0.5}, "op": ">=", "threshold": 2000, "tolerance": 100}
+    assert Prediction.from_dict(d) == p
+
+
+def test_from_dict_refuses_fields_that_disagree_with_the_text():
+    d = parse_prediction("spikes@final == 0").to_dict()
+    d["metric"] = "restarts"
+    with pytest.raises(UsageError, match="disagree"):
+        Prediction.from_dict(d)
+
+
+@pytest.mark.parametrize(
+    "text, column, what",
+    [
+        ("val_loss@final << 1.45", 17, "threshold"),
+        ("val_loss@final <", 17, "threshold"),
+        ("val_loss@fin < 1", 10, "point in the run"),
+        ("val_loss@final 1.45", 16, "comparator"),
+        ("val_loss@final = 1.45", 16, "=="),
+        ("val_loss@final < 1.45 ± -0.1", 25, "tolerance"),
+        ("val_loss@final < 1.45 then", 23, "unexpected text"),
+        ("loss@150% < 2", 6, "at most 100%"),
+        ("loss@step:50% < 2", 11, "whole number"),
+        ("val_loss@final < 40%", 18, "percentage"),
+        ("@final < 1", 1, "metric name"),
+    ],
+)
+def test_invalid_syntax_names_the_column(text, column, what):
+    with pytest.raises(UsageError) as e:
+        parse_prediction(text)
+    assert f"column {column}" in e.value.message
+    assert what in e.value.message
+    assert "val_loss@final < 1.45" in (e.value.hint or "")
+
+
+@pytest.mark.parametrize("text", ["restarts >= 0", "loss > -1", "goodput <= 1", "mfu@final < 2",
+                                  "restarts@final > -0.5", "val_loss@final < 1 ± 1e400", "goodput == 0.5 ± 0.5",
+                                  "spikes != 0.5", "loss != 1.3"])
+def test_a_prediction_that_cannot_fail_is_refused(text):
+    with pytest.raises(UsageError, match="cannot fail|must be a finite"):
+        parse_prediction(text)
+
+
+@pytest.mark.parametrize("text", ["loss < 0", "goodput > 1", "spikes == 0.5", "val_ppl@final <= 0.5", "loss == 1.2"])
+def test_a_prediction_that_can_never_hold_is_refused(text):
+    with pytest.raises(UsageError, match="never holds|never hold"):
+        parse_prediction(text)
+
+
+def test_unknown_metric_lists_the_known_ones_and_the_closest():
+    with pytest.raises(UsageError) as e:
+        parse_prediction("valloss@final < 1.4")
+    assert "unknown metric `valloss`" in e.value.message
+    assert "did you mean `val_loss`" in e.value.hint
+    for name in ("spikes", "restarts", "tokens_per_s", "goodput"):
+        assert name in e.value.hint
+
+
+def test_metric_registry_covers_the_documented_metrics():
+    for name in ("val_loss", "loss", "spikes", "restarts", "rollbacks", "tokens_per_s", "mfu", "goodput",
+                 "grad_norm", "steps", "tokens", "lr_changes", "skipped_steps"):
+        m = METRICS[name]
+        assert m.name == name and m.description and m.unit and m.lo <= m.hi
+    assert METRICS["goodput"].hi == 1 and METRICS["restarts"].integer and not METRICS["loss"].integer
+
+
+@pytest.mark.parametrize(
+    "text, value, verdict",
+    [
+        ("val_loss@final < 1.45 ± 0.02", 1.44, "confirmed"),
+        ("val_loss@final < 1.45 ± 0.02", 1.46, "within_tolerance"),
+        ("val_loss@final < 1.45 ± 0.02", 1.48, "refuted"),
+        ("val_loss@final < 1.45", 1.45, "refuted"),
+        ("val_loss@final <= 1.45", 1.45, "confirmed"),
+        ("spikes@final == 0", 0, "confirmed"),
+        ("spikes@final == 0", 1, "refuted"),
+        ("tokens_per_s@50% >= 2000 ± 100", 1950, "within_tolerance"),
+        ("tokens_per_s@50% >= 2000", 2500, "confirmed"),
+        ("goodput@final > 0.9", 0.89, "refuted"),
+        ("val_loss@final == 2.3 ± 0.05", 2.34, "confirmed"),
+        ("val_loss@final == 2.3 ± 0.05", 2.36, "refuted"),
+        ("grad_norm@final != 1 ± 0.5", 1.2, "refuted"),
+        ("grad_norm@final != 1 ± 0.5", 2.0, "confirmed"),
+        ("val_loss@final < 1.45", math.nan, "refuted"),
+        ("val_loss@final < 1.45", math.inf, "refuted"),
+        ("val_loss@final < 1.45", "not a number", "refuted"),
+    ],
+)
+def test_verdict_and_holds_evaluate_a_value(text, value, verdict):
+    p = parse_prediction(text)
+    assert p.verdict(value) == verdict
+    assert p.holds(value) == (verdict != "refuted")
+
+
+def test_describe_reads_as_a_sentence():
+    assert parse_prediction("val_loss@final < 1.45 ± 0.02").describe() == (
+        "validation loss (cross-entropy) at the end of the run: below 1.45 (tolerance 0.02)")
+    assert "at 50% of the run: at least 2000" in parse_prediction("tokens_per_s@50% >= 2000").describe()
+
+
+_finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+_at = st.one_of(st.just(At("final")), st.integers(0, 10**7).map(lambda s: At("step", s)),
+                st.integers(1, 1000).map(lambda p: At("fraction", round(p / 1000, 10))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(metric=st.sampled_from(sorted(METRICS)), at=_at, op=st.sampled_from(["<", "<=", ">", ">=", "==", "!="]),
+       threshold=_finite, tolerance=st.one_of(st.just(0.0), st.floats(0, 100, allow_nan=False)))
+def test_to_text_round_trips_for_every_accepted_prediction(metric, at, op, threshold, tolerance):
+    p = Prediction(metric, at, op, threshold, tolerance)
+    try:
+        check_falsifiable(p)
+    except UsageError:
+        return  # refused predictions are never written, so they need not round-trip
+    assert parse_prediction(p.to_text()) == p
