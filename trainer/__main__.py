@@ -1,0 +1,105 @@
+"""Train one attempt of a run: `python -m trainer --project ROOT --run RUN_ID CONFIG [key=value ...]`.
+
+`logbook run` starts this under torchrun, which restarts it after a failure;
+each start is a new attempt of the same run and resumes from the newest good
+checkpoint. Run it directly to train without the launcher (the run record is
+then simply absent). `--print-config` prints the resolved config and its hash
+as JSON and exits, without importing torch.
+
+Exit codes:
+
+- 0: the run reached its last step
+- 1: an exception ended the attempt (recorded as `attempt_failed`); restart it to resume
+- 2: usage: a bad config, override or argument
+- 3: refused: a checkpoint from a different model, a different corpus, ...
+- 5: the run failed or was aborted (e.g. by the divergence guard)
+- 75: EXIT_PREEMPTED: SIGTERM or SIGUSR1; the attempt saved its state and exited; restart it to resume
+- 124: EXIT_HANG: the watchdog saw no progress for train.hang_timeout_s; restart it to resume
+"""
+
+from __future__ import annotations
+
+import time
+
+STARTED_AT = time.time()  # before the imports: "this attempt started" for the downtime figure
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from logbook.errors import LogbookError  # noqa: E402
+
+from . import EXIT_HANG, EXIT_PREEMPTED  # noqa: E402,F401  (re-exported: the documented exit codes)
+from .config import config_hash, config_to_dict, load_train_config  # noqa: E402
+
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Train a GPT; every restart, checkpoint and failure lands in the run's event log.",
+        epilog="Example: python -m trainer --project . --run tiny-1 configs/tiny-cpu.yaml train.steps=100",
+    )
+    p.add_argument("--project", default=".", help="the logbook's git repository (default: the current folder)")
+    p.add_argument("--run", dest="run_id", help="run id: events go to <entries>/runs/<run>/")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and its hash as JSON, and exit")
+    p.add_argument("config", help="training config (YAML)")
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=3e-4")
+    return p
+
+
+def _fail(e: LogbookError) -> int:
+    print(f"error: {e.message}", file=sys.stderr)
+    if e.hint:
+        print(f"hint: {e.hint}", file=sys.stderr)
+    return e.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:  # what a launcher puts after its own options
+        argv = argv[1:]
+    args = _parser().parse_args(argv)
+    try:
+        cfg = load_train_config(Path(args.config), args.overrides)
+        if args.print_config:
+            print(json.dumps({"config": config_to_dict(cfg), "config_hash": config_hash(cfg)}, indent=2, sort_keys=True))
+            return 0
+        if not args.run_id:
+            print("error: --run RUN_ID is required to train", file=sys.stderr)
+            return 2
+        from logbook.runs import check_run_id
+
+        check_run_id(args.run_id)
+    except LogbookError as e:
+        return _fail(e)
+    if cfg.train.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # must precede CUDA's start
+    return _train(cfg, args)
+
+
+def _train(cfg, args) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    from .loop import Preempted, Trainer
+
+    @record  # under torchrun, an uncaught exception also lands in its error file
+    def run() -> int:
+        trainer = Trainer(cfg, project_root=Path(args.project), run_id=args.run_id, config_path=args.config,
+                          started_at=STARTED_AT)
+        try:
+            trainer.fit()
+        except Preempted as p:
+            print(f"preempted by {p.signal_name}: saved at step {p.saved_step}; exiting {EXIT_PREEMPTED}", file=sys.stderr)
+            return EXIT_PREEMPTED
+        except LogbookError as e:
+            return _fail(e)
+        return 0
+
+    return run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

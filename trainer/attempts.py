@@ -1,0 +1,165 @@
+"""Attempts of a run: numbering, the heartbeat, and why the last one ended.
+
+The attempt number is 1 + the highest attempt the run has left any trace of
+(its event log, its heartbeat), so torchrun restarts, Slurm requeues and
+manual relaunches all keep counting. On every start after the first, what the
+previous attempt left behind says why it ended: an `attempt_failed` event (an
+exception it recorded itself), `preempted`, `hang`, torchrun's error file, or
+nothing at all, which means it was killed by a signal (SIGKILL, the OOM
+killer, a lost node) before it could write anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from logbook.events import iter_events
+from logbook.sink import read_metrics
+
+_HEARTBEAT_BYTES = 256
+
+
+def parse_ts(ts: str) -> float:
+    """An event's UTC timestamp as seconds since the epoch."""
+    return datetime.strptime(ts.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+class Heartbeat:
+    """A tiny file rewritten in place every step: the last sign of life of an attempt.
+
+    One `pwrite` of a fixed-size record per step (no fsync, no rename): a killed
+    process's writes survive in the page cache, and the cost is microseconds.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._fd: int | None = None
+
+    def beat(self, attempt: int, step: int, now: float) -> None:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        rec = json.dumps({"attempt": attempt, "step": step, "time": now, "pid": os.getpid()}).encode()
+        os.pwrite(self._fd, rec.ljust(_HEARTBEAT_BYTES), 0)
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.path.read_bytes().strip() or b"null")
+        except (OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class RunHistory:
+    """What earlier attempts of a run left behind."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    heartbeat: dict[str, Any] | None = None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, run_dir: Path, heartbeat: Heartbeat) -> RunHistory:
+        return cls(list(iter_events(run_dir / "events.jsonl")), heartbeat.read(), read_metrics(run_dir))
+
+    def last_attempt(self) -> int:
+        seen = [e.get("attempt") for e in self.events if isinstance(e.get("attempt"), int)]
+        if self.heartbeat and isinstance(self.heartbeat.get("attempt"), int):
+            seen.append(self.heartbeat["attempt"])
+        return max(seen, default=0)
+
+    def of_attempt(self, attempt: int) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("attempt") == attempt]
+
+    def has(self, kind: str) -> dict[str, Any] | None:
+        """The last event of `kind` in the whole run, if any."""
+        found = [e for e in self.events if e.get("kind") == kind]
+        return found[-1] if found else None
+
+    def first_started(self) -> float | None:
+        starts = [parse_ts(e["ts"]) for e in self.events if e.get("kind") == "run_started" and "ts" in e]
+        return min(starts, default=None)
+
+
+def torchelastic_previous_error(env: dict[str, str]) -> dict[str, Any] | None:
+    """The error file torchrun kept for this rank's previous attempt, if it wrote one."""
+    current = env.get("TORCHELASTIC_ERROR_FILE") or ""
+    restart = int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    p = Path(current)
+    if not current or restart < 1 or p.parent.parent.name != f"attempt_{restart}":
+        return None
+    prev = p.parent.parent.with_name(f"attempt_{restart - 1}") / p.parent.name / p.name
+    try:
+        msg = json.loads(prev.read_text("utf-8")).get("message", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(msg, str):
+        return {"message": msg}
+    return {"message": str(msg.get("message", "")), "extra": msg.get("extraInfo", {})}
+
+
+def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, started_at: float,
+                     env: dict[str, str]) -> dict[str, Any]:
+    """The payload of a `restart` event: why attempt `prev` ended and what it cost."""
+    events = history.of_attempt(prev)
+    kinds = {e.get("kind"): e for e in events}
+    out: dict[str, Any] = {"prev_attempt": prev, "resumed_from_step": resumed_from_step}
+    if "attempt_failed" in kinds:
+        d = kinds["attempt_failed"].get("data", {})
+        out.update(cause="exception", exception_type=d.get("exception_type"), exception_message=d.get("exception_message"),
+                   detail=f"attempt {prev} raised {d.get('exception_type')}: {d.get('exception_message')}")
+    elif "preempted" in kinds:
+        d = kinds["preempted"].get("data", {})
+        out.update(cause="preempted", signal=d.get("signal"),
+                   detail=f"attempt {prev} was preempted ({d.get('signal')}) and saved at step {d.get('saved_step')}")
+    elif "hang" in kinds:
+        d = kinds["hang"].get("data", {})
+        out.update(cause="hang", detail=f"attempt {prev} made no progress for {d.get('elapsed_s')} s and exited")
+    elif (err := torchelastic_previous_error(env)) is not None:
+        out.update(cause="exception", exception_message=err["message"],
+                   detail=f"attempt {prev} failed; torchrun recorded: {err['message']}")
+    else:
+        out.update(cause="signal", signal=None, detail="killed by a signal with no record left")
+    failed_at, last_alive = _last_signs(history, prev, events)
+    out["failed_at_step"] = failed_at
+    out["steps_lost"] = max(0, (failed_at or 0) - resumed_from_step) if failed_at is not None else None
+    out["downtime_s"] = round(max(0.0, started_at - last_alive), 3) if last_alive is not None else None
+    out["seconds_lost"] = _seconds_lost(history, events, resumed_from_step, last_alive)
+    return out
+
+
+def _last_signs(history: RunHistory, prev: int, events: list[dict[str, Any]]) -> tuple[int | None, float | None]:
+    """(last step attempt `prev` reported, when it was last alive) from metrics, heartbeat and events."""
+    steps: list[int] = [r["step"] for r in history.metrics if r.get("attempt") == prev and isinstance(r.get("step"), int)]
+    times: list[float] = [float(r["time"]) for r in history.metrics if r.get("attempt") == prev and isinstance(r.get("time"), (int, float))]
+    hb = history.heartbeat
+    if hb and hb.get("attempt") == prev:
+        steps.append(int(hb.get("step", 0)))
+        times.append(float(hb.get("time", 0.0)))
+    for e in events:
+        if isinstance(e.get("step"), int) and e.get("kind") not in ("checkpoint_rejected",):
+            steps.append(e["step"])
+        if "ts" in e:
+            times.append(parse_ts(e["ts"]))
+    return (max(steps) if steps else None), (max(times) if times else None)
+
+
+def _seconds_lost(history: RunHistory, events: list[dict[str, Any]], resumed: int, last_alive: float | None) -> float | None:
+    """Wall time of the work thrown away: from reaching the resumed step (or the attempt's start) to the failure."""
+    if last_alive is None:
+        return None
+    marks = [parse_ts(e["ts"]) for e in events if e.get("kind") == "run_started" and "ts" in e]
+    reached = [float(r["time"]) for r in history.metrics if r.get("step") == resumed and isinstance(r.get("time"), (int, float))]
+    saved = [parse_ts(e["ts"]) for e in history.events
+             if e.get("kind") == "checkpoint_saved" and e.get("step") == resumed and "ts" in e]
+    begin = max(marks + reached[-1:] + saved[-1:], default=None)
+    return None if begin is None else round(max(0.0, last_alive - begin), 3)

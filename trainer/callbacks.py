@@ -1,0 +1,143 @@
+"""Callbacks: how guards, live control, telemetry and drills plug into the loop.
+
+Every hook is a no-op by default; a callback overrides the ones it needs.
+Callbacks run in ascending `priority`, ties in registration order. Each one
+has its own `state_dict()` / `load_state_dict()`, saved in every checkpoint
+under its `name`, so its state resumes exactly with the run. `on_error` and
+`close` are always called (from the loop's `finally`).
+
+Only `post_backward` may change what happens: it returns an `Action` (skip
+the update, roll back, abort) or None. Every rank runs the same callbacks on
+the same (all-reduced) loss and gradient norm, so every rank reaches the
+same decision without a broadcast. The first callback that asks wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import torch
+
+    from .checkpoint import SaveResult
+    from .loop import Trainer
+
+
+@dataclass
+class Action:
+    """A request from `post_backward` that changes the step."""
+
+    kind: Literal["skip", "rollback", "abort"]
+    """skip: drop this update | rollback: restore a checkpoint and skip batches | abort: end the run as failed."""
+    reason: str = ""
+    """One sentence for the event log."""
+    to_step: int | None = None
+    """rollback: restore the newest good checkpoint at or before this step (None: the newest)."""
+    skip_batches: tuple[int, int] | None = None
+    """rollback: batch ids (inclusive) never to train on again."""
+    lr_scale: float | None = None
+    """rollback: the learning-rate multiplier to continue with (None: unchanged)."""
+    event: dict[str, Any] = field(default_factory=dict)
+    """Extra fields for the event the loop writes (`rollback`, `run_aborted`), e.g. `plan`."""
+
+
+class Callback:
+    """Base class with no-op hooks. `self.trainer` is set when the callback is attached."""
+
+    name: str = "callback"
+    priority: int = 100
+    trainer: Trainer
+
+    def pre_train(self) -> None:
+        """After the state is restored, before the first step of this attempt."""
+
+    def pre_step(self, step: int) -> None:
+        """Before optimizer step `step` (1-based) computes its forward pass."""
+
+    def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> Action | None:
+        """After the gradients of step `self.trainer.step + 1` are complete and clipped, before the update.
+
+        `loss` and `grad_norm` are 0-dim tensors on the training device (averaged
+        over ranks); `float()` them if the value is needed (a host sync on GPU).
+        """
+        return None
+
+    def post_step(self, step: int, metrics: dict[str, Any]) -> None:
+        """After the update of `step`; `metrics` holds this step's scalars as plain floats."""
+
+    def post_checkpoint(self, result: SaveResult) -> None:
+        """A save finished (result.ok) or failed; called from the training thread."""
+
+    def on_error(self, exc: BaseException) -> None:
+        """The attempt is failing with `exc` (called before the failure is recorded)."""
+
+    def close(self) -> None:
+        """The attempt ends, however it ends."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
+
+
+class CallbackList:
+    """The attached callbacks, in priority order, with fan-out helpers."""
+
+    def __init__(self, callbacks: list[Callback], trainer: Trainer) -> None:
+        names = [c.name for c in callbacks]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"callback names must be unique (they key the checkpoint): {sorted(dupes)}")
+        self.items = sorted(callbacks, key=lambda c: c.priority)
+        for c in self.items:
+            c.trainer = trainer
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def pre_train(self) -> None:
+        for c in self.items:
+            c.pre_train()
+
+    def pre_step(self, step: int) -> None:
+        for c in self.items:
+            c.pre_step(step)
+
+    def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> Action | None:
+        for c in self.items:
+            action = c.post_backward(loss, grad_norm)
+            if action is not None:
+                return action
+        return None
+
+    def post_step(self, step: int, metrics: dict[str, Any]) -> None:
+        for c in self.items:
+            c.post_step(step, metrics)
+
+    def post_checkpoint(self, result: SaveResult) -> None:
+        for c in self.items:
+            c.post_checkpoint(result)
+
+    def on_error(self, exc: BaseException) -> None:
+        for c in self.items:
+            try:
+                c.on_error(exc)
+            except Exception:  # one failing observer must not hide the original error
+                pass
+
+    def close(self) -> None:
+        for c in self.items:
+            try:
+                c.close()
+            except Exception:
+                pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {c.name: c.state_dict() for c in self.items}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for c in self.items:
+            if c.name in state:
+                c.load_state_dict(state[c.name])

@@ -1,0 +1,334 @@
+"""Atomic, verified, optionally background checkpoints.
+
+A checkpoint is a folder `step_000123/` holding one `torch.save` file per part
+(model, optim, state), a `manifest.json` with the sha256 and size of each, and
+a `COMPLETE` marker written last. It is built in a hidden temp folder, every
+file fsync'd, then renamed into place; a kill at any moment leaves either no
+`step_...` folder, one without `COMPLETE` (ignored and cleaned), or a complete
+one. Loading verifies the manifest and uses `torch.load(weights_only=True)`:
+nothing is ever unpickled beyond tensors and plain containers.
+
+In the background mode training blocks only while the state is copied into
+CPU memory; a thread serializes and writes it. At most one save is in flight:
+a new save first waits for the previous one (that wait counts as blocking).
+A failed write (a full disk) cleans its temp folder, is reported, and leaves
+the previous good checkpoint as the one to resume from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from logbook.errors import RefusedError
+from logbook.fsutil import fsync_dir
+
+PARTS = ("model", "optim", "state")
+MANIFEST = "manifest.json"
+COMPLETE = "COMPLETE"
+KEEP = "KEEP"
+_NAME = re.compile(r"^step_(\d+)$")
+
+Emit = Callable[..., Any]
+
+
+@dataclass
+class SaveResult:
+    """The outcome of one save, handed to `post_checkpoint` hooks."""
+
+    step: int
+    path: Path | None
+    ok: bool
+    blocking_s: float
+    total_s: float
+    bytes: int = 0
+    reason: str = ""
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint folder that fails its manifest check or cannot be read."""
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+# --- copying state off the training device -------------------------------------
+
+
+def to_cpu_copy(obj: Any, _memo: dict[tuple, torch.Tensor] | None = None) -> Any:
+    """A deep copy with every tensor cloned into CPU memory (the blocking part of a save).
+
+    A tensor reachable twice (tied embeddings) is copied once, so the file
+    stores it once and the sharing survives the round trip.
+    """
+    memo = {} if _memo is None else _memo
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        if key not in memo:
+            memo[key] = t.to("cpu", copy=True) if t.device.type != "cpu" else t.clone()
+        return memo[key]
+    if isinstance(obj, dict):
+        return {k: to_cpu_copy(v, memo) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu_copy(v, memo) for v in obj)
+    return obj
+
+
+# --- writing -------------------------------------------------------------------
+
+
+def _write_part(path: Path, obj: Any) -> None:
+    """Serialize one part and fsync it (tests replace this to simulate a full disk)."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_checkpoint(directory: Path, step: int, snapshot: dict[str, Any],
+                     progress: Callable[[str, int], None] | None = None) -> tuple[Path, int]:
+    """Write `snapshot` (part -> CPU state) atomically as `step_NNNNNN`; returns (path, bytes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".tmp-{checkpoint_name(step)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        files = {}
+        for part, obj in snapshot.items():
+            path = tmp / f"{part}.pt"
+            _write_part(path, obj)
+            files[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+            if progress:
+                progress("part_written", step)
+        manifest = {"format": 1, "step": step, "files": files}
+        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(tmp)
+        final = directory / checkpoint_name(step)
+        if final.exists():  # an earlier attempt's (or a rolled-back branch's) save of this step
+            aside = directory / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
+            os.rename(final, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        os.rename(tmp, final)
+        fsync_dir(directory)
+        with open(final / COMPLETE, "w") as f:
+            f.write(f"{step}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(final)
+        fsync_dir(directory)
+        return final, sum(v["bytes"] for v in files.values())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# --- reading -------------------------------------------------------------------
+
+
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints (with their COMPLETE marker), oldest first."""
+    out = []
+    if not directory.is_dir():
+        return out
+    for p in directory.iterdir():
+        m = _NAME.match(p.name)
+        if m and p.is_dir() and (p / COMPLETE).exists():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def verify_checkpoint(path: Path) -> dict[str, Any]:
+    """The manifest, if every file it lists is there with its size and sha256."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text("utf-8"))
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpoint(f"manifest unreadable: {e}") from None
+    for name, meta in files.items():
+        f = path / name
+        if not f.is_file():
+            raise CorruptCheckpoint(f"{name} is missing")
+        size = f.stat().st_size
+        if size != meta["bytes"]:
+            raise CorruptCheckpoint(f"{name} has {size} bytes, the manifest says {meta['bytes']} (truncated?)")
+        if _sha256(f) != meta["sha256"]:
+            raise CorruptCheckpoint(f"{name} does not match its sha256 in the manifest (corrupted)")
+    missing = [p for p in PARTS if f"{p}.pt" not in files]
+    if missing:
+        raise CorruptCheckpoint(f"manifest lacks {', '.join(missing)}")
+    return manifest
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """Verify, then load every part with weights_only=True onto the CPU."""
+    verify_checkpoint(path)
+    parts = {}
+    for part in PARTS:
+        try:
+            parts[part] = torch.load(path / f"{part}.pt", map_location="cpu", weights_only=True)
+        except Exception as e:  # verified bytes that still do not load: treat as corrupt
+            raise CorruptCheckpoint(f"{part}.pt does not load: {type(e).__name__}: {e}") from None
+    return parts
+
+
+def mark_keep(path: Path, reason: str) -> None:
+    """Protect a checkpoint from retention (e.g. the ones around a loss spike)."""
+    (Path(path) / KEEP).write_text(reason + "\n", encoding="utf-8")
+
+
+def check_model_compatible(saved: dict[str, torch.Tensor], model: torch.nn.Module) -> None:
+    """Refuse a checkpoint of another model shape, naming the first parameter that differs."""
+    mine = model.state_dict()
+    for name, t in mine.items():
+        if name not in saved:
+            raise RefusedError(f"the checkpoint has no parameter `{name}`: it is from a different model",
+                               hint="resume with the model config it was trained with, or start a new run")
+        if tuple(saved[name].shape) != tuple(t.shape):
+            raise RefusedError(
+                f"parameter `{name}` has shape {tuple(saved[name].shape)} in the checkpoint but {tuple(t.shape)} in this model",
+                hint="the model config changed since the checkpoint: restore it, or start a new run")
+    extra = sorted(set(saved) - set(mine))
+    if extra:
+        raise RefusedError(f"the checkpoint has parameter `{extra[0]}` that this model lacks: it is from a different model",
+                           hint="resume with the model config it was trained with, or start a new run")
+
+
+# --- the checkpointer ---------------------------------------------------------
+
+
+class Checkpointer:
+    """Saves (in the background or not), keeps the newest K, loads the newest good one."""
+
+    def __init__(self, directory: Path, *, keep: int = 3, background: bool = True, emit: Emit | None = None,
+                 writer: bool = True) -> None:
+        self.directory = Path(directory)
+        self.writer = writer  # only one process (rank 0) renames or deletes anything
+        self.keep = keep
+        self.background = background
+        self.emit = emit or (lambda kind, **kw: None)
+        self.progress: Callable[[str, int], None] | None = None
+        self._thread: threading.Thread | None = None
+        self._done: list[SaveResult] = []
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self.blocking_s_total = 0.0
+        self.saves = 0
+
+    def clean_stale(self) -> None:
+        """Remove temp folders and incomplete checkpoints left by a killed save."""
+        if not self.directory.is_dir():
+            return
+        for p in self.directory.iterdir():
+            incomplete = _NAME.match(p.name) and not (p / COMPLETE).exists()
+            if p.is_dir() and (p.name.startswith((".tmp-", ".trash-")) or incomplete):
+                shutil.rmtree(p, ignore_errors=True)
+
+    def save(self, step: int, state: dict[str, Any], *, tokens: int | None = None, sync: bool = False) -> float:
+        """Snapshot `state` (part -> state dict) and write it; returns the seconds training was blocked."""
+        t0 = time.perf_counter()
+        self.wait()
+        snapshot = to_cpu_copy(state)
+        if self.background and not sync:
+            blocking = time.perf_counter() - t0
+            self._thread = threading.Thread(target=self._write, args=(step, snapshot, tokens, t0, blocking),
+                                            name=f"checkpoint-{step}", daemon=True)
+            self._thread.start()
+        else:
+            self._write(step, snapshot, tokens, t0, None)
+            blocking = time.perf_counter() - t0
+        self.blocking_s_total += blocking
+        self.saves += 1
+        return blocking
+
+    def _write(self, step: int, snapshot: dict[str, Any], tokens: int | None, t0: float, blocking: float | None) -> None:
+        try:
+            path, nbytes = write_checkpoint(self.directory, step, snapshot, self.progress)
+        except OSError as e:
+            reason = f"{e.strerror or type(e).__name__} while writing checkpoint of step {step}"
+            self.emit("checkpoint_failed", step=step, tokens=tokens, reason=reason, errno=e.errno)
+            self._finish(SaveResult(step, None, False, blocking or 0.0, time.perf_counter() - t0, reason=reason))
+            return
+        except BaseException as e:  # a bug: surface it in the training thread
+            with self._lock:
+                self._error = e
+            traceback.print_exc()
+            return
+        total = time.perf_counter() - t0
+        blocking = total if blocking is None else blocking
+        self.emit("checkpoint_saved", step=step, tokens=tokens, path=str(path), blocking_s=round(blocking, 6),
+                  total_s=round(total, 6), bytes=nbytes)
+        self._retain()
+        self._finish(SaveResult(step, path, True, blocking, total, nbytes))
+
+    def _finish(self, result: SaveResult) -> None:
+        with self._lock:
+            self._done.append(result)
+
+    def _retain(self) -> None:
+        ckpts = [(s, p) for s, p in list_checkpoints(self.directory) if not (p / KEEP).exists()]
+        for _, p in ckpts[: max(0, len(ckpts) - self.keep)]:
+            aside = p.with_name(f".trash-{p.name}-{uuid.uuid4().hex[:8]}")
+            os.rename(p, aside)  # drop COMPLETE's folder from view first, then delete
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def wait(self) -> None:
+        """Block until the save in flight (if any) has finished."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._raise_error()
+
+    @property
+    def in_flight(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def poll(self) -> list[SaveResult]:
+        """Saves that finished since the last poll (successful or failed)."""
+        self._raise_error()
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def _raise_error(self) -> None:
+        with self._lock:
+            err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    def load_latest(self, max_step: int | None = None) -> tuple[int, Path, dict[str, Any]] | None:
+        """The newest checkpoint (at or before max_step) that verifies; rejected ones are set aside."""
+        for step, path in reversed(list_checkpoints(self.directory)):
+            if max_step is not None and step > max_step:
+                continue
+            try:
+                return step, path, read_checkpoint(path)
+            except CorruptCheckpoint as e:
+                self.emit("checkpoint_rejected", step=step, path=str(path), ckpt_step=step, reason=str(e))
+                if self.writer:  # set aside: neither retried on every restart nor counted by retention
+                    os.rename(path, path.with_name(f"rejected-{path.name}-{uuid.uuid4().hex[:6]}"))
+        return None

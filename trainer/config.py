@@ -1,0 +1,476 @@
+"""The training config: YAML into typed dataclasses, with overrides and a hash.
+
+A config file is merged onto the defaults, then `key.sub=value` overrides are
+applied (values parsed as YAML scalars), then the result is typed field by
+field. Unknown keys and values of the wrong type are `UsageError`s that name the
+key path (`optim.lr`) and suggest the closest valid key. This module imports
+no torch, so a launcher can validate a config and compute its hash cheaply.
+
+Adding a section is one dataclass and one field on `TrainConfig`: the loader,
+`config_to_dict` and `config_hash` walk the dataclasses generically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logbook.errors import UsageError
+from logbook.yamlsafe import load_yaml_file, load_yaml_text
+
+
+@dataclass
+class ModelConfig:
+    """Shape and stabilisers of the decoder-only GPT."""
+
+    n_layer: int = 2
+    """Transformer blocks."""
+    n_head: int = 4
+    """Attention heads per block; must divide n_embd."""
+    n_embd: int = 128
+    """Width of the residual stream."""
+    block_size: int = 64
+    """Context length in tokens."""
+    vocab_size: int = 256
+    """Vocabulary size; 256 for raw bytes, e.g. 50304 for GPT-2 tokens in .bin files."""
+    mlp_ratio: int = 4
+    """Hidden width of the MLP as a multiple of n_embd."""
+    dropout: float = 0.0
+    """Dropout probability on attention output and MLP output."""
+    qk_norm: bool = True
+    """RMS-normalise queries and keys per head (with per-head gains) before attention."""
+    tie_embeddings: bool = True
+    """Share the token embedding with the output head."""
+    z_loss: float = 1e-4
+    """Coefficient of the z-loss (mean squared log-partition); 0 turns it off."""
+    init_std: float = 0.02
+    """Standard deviation of the normal initialisation of weights."""
+
+    def validate(self, where: str) -> None:
+        _positive(self, where, "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "mlp_ratio", "init_std")
+        _check(self.n_embd % self.n_head == 0, f"{where}.n_head", f"must divide n_embd ({self.n_embd}), got {self.n_head}")
+        _check(0.0 <= self.dropout < 1.0, f"{where}.dropout", f"must be in [0, 1), got {self.dropout}")
+        _check(self.z_loss >= 0, f"{where}.z_loss", f"must be >= 0, got {self.z_loss}")
+
+
+@dataclass
+class SourceConfig:
+    """One data source of the mixture."""
+
+    name: str = "stdlib"
+    """Name used by the phase weights and in metrics."""
+    kind: str = "stdlib"
+    """stdlib (this Python's standard library source as bytes) | text (a file or folder, as bytes) | bin (nanoGPT-style uint16 token files)."""
+    path: str | None = None
+    """File or folder for text and bin sources, relative to the project root; unused for stdlib."""
+    max_mb: float = 8.0
+    """Cap on the bytes read for stdlib and text sources (megabytes, 10**6 bytes); 0 means no cap."""
+
+    def validate(self, where: str) -> None:
+        _choice(self, where, "kind", ("stdlib", "text", "bin"))
+        _check(bool(self.name), f"{where}.name", "must not be empty")
+        _check(self.kind == "stdlib" or bool(self.path), f"{where}.path", f"is required for a {self.kind} source")
+        _check(self.max_mb >= 0, f"{where}.max_mb", f"must be >= 0, got {self.max_mb}")
+
+
+@dataclass
+class PhaseConfig:
+    """One stage of a staged data mixture."""
+
+    until: float = 1.0
+    """The phase lasts until this fraction of the run's steps (the last phase must end at 1.0)."""
+    weights: dict[str, float] = field(default_factory=dict)
+    """Sampling weight per source name; sources not named get weight 0."""
+
+
+@dataclass
+class DataConfig:
+    """Where tokens come from and how they are mixed."""
+
+    sources: list[SourceConfig] = field(default_factory=lambda: [SourceConfig()])
+    """The data sources; the default is the Python standard library's own source."""
+    phases: list[PhaseConfig] = field(default_factory=list)
+    """Staged mixture; empty means one phase with equal weights on every source."""
+    val_fraction: float = 0.01
+    """Share of files (or of the bytes of a single file) held out for validation."""
+    cache_dir: str | None = None
+    """Where the concatenated corpus is cached; default ~/.cache/logbook-trainer."""
+
+    def validate(self, where: str) -> None:
+        _check(bool(self.sources), f"{where}.sources", "needs at least one source")
+        names = [s.name for s in self.sources]
+        _check(len(set(names)) == len(names), f"{where}.sources", f"source names must be unique, got {names}")
+        for i, s in enumerate(self.sources):
+            s.validate(f"{where}.sources.{i}")
+        _check(0.0 < self.val_fraction < 0.5, f"{where}.val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
+        last = 0.0
+        for i, p in enumerate(self.phases):
+            key = f"{where}.phases.{i}"
+            _check(last < p.until <= 1.0, f"{key}.until", f"must increase and lie in (0, 1], got {p.until}")
+            last = p.until
+            for name, w in p.weights.items():
+                _check(name in names, f"{key}.weights.{name}", _suggest(name, names, "unknown source"))
+                _check(w >= 0, f"{key}.weights.{name}", f"must be >= 0, got {w}")
+            _check(sum(p.weights.values()) > 0, f"{key}.weights", "need at least one positive weight")
+        _check(not self.phases or last == 1.0, f"{where}.phases", "the last phase must end at until: 1.0")
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer and gradient handling."""
+
+    name: str = "adamw"
+    """adamw | muon (Muon for 2-D hidden matrices, AdamW for embeddings, norms and head)."""
+    lr: float = 1e-3
+    """Peak learning rate of AdamW (all parameters, or the non-Muon ones)."""
+    muon_lr: float = 0.02
+    """Peak learning rate of Muon's parameters."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    """AdamW betas."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay on matrices; embeddings and norms never decay."""
+    muon_momentum: float = 0.95
+    """Muon momentum (Nesterov)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this; 0 only measures it."""
+    qk_clip_tau: float = 0.0
+    """MuonClip: after each update rescale a head's query/key scale when its max attention logit exceeds this; 0 turns it off."""
+
+    def validate(self, where: str) -> None:
+        _choice(self, where, "name", ("adamw", "muon"))
+        _positive(self, where, "lr", "muon_lr", "eps")
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"{where}.betas", f"must be two numbers in [0, 1), got {self.betas}")
+        for key in ("weight_decay", "grad_clip", "qk_clip_tau"):
+            _check(getattr(self, key) >= 0, f"{where}.{key}", f"must be >= 0, got {getattr(self, key)}")
+        _check(0 <= self.muon_momentum < 1, f"{where}.muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
+
+
+@dataclass
+class ScheduleConfig:
+    """Learning-rate schedule, a pure function of the step (times the live lr_scale)."""
+
+    kind: str = "cosine"
+    """cosine (warmup then cosine decay) | wsd (warmup, stable, decay) | constant (warmup then flat)."""
+    warmup_steps: int = 10
+    """Linear warmup from 0 to the peak over this many steps."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of the peak."""
+    decay_fraction: float = 0.2
+    """wsd: the share of the run spent decaying, at the end."""
+    decay_shape: str = "linear"
+    """wsd: linear | cosine | sqrt (1 - sqrt) shape of the final decay."""
+
+    def validate(self, where: str) -> None:
+        _choice(self, where, "kind", ("cosine", "wsd", "constant"))
+        _choice(self, where, "decay_shape", ("linear", "cosine", "sqrt"))
+        _check(self.warmup_steps >= 0, f"{where}.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        _check(0 <= self.min_lr_ratio <= 1, f"{where}.min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+        _check(0 < self.decay_fraction <= 1, f"{where}.decay_fraction", f"must be in (0, 1], got {self.decay_fraction}")
+
+
+@dataclass
+class TrainLoopConfig:
+    """Length, batch, device and reporting of the training loop."""
+
+    steps: int = 300
+    """Optimizer steps in the whole run."""
+    batch_size: int = 16
+    """Sequences per micro-batch per rank."""
+    grad_accum: int = 1
+    """Micro-batches accumulated per optimizer step."""
+    seed: int = 1337
+    """Seed of the model initialisation, the data sampling and every RNG."""
+    device: str = "auto"
+    """auto (cuda when available) | cpu | cuda."""
+    dtype: str = "float32"
+    """float32 | bfloat16 (autocast for the forward and backward)."""
+    compile: bool = False
+    """torch.compile the model (GPU runs)."""
+    threads: int = 0
+    """CPU threads for torch; 0 keeps torch's default. Fix it to compare runs bit for bit across machines."""
+    deterministic: bool = True
+    """Use deterministic algorithms (bit-exact resume on CPU)."""
+    log_every: int = 1
+    """Write a metrics row every this many steps."""
+    eval_every: int = 100
+    """Measure the validation loss every this many steps (and at the end); 0 only at the end."""
+    eval_batches: int = 4
+    """Micro-batches per validation measurement."""
+    hang_timeout_s: float = 0.0
+    """A step taking longer than this (after the first) emits `hang` and exits for a restart; 0 turns the watchdog off."""
+
+    def validate(self, where: str) -> None:
+        _positive(self, where, "steps", "batch_size", "grad_accum", "log_every", "eval_batches")
+        _choice(self, where, "device", ("auto", "cpu", "cuda"))
+        _choice(self, where, "dtype", ("float32", "bfloat16"))
+        for key in ("threads", "eval_every", "hang_timeout_s"):
+            _check(getattr(self, key) >= 0, f"{where}.{key}", f"must be >= 0, got {getattr(self, key)}")
+
+
+@dataclass
+class CheckpointConfig:
+    """When and where checkpoints are written."""
+
+    every: int = 100
+    """Save every this many steps (and always at the last step)."""
+    keep: int = 3
+    """Keep the newest this many checkpoints; ones marked `keep` are never deleted."""
+    background: bool = True
+    """Serialize and write in a background thread; training blocks only for the in-memory copy."""
+    dir: str | None = None
+    """Checkpoint folder; default .logbook/checkpoints/<run> in the project."""
+
+    def validate(self, where: str) -> None:
+        _positive(self, where, "every", "keep")
+
+
+@dataclass
+class FaultConfig:
+    """A fault drill: fires once, at one step of one attempt."""
+
+    kind: str = "exception"
+    """exception | sigkill | sigterm | hang | corrupt_checkpoint."""
+    step: int = 1
+    """The step at which it fires (after that step's update)."""
+    attempt: int = 1
+    """The attempt that fires it, so a drill does not refire after the restart."""
+    when: str = "step"
+    """sigkill only: step (after the step) | save (in the middle of writing the checkpoint of that step)."""
+
+    def validate(self, where: str) -> None:
+        _choice(self, where, "kind", ("exception", "sigkill", "sigterm", "hang", "corrupt_checkpoint"))
+        _choice(self, where, "when", ("step", "save"))
+        _positive(self, where, "step", "attempt")
+        _check(self.when == "step" or self.kind == "sigkill", f"{where}.when", "`save` is only for sigkill drills")
+
+
+@dataclass
+class TrainConfig:
+    """A whole training run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The network."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The corpus and its mixture."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """The optimizer."""
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    """The learning-rate schedule."""
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    """The loop."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpointing."""
+    faults: list[FaultConfig] = field(default_factory=list)
+    """Fault drills."""
+
+    def validate(self, where: str = "") -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            items = enumerate(value) if isinstance(value, list) else [(None, value)]
+            for i, item in items:
+                if hasattr(item, "validate"):
+                    item.validate(f.name if i is None else f"{f.name}.{i}")
+        for i, fault in enumerate(self.faults):
+            _check(fault.step <= self.train.steps, f"faults.{i}.step", f"is after the last step ({self.train.steps})")
+            _check(fault.kind != "hang" or self.train.hang_timeout_s > 0, f"faults.{i}.kind",
+                   "a hang drill needs the watchdog: set train.hang_timeout_s > 0")
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer step on one rank."""
+        return self.train.batch_size * self.train.grad_accum * self.model.block_size
+
+
+# --- checks ---------------------------------------------------------------
+
+
+def _check(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise UsageError(f"config: `{key}` {message}")
+
+
+def _positive(obj: Any, where: str, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        _check(v > 0, f"{where}.{n}", f"must be > 0, got {v}")
+
+
+def _choice(obj: Any, where: str, name: str, choices: tuple[str, ...]) -> None:
+    v = getattr(obj, name)
+    _check(v in choices, f"{where}.{name}", f"must be one of {', '.join(choices)}; got {v!r}")
+
+
+def _suggest(name: str, names: list[str], what: str) -> str:
+    close = difflib.get_close_matches(str(name), names, n=1)
+    return f"{what}; did you mean `{close[0]}`?" if close else f"{what}; known: {', '.join(names)}"
+
+
+# --- typing raw YAML into dataclasses --------------------------------------
+
+
+def _unknown_key(key: str, path: str, names: list[str]) -> UsageError:
+    full = f"{path}.{key}" if path else str(key)
+    close = difflib.get_close_matches(str(key), names, n=1)
+    prefix = f"{path}." if path else ""
+    hint = f"did you mean `{prefix}{close[0]}`?" if close else f"valid keys here: {', '.join(names)}"
+    return UsageError(f"config: unknown key `{full}`", hint=hint)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, path: str) -> Any:
+    """`value` as type `tp`, or a UsageError naming `path`."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(value, inner[0], path)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    if origin is list:
+        if not isinstance(value, list):
+            raise UsageError(f"config: `{path}` must be a list, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_convert(v, item, f"{path}.{i}") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UsageError(f"config: `{path}` must be a mapping, got {value!r}")
+        _, vt = typing.get_args(tp)
+        return {str(k): _convert(v, vt, f"{path}.{k}") for k, v in value.items()}
+    return _scalar(value, tp, path)
+
+
+def _scalar(value: Any, tp: Any, path: str) -> Any:
+    if tp is bool and isinstance(value, bool):
+        return value
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp is float and not isinstance(value, bool):
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads `1e-3` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    if tp is str and isinstance(value, str):
+        return value
+    raise UsageError(f"config: `{path}` must be {_type_name(tp)}, got {value!r}")
+
+
+def _build(cls: type, raw: Any, path: str) -> Any:
+    if not isinstance(raw, dict):
+        raise UsageError(f"config: `{path or 'the config'}` must be a mapping of keys, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in raw:
+        if key not in names:
+            raise _unknown_key(str(key), path, names)
+    kwargs = {k: _convert(v, hints[k], f"{path}.{k}" if path else k) for k, v in raw.items()}
+    return cls(**kwargs)
+
+
+# --- merging files and overrides -------------------------------------------
+
+
+def _merge(base: Any, over: Any) -> Any:
+    """Mappings merge key by key; anything else (lists included) replaces."""
+    if over is None and isinstance(base, (dict, list)):
+        return base  # `faults:` with nothing under it means "the default"
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(base[k], v) if k in base else v
+        return out
+    return over
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`optim.lr=3e-4` -> (["optim", "lr"], 0.0003); the value is a YAML scalar (or flow list/map)."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise UsageError(f"override {text!r} is not key.sub=value", hint="for example: optim.lr=3e-4 train.steps=100")
+    return key.split("."), load_yaml_text(value, f"override {key}")
+
+
+def _apply_override(raw: dict[str, Any], parts: list[str], value: Any) -> None:
+    node: Any = raw
+    for i, part in enumerate(parts[:-1]):
+        node = _child(node, part, ".".join(parts[: i + 1]))
+    last = parts[-1]
+    if isinstance(node, list):
+        idx = _index(node, last, ".".join(parts))
+        node[idx] = value
+    else:
+        node[last] = value  # an unknown key is reported, with a suggestion, when typed
+
+
+def _child(node: Any, part: str, path: str) -> Any:
+    if isinstance(node, list):
+        return node[_index(node, part, path)]
+    if not isinstance(node, dict):
+        raise UsageError(f"config: `{path}` cannot be set: its parent is not a section")
+    if part not in node:
+        node[part] = {}
+    return node[part]
+
+
+def _index(node: list, part: str, path: str) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise UsageError(f"config: `{path}`: index {part} is out of range (the list has {len(node)} items)")
+    return int(part)
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain JSON-ready dict of a config (or any of its sections)."""
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
+    """A validated TrainConfig from a (possibly partial) dict, e.g. one saved in a checkpoint."""
+    merged = _merge(config_to_dict(TrainConfig()), raw)
+    cfg = _build(TrainConfig, merged, "")
+    cfg.validate()
+    return cfg
+
+
+def config_hash(cfg: TrainConfig) -> str:
+    """sha256 of the canonical JSON of the resolved config."""
+    text = json.dumps(config_to_dict(cfg), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def load_train_config(path: Path | str | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Defaults, then the YAML file (if any), then `key.sub=value` overrides; validated."""
+    raw: dict[str, Any] = config_to_dict(TrainConfig())
+    if path is not None:
+        loaded = load_yaml_file(Path(path), "training config")
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise UsageError(f"training config {path}: expected a mapping of sections, got {type(loaded).__name__}")
+        names = [f.name for f in dataclasses.fields(TrainConfig)]
+        for key in loaded:
+            if key not in names:
+                raise _unknown_key(str(key), "", names)
+        raw = _merge(raw, loaded)
+    for text in overrides:
+        parts, value = parse_override(text)
+        _apply_override(raw, parts, value)
+    cfg = _build(TrainConfig, raw, "")
+    cfg.validate()
+    return cfg

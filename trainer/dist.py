@@ -1,0 +1,88 @@
+"""Process-group plumbing: ranks from torchrun's environment, and agreement helpers.
+
+With one process every helper is the identity, so the loop reads the same
+whether it runs alone or under `torchrun --nproc-per-node N`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def pick_device(pref: str, local_rank: int = 0) -> torch.device:
+    if pref == "cpu" or (pref == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        from logbook.errors import UsageError
+
+        raise UsageError("train.device is cuda but no CUDA device is available", hint="use train.device=cpu or auto")
+    return torch.device("cuda", local_rank)
+
+
+def init_distributed(device_pref: str) -> DistInfo:
+    """Read RANK/LOCAL_RANK/WORLD_SIZE; join the process group when there is more than one rank."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(device_pref, local)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return DistInfo(rank=rank, local_rank=local, world_size=world, device=device)
+
+
+def all_reduce_mean(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    if not info.enabled:
+        return t
+    t = t.detach().clone()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t / info.world_size
+
+
+def agree_max(value: int, info: DistInfo) -> int:
+    """The largest of every rank's value (e.g. "a stop was requested somewhere")."""
+    if not info.enabled:
+        return value
+    t = torch.tensor([value], device=info.device, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def broadcast_object(obj, info: DistInfo):
+    """Rank 0's value on every rank."""
+    if not info.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj, info: DistInfo) -> list:
+    """Every rank's value, in rank order, on every rank."""
+    if not info.enabled:
+        return [obj]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def shutdown(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,90 @@
+"""Fault drills: planned failures that prove restarts and resumes work.
+
+A drill fires once, at a given step of a given attempt (default the first, so
+it does not refire after the restart it causes). `fault_injected` is written
+before the fault fires, and every event the drill causes in this attempt (the
+`attempt_failed`, `preempted` or `hang`) carries `drill: true`, as does the
+`restart` of the next attempt.
+
+- exception: raises InjectedFault after the step.
+- sigkill: SIGKILL to itself after the step, or with `when: save` in the middle
+  of writing that step's checkpoint (after its first file, before COMPLETE).
+- sigterm: SIGTERM to itself: the preemption path (save, `preempted`, exit 75).
+- hang: stops making progress; the watchdog (train.hang_timeout_s) ends it.
+- corrupt_checkpoint: flips bytes in the newest complete checkpoint, so the
+  next resume must reject it and fall back to the one before.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from .callbacks import Callback
+from .checkpoint import list_checkpoints
+from .config import FaultConfig
+
+
+class InjectedFault(RuntimeError):
+    """The exception a drill raises."""
+
+
+class FaultInjector(Callback):
+    name = "faults"
+    priority = 1000  # after every observer has seen the step
+
+    def __init__(self, faults: list[FaultConfig], attempt: int) -> None:
+        self.faults = [f for f in faults if f.attempt == attempt]
+
+    def pre_train(self) -> None:
+        if any(f.when == "save" for f in self.faults):
+            self.trainer.checkpointer.progress = self._during_save
+
+    def post_step(self, step: int, metrics: dict) -> None:
+        for f in self.faults:
+            if f.step == step and f.when == "step":
+                self._fire(f, step)
+
+    def _announce(self, f: FaultConfig, step: int, **extra) -> None:
+        self.trainer.drill_active = True
+        self.trainer.emit("fault_injected", drill=True, fault=f.kind, at_step=step, **extra)
+
+    def _during_save(self, stage: str, step: int) -> None:
+        for f in self.faults:
+            if f.when == "save" and f.step == step:
+                self._announce(f, step, when="save")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    def _fire(self, f: FaultConfig, step: int) -> None:
+        if f.kind == "corrupt_checkpoint":
+            self.trainer.checkpointer.wait()
+            ckpts = list_checkpoints(self.trainer.checkpointer.directory)
+            if not ckpts:
+                return
+            path = ckpts[-1][1] / "model.pt"
+            self._announce(f, step, path=str(ckpts[-1][1]))
+            _flip_bytes(path)
+            return
+        self._announce(f, step)
+        if f.kind == "exception":
+            raise InjectedFault(f"injected exception at step {step}")
+        if f.kind == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif f.kind == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif f.kind == "hang":
+            while True:  # the watchdog thread ends the process
+                time.sleep(0.05)
+
+
+def _flip_bytes(path, count: int = 64) -> None:
+    """Invert `count` bytes in the middle of a file, in place."""
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(size // 2)
+        data = f.read(count)
+        f.seek(size // 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,517 @@
+"""The training loop: one attempt of a run, from restore to the last step.
+
+An attempt opens the run's logbook (event log, metrics, heartbeat), numbers
+itself after every attempt before it, builds data, model and optimizer,
+restores the newest good checkpoint, says why it is restarting (`restart`)
+and that it started (`run_started`), then trains. Everything that must survive
+a kill is saved together: model, optimizer (with its step counters), step,
+tokens, lr_scale, data position and skip list, every RNG, and each
+callback's state. On CPU a resumed run computes bit for bit what an
+uninterrupted one computes.
+
+Decisions that change training come from callbacks (`post_backward` returns
+an `Action`); the loop carries them out and writes the event: `step_skipped`,
+`rollback`, `run_aborted`, `lr_scaled`. SIGTERM or SIGUSR1 ends the attempt
+cleanly after the current step: a synchronous save, `preempted`, exit 75.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from logbook.errors import NotFoundError, RefusedError, RunFailedError
+from logbook.project import open_project
+from logbook.runs import load_run_record
+from logbook.sink import EventSink, MetricsWriter
+
+from . import dist
+from .attempts import Heartbeat, RunHistory, classify_restart
+from .callbacks import Action, Callback, CallbackList
+from .checkpoint import Checkpointer, check_model_compatible
+from .config import TrainConfig, config_hash, config_to_dict
+from .data import DataStream, load_corpus
+from .faults import FaultInjector, InjectedFault
+from .model import GPT
+from .optim import apply_hyperparams, build_optimizer, lr_factor, qk_clip
+from .progress import ProgressReporter
+from .rng import get_rng_state, set_rng_state
+from .watchdog import HangWatchdog
+
+STATE_FORMAT = 1
+
+
+class Preempted(Exception):
+    """The attempt saved and stopped on SIGTERM/SIGUSR1; the process should exit with EXIT_PREEMPTED."""
+
+    def __init__(self, signal_name: str, saved_step: int) -> None:
+        super().__init__(f"preempted by {signal_name}; saved at step {saved_step}")
+        self.signal_name = signal_name
+        self.saved_step = saved_step
+
+
+@dataclass
+class TrainResult:
+    attempt: int
+    step: int
+    tokens: int
+    final_loss: float | None
+    val_loss: float | None
+
+
+def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bool | None) -> list[Callback]:
+    """The callbacks every run gets; new components register here."""
+    cbs: list[Callback] = [FaultInjector(cfg.faults, attempt), HangWatchdog(cfg.train.hang_timeout_s)]
+    if rank == 0:
+        cbs.append(ProgressReporter(cfg.train.steps, cfg.train.log_every, attempt, interactive))
+    return cbs
+
+
+class Trainer:
+    """One attempt of one run. `fit()` trains to the last step (or raises)."""
+
+    def __init__(self, cfg: TrainConfig, *, project_root: Path | str, run_id: str, config_path: str | None = None,
+                 callbacks: list[Callback] | None = None, started_at: float | None = None,
+                 env: Mapping[str, str] | None = None, interactive: bool | None = None) -> None:
+        self.cfg = cfg
+        self.project_root = Path(project_root)
+        self.run_id = run_id
+        self.config_path = config_path
+        self.extra_callbacks = list(callbacks or [])
+        self.started_at = started_at or time.time()
+        self.env = dict(os.environ if env is None else env)
+        self.interactive = interactive
+        self.step = 0
+        self.tokens = 0
+        self.lr_scale = 1.0
+        self.drill_active = False
+        self.last_progress = time.monotonic()
+        self.last_saved_step = -1
+        self.last_loss: float | None = None
+        self.last_val: tuple[int, float] | None = None
+        self._stop_signal: int | None = None
+        self._old_handlers: dict[int, Any] = {}
+        self.callbacks: CallbackList | None = None
+        self.checkpointer: Checkpointer | None = None
+
+    # --- events -----------------------------------------------------------------
+
+    def emit(self, kind: str, *, step: int | None = None, tokens: int | None = None, drill: bool = False, **data: Any):
+        """Write an event (rank 0 only), stamped with the current step and tokens unless given."""
+        return self.sink.emit(kind, step=self.step if step is None else step,
+                              tokens=self.tokens if tokens is None else tokens, drill=drill, **data)
+
+    # --- the attempt -------------------------------------------------------------------
+
+    def fit(self) -> TrainResult:
+        self._setup_runtime()
+        self._open_logbook()
+        try:
+            self._refuse_if_ended()
+            self._build()
+            self._resume()
+            if self._already_finished():
+                return TrainResult(self.attempt, self.step, self.tokens, None, None)
+            self._announce()
+            self._install_signals()
+            self.callbacks.pre_train()
+            self._train()
+            return self._finish()
+        except Preempted:
+            raise
+        except BaseException as e:
+            self._record_failure(e)
+            raise
+        finally:
+            self._teardown()
+
+    def _setup_runtime(self) -> None:
+        t = self.cfg.train
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        self.dist = dist.init_distributed(t.device)
+        self.device = self.dist.device
+        if t.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=self.device.type == "cuda")
+            torch.backends.cudnn.benchmark = False
+        elif self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16)
+                         if t.dtype == "bfloat16" else contextlib.nullcontext())
+
+    def _open_logbook(self) -> None:
+        self.project = open_project(self.project_root)
+        self.run_dir = self.project.run_dir(self.run_id)
+        try:
+            self.run_record = load_run_record(self.project, self.run_id)
+        except NotFoundError:
+            self.run_record = None  # launched directly, not through `logbook run`
+        self.heartbeat = Heartbeat(self.project.state_dir / "heartbeat" / f"{self.run_id}.json")
+        if self.dist.rank == 0:
+            self.history = RunHistory.read(self.run_dir, self.heartbeat)
+            attempt = self.history.last_attempt() + 1
+        else:
+            self.history, attempt = RunHistory(), 0
+        self.attempt = dist.broadcast_object(attempt, self.dist)
+        self.sink = EventSink(self.run_dir, self.run_id, self.attempt, self.dist.rank)
+        self.metrics = MetricsWriter(self.run_dir, self.dist.rank)
+        if self.dist.rank == 0:
+            self.heartbeat.beat(self.attempt, 0, time.time())
+
+    def _refuse_if_ended(self) -> None:
+        aborted = self.history.has("run_aborted")
+        if aborted is not None:
+            raise RunFailedError(f"run {self.run_id} was aborted at step {aborted.get('step')}: "
+                                 f"{aborted.get('data', {}).get('reason', '')}",
+                                 hint="start a new run (a new run id) to train again")
+
+    def _already_finished(self) -> bool:
+        """A relaunch of a run that already finished: nothing to train, nothing to record."""
+        done = self.history.has("run_finished")
+        return done is not None and self.step >= self.cfg.train.steps and done.get("step") == self.step
+
+    def _build(self) -> None:
+        cfg, t = self.cfg, self.cfg.train
+        corpora = [load_corpus(s, self.project.root, cfg.data) for s in cfg.data.sources]
+        self.data = DataStream(corpora, cfg.data, seed=t.seed, block_size=cfg.model.block_size,
+                               batch_size=t.batch_size, total_steps=t.steps, rank=self.dist.rank, device=self.device)
+        torch.manual_seed(t.seed)  # the same initial weights on every rank and every attempt
+        self.raw_model = GPT(cfg.model).to(self.device)
+        torch.manual_seed(t.seed + 1 + self.dist.rank)  # per-rank dropout streams
+        self.model: torch.nn.Module = torch.compile(self.raw_model) if t.compile else self.raw_model
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.optimizer = build_optimizer(self.raw_model, cfg.optim, self.device.type)
+        ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.project.checkpoint_dir(self.run_id)
+        if not ckpt_dir.is_absolute():
+            ckpt_dir = self.project.root / ckpt_dir
+        self.checkpointer = Checkpointer(ckpt_dir, keep=cfg.checkpoint.keep, background=cfg.checkpoint.background,
+                                         emit=self._emit_from_checkpointer, writer=self.dist.rank == 0)
+        cbs = default_callbacks(cfg, self.attempt, self.dist.rank, self.interactive) + self.extra_callbacks
+        self.callbacks = CallbackList(cbs, self)
+        self.progress = next((c for c in self.callbacks if isinstance(c, ProgressReporter)), None)
+
+    def _emit_from_checkpointer(self, kind: str, **kw: Any) -> None:
+        # A rejection of a checkpoint that a drill corrupted is part of the drill.
+        drilled = {e.get("data", {}).get("path") for e in self.history.events
+                   if e.get("kind") == "fault_injected" and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
+        drill = kind == "checkpoint_rejected" and (self.drill_active or kw.get("path") in drilled)
+        self.sink.emit(kind, drill=drill, **kw)
+
+    # --- state ----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resume needs, by checkpoint part (every rank must call it: RNGs are gathered)."""
+        rng = dist.gather_objects(get_rng_state(), self.dist)
+        return {
+            "model": self.raw_model.state_dict(),
+            "optim": self.optimizer.state_dict(),
+            "state": {
+                "format": STATE_FORMAT,
+                "trainer": {"step": self.step, "tokens": self.tokens, "lr_scale": self.lr_scale,
+                            "attempt": self.attempt, "world_size": self.dist.world_size},
+                "data": self.data.state_dict(),
+                "rng": rng,
+                "callbacks": self.callbacks.state_dict(),
+                "config_json": json.dumps(config_to_dict(self.cfg), sort_keys=True),
+                "config_hash": config_hash(self.cfg),
+            },
+        }
+
+    def _load_parts(self, parts: dict[str, Any], *, callbacks: bool) -> None:
+        check_model_compatible(parts["model"], self.raw_model)
+        self.raw_model.load_state_dict(parts["model"])
+        try:
+            self.optimizer.load_state_dict(parts["optim"])
+        except (ValueError, KeyError) as e:
+            raise RefusedError(f"the checkpoint's optimizer state does not fit this run's optimizer: {e}",
+                               hint="resume with the optim.name it was trained with, or start a new run") from None
+        apply_hyperparams(self.optimizer, self.cfg.optim)  # the config wins over the saved groups
+        st = parts["state"]
+        tr = st["trainer"]
+        self.step, self.tokens, self.lr_scale = int(tr["step"]), int(tr["tokens"]), float(tr["lr_scale"])
+        self.data.load_state_dict(st["data"])
+        rngs = st["rng"]
+        set_rng_state(rngs[self.dist.rank] if self.dist.rank < len(rngs) else rngs[0])
+        if callbacks:
+            self.callbacks.load_state_dict(st.get("callbacks", {}))
+        self.last_saved_step = self.step
+
+    def _resume(self) -> None:
+        if self.dist.rank == 0:
+            self.checkpointer.clean_stale()
+        found = self.checkpointer.load_latest()
+        self.resumed_from: Path | None = None
+        self.saved_config: dict[str, Any] | None = None
+        if found is not None:
+            _, path, parts = found
+            self._load_parts(parts, callbacks=True)
+            self.resumed_from = path
+            self.saved_config = json.loads(parts["state"].get("config_json", "{}"))
+
+    # --- announcing ----------------------------------------------------------------
+
+    def _announce(self) -> None:
+        prev = self.attempt - 1
+        prev_events = self.history.of_attempt(prev)
+        if prev >= 1 and not any(e.get("kind") == "run_finished" for e in prev_events):
+            payload = classify_restart(self.history, prev, self.step, self.started_at, self.env)
+            drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
+            self.emit("restart", drill=drill, **payload)
+        rec = self.run_record
+        snapshot = rec.snapshot if rec else {}
+        self.emit(
+            "run_started",
+            config_hash=config_hash(self.cfg), config_path=self.config_path, world_size=self.dist.world_size,
+            prereg_id=rec.prereg_id if rec else None, exploratory=rec.exploratory if rec else None,
+            snapshot_commit=snapshot.get("commit"), total_steps=self.cfg.train.steps,
+            tokens_per_step=self.cfg.tokens_per_step * self.dist.world_size, device=str(self.device),
+            resumed_from_step=self.step, resumed_from=str(self.resumed_from) if self.resumed_from else None,
+            torchelastic_restart_count=int(self.env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
+            threads=torch.get_num_threads(), dtype=self.cfg.train.dtype, n_params=self.raw_model.num_params(),
+            flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
+            config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
+        )
+
+    def _install_signals(self) -> None:
+        if _in_main_thread():
+            for sig in (signal.SIGTERM, signal.SIGUSR1):
+                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._stop_signal = signum  # acted on between steps, never in the middle of one
+
+    # --- training ----------------------------------------------------------------------
+
+    def _train(self) -> None:
+        total = self.cfg.train.steps
+        self.last_progress = time.monotonic()
+        self._log_mark = (time.perf_counter(), self.tokens)
+        while self.step < total:
+            self._check_stop()
+            self._train_step()
+            self._after_step()
+
+    def _micro_batches(self, batch_id: int):
+        accum = self.cfg.train.grad_accum
+        for micro in range(accum):
+            x, y = self.data.batch(batch_id, micro)
+            last = micro == accum - 1
+            sync = contextlib.nullcontext() if last or not self.dist.enabled else self.model.no_sync()
+            yield x, y, last, sync
+
+    def _train_step(self) -> None:
+        step, cfg = self.step + 1, self.cfg
+        self.callbacks.pre_step(step)
+        factor = lr_factor(step, cfg.schedule, cfg.train.steps) * self.lr_scale
+        self.optimizer.set_lr(factor)
+        batch_id = self.data.take()
+        track = cfg.optim.qk_clip_tau > 0
+        ce_sum = torch.zeros((), device=self.device)
+        z_sum = torch.zeros((), device=self.device)
+        for x, y, last, sync in self._micro_batches(batch_id):
+            self.raw_model.set_max_logit_tracking(track and last)
+            with sync, self.autocast:
+                out = self.model(x, y)
+            with sync:
+                (out.loss / cfg.train.grad_accum).backward()
+            ce_sum += out.ce_loss
+            z_sum += out.z_loss
+        clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
+        loss = dist.all_reduce_mean(ce_sum / cfg.train.grad_accum, self.dist)
+        action = self.callbacks.post_backward(loss, grad_norm)
+        skipped = False
+        if action is None:
+            self.optimizer.step()
+            qk_clip(self.raw_model, cfg.optim.qk_clip_tau)
+        elif action.kind == "skip":
+            skipped = True
+        self.optimizer.zero_grad(set_to_none=True)
+        if action is not None and action.kind != "skip":
+            self._carry_out(action, step)
+            return
+        self.step = step
+        self.tokens += cfg.tokens_per_step * self.dist.world_size
+        if skipped:
+            self.emit("step_skipped", reason=action.reason, batch_id=batch_id, **action.event)
+        self._report(step, factor, loss, z_sum / cfg.train.grad_accum, grad_norm, skipped)
+
+    def _report(self, step: int, factor: float, loss, z_loss, grad_norm, skipped: bool) -> None:
+        metrics: dict[str, Any] = {"step": step, "tokens": self.tokens, "lr": self.cfg.optim.lr * factor}
+        if step % self.cfg.train.log_every == 0 or step == self.cfg.train.steps:
+            now = time.perf_counter()
+            t0, tok0 = self._log_mark
+            self._log_mark = (now, self.tokens)
+            self.last_loss = float(loss)
+            metrics.update(attempt=self.attempt, loss=self.last_loss, z_loss=float(z_loss), lr_scale=self.lr_scale,
+                           grad_norm=float(grad_norm), tokens_per_s=(self.tokens - tok0) / max(now - t0, 1e-9),
+                           time=time.time())
+            logits = self.raw_model.max_logits()
+            if logits:
+                metrics["max_logit"] = float(torch.stack([m.max() for m in logits]).max())
+            if skipped:
+                metrics["skipped"] = True
+            self.metrics.write(metrics)
+        self.callbacks.post_step(step, metrics)
+
+    def _after_step(self) -> None:
+        step, c = self.step, self.cfg
+        if self.dist.rank == 0:
+            self.heartbeat.beat(self.attempt, step, time.time())
+        if (c.train.eval_every and step % c.train.eval_every == 0) or step == c.train.steps:
+            self.evaluate()
+        if step % c.checkpoint.every == 0 or step == c.train.steps:
+            self.save(sync=step == c.train.steps)
+        self._poll_saves()
+        self.last_progress = time.monotonic()
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean validation cross-entropy over the fixed validation batches; written as a metrics row."""
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        for i in range(self.cfg.train.eval_batches):
+            x, y = self.data.val_batch(i)
+            with self.autocast:
+                total += self.raw_model(x, y).ce_loss
+        self.model.train()
+        val = float(dist.all_reduce_mean(total / self.cfg.train.eval_batches, self.dist))
+        self.last_val = (self.step, val)
+        self.metrics.write({"step": self.step, "attempt": self.attempt, "val_loss": val, "tokens": self.tokens,
+                            "time": time.time()})
+        if self.progress is not None:
+            self.progress.report_eval(self.step, val)
+        return val
+
+    def save(self, sync: bool = False) -> None:
+        """Checkpoint the current step (in the background unless `sync`)."""
+        self.metrics.flush(durable=True)  # every step up to a checkpoint is on disk before the checkpoint is
+        state = self.state_dict()
+        if self.dist.rank == 0:
+            self.checkpointer.save(self.step, state, tokens=self.tokens, sync=sync)
+            if sync:
+                self._poll_saves()
+        self.last_saved_step = self.step
+        self.last_progress = time.monotonic()
+
+    def _poll_saves(self) -> None:
+        for result in self.checkpointer.poll():
+            self.callbacks.post_checkpoint(result)
+
+    # --- decisions -------------------------------------------------------------------
+
+    def set_lr_scale(self, new: float, reason: str, **event: Any) -> None:
+        """Change the learning-rate multiplier (from the next step on) and record it."""
+        old = self.lr_scale
+        self.lr_scale = float(new)
+        self.emit("lr_scaled", old=old, new=self.lr_scale, factor=self.lr_scale / old if old else None,
+                  reason=reason, **event)
+
+    def _carry_out(self, action: Action, failing_step: int) -> None:
+        if action.kind == "abort":
+            self.emit("run_aborted", reason=action.reason, **action.event)
+            raise RunFailedError(f"run aborted at step {failing_step}: {action.reason}")
+        self.rollback(action, failing_step)
+
+    def rollback(self, action: Action, failing_step: int) -> None:
+        """Restore the newest good checkpoint at or before `action.to_step`; skip batches; maybe rescale the LR."""
+        self.checkpointer.wait()
+        self._poll_saves()
+        from_step = self.step
+        found = self.checkpointer.load_latest(max_step=action.to_step if action.to_step is not None else self.step)
+        if found is None:
+            raise RunFailedError(f"rollback at step {failing_step} found no checkpoint to go back to")
+        _, path, parts = found
+        self._load_parts(parts, callbacks=False)  # the deciders keep their memory of what happened
+        if action.skip_batches:
+            self.data.add_skip(*action.skip_batches)
+        self.emit("rollback", from_step=from_step, to_step=self.step, steps_lost=from_step - self.step,
+                  batches_skipped=list(action.skip_batches) if action.skip_batches else None,
+                  checkpoint=str(path), reason=action.reason, **action.event)
+        if action.lr_scale is not None and action.lr_scale != self.lr_scale:
+            self.set_lr_scale(action.lr_scale, reason=action.reason)
+
+    def _check_stop(self) -> None:
+        sig = dist.agree_max(self._stop_signal or 0, self.dist)
+        if not sig:
+            return
+        if self.checkpointer.in_flight or self.last_saved_step != self.step:
+            self.checkpointer.wait()
+            if self.last_saved_step != self.step:
+                self.save(sync=True)
+        self._poll_saves()
+        name = signal.Signals(sig).name
+        self.emit("preempted", drill=self.drill_active, signal=name, saved_step=self.step)
+        raise Preempted(name, self.step)
+
+    # --- ending ------------------------------------------------------------------------
+
+    def _finish(self) -> TrainResult:
+        if self.last_val is None or self.last_val[0] != self.step:
+            self.evaluate()
+        if self.last_saved_step != self.step:
+            self.save(sync=True)
+        self.checkpointer.wait()
+        self._poll_saves()
+        first = self.history.first_started()
+        self.emit("run_finished", final_loss=self.last_loss, val_loss=self.last_val[1],
+                  wall_s=round(time.time() - (first or self.started_at), 3),
+                  attempt_wall_s=round(time.time() - self.started_at, 3),
+                  checkpoint_blocking_s=round(self.checkpointer.blocking_s_total, 6))
+        return TrainResult(self.attempt, self.step, self.tokens, self.last_loss, self.last_val[1])
+
+    def _record_failure(self, e: BaseException) -> None:
+        if self.callbacks is not None:
+            self.callbacks.on_error(e)
+        tb = traceback.format_exception(type(e), e, e.__traceback__)
+        self.emit("attempt_failed", drill=self.drill_active or isinstance(e, InjectedFault),
+                  exception_type=type(e).__name__, exception_message=str(e)[:2000],
+                  traceback="".join(tb[-3:])[-4000:])
+
+    def _teardown(self) -> None:
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        if self.checkpointer is not None:
+            try:
+                self.checkpointer.wait()  # a save in flight is worth finishing, even when failing
+            except Exception:
+                traceback.print_exc()
+        if self.callbacks is not None:
+            self.callbacks.close()
+        self.metrics.close()
+        self.heartbeat.close()
+        dist.shutdown(self.dist)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two config dicts."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        key = f"{prefix}{k}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _changed_keys(a, b, key + ".")
+        elif a != b:
+            out.append(key)
+    return out

@@ -1,0 +1,212 @@
+"""A decoder-only GPT with the stabilisers large runs settled on.
+
+RMSNorm everywhere, QK-norm with per-head gains (so QK-clip can rescale one
+head), a z-loss reported apart from the cross-entropy, no biases, SDPA
+attention, optional tied embeddings. Every parameter has a role (embedding,
+norm, hidden, head) from which the optimizer builds its groups: embeddings and
+norms never get weight decay, and Muon only sees hidden matrices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+# Caps the transient logits tensor of the max-logit probe at 16M elements.
+_PROBE_ELEMS = 1 << 24
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    """What is optimised: cross-entropy plus z-loss."""
+    ce_loss: torch.Tensor | None = None
+    """Cross-entropy alone: the number to report and compare."""
+    z_loss: torch.Tensor | None = None
+    """The z-loss term (already multiplied by its coefficient)."""
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.head_dim = cfg.n_embd // cfg.n_head
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.dropout = cfg.dropout
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:
+            # Per-head gains (not one vector shared by all heads) so that
+            # QK-clip can shrink exactly the heads whose logits run away.
+            self.q_gain = nn.Parameter(torch.ones(cfg.n_head, self.head_dim))
+            self.k_gain = nn.Parameter(torch.ones(cfg.n_head, self.head_dim))
+        self.track_max_logit = False
+        self.max_logit: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        if self.qk_norm:
+            q = F.rms_norm(q, (self.head_dim,)) * self.q_gain[None, :, None, :]
+            k = F.rms_norm(k, (self.head_dim,)) * self.k_gain[None, :, None, :]
+        if self.track_max_logit:
+            self.max_logit = _max_logit_per_head(q.detach(), k.detach())
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return F.dropout(self.proj(y), self.dropout, self.training)
+
+    @torch.no_grad()
+    def clip_qk(self, factor: torch.Tensor) -> None:
+        """Scale head h's queries and keys by sqrt(factor[h]) each (logits by factor[h])."""
+        s = factor.sqrt().to(self.qkv.weight.dtype)
+        if self.qk_norm:
+            self.q_gain.mul_(s[:, None])
+            self.k_gain.mul_(s[:, None])
+            return
+        C, hd = self.n_head * self.head_dim, self.head_dim
+        w = self.qkv.weight  # rows: [q heads | k heads | v heads]
+        w[:C].view(self.n_head, hd, C).mul_(s[:, None, None])
+        w[C : 2 * C].view(self.n_head, hd, C).mul_(s[:, None, None])
+
+
+def _max_logit_per_head(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The largest causal attention logit of each head over the batch: shape [n_head]."""
+    B, H, T, hd = q.shape
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    chunk = max(1, _PROBE_ELEMS // max(1, H * T * T))
+    out = torch.full((H,), float("-inf"), device=q.device)
+    for i in range(0, B, chunk):
+        logits = (q[i : i + chunk].float() @ k[i : i + chunk].float().transpose(-1, -2)) / math.sqrt(hd)
+        logits.masked_fill_(mask, float("-inf"))
+        out = torch.maximum(out, logits.amax(dim=(0, 2, 3)))
+    return out
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.n_embd, cfg.mlp_ratio * cfg.n_embd, bias=False)
+        self.proj = nn.Linear(cfg.mlp_ratio * cfg.n_embd, cfg.n_embd, bias=False)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm1 = nn.RMSNorm(cfg.n_embd)
+        self.attn = Attention(cfg)
+        self.norm2 = nn.RMSNorm(cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm_f = nn.RMSNorm(cfg.n_embd)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self.apply(self._init)
+        # GPT-2: residual projections scaled down so the stream's variance
+        # does not grow with depth.
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=cfg.init_std / math.sqrt(2 * cfg.n_layer))
+
+    def _init(self, m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=self.cfg.init_std)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> ModelOutput:
+        T = idx.shape[1]
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence of {T} tokens exceeds block_size {self.cfg.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.norm_f(x))
+        if targets is None:
+            return ModelOutput(logits=logits)
+        # The loss in float32 even under bf16 autocast: the log-partition of
+        # a 50k vocabulary loses too much in 8 bits of mantissa.
+        flat = logits.float().view(-1, logits.size(-1))
+        ce = F.cross_entropy(flat, targets.reshape(-1))
+        z = self.cfg.z_loss * torch.logsumexp(flat, dim=-1).pow(2).mean() if self.cfg.z_loss else torch.zeros((), device=ce.device)
+        return ModelOutput(logits=logits, loss=ce + z, ce_loss=ce.detach(), z_loss=z.detach())
+
+    # --- what the optimizer and the telemetry need -------------------------
+
+    def parameter_roles(self) -> dict[str, str]:
+        """name -> embedding | norm | hidden | head, for every (deduplicated) parameter."""
+        roles: dict[str, str] = {}
+        for name, p in self.named_parameters():  # tied weights appear once, as wte
+            if name.startswith(("wte.", "wpe.")):
+                roles[name] = "embedding"
+            elif name.startswith("lm_head."):
+                roles[name] = "head"
+            elif p.ndim < 2 or name.endswith(("_gain",)):
+                roles[name] = "norm"
+            else:
+                roles[name] = "hidden"
+        return roles
+
+    def set_max_logit_tracking(self, on: bool) -> None:
+        for block in self.blocks:
+            block.attn.track_max_logit = on
+            if not on:
+                block.attn.max_logit = None
+
+    def max_logits(self) -> list[torch.Tensor]:
+        """Per layer, the last tracked max attention logit per head."""
+        return [b.attn.max_logit for b in self.blocks if b.attn.max_logit is not None]
+
+    @torch.no_grad()
+    def apply_qk_clip(self, tau: float) -> int:
+        """MuonClip: shrink heads whose tracked max logit exceeds tau; returns heads clipped."""
+        clipped = 0
+        for block in self.blocks:
+            m = block.attn.max_logit
+            if m is None:
+                continue
+            over = m > tau
+            if bool(over.any()):
+                factor = torch.where(over, tau / m.clamp(min=1e-6), torch.ones_like(m))
+                block.attn.clip_qk(factor)
+                clipped += int(over.sum())
+        return clipped
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; by default without the position embedding (as nanoGPT counts)."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.wpe.weight.numel() if non_embedding else n
+
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token: 6N + 12 * layers * context * width."""
+        c = self.cfg
+        return 6 * self.num_params() + 12 * c.n_layer * c.block_size * c.n_embd
+
+
+def flops_per_token(cfg: ModelConfig, num_params: int) -> int:
+    """The same estimate without building a model: 6N + 12 * L * T * d."""
+    return 6 * num_params + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
