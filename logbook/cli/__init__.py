@@ -7,6 +7,7 @@ from . import init_cmd  # noqa: F401  (registers commands)
 from . import run_cmd  # noqa: F401
 from . import demo_cmd  # noqa: F401
 from . import prereg_cmd  # noqa: F401
+from . import ckpt_cmd  # noqa: F401
 
 __all__ = ["app", "main"]
 
