@@ -19,6 +19,7 @@ branch and working tree are only touched where the function says so:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -94,16 +95,18 @@ def head_commit(root: Path) -> str | None:
 
 def check_repo_state(root: Path) -> RepoState:
     """Refuse states in which committing a record would be wrong or surprising."""
-    git_dir = Path(git(root, "rev-parse", "--absolute-git-dir").strip())
-    head = head_commit(root)
-    if head is None:
-        raise RefusedError("the repository has no commits yet",
-                           hint="make a first commit (`git commit --allow-empty -m init`), then retry")
+    # One call: the git dir, the commit HEAD names, and the branch ("HEAD" when detached).
+    out = git(root, "rev-parse", "--absolute-git-dir", "HEAD", "--symbolic-full-name", "HEAD", check=False).split("\n")
+    if len(out) < 3 or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", out[1]):
+        if head_commit(root) is None:
+            raise RefusedError("the repository has no commits yet",
+                               hint="make a first commit (`git commit --allow-empty -m init`), then retry")
+        raise RefusedError(f"cannot read HEAD in {root}", hint="check the repository with `git status`")
+    git_dir, head, branch = Path(out[0]), out[1], out[2]
     for name, what, hint in _IN_PROGRESS:
         if (git_dir / name).exists():
             raise RefusedError(f"{what} in {root}", hint=hint)
-    branch = git(root, "symbolic-ref", "-q", "HEAD", check=False).strip()
-    if not branch:
+    if not branch.startswith("refs/heads/"):
         raise RefusedError("HEAD is detached: a record committed here would belong to no branch",
                            hint="switch to a branch first (`git switch -c <name>` or `git switch main`)")
     return RepoState(git_dir, head, branch)
@@ -122,9 +125,8 @@ def path_known(root: Path, relpath: str) -> bool:
     """True when `relpath` exists in the working tree, the index or HEAD."""
     if (root / relpath).exists() or (root / relpath).is_symlink():
         return True
-    if git(root, "ls-files", "-z", "--", relpath).strip("\0"):
-        return True
-    return bool(git(root, "cat-file", "-t", f"HEAD:{relpath}", check=False).strip())
+    # --with-tree lists paths in the index or in HEAD, in one call.
+    return bool(git(root, "ls-files", "-z", "--with-tree=HEAD", "--", relpath).strip("\0"))
 
 
 # --- commit one file ---------------------------------------------------------
@@ -289,11 +291,6 @@ def read_blobs(root: Path, specs: list[str]) -> dict[str, bytes | None]:
         else:
             result[spec] = None
     return result
-
-
-def is_ancestor(root: Path, commit: str, of: str = "HEAD") -> bool:
-    return subprocess.run(["git", "merge-base", "--is-ancestor", commit, of], cwd=root,
-                          capture_output=True).returncode == 0
 
 
 # --- code snapshots ----------------------------------------------------------

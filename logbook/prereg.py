@@ -450,7 +450,7 @@ def _committed_anywhere(project: Project, prereg_id: str) -> bool:
 def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
                  predictions: list[str] | None = None, contingency: list[str] | None = None,
                  now: datetime | None = None) -> Written:
-    """Add amendment n+1 to a preregistration; its file links the previous record by hash."""
+    """Add amendment n+1 to a preregistration; its file links the original and the previous record by hash."""
     from .verify import verify_project
 
     check_id(prereg_id)
@@ -477,6 +477,7 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
              "created": _utc(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
              "author": gitbind.author_ident(project.root), "reason": reason, "seen": seen,
              "kind": "deviation" if seen == "results" else "amendment",
+             "original": {"file": prereg.path.name, "sha256": prereg.sha256},
              "previous": {"file": prev_path.name, "sha256": prev_hash},
              "predictions": [p.to_dict() for p in preds], "contingency": [r.to_dict() for r in rules],
              "runs_started": runs, "base_commit": state.head}

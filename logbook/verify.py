@@ -225,9 +225,17 @@ def _first_change(old: bytes, new: bytes) -> tuple[int, str]:
         if tag == "replace":
             return j1 + 1, f"line {j1 + 1} changed: {_clip(a[i1])} -> {_clip(b[j1])}"
         if tag == "delete":
-            return j1 + 1, f"line {i1 + 1} was removed: {_clip(a[i1])}"
-        return j1 + 1, f"line {j1 + 1} was added: {_clip(b[j1])}"
+            return j1 + 1, f"{_span(i1, i2)} removed: {_first_text(a[i1:i2])}"
+        return j1 + 1, f"{_span(j1, j2)} added: {_first_text(b[j1:j2])}"
     return 1, "the line endings or the final newline changed"
+
+
+def _span(start: int, end: int) -> str:
+    return f"line {start + 1} was" if end - start == 1 else f"lines {start + 1}-{end} were"
+
+
+def _first_text(lines: list[str]) -> str:
+    return _clip(next((ln for ln in lines if ln.strip()), lines[0]))
 
 
 def _clip(s: str, n: int = 80) -> str:
@@ -248,10 +256,11 @@ def _check_chains(project: Project, records: list[_Record], hashes: dict, report
             path = project.root / r.relpath
             if not path.exists():
                 continue
-            _check_link(pid, r, path, hashes.get((pid, r.n - 1)), report)
+            _check_link(pid, r, path, hashes.get((pid, r.n - 1)), hashes.get((pid, 0)), report)
 
 
-def _check_link(pid: str, r: _Record, path: Path, prev_hash: str | None, report: VerifyReport) -> None:
+def _check_link(pid: str, r: _Record, path: Path, prev_hash: str | None, original_hash: str | None,
+                report: VerifyReport) -> None:
     try:
         front, _ = split_record(path.read_bytes().decode("utf-8"), r.relpath)
     except (TamperedError, UnicodeDecodeError):
@@ -266,6 +275,11 @@ def _check_link(pid: str, r: _Record, path: Path, prev_hash: str | None, report:
         report.problems.append(Finding(r.relpath, "chain_broken", (
             f"{r.relpath}: links {expected_file} by hash {str(prev.get('sha256'))[:12]}, "
             f"but that record hashes to {prev_hash[:12]}: the amendment chain is broken")))
+    elif original_hash is not None and isinstance(front.get("original"), dict) \
+            and front["original"].get("sha256") != original_hash:
+        report.problems.append(Finding(r.relpath, "chain_broken", (
+            f"{r.relpath}: links the preregistration by hash {str(front['original'].get('sha256'))[:12]}, "
+            f"but it hashes to {original_hash[:12]}: the amendment chain is broken")))
 
 
 # --- logs --------------------------------------------------------------------

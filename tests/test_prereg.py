@@ -341,7 +341,7 @@ def test_amend_adds_a_linked_committed_amendment(logbook_repo, cli):
         original.path.read_bytes()
     a1, a2 = p.amendments
     assert (a1.n, a1.seen, a1.kind, a2.kind) == (1, "nothing", "amendment", "deviation")
-    assert a1.front["previous"] == {"file": f"{pid}.md", "sha256": original.sha256}
+    assert a1.front["previous"] == a2.front["original"] == {"file": f"{pid}.md", "sha256": original.sha256}
     assert a2.front["previous"] == {"file": f"{pid}.amend-1.md", "sha256": a1.sha256}
     assert [(x.to_text(), src) for x, src in p.all_predictions()][-1] == ("restarts@final <= 2", "amend-1")
     assert p.all_contingency()[-1].trigger.kind == "nonfinite"

@@ -1,0 +1,341 @@
+"""`logbook verify` names every way a record or a log can change after it was written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import git
+
+from logbook import gitbind
+from logbook.chain import ChainedLog
+from logbook.prereg import load_prereg, record_hash, render_record, split_record
+from logbook.project import open_project
+from logbook.runs import RunRecord, write_run_record
+from logbook.sink import EventSink
+from logbook.verify import verify_project
+
+FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
+         "--predict", "val_loss@final < 1.45", "--predict", "spikes@final == 0"]
+
+
+def _prereg(cli) -> str:
+    res = cli("prereg", *FLAGS, "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)["id"]
+
+
+def _path(repo: Path, pid: str, n: int = 0) -> Path:
+    return repo / "entries" / "prereg" / (f"{pid}.md" if n == 0 else f"{pid}.amend-{n}.md")
+
+
+def _tampered(cli, *args: str) -> tuple[str, list[dict]]:
+    res = cli("verify", *args)
+    assert res.exit_code == 4, res.output
+    assert res.stderr.startswith("error: ") and "Traceback" not in res.output
+    as_json = cli("verify", *args, "--json")
+    assert as_json.exit_code == 4
+    report = json.loads(as_json.stdout)
+    assert report["ok"] is False
+    return res.stdout + res.stderr, report["problems"]
+
+
+def test_intact_logbook_verifies(logbook_repo, cli):
+    pid = _prereg(cli)
+    assert cli("prereg", "amend", pid, "--reason", "r", "--seen", "nothing").exit_code == 0
+    res = cli("verify")
+    assert res.exit_code == 0, res.output
+    assert res.stdout == "Intact: 1 preregistration, 1 amendment, 0 logs.\n"
+    report = json.loads(cli("verify", "--json").stdout)
+    assert report["ok"] and report["preregs"] == [pid] and report["amendments"] == 1
+
+
+def test_verify_on_an_empty_logbook_is_intact(logbook_repo, cli):
+    res = cli("verify")
+    assert res.exit_code == 0 and "Intact: 0 preregistrations" in res.stdout
+
+
+def test_edited_body_is_named_by_line(logbook_repo, cli):
+    pid = _prereg(cli)
+    path = _path(logbook_repo, pid)
+    lines = path.read_text().splitlines(keepends=True)
+    n = next(i for i, ln in enumerate(lines) if ln.startswith("QK-norm keeps") and i > 30)
+    lines[n] = "QK-norm keeps attention logits bounded, mostly.\n"
+    path.write_text("".join(lines))
+    out, problems = _tampered(cli)
+    assert f"{path.relative_to(logbook_repo)} (preregistration) was edited after commit" in out
+    assert f"line {n + 1} changed: 'QK-norm keeps attention logits bounded.' -> " in out
+    assert problems == [{"path": str(path.relative_to(logbook_repo)), "kind": "edited", "line": n + 1,
+                         "message": problems[0]["message"]}]
+
+
+def test_edited_front_matter_is_named_by_line(logbook_repo, cli):
+    pid = _prereg(cli)
+    path = _path(logbook_repo, pid)
+    text = path.read_text()
+    path.write_text(text.replace("threshold: 1.45", "threshold: 1.6", 1))
+    line = text.splitlines().index("  threshold: 1.45") + 1
+    out, problems = _tampered(cli)
+    assert f"line {line} changed: '  threshold: 1.45' -> '  threshold: 1.6'" in out
+    assert [p["kind"] for p in problems] == ["edited"]
+
+
+def test_deleted_prereg_is_reported(logbook_repo, cli):
+    pid = _prereg(cli)
+    _path(logbook_repo, pid).unlink()
+    out, problems = _tampered(cli)
+    assert f"{pid}.md (preregistration) was deleted; it was committed in" in out
+    out, _ = _tampered(cli, pid)
+    assert "was deleted" in out
+
+
+def test_deleted_and_committed_removal_is_still_reported(logbook_repo, cli):
+    pid = _prereg(cli)
+    git(logbook_repo, "rm", "-q", str(_path(logbook_repo, pid)))
+    git(logbook_repo, "commit", "-q", "-m", "tidy up")
+    _out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["deleted"]
+
+
+def test_commit_amended_with_new_content_is_a_hash_mismatch(logbook_repo, cli):
+    pid = _prereg(cli)
+    path = _path(logbook_repo, pid)
+    path.write_text(path.read_text().replace("spikes@final == 0", "spikes@final <= 3"))
+    git(logbook_repo, "commit", "-q", "--amend", "--no-edit", "-a")
+    out, problems = _tampered(cli)
+    assert "hash_mismatch" in {p["kind"] for p in problems}
+    assert "Logbook-Sha256 says" in out and "(the commit was rewritten)" in out
+
+
+def test_commit_amended_to_carry_another_file_is_rewritten(logbook_repo, cli):
+    _prereg(cli)
+    (logbook_repo / "train.py").write_text("x = 1\n")
+    git(logbook_repo, "add", "train.py")
+    git(logbook_repo, "commit", "-q", "--amend", "--no-edit")
+    out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["rewritten"]
+    assert "also changes train.py (the commit was amended)" in out
+
+
+def test_commit_rebased_onto_another_parent_is_rewritten(logbook_repo, cli):
+    git(logbook_repo, "checkout", "-q", "-b", "exp")
+    _prereg(cli)
+    git(logbook_repo, "checkout", "-q", "main")
+    git(logbook_repo, "commit", "-q", "--allow-empty", "-m", "meanwhile on main")
+    git(logbook_repo, "checkout", "-q", "exp")
+    git(logbook_repo, "rebase", "-q", "main")
+    out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["rewritten"]
+    assert "(the commit was rebased or cherry-picked)" in out
+
+
+def test_commit_whose_trailers_were_lost_is_missing(logbook_repo, cli):
+    pid = _prereg(cli)
+    git(logbook_repo, "commit", "-q", "--amend", "-m", "a plain message")
+    out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["commit_missing"]
+    assert f"no commit on any branch carries `Logbook-Prereg: {pid}`" in out
+
+
+def test_a_rewritten_commit_is_still_found_by_trailer_when_the_original_survives_elsewhere(logbook_repo, cli):
+    """A branch made before the rewrite still holds the original: verify finds it, HEAD's copy is reported."""
+    _prereg(cli)
+    git(logbook_repo, "branch", "backup")
+    (logbook_repo / "other.txt").write_text("x\n")
+    git(logbook_repo, "add", "other.txt")
+    git(logbook_repo, "commit", "-q", "--amend", "--no-edit")
+    _out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["rewritten"]
+
+
+def test_record_committed_only_on_another_branch_is_a_warning(logbook_repo, cli):
+    pid = _prereg(cli)
+    git(logbook_repo, "branch", "keep")
+    git(logbook_repo, "reset", "-q", "--hard", "HEAD~1")
+    git(logbook_repo, "checkout", "keep", "--", str(_path(logbook_repo, pid).relative_to(logbook_repo)))
+    res = cli("verify")
+    assert res.exit_code == 0, res.output
+    assert "on another branch, not in HEAD's history" in res.stderr
+
+
+def _forge(repo: Path, path: Path, front: dict, body: str, pid: str, n: int) -> None:
+    """Commit a hand-made record with trailers that look like logbook's."""
+    path.write_text(render_record(front, body), encoding="utf-8")
+    git(repo, "add", str(path))
+    msg = gitbind.format_message(f"Amend {pid}", "", [("Logbook-Prereg", pid), ("Logbook-Amendment", str(n)),
+                                                     ("Logbook-Sha256", record_hash(front, body))])
+    git(repo, "commit", "-q", "-m", msg)
+
+
+def test_forged_amendment_breaks_the_chain(logbook_repo, cli):
+    pid = _prereg(cli)
+    for reason in ("first", "second"):
+        assert cli("prereg", "amend", pid, "--reason", reason, "--seen", "nothing").exit_code == 0
+    a1 = _path(logbook_repo, pid, 1)
+    front, body = split_record(a1.read_text(), "a1")
+    front["reason"] = "first, rewritten later"
+    front["base_commit"] = git(logbook_repo, "rev-parse", "HEAD").strip()
+    git(logbook_repo, "rm", "-q", str(a1))
+    git(logbook_repo, "commit", "-q", "-m", "drop")
+    front["base_commit"] = git(logbook_repo, "rev-parse", "HEAD").strip()
+    _forge(logbook_repo, a1, front, body, pid, 1)
+    out, problems = _tampered(cli)
+    assert "chain_broken" in {p["kind"] for p in problems}
+    assert f"links {pid}.amend-1.md by hash" in out and "the amendment chain is broken" in out
+
+
+def test_missing_amendment_in_the_middle_breaks_the_chain(logbook_repo, cli):
+    pid = _prereg(cli)
+    original = load_prereg(open_project(), pid)
+    front = {"schema": 1, "amends": pid, "n": 2, "created": "2026-11-30T00:00:00Z", "author": "x", "reason": "r",
+             "seen": "nothing", "kind": "amendment", "previous": {"file": f"{pid}.amend-1.md", "sha256": original.sha256},
+             "predictions": [], "contingency": [], "runs_started": [],
+             "base_commit": git(logbook_repo, "rev-parse", "HEAD").strip()}
+    _forge(logbook_repo, _path(logbook_repo, pid, 2), front, "# amendment\n", pid, 2)
+    out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["chain_broken"]
+    assert "amendment 1 is missing before amendment 2" in out
+
+
+def test_verify_one_id_checks_only_that_one(logbook_repo, cli):
+    a = _prereg(cli)
+    b = _prereg(cli)
+    _path(logbook_repo, a).write_text(_path(logbook_repo, a).read_text() + "\nappended\n")
+    assert cli("verify", b).exit_code == 0
+    out, _ = _tampered(cli, a[:-2])
+    lines = len(_path(logbook_repo, a).read_text().splitlines())
+    assert f"lines {lines - 1}-{lines} were added: 'appended'" in out
+
+
+def test_verify_unknown_or_bad_id(logbook_repo, cli):
+    res = cli("verify", "2026-01-01-never-abcd")
+    assert res.exit_code == 3 and "unknown preregistration" in res.stderr
+    res = cli("verify", "../x")
+    assert res.exit_code == 2 and "invalid preregistration id" in res.stderr
+
+
+def test_uncommitted_hand_written_prereg_has_no_commit(logbook_repo, cli):
+    pid = _prereg(cli)
+    text = _path(logbook_repo, pid).read_text()
+    fake = _path(logbook_repo, "2026-12-01-hand-made-abcd")
+    fake.write_text(text)
+    _out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["commit_missing"]
+
+
+# --- logs --------------------------------------------------------------------
+
+def _run_log(repo: Path, n: int = 5, commit: bool = True) -> Path:
+    proj = open_project()
+    write_run_record(proj, RunRecord(run_id="r1", created="2026-11-30T00:00:00Z", config_path="c.yaml",
+                                     config_hash="0" * 64))
+    sink = EventSink(proj.run_dir("r1"), "r1", attempt=0)
+    for step in range(n):
+        sink.emit("milestone", step=step * 10, fraction=step / n)
+    if commit:
+        git(repo, "add", "entries/runs")
+        git(repo, "commit", "-q", "-m", "run r1")
+    return proj.run_dir("r1") / "events.jsonl"
+
+
+def test_intact_event_log_verifies(logbook_repo, cli):
+    _run_log(logbook_repo)
+    res = cli("verify")
+    assert res.exit_code == 0 and "1 log." in res.stdout
+
+
+def test_edited_event_line_is_named_by_file_and_line(logbook_repo, cli):
+    log = _run_log(logbook_repo)
+    lines = log.read_text().splitlines(keepends=True)
+    rec = json.loads(lines[2])
+    rec["data"]["fraction"] = 0.99
+    lines[2] = json.dumps(rec) + "\n"
+    log.write_text("".join(lines))
+    out, problems = _tampered(cli)
+    assert problems[0]["path"] == "entries/runs/r1/events.jsonl" and problems[0]["line"] == 3
+    assert "entries/runs/r1/events.jsonl: line 3 (seq 2, milestone) was edited" in out
+
+
+def test_deleted_event_line_is_named(logbook_repo, cli):
+    log = _run_log(logbook_repo)
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:1] + lines[2:]))
+    out, problems = _tampered(cli)
+    assert problems[0]["line"] == 2 and "a line was deleted, inserted or moved" in out
+
+
+def test_reordered_event_lines_are_named(logbook_repo, cli):
+    log = _run_log(logbook_repo)
+    lines = log.read_text().splitlines(keepends=True)
+    lines[1], lines[3] = lines[3], lines[1]
+    log.write_text("".join(lines))
+    _out, problems = _tampered(cli)
+    assert {p["line"] for p in problems} >= {2}
+
+
+def test_committed_lines_cut_from_the_end_are_detected(logbook_repo, cli):
+    log = _run_log(logbook_repo)
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:-2]))
+    out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["log_lines_missing"]
+    assert "HEAD committed 5 lines, the file now has 3" in out
+
+
+def test_deleted_event_log_is_detected(logbook_repo, cli):
+    log = _run_log(logbook_repo)
+    log.unlink()
+    out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["log_deleted"]
+    assert "entries/runs/r1/events.jsonl was deleted" in out
+
+
+def test_torn_last_line_is_a_warning_not_tampering(logbook_repo, cli):
+    log = _run_log(logbook_repo, commit=False)
+    with open(log, "ab") as f:
+        f.write(b'{"kind": "milest')
+    res = cli("verify")
+    assert res.exit_code == 0, res.output
+    assert "warning: entries/runs/r1/events.jsonl: line 6 is incomplete" in res.stderr
+    report = json.loads(cli("verify", "--json").stdout)
+    assert report["ok"] and report["warnings"][0]["kind"] == "log_torn_tail"
+
+
+@pytest.mark.parametrize("which", ["notes", "reviews"])
+def test_notes_and_review_logs_are_checked(logbook_repo, cli, which):
+    proj = open_project()
+    log = ChainedLog(proj.notes_log if which == "notes" else proj.reviews_log)
+    for i in range(3):
+        log.append({"kind": "note", "data": {"i": i}})
+    assert cli("verify").exit_code == 0
+    lines = log.path.read_text().splitlines(keepends=True)
+    log.path.write_text(lines[0] + lines[2])
+    _out, problems = _tampered(cli)
+    assert problems[0]["path"] == f"entries/{which}/{which}.jsonl"
+
+
+def test_verify_id_checks_the_logs_of_its_runs(logbook_repo, cli):
+    pid = _prereg(cli)
+    log = _run_log(logbook_repo)
+    proj = open_project()
+    rec = json.loads((proj.run_dir("r1") / "run.json").read_text())
+    write_run_record(proj, RunRecord(**{**rec, "prereg_id": pid}))
+    assert json.loads(cli("verify", pid, "--json").stdout)["logs"] == ["entries/runs/r1/events.jsonl"]
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[1:]))
+    _tampered(cli, pid)
+
+
+def test_verify_project_is_a_library_call(logbook_repo, cli):
+    pid = _prereg(cli)
+    report = verify_project(open_project())
+    assert report.ok and report.preregs == [pid] and report.to_dict()["problems"] == []
+
+
+def test_verify_works_from_a_subdirectory(logbook_repo, cli, monkeypatch):
+    _prereg(cli)
+    sub = logbook_repo / "entries"
+    monkeypatch.chdir(sub)
+    assert cli("verify").exit_code == 0
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=sub, capture_output=True, text=True).stdout == ""
