@@ -108,8 +108,17 @@ class ContingencyRule:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ContingencyRule:
-        """Rebuild from front matter: the text is re-parsed, so readers agree with writers."""
-        return parse_rule(str(d.get("text", "")))
+        """Rebuild what was recorded (not a re-parse: a later parser must not change an old plan)."""
+        try:
+            if not d.get("structured"):
+                return cls(str(d["text"]), False, warning=d.get("warning"))
+            trigger = Trigger(**d["trigger"])
+            actions = tuple(Action(**a) for a in d["actions"])
+        except (KeyError, TypeError) as e:
+            raise UsageError(f"contingency rule {d.get('text')!r} is not a recorded rule ({e})") from None
+        if trigger.kind not in ("spike", "nonfinite") or any(a.kind not in ACTION_KINDS for a in actions):
+            raise UsageError(f"contingency rule {d.get('text')!r} has an unknown trigger or action kind")
+        return cls(str(d["text"]), True, trigger, actions)
 
     def summary(self) -> str:
         """`trigger -> action, action` in the canonical spelling, or the text."""

@@ -130,9 +130,14 @@ class Prediction:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Prediction:
-        """Rebuild from front matter; the text is authoritative, fields must agree."""
-        p = parse_prediction(str(d.get("text", "")))
-        if d.get("metric") not in (None, p.metric) or d.get("op") not in (None, p.op):
+        """Rebuild from front matter; the text is authoritative, fields must agree.
+
+        Only the syntax is checked: a prediction accepted when it was written
+        stays readable even if a metric's documented range changes later.
+        """
+        p = parse_prediction_syntax(str(d.get("text", "")))
+        mine = p.to_dict()
+        if any(key in d and d[key] != mine[key] for key in ("metric", "op", "threshold", "tolerance", "at")):
             raise UsageError(f"prediction {d.get('text')!r}: its fields disagree with its text")
         return p
 

@@ -503,7 +503,7 @@ def _load_amendment(project: Project, prereg_id: str, path: Path) -> Amendment:
             predictions=[Prediction.from_dict(d) for d in front.get("predictions") or []],
             contingency=[ContingencyRule.from_dict(d) for d in front.get("contingency") or []],
             runs_started=list(front.get("runs_started") or []), path=path, sha256=digest, front=front, body=body)
-    except (KeyError, TypeError, ValueError, UsageError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, UsageError) as e:
         raise TamperedError(f"{_relpath(project, path)}: front matter is damaged ({e})") from None
 
 
@@ -535,7 +535,7 @@ def load_prereg(project: Project, prereg_id: str) -> Prereg:
             contingency=[ContingencyRule.from_dict(d) for d in front.get("contingency") or []],
             config=front.get("config"), budget=front.get("budget"), base_commit=str(front.get("base_commit", "")),
             path=path, sha256=digest, front=front, body=body)
-    except (KeyError, TypeError, ValueError, UsageError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, UsageError) as e:
         raise TamperedError(f"{_relpath(project, path)}: front matter is damaged ({e})") from None
     prereg.amendments = [_load_amendment(project, prereg_id, p) for _n, p in amendment_files(project, prereg_id)]
     return prereg
@@ -625,7 +625,7 @@ def _render_predictions(preds: list[dict[str, Any]]) -> str:
 def _render_rules(rules: list[dict[str, Any]]) -> str:
     lines = []
     for i, d in enumerate(rules, 1):
-        rule = parse_rule(d["text"])
+        rule = ContingencyRule.from_dict(d)
         lines.append(f"{i}. {rule.text}")
         lines.append(f"   - understood as: `{rule.summary()}`" if rule.structured else f"   - free text: {rule.warning}")
     return "\n".join(lines)

@@ -70,3 +70,14 @@ def test_multiline_rule_keeps_its_text_and_still_parses():
 def test_empty_or_oversized_rules_are_refused(text):
     with pytest.raises(UsageError):
         parse_rule(text)
+
+
+def test_from_dict_rebuilds_what_was_recorded_not_a_new_parse():
+    recorded = {"text": "anything the author wrote -> abort", "structured": True,
+                "trigger": {"kind": "spike", "metric": "loss", "sigma": 4.0, "count": 2, "window_steps": 500},
+                "actions": [{"kind": "abort"}]}
+    rule = ContingencyRule.from_dict(recorded)
+    assert rule.structured and rule.trigger.sigma == 4.0 and rule.actions == (Action("abort"),)
+    assert rule.to_dict() == recorded
+    with pytest.raises(UsageError):
+        ContingencyRule.from_dict({**recorded, "actions": [{"kind": "pray"}]})

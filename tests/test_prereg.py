@@ -385,3 +385,18 @@ def test_amend_refuses_to_build_on_an_edited_record(logbook_repo, cli):
     res = cli("prereg", "amend", pid, "--reason", "x", "--seen", "nothing")
     assert res.exit_code == 4 and "does not verify" in res.stderr
     assert not (logbook_repo / f"entries/prereg/{pid}.amend-1.md").exists()
+
+
+def test_prereg_from_a_subdirectory_resolves_the_config_from_there(logbook_repo, cli, monkeypatch):
+    _config(logbook_repo)
+    monkeypatch.chdir(logbook_repo / "configs")
+    res = cli("prereg", *FLAGS, "--config", "tiny.yaml", "--json")
+    assert res.exit_code == 0, res.output
+    p = load_prereg(open_project(), json.loads(res.stdout)["id"])
+    assert p.config["path"] == "configs/tiny.yaml"
+    assert p.path.parent == logbook_repo / "entries" / "prereg"
+
+
+def test_prereg_without_logbook_init_is_refused(repo, cli):
+    res = cli("prereg", *FLAGS)
+    assert res.exit_code == 3 and "no logbook.yaml" in res.stderr and "logbook init" in res.stderr
