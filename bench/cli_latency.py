@@ -21,7 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 GOAL_S = 0.5
+
+from bench._result import result  # noqa: E402
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -116,6 +119,9 @@ def main() -> None:
     print("\ninside one prereg process (median s):")
     for label, ts in zip(_PARTS, parts):
         print(f"  {label:<38} {statistics.median(ts):>6.3f}")
+    for name in ("logbook --help", "logbook prereg (flags)"):
+        med = statistics.median(times[name])
+        result(f"{name} wall time (median)", round(med, 3), "s", f"<= {GOAL_S}", med <= GOAL_S)
 
 
 if __name__ == "__main__":
