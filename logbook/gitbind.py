@@ -26,9 +26,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import RefusedError, UsageError
 from .fsutil import fsync_dir
+
+if TYPE_CHECKING:
+    from .project import Project
 
 SNAPSHOT_REF_PREFIX = "refs/logbook/snapshots/"
 _INDEX_LOCK_WAIT_S = 3.0
@@ -295,7 +299,7 @@ def read_blobs(root: Path, specs: list[str]) -> dict[str, bytes | None]:
 
 # --- code snapshots ----------------------------------------------------------
 
-def snapshot_worktree(project, run_id: str) -> dict:
+def snapshot_worktree(project: Project, run_id: str) -> dict:
     """Record HEAD plus uncommitted and untracked files under `refs/logbook/snapshots/<run_id>`.
 
     Respects .gitignore; untracked files above `snapshot_max_file_mb` are left

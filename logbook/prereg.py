@@ -45,7 +45,7 @@ from .yamlsafe import load_yaml_text
 SCHEMA = 1
 SEEN = {"nothing": "nothing run yet", "run-started": "run started, no results seen", "results": "results seen"}
 ID_RE = re.compile(r"^\d{4}-\d{2}-\d{2}-[a-z0-9]+(?:-[a-z0-9]+)*$")
-_AMEND_RE = re.compile(r"^(?P<id>[a-z0-9-]+)\.amend-(?P<n>[1-9]\d{0,3})\.md$")
+AMEND_RE = re.compile(r"^(?P<id>[a-z0-9-]+)\.amend-(?P<n>[1-9]\d{0,3})\.md$")
 _FORBIDDEN_TITLE = set("`$<>|;&\\")
 _BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _MAX_TITLE = 120
@@ -188,7 +188,7 @@ class PreregInput:
     predictions: list[str]
     contingency: list[str] = field(default_factory=list)
     config: str | None = None
-    """Training config path, relative to the current directory or absolute."""
+    """Training config path: absolute, or relative to the current directory or the repository root."""
     budget: str | None = None
     rationale: str = ""
     assumptions: list[str] = field(default_factory=list)
@@ -360,8 +360,10 @@ def _parse_contingency(texts: list[str]) -> tuple[list[ContingencyRule], list[st
 def _config_entry(project: Project, config: str | None) -> dict[str, Any] | None:
     if not config:
         return None
-    path = Path(config)
-    path = (path if path.is_absolute() else Path.cwd() / path).resolve()
+    given = Path(config)
+    # Relative paths are read from the current directory, else from the repository root.
+    candidates = [given] if given.is_absolute() else [Path.cwd() / given, project.root / given]
+    path = next((c for c in candidates if c.exists()), candidates[0]).resolve()
     if not path.exists():
         raise UsageError(f"config file not found: {config}", hint="give the path of the training config this run will use")
     if not path.is_file():
@@ -512,7 +514,7 @@ def amendment_files(project: Project, prereg_id: str) -> list[tuple[int, Path]]:
     out = []
     if project.prereg_dir.is_dir():
         for p in project.prereg_dir.glob(f"{check_id(prereg_id)}.amend-*.md"):
-            m = _AMEND_RE.match(p.name)
+            m = AMEND_RE.match(p.name)
             if m and m.group("id") == prereg_id:
                 out.append((int(m.group("n")), p))
     return sorted(out)

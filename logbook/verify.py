@@ -29,7 +29,7 @@ from typing import Any
 from . import gitbind
 from .chain import verify_log
 from .errors import NotFoundError, TamperedError
-from .prereg import _AMEND_RE, ID_RE, check_id, record_hash, runs_referencing, split_record
+from .prereg import AMEND_RE, ID_RE, check_id, record_hash, runs_referencing, split_record
 from .project import Project
 
 TRAILER = "Logbook-Prereg"
@@ -129,7 +129,7 @@ def _records(project: Project, by_key: dict, on_head: set[str]) -> list[_Record]
     keys: set[tuple[str, int]] = set()
     if project.prereg_dir.is_dir():
         for p in project.prereg_dir.iterdir():
-            m = _AMEND_RE.match(p.name)
+            m = AMEND_RE.match(p.name)
             if m and ID_RE.match(m.group("id")):
                 keys.add((m.group("id"), int(m.group("n"))))
             elif p.suffix == ".md" and ID_RE.match(p.stem):

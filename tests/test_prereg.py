@@ -395,6 +395,10 @@ def test_prereg_from_a_subdirectory_resolves_the_config_from_there(logbook_repo,
     p = load_prereg(open_project(), json.loads(res.stdout)["id"])
     assert p.config["path"] == "configs/tiny.yaml"
     assert p.path.parent == logbook_repo / "entries" / "prereg"
+    monkeypatch.chdir(logbook_repo / "entries")
+    res = cli("prereg", *FLAGS, "--config", "configs/tiny.yaml", "--json")
+    assert res.exit_code == 0, res.output
+    assert load_prereg(open_project(), json.loads(res.stdout)["id"]).config["path"] == "configs/tiny.yaml"
 
 
 def test_prereg_without_logbook_init_is_refused(repo, cli):
