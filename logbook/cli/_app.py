@@ -68,7 +68,7 @@ class LogbookGroup(TyperGroup):
             err("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as e:  # a bug: say so plainly, show the trace only on request
-            if _is_cli_control_flow(e):
+            if _is_cli_control_flow(e) or isinstance(e, BrokenPipeError):
                 raise
             if os.environ.get("LOGBOOK_DEBUG"):
                 raise
