@@ -1,0 +1,131 @@
+"""`logbook note`, `logbook render`, `logbook commit`: the chronicle commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import UsageError
+from ._app import app, err, print_json
+
+
+def _rel(root: Path, p: Path) -> str:
+    try:
+        return Path(p).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return str(p)
+
+
+@app.command("note")
+def note_cmd(
+    text: str = typer.Argument(..., help="The note, in Markdown; `-` reads it from standard input."),
+    run: Optional[str] = typer.Option(None, "--run", help="The run the note is about."),
+    step: Optional[int] = typer.Option(None, "--step", help="The step the note refers to."),
+    about: Optional[str] = typer.Option(None, "--about", help="Entry id (e.g. qknorm:17 or note:3) this note corrects: an erratum."),
+    as_json: bool = typer.Option(False, "--json", help="Print the note record as JSON."),
+) -> None:
+    """Add a signed note to the chronicle (author from git); --about attaches it to an earlier entry as an erratum.
+
+    Notes are Markdown, at most 64 KiB of UTF-8. The earlier entry is never
+    edited: its day file gains a warning that links to the note.
+
+    Example: logbook note --about qknorm:17 "Batches 47,000-47,300 are a forum dump; see data issue #88"
+    """
+    from ..notes import add_note
+    from ..project import open_project
+
+    project = open_project()
+    body: str | bytes = sys.stdin.buffer.read() if text == "-" else text
+    res = add_note(project, body, run=run, step=step, about=about)
+    if as_json:
+        print_json({"id": res.id, "record": res.record, "written": [_rel(project.root, p) for p in res.rendered.written]})
+        return
+    typer.echo(res.id)
+    day = res.record["ts"][:10]
+    err(f"Noted {res.id} on {day}" + (f" as an erratum to {about}" if about else "")
+        + f"; re-rendered {len(res.rendered.written) + len(res.rendered.unchanged)} day file(s).")
+
+
+@app.command("render")
+def render_cmd(
+    run: Optional[str] = typer.Option(None, "--run", help="Only this run (dated files: the days it has events on)."),
+    since: Optional[str] = typer.Option(None, "--since", help="First day, YYYY-MM-DD (UTC)."),
+    until: Optional[str] = typer.Option(None, "--until", help="Last day, YYYY-MM-DD (UTC)."),
+    fmt: str = typer.Option("md", "--format", help="md (dated day files, or one file with --out) or pdf."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write one file here (default for pdf: chronicle.pdf)."),
+    check: bool = typer.Option(False, "--check", help="Render in memory and compare with the day files on disk; exit 3 if any differ."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+) -> None:
+    """Render the chronicle from the event logs and notes: dated Markdown files, one Markdown file, or a PDF.
+
+    Day files (entries/YYYY/MM/DD.md) always hold every run of that day; --run
+    selects days. With --out or --format pdf, --run keeps one run's entries.
+
+    Example: logbook render --format pdf --since 2026-11-30 --out week.pdf
+    """
+    from ..chronicle import check_chronicle, render_chronicle, render_markdown_file
+    from ..project import open_project
+
+    if fmt not in ("md", "pdf"):
+        raise UsageError(f"--format must be md or pdf, got {fmt!r}")
+    project = open_project()
+    root = project.root.resolve()
+    if check:
+        if fmt != "md" or out is not None:
+            raise UsageError("--check compares the dated Markdown files; it takes neither --out nor --format pdf")
+        res = check_chronicle(project, run=run, since=since, until=until)
+        if as_json:
+            print_json({"matching": [_rel(root, p) for p in res.matching]})
+        err(f"{len(res.matching)} day file(s) match the logs.")
+        return
+    if fmt == "pdf":
+        from ..render_pdf import render_pdf
+
+        pres = render_pdf(project, out or Path("chronicle.pdf"), run=run, since=since, until=until)
+        for w in pres.warnings:
+            err(f"warning: {w}")
+        if as_json:
+            print_json({"path": str(pres.path), "days": pres.days, "events": pres.events, "notes": pres.notes})
+        else:
+            typer.echo(str(pres.path))
+        err(f"Rendered {len(pres.days)} day(s), {pres.events} event(s), {pres.notes} note(s) to {pres.path}.")
+        return
+    if out is not None:
+        res = render_markdown_file(project, out, run=run, since=since, until=until)
+    else:
+        res = render_chronicle(project, run=run, since=since, until=until)
+    for w in res.warnings:
+        err(f"warning: {w}")
+    if as_json:
+        print_json({"written": [_rel(root, p) for p in res.written], "unchanged": [_rel(root, p) for p in res.unchanged],
+                    "removed": [_rel(root, p) for p in res.removed], "days": res.days, "events": res.events, "notes": res.notes})
+        return
+    for p in res.written:
+        typer.echo(_rel(root, p))
+    err(f"Wrote {len(res.written)} file(s), {len(res.unchanged)} unchanged"
+        + (f", removed {len(res.removed)}" if res.removed else "")
+        + f": {len(res.days)} day(s), {res.events} event(s), {res.notes} note(s).")
+
+
+@app.command("commit")
+def commit_cmd(
+    message: Optional[str] = typer.Option(None, "-m", "--message", help="Subject line (the generated summary goes in the body)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the commit as JSON."),
+) -> None:
+    """Commit everything that changed under the logbook folder, in one commit, leaving your staged and unstaged work alone.
+
+    Example: logbook commit -m "qknorm: first night"
+    """
+    from ..commit import commit_logbook
+    from ..project import open_project
+
+    res = commit_logbook(open_project(), message)
+    if as_json:
+        print_json({"commit": res.commit, "branch": res.branch, "message": res.message, "paths": res.paths,
+                    "runs": res.runs, "events": res.events, "notes": res.notes, "reviews": res.reviews})
+        return
+    typer.echo(res.commit)
+    err(f"[{res.branch.removeprefix('refs/heads/')} {res.commit[:10]}] {res.message.splitlines()[0]} ({len(res.paths)} file(s))")

@@ -1,0 +1,240 @@
+"""Stream every run's event log and the notes log in time order, one day at a time.
+
+The chronicle never loads all logs at once: each log is read line by line, the
+streams are merged by timestamp, and consumers see one UTC day's records at a
+time. To render a single day cheaply, a log is entered by binary search on the
+timestamps of its lines (they are written in order under the log's lock)
+instead of being read from the start.
+
+Ordering is by an *effective* timestamp: the running maximum of the `ts`
+values in that log, so a clock that stepped backwards between two attempts on
+different hosts can never split a day or reorder a log's own lines. Records
+keep their own `ts` for display.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .project import Project
+
+NOTES_SOURCE = "note"
+_TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
+_DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class Item(NamedTuple):
+    """One line of one log, placed in time. `rec` is None for an unreadable line.
+
+    A tuple so that the merge compares items directly: (ts, rank, source, line)
+    is unique per line, so `rec` itself is never compared.
+    """
+
+    ts: str  # effective timestamp (ordering and the day it belongs to)
+    rank: int  # run events before notes at the same instant
+    source: str  # run id, or NOTES_SOURCE
+    line: int  # position in the stream, ties broken in file order
+    rec: dict[str, Any] | None
+
+    @property
+    def day(self) -> str:
+        return self.ts[:10]
+
+
+@dataclass(frozen=True)
+class TornTail:
+    """A log whose last line is incomplete (an append cut short by a kill)."""
+
+    source: str
+    path: Path
+    nbytes: int
+    day: str | None  # the day of the last complete record, where the notice goes
+
+
+def run_log_path(project: Project, run_id: str) -> Path:
+    return project.run_dir(run_id) / "events.jsonl"
+
+
+def list_event_runs(project: Project) -> list[str]:
+    """Runs that have an event log, sorted by id (folders whose name is not a valid run id are left out)."""
+    from .runs import RUN_ID_RE
+
+    if not project.runs_dir.is_dir():
+        return []
+    return sorted(p.name for p in project.runs_dir.iterdir()
+                  if (p / "events.jsonl").is_file() and RUN_ID_RE.match(p.name) and ".." not in p.name)
+
+
+def sources(project: Project, runs: Iterable[str] | None = None, notes: bool = True) -> list[tuple[str, Path]]:
+    """(source name, log path) of every log the chronicle reads, in a fixed order."""
+    out = [(r, run_log_path(project, r)) for r in (list_event_runs(project) if runs is None else sorted(runs))]
+    if notes and project.notes_log.is_file():
+        out.append((NOTES_SOURCE, project.notes_log))
+    return out
+
+
+def valid_ts(ts: Any) -> bool:
+    return isinstance(ts, str) and bool(_TS_RE.match(ts))
+
+
+def check_day(value: str, what: str = "date") -> str:
+    from .errors import UsageError
+
+    if not _DAY_RE.match(value or ""):
+        raise UsageError(f"{what} must look like 2026-12-01, got {value!r}")
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"{what} {value!r} is not a calendar date") from None
+    return value
+
+
+def day_before(day: str) -> str:
+    return (date.fromisoformat(day) - timedelta(days=1)).isoformat()
+
+
+def _line_ts(raw: bytes) -> str | None:
+    try:
+        rec = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    ts = rec.get("ts") if isinstance(rec, dict) else None
+    return ts if valid_ts(ts) else None
+
+
+def seek_day(f, day: str) -> int:
+    """Offset of the first complete line whose `ts` is on or after `day` (binary search).
+
+    Lines whose timestamp cannot be read count as "after", so the search never
+    skips past a day it should include; a few extra lines are read instead.
+    """
+    size = f.seek(0, os.SEEK_END)
+
+    def line_at_or_after(pos: int) -> tuple[int, bytes]:
+        if pos == 0:
+            f.seek(0)
+        else:
+            f.seek(pos - 1)
+            f.readline()  # finish the line that `pos - 1` is in
+        start = f.tell()
+        return start, f.readline()
+
+    lo, hi = 0, size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        start, raw = line_at_or_after(mid)
+        if not raw.endswith(b"\n"):
+            hi = mid  # end of file or torn tail: the answer is at or before here
+            continue
+        ts = _line_ts(raw)
+        if ts is None or ts[:10] >= day:
+            hi = mid
+        else:
+            lo = start + len(raw)
+    start, _ = line_at_or_after(lo)
+    return start
+
+
+def stream_log(source: str, path: Path, *, since: str | None = None, until: str | None = None) -> Iterator[Item]:
+    """Items of one log with effective timestamps, restricted to days in [since, until]."""
+    rank = 1 if source == NOTES_SOURCE else 0
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        # Start a day early so the running maximum is warmed up the same way a
+        # full read would have it (it only differs for a clock that jumped a day).
+        offset = seek_day(f, day_before(since)) if since else 0
+        f.seek(offset)
+        eff: str | None = None
+        pending_bad = 0
+        for n, raw in enumerate(f):
+            if not raw.endswith(b"\n"):
+                return  # torn tail: reported separately by `torn_tail`
+            rec: Any
+            try:
+                rec = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                rec = None
+            ts = rec.get("ts") if isinstance(rec, dict) else None
+            if not isinstance(rec, dict) or not valid_ts(ts):
+                if eff is None:
+                    pending_bad += 1  # placed with the first readable record
+                elif (not since or eff[:10] >= since) and (not until or eff[:10] <= until):
+                    yield Item(eff, rank, source, n, None)
+                continue
+            eff = ts if eff is None or ts > eff else eff
+            day = eff[:10]
+            if until and day > until:
+                return
+            if since and day < since:
+                pending_bad = 0
+                continue
+            for k in range(pending_bad):
+                yield Item(eff, rank, source, n - pending_bad + k, None)
+            pending_bad = 0
+            yield Item(eff, rank, source, n, rec)
+
+
+def torn_tail(source: str, path: Path) -> TornTail | None:
+    """The torn last line of a log, if any, and the day of the last good record (O(1) reads)."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return None
+        block = 1 << 16
+        start = max(0, size - block)
+        while True:
+            f.seek(start)
+            chunk = f.read(size - start)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0 or start == 0:
+                break
+            start = max(0, start - block * 4)
+        torn_from = start + nl + 1 if nl >= 0 else 0
+        day = None
+        if nl >= 0:
+            prev_nl = chunk.rfind(b"\n", 0, nl)
+            if prev_nl >= 0 or start == 0:
+                ts = _line_ts(chunk[prev_nl + 1 : nl + 1])
+                day = ts[:10] if ts else None
+        return TornTail(source, path, size - torn_from, day)
+
+
+def merged(project: Project, *, runs: Iterable[str] | None = None, notes: bool = True,
+           since: str | None = None, until: str | None = None) -> Iterator[Item]:
+    """All logs' items in effective-time order."""
+    streams = [stream_log(s, p, since=since, until=until) for s, p in sources(project, runs, notes)]
+    return heapq.merge(*streams)
+
+
+def by_day(items: Iterator[Item]) -> Iterator[tuple[str, list[Item]]]:
+    """Group a time-ordered stream into (day, that day's items); one day in memory at a time."""
+    for day, group in itertools.groupby(items, key=lambda it: it[0][:10]):
+        yield day, list(group)
+
+
+def days_of(source: str, path: Path) -> list[str]:
+    """The distinct days a log has records on, streaming (a handful of strings in memory)."""
+    seen: list[str] = []
+    for it in stream_log(source, path):
+        if not seen or seen[-1] != it.day:
+            seen.append(it.day)
+    return sorted(set(seen))

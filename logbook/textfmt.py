@@ -1,0 +1,157 @@
+"""Numbers, durations and Markdown-safe text, the way a person writes them.
+
+Every function here tolerates values of the wrong type (a producer may write
+a string where a number was documented): it then shows the value as given
+rather than failing, because a chronicle must render whatever the log holds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import signal as _signal
+from typing import Any
+
+# CommonMark lets a backslash escape any ASCII punctuation; these are the
+# characters that can start emphasis, code, links, HTML, tables or entities.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~&!$])")
+_TOKEN_UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
+
+
+def is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def fmt_int(x: Any) -> str:
+    """41200 -> '41,200'."""
+    if is_number(x):
+        return f"{int(round(x)):,}"
+    return "?" if x is None else str(x)
+
+
+def fmt_num(x: Any) -> str:
+    """A measured value with three significant digits: 2.91, 14.2, 0.0003, 12,345."""
+    if not is_number(x):
+        return "?" if x is None else str(x)
+    if isinstance(x, int) or (abs(x) >= 1000 and float(x).is_integer()):
+        return f"{int(x):,}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def fmt_tokens(x: Any) -> str:
+    """10_800_000_000 -> '10.8B'; below a thousand the plain count."""
+    if not is_number(x):
+        return "?" if x is None else str(x)
+    for scale, unit in _TOKEN_UNITS:
+        if abs(x) >= scale:
+            v = x / scale
+            return f"{v:.3g}{unit}" if v < 1000 else f"{v:,.0f}{unit}"
+    return f"{int(x):,}"
+
+
+def fmt_duration(x: Any) -> str:
+    """Seconds as a person says them: 0.4 s, 38 s, 6 min 40 s, 2 min 05 s, 31 h 04 min, 3 d 03 h."""
+    if not is_number(x):
+        return "?" if x is None else str(x)
+    if x < 0:
+        return "-" + fmt_duration(-x)
+    if x < 10:
+        return f"{x:.1f} s" if not float(x).is_integer() else f"{int(x)} s"
+    s = int(round(x))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min" if s % 60 == 0 else f"{s // 60} min {s % 60:02d} s"
+    if s < 2 * 86400:
+        m = (s % 3600) // 60
+        return f"{s // 3600} h" if m == 0 else f"{s // 3600} h {m:02d} min"
+    h = (s % 86400) // 3600
+    return f"{s // 86400} d" if h == 0 else f"{s // 86400} d {h:02d} h"
+
+
+def fmt_pct(x: Any) -> str:
+    """A fraction (0.941) or a percentage (94.1) as '94.1%'."""
+    if not is_number(x):
+        return "?" if x is None else str(x)
+    v = x * 100 if abs(x) <= 1 else x
+    return f"{v:.1f}%" if not float(v).is_integer() else f"{int(v)}%"
+
+
+def fmt_fraction(x: Any) -> str:
+    """A milestone fraction as a percentage without needless decimals: 0.25 -> '25%'."""
+    if not is_number(x):
+        return "?" if x is None else str(x)
+    v = round(x * 100, 2)
+    return f"{int(v)}%" if float(v).is_integer() else f"{v:g}%"
+
+
+def signal_name(sig: Any) -> str:
+    """9 / -9 / 'SIGKILL' -> 'signal 9 (SIGKILL)'."""
+    if isinstance(sig, str) and sig.lstrip("-").isdigit():
+        sig = int(sig)
+    if is_number(sig):
+        n = abs(int(sig))
+        try:
+            return f"signal {n} ({_signal.Signals(n).name})"
+        except ValueError:
+            return f"signal {n}"
+    if isinstance(sig, str) and sig:
+        return sig if sig.upper().startswith("SIG") else f"signal {sig}"
+    return "a signal"
+
+
+def signal_number(sig: Any) -> int | None:
+    if isinstance(sig, str):
+        if sig.lstrip("-").isdigit():
+            return abs(int(sig))
+        try:
+            return int(_signal.Signals[sig.upper() if sig.upper().startswith("SIG") else "SIG" + sig.upper()])
+        except KeyError:
+            return None
+    if is_number(sig):
+        return abs(int(sig))
+    return None
+
+
+def md_escape(text: Any) -> str:
+    """Plain text made inert inside Markdown: specials escaped, line breaks become spaces."""
+    s = "" if text is None else str(text)
+    s = " ".join(s.split("\n")) if "\n" in s else s
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def code_span(text: Any) -> str:
+    """Inline code that survives any backticks inside it."""
+    s = " ".join(("" if text is None else str(text)).splitlines())
+    run = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * (run + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or not s.strip() else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def code_block(text: Any, lang: str = "", indent: int = 0) -> str:
+    """A fenced block longer than any backtick run inside, so content cannot close it.
+
+    A list of lines (a traceback) is joined; `indent` nests the block in a list item.
+    """
+    if isinstance(text, (list, tuple)):
+        text = "\n".join(str(x).rstrip("\n") for x in text)
+    s = "" if text is None else str(text)
+    run = max((len(m) for m in re.findall(r"`{3,}", s)), default=2)
+    fence = "`" * max(3, run + 1)
+    lang = lang if re.fullmatch(r"[A-Za-z0-9_+-]*", lang) else ""
+    lines = [f"{fence}{lang}", *s.rstrip("\n").split("\n"), fence]
+    pad = " " * indent
+    return "\n".join(pad + line if line else line for line in lines)
+
+
+def table_cell(text: str) -> str:
+    """Escape the pipes that GFM tables split cells on, even inside code spans."""
+    return re.sub(r"(?<!\\)\|", r"\\|", text)
+
+
+def quote_text(text: Any) -> str:
+    """A reason or message in quotes, escaped: “grad norm creeping up”."""
+    return "“" + md_escape(text) + "”"

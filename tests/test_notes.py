@@ -1,0 +1,120 @@
+"""`logbook note`: signed Markdown notes, errata that link back, and clear refusals."""
+
+from __future__ import annotations
+
+from chronicle_helpers import clock, project_of, qknorm_story  # noqa: F401  (clock is a fixture)
+from conftest import git
+
+from logbook.chain import iter_records, verify_log
+from logbook.chronicle import check_chronicle, day_path
+from logbook.mdconvert import parser
+
+
+def test_note_is_signed_from_git_and_appears_on_its_day(logbook_repo, clock, cli):
+    project = project_of(logbook_repo)
+    qknorm_story(project, clock)
+    cli("render")
+    clock.set("2026-12-01T11:00:00")
+    res = cli("note", "--run", "qknorm", "--step", "52010", "Clip change *looks* good so far.")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == "note:0"
+    rec = next(iter_records(project.notes_log))
+    assert (rec["author"], rec["email"], rec["run"], rec["step"]) == ("Ada Tester", "ada@example.org", "qknorm", 52010)
+    text = day_path(project, "2026-12-01").read_text()
+    assert ('### <a id="note-0"></a>11:00 UTC · note by Ada Tester · run qknorm · step 52,010\n\n'
+            "> Clip change *looks* good so far.\n\nid: `note:0`") in text
+    check_chronicle(project)  # the note re-rendered its day in place: files still match the logs
+
+
+def test_note_without_git_identity_is_refused(logbook_repo, clock, cli, monkeypatch, tmp_path):
+    empty = tmp_path / "empty.gitconfig"
+    empty.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(empty))
+    res = cli("note", "hello")
+    assert res.exit_code == 3
+    assert "no git identity" in res.stderr and "git config user.name" in res.stderr
+    assert not project_of(logbook_repo).notes_log.exists()
+
+
+def test_erratum_links_the_earlier_entry_to_the_note_without_editing_its_event(logbook_repo, clock, cli):
+    project = project_of(logbook_repo)
+    qknorm_story(project, clock)
+    cli("render")
+    log = project.run_dir("qknorm") / "events.jsonl"
+    log_before = log.read_bytes()
+    clock.set("2026-12-02T08:00:00")
+    res = cli("note", "--about", "qknorm:15", "Batches 47,000–47,300 are the forum dump; see data issue #88")
+    assert res.exit_code == 0, res.output
+    earlier = day_path(project, "2026-12-01").read_text()
+    divergence = earlier.split('<a id="run-qknorm-15"></a>')[1].split("### ")[0]
+    assert "> ⚠ Erratum (2026-12-02, Ada Tester): see [note](../../2026/12/02.md#note-0)" in divergence
+    later = day_path(project, "2026-12-02").read_text()
+    assert '<a id="note-0"></a>08:00 UTC · note by Ada Tester · erratum to qknorm:15' in later
+    assert "Erratum to [qknorm:15](../../2026/12/01.md#run-qknorm-15):" in later
+    assert log.read_bytes() == log_before and verify_log(log) == []
+    check_chronicle(project)
+
+
+def test_erratum_about_a_summarised_checkpoint_marks_the_routine_line(logbook_repo, clock, cli):
+    project = project_of(logbook_repo)
+    qknorm_story(project, clock)
+    clock.set("2026-12-02T08:00:00")
+    assert cli("note", "--about", "qknorm:3", "Checkpoint 3000 is corrupt on disk.").exit_code == 0
+    day = day_path(project, "2026-11-30").read_text()
+    routine = day.split("### Routine")[1]
+    assert "⚠ Erratum (2026-12-02, Ada Tester): see [note](../../2026/12/02.md#note-0)." in routine
+    later = day_path(project, "2026-12-02").read_text()
+    assert "[qknorm:3](../../2026/11/30.md#routine-qknorm-2026-11-30)" in later
+
+
+def test_unknown_or_malformed_about_ids_are_refused_with_the_id_format(logbook_repo, clock, cli):
+    project = project_of(logbook_repo)
+    qknorm_story(project, clock)
+    for bad, says in [("qknorm:999", "no entry qknorm:999"), ("nope:1", "no run 'nope'"),
+                      ("2026-12-01 05:47", "is not an entry id"), ("note:0", "no entry note:0")]:
+        res = cli("note", "--about", bad, "text")
+        assert res.exit_code == 3, (bad, res.output)
+        assert says in res.stderr and "qknorm:17" in res.stderr and "note:3" in res.stderr
+    assert not project.notes_log.exists()
+
+
+def test_huge_and_non_utf8_notes_are_refused_and_nothing_is_written(logbook_repo, clock, cli):
+    project = project_of(logbook_repo)
+    res = cli("note", "-", input="x" * (10 * 1024 * 1024))
+    assert res.exit_code == 2 and "limited to 64 KiB" in res.stderr
+    res = cli("note", "-", input=b"caf\xe9 ol\xe9")
+    assert res.exit_code == 2 and "not UTF-8" in res.stderr
+    from logbook.notes import check_note_text
+
+    for bad in (b"caf\xe9", "bell\x07", "   \n"):
+        try:
+            check_note_text(bad)
+        except Exception as e:  # UsageError, exit 2
+            assert getattr(e, "exit_code", None) == 2
+        else:
+            raise AssertionError(f"{bad!r} was accepted")
+    assert check_note_text("x" * (64 * 1024 - 1)).startswith("xxx")
+    assert not project.notes_log.exists()
+
+
+def test_note_markdown_cannot_swallow_the_entries_after_it(logbook_repo, clock, cli):
+    project = project_of(logbook_repo)
+    clock.set("2026-12-01T01:00:00")
+    assert cli("note", "```python\nunclosed = True\n<!-- and an open comment").exit_code == 0
+    qknorm_story(project, clock)  # later entries on the same day
+    cli("render")
+    text = day_path(project, "2026-12-01").read_text()
+    headings = [t for t in parser().parse(text) if t.type == "heading_open" and t.tag == "h3"]
+    assert len(headings) == 1 + 6 + 1  # the note, six run entries, the routine section
+
+
+def test_notes_full_of_special_characters_round_trip_in_markdown(logbook_repo, clock, cli):
+    project = project_of(logbook_repo)
+    clock.set("2026-12-01T01:00:00")
+    nasty = '#import "x.typ": *\n#read("/etc/passwd") $x^2$ <script>alert(1)</script> `tick` ] * _'
+    assert cli("note", nasty).exit_code == 0
+    rec = next(iter_records(project.notes_log))
+    assert rec["text"] == nasty + "\n"  # stored exactly as written
+    text = day_path(project, "2026-12-01").read_text()
+    assert "> #import \"x.typ\": *\n> #read(\"/etc/passwd\")" in text
+    git(logbook_repo, "status", "--short")  # the repository is still readable by git
