@@ -259,35 +259,38 @@ class Checkpointer:
                                             name=f"checkpoint-{step}", daemon=True)
             self._thread.start()
         else:
-            self._write(step, snapshot, tokens, t0, None)
-            blocking = time.perf_counter() - t0
+            result = self._write(step, snapshot, tokens, t0, None)
+            blocking = result.blocking_s if result else time.perf_counter() - t0
         self.blocking_s_total += blocking
         self.saves += 1
         return blocking
 
-    def _write(self, step: int, snapshot: dict[str, Any], tokens: int | None, t0: float, blocking: float | None) -> None:
+    def _write(self, step: int, snapshot: dict[str, Any], tokens: int | None, t0: float,
+               blocking: float | None) -> SaveResult | None:
+        """Write and report; `blocking` None means a synchronous save (all of it blocked training)."""
         try:
             path, nbytes = write_checkpoint(self.directory, step, snapshot, self.progress)
         except OSError as e:
             reason = f"{e.strerror or type(e).__name__} while writing checkpoint of step {step}"
+            total = time.perf_counter() - t0
             self.emit("checkpoint_failed", step=step, tokens=tokens, reason=reason, errno=e.errno)
-            self._finish(SaveResult(step, None, False, blocking or 0.0, time.perf_counter() - t0, reason=reason))
-            return
+            return self._finish(SaveResult(step, None, False, total if blocking is None else blocking, total, reason=reason))
         except BaseException as e:  # a bug: surface it in the training thread
             with self._lock:
                 self._error = e
             traceback.print_exc()
-            return
+            return None
         total = time.perf_counter() - t0
         blocking = total if blocking is None else blocking
         self.emit("checkpoint_saved", step=step, tokens=tokens, path=str(path), blocking_s=round(blocking, 6),
                   total_s=round(total, 6), bytes=nbytes)
         self._retain()
-        self._finish(SaveResult(step, path, True, blocking, total, nbytes))
+        return self._finish(SaveResult(step, path, True, blocking, total, nbytes))
 
-    def _finish(self, result: SaveResult) -> None:
+    def _finish(self, result: SaveResult) -> SaveResult:
         with self._lock:
             self._done.append(result)
+        return result
 
     def _retain(self) -> None:
         ckpts = [(s, p) for s, p in list_checkpoints(self.directory) if not (p / KEEP).exists()]

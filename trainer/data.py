@@ -52,11 +52,11 @@ def stdlib_files() -> tuple[Path, list[str]]:
     """The standard library folder and its `*.py` files (relative, sorted), site-packages excluded."""
     base = Path(sysconfig.get_paths()["stdlib"])
     files = []
-    for p in base.rglob("*.py"):
-        rel = p.relative_to(base)
-        if "site-packages" in rel.parts or "dist-packages" in rel.parts or not p.is_file():
-            continue
-        files.append(rel.as_posix())
+    for d, dirs, names in os.walk(base):
+        # Pruned, not filtered: site-packages holds far more files than the stdlib.
+        dirs[:] = [x for x in dirs if x not in ("site-packages", "dist-packages", "__pycache__")]
+        rel = Path(d).relative_to(base)
+        files += [(rel / n).as_posix() for n in names if n.endswith(".py")]
     return base, sorted(files)
 
 
@@ -73,7 +73,7 @@ def _cache_root(cache_dir: str | None) -> Path:
 
 def files_corpus(name: str, base: Path, files: list[str], max_bytes: int, val_fraction: float, cache_dir: str | None) -> Corpus:
     """Concatenate files (in the given order, up to `max_bytes`) into a byte corpus; cached."""
-    listing = [(rel, (base / rel).stat().st_size, (base / rel).stat().st_mtime_ns) for rel in files]
+    listing = [(rel, st.st_size, st.st_mtime_ns) for rel in files for st in [(base / rel).stat()]]
     key_src = json.dumps({"base": str(base), "files": listing, "max": max_bytes, "val": val_fraction})
     key = hashlib.sha256(key_src.encode("utf-8")).hexdigest()[:20]
     cache = _cache_root(cache_dir) / f"corpus-{key}"

@@ -104,6 +104,10 @@ class Trainer:
         self._old_handlers: dict[int, Any] = {}
         self.callbacks: CallbackList | None = None
         self.checkpointer: Checkpointer | None = None
+        self.metrics: MetricsWriter | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.dist: dist.DistInfo | None = None
+        self._torch_before: tuple[int, bool, bool] | None = None
 
     # --- events -----------------------------------------------------------------
 
@@ -115,10 +119,14 @@ class Trainer:
     # --- the attempt -------------------------------------------------------------------
 
     def fit(self) -> TrainResult:
-        self._setup_runtime()
-        self._open_logbook()
         try:
-            self._refuse_if_ended()
+            self._setup_runtime()
+            self._open_logbook()
+            self._refuse_if_ended()  # not a new failure: nothing to record
+        except BaseException:
+            self._teardown()
+            raise
+        try:
             self._build()
             self._resume()
             if self._already_finished():
@@ -138,6 +146,9 @@ class Trainer:
 
     def _setup_runtime(self) -> None:
         t = self.cfg.train
+        # Restored at the end, so an in-process run (tests, benchmarks) leaves torch as it found it.
+        self._torch_before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
+                              torch.is_deterministic_algorithms_warn_only_enabled())
         if t.threads:
             torch.set_num_threads(t.threads)
         self.dist = dist.init_distributed(t.device)
@@ -493,9 +504,16 @@ class Trainer:
                 traceback.print_exc()
         if self.callbacks is not None:
             self.callbacks.close()
-        self.metrics.close()
-        self.heartbeat.close()
-        dist.shutdown(self.dist)
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.heartbeat is not None:
+            self.heartbeat.close()
+        if self.dist is not None:
+            dist.shutdown(self.dist)
+        if self._torch_before is not None:
+            threads, det, warn_only = self._torch_before
+            torch.set_num_threads(threads)
+            torch.use_deterministic_algorithms(det, warn_only=warn_only)
 
 
 def _in_main_thread() -> bool:
