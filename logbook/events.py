@@ -74,6 +74,7 @@ KINDS: dict[str, str] = {
     "run_failed": "the run ended in failure (restarts exhausted or fatal error)",
     "note": "a human note",
     "review": "a review record",
+    "wandb_run": "the run is mirrored to W&B: id, path, project, entity, mode, dir, url (online only)",
 }
 
 
