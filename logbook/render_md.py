@@ -136,12 +136,21 @@ def _new_environment(dirs: list[Path]):
         code=lambda v: Raw(code_span(v)),
         codeblock=lambda v, lang="", indent=0: Raw(code_block(v, lang, indent)),
         quote=lambda v: Raw(quote_text(v)), raw=Raw, plural=_plural, inline_value=_inline_value,
-        listing=_listing,
-        cell=lambda v: Raw(table_cell(md_escape(v) if isinstance(v, str) else _inline_value(v))),
+        listing=_listing, url=_url,
+        cell=lambda v: Raw(table_cell(fmt_num(v) if is_number(v) else md_escape(v) if isinstance(v, str) else _inline_value(v))),
         cellcode=lambda v: Raw(table_cell(code_span(v))),
     )
     env.tests["number"] = is_number
     return env
+
+
+_SAFE_URL = re.compile(r"^https?://[^\s<>()\\`]+$")
+
+
+def _url(v: Any) -> Raw:
+    """An http(s) URL as an autolink; anything else is shown as escaped text."""
+    s = "" if v is None else str(v)
+    return Raw(f"<{s}>") if _SAFE_URL.match(s) else Raw(md_escape(s))
 
 
 def _listing(items: Any, limit: int = 10) -> Raw:

@@ -52,11 +52,14 @@ def fmt_tokens(x: Any) -> str:
 
 
 def fmt_duration(x: Any) -> str:
-    """Seconds as a person says them: 0.4 s, 38 s, 6 min 40 s, 2 min 05 s, 31 h 04 min, 3 d 03 h."""
+    """Seconds as a person says them: 47 ms, 0.4 s, 38 s, 6 min 40 s, 2 min 05 s, 31 h 04 min, 3 d 03 h."""
     if not is_number(x):
         return "?" if x is None else str(x)
     if x < 0:
         return "-" + fmt_duration(-x)
+    if x < 0.1:
+        ms = x * 1000
+        return "<1 ms" if ms < 1 else f"{ms:.1f} ms" if ms < 9.95 else f"{ms:.0f} ms"
     if x < 10:
         return f"{x:.1f} s" if not float(x).is_integer() else f"{int(x)} s"
     s = int(round(x))

@@ -75,7 +75,7 @@ def test_divergence_change_and_drill_entries_say_what_the_plan_said(logbook_repo
     qknorm_story(project, clock)
     render_chronicle(project)
     text = day_path(project, "2026-12-01").read_text()
-    assert "Loss 2.91 against a baseline of 2.44 (6.1 robust σ, σ = 0.077; threshold 6 σ)." in text
+    assert "Loss 2.91 against a rolling median of 2.44 (6.1 robust σ, σ = 0.077; threshold 6 σ)." in text
     assert "Ladder: update skipped." in text
     assert text.count("Follows the preregistered contingency rule 1.") == 3  # divergence, rollback, lr
     assert "Rolled back from step 47,390 to the checkpoint at step 47,000 (`ckpt/step-47000`): 390 steps to redo." in text
