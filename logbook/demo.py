@@ -9,6 +9,7 @@ report) is one more step in `STEPS`.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -22,8 +23,8 @@ from .errors import RefusedError, UsageError
 from .launch import RunResult, launch_run
 from .project import Project, open_project
 
-DEFAULT_STEPS = 60
-"""Training steps of the demo run: a couple of minutes on 2 CPU cores, restart included."""
+DEFAULT_STEPS = 120
+"""Training steps of the demo run: under a minute of training on 2 idle CPU cores."""
 MARKER = ".logbook-demo"
 """A file that marks a folder as a demo scratch folder (safe to replace)."""
 TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny-cpu.yaml"
@@ -48,6 +49,7 @@ class DemoState:
     prereg_id: str | None = None
     result: RunResult | None = None
     chronicle: list[Path] = field(default_factory=list)
+    restart_entry: list[str] = field(default_factory=list)
     verify_ok: bool | None = None
     verify_lines: list[str] = field(default_factory=list)
 
@@ -62,13 +64,16 @@ class DemoResult:
     run: RunResult
     prereg_id: str
     chronicle: list[Path]
+    restart_entry: list[str]
+    """The chronicle's entry for the first restart, as rendered."""
     verify_ok: bool
     verify_lines: list[str]
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "kept": self.kept, "seconds": round(self.seconds, 1),
                 "run": self.run.to_dict(), "prereg_id": self.prereg_id,
-                "chronicle": [str(p) for p in self.chronicle], "verify_ok": self.verify_ok,
+                "chronicle": [str(p) for p in self.chronicle], "restart_entry": self.restart_entry,
+                "verify_ok": self.verify_ok,
                 "verify": self.verify_lines}
 
 
@@ -110,7 +115,7 @@ def init_logbook(st: DemoState) -> None:
 
 
 def copy_config(st: DemoState) -> None:
-    """The tiny CPU config with a SIGKILL drill halfway, between two checkpoints."""
+    """The tiny CPU config with a SIGKILL drill between two checkpoints, committed."""
     import yaml
 
     from .yamlsafe import load_yaml_file
@@ -119,15 +124,16 @@ def copy_config(st: DemoState) -> None:
         raise RefusedError(f"the tiny config is missing: {TINY_CONFIG}",
                            hint="run the demo from a source checkout (`python3 -m pip install -e '.[train]'`)")
     cfg = load_yaml_file(TINY_CONFIG, "tiny config") or {}
-    every = max(2, st.steps // 3)
+    every = max(2, st.steps // 6)
     st.kill_step = every + max(1, every // 2)
     cfg.setdefault("train", {})["steps"] = st.steps
+    cfg["train"]["eval_every"] = max(1, st.steps // 3)
     cfg.setdefault("checkpoint", {})["every"] = every
     cfg["faults"] = [{"kind": "sigkill", "step": st.kill_step}]
     st.config = st.root / "configs" / "demo.yaml"
     st.config.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"# The tiny CPU config, {st.steps} steps, with a drill: SIGKILL after step {st.kill_step}\n"
-              f"# (checkpoints every {every} steps), so torchrun restarts the trainer once.\n")
+    header = (f"# {TINY_CONFIG.name} for {st.steps} steps, checkpoints every {every}, and a drill:\n"
+              f"# SIGKILL after step {st.kill_step}, so torchrun restarts the trainer once.\n")
     st.config.write_text(header + yaml.safe_dump(cfg, sort_keys=False))
     _git(st.root, "add", "configs/demo.yaml")
     _git(st.root, "commit", "-q", "-m", "Add the demo training config")
@@ -165,7 +171,39 @@ def render(st: DemoState) -> None:
             raise
         return
     render_chronicle(_project(st))
-    st.chronicle = sorted(p for p in _project(st).entries.glob("[0-9][0-9][0-9][0-9]/[0-9][0-9]/[0-9][0-9].md"))
+    st.chronicle = sorted(_project(st).entries.glob("[0-9][0-9][0-9][0-9]/[0-9][0-9]/[0-9][0-9].md"))
+    for path in st.chronicle:
+        st.restart_entry = st.restart_entry or _entry_with(path.read_text("utf-8"), "· restart")
+
+
+def _entry_with(markdown: str, marker: str) -> list[str]:
+    """The lines of the first `###` entry whose heading contains `marker`, without its id line."""
+    lines = markdown.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("### ") and marker in line:
+            out = [re.sub(r"<a id=[^>]*></a>", "", line[4:])]
+            for nxt in lines[i + 1:]:
+                if nxt.startswith(("### ", "id: ")):
+                    break
+                if nxt.strip():
+                    out.append(nxt)
+            return out
+    return []
+
+
+def score_and_report(st: DemoState) -> None:
+    """`logbook outcome` scores the run; `logbook report` writes its retrospective as Markdown and PDF."""
+    from .outcome import record_outcome
+    from .report import write_report
+
+    if st.result is None:
+        return
+    card = record_outcome(_project(st), st.result.run_id)
+    c = card.counts
+    st.say(f"  outcome ({card.label.lower()}): {c['confirmed']} confirmed, {c['refuted']} refuted, "
+           f"{c['inconclusive']} inconclusive, {len(card.deviations)} deviation(s)")
+    for fmt in ("md", "pdf"):
+        st.say(f"  report: {write_report(_project(st), st.result.run_id, fmt=fmt).path}")
 
 
 def verify(st: DemoState) -> None:
@@ -189,6 +227,7 @@ STEPS: list[tuple[str, Callable[[DemoState], None]]] = [
     ("copy the tiny config with a drill kill", copy_config),
     ("preregister the hypothesis", preregister),
     ("train under torchrun (max 3 restarts)", train),
+    ("score the outcome and write the report", score_and_report),
     ("render the chronicle", render),
     ("verify", verify),
 ]
@@ -213,20 +252,30 @@ def scratch_dir(path: Path | None) -> Path:
     return path
 
 
-def run_demo(root: Path, *, steps: int = DEFAULT_STEPS, nproc: int = 1, keep: bool = True,
+def run_demo(where: Path | None = None, *, steps: int = DEFAULT_STEPS, nproc: int = 1, keep: bool = False,
              say: Say = lambda _m: None) -> DemoResult:
-    """Run every step in `root` (see `scratch_dir`); remove it at the end unless `keep`."""
+    """Run every step in a scratch folder (see `scratch_dir`); return what happened.
+
+    A temporary folder (no `where`) is removed at the end unless `keep`; a
+    folder given as `where` is always kept. A step that raises leaves the
+    folder in place, for a look at what went wrong.
+    """
     if steps < 6:
         raise UsageError(f"--steps must be at least 6 (the drill needs checkpoints before and after it), got {steps}")
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, got {nproc}")
+    root = scratch_dir(where)
+    keep = keep or where is not None
+    say(f"Scratch repository: {root}" + ("" if keep else " (removed at the end; --keep keeps it)"))
     st = DemoState(root=root, steps=steps, nproc=nproc, say=say)
     t0 = time.monotonic()
-    try:
-        for i, (name, step) in enumerate(STEPS, start=1):
-            say(f"[{i}/{len(STEPS)}] {name}")
-            step(st)
-    finally:
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
-    assert st.result is not None and st.prereg_id is not None
+    for i, (name, step) in enumerate(STEPS, start=1):
+        say(f"[{i}/{len(STEPS)}] {name}")
+        step(st)
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+    if st.result is None or st.prereg_id is None:
+        raise RefusedError("the demo ended before its run")
     return DemoResult(root=root, kept=keep, seconds=time.monotonic() - t0, run=st.result, prereg_id=st.prereg_id,
-                      chronicle=st.chronicle, verify_ok=bool(st.verify_ok), verify_lines=st.verify_lines)
+                      chronicle=st.chronicle, restart_entry=st.restart_entry, verify_ok=bool(st.verify_ok),
+                      verify_lines=st.verify_lines)

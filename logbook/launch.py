@@ -31,7 +31,7 @@ from typing import Any
 
 from .chain import utc_now
 from .errors import RefusedError, UsageError
-from .launch_watch import EXIT_PREEMPTED, RunResult, Watcher, outcome
+from .launch_watch import EXIT_PREEMPTED, RunResult, Watcher, next_seq, outcome
 from .project import Project
 from .runlock import RunLock
 from .runs import RunRecord, check_run_id, load_run_record, run_record_path, write_run_record
@@ -93,7 +93,8 @@ def launch_run(
 
     `entry` is what torchrun starts: a module name (`trainer`) or a script
     path ending in `.py`; it is called as `ENTRY --project ROOT --run ID CONFIG
-    OVERRIDES...` and must accept `--check-config CONFIG OVERRIDES...`.
+    OVERRIDES...` and must accept `--print-config CONFIG OVERRIDES...` (check
+    the config, print it, exit 0; exit 2 with `error:`/`hint:` lines when bad).
     `say` receives one plain line per thing the launcher does.
     Raises UsageError (bad config, override or option) or RefusedError (no
     preregistration, live or finished run id, ...) before anything starts.
@@ -199,8 +200,11 @@ def _child_env() -> dict[str, str]:
 
 
 def _check_config_with_trainer(project: Project, config: Path, overrides: list[str], entry: str) -> None:
-    """Let the trainer parse the config and overrides, so a typo fails before any process starts."""
-    cmd = [sys.executable, *_entry_argv(entry), "--check-config", str(config), *overrides]
+    """Let the trainer parse the config and overrides, so a typo fails before any process starts.
+
+    `--print-config` validates without importing torch and prints the resolved config.
+    """
+    cmd = [sys.executable, *_entry_argv(entry), "--print-config", str(config), *overrides]
     proc = subprocess.run(cmd, cwd=project.root, env=_child_env(), capture_output=True, text=True, timeout=300)
     if proc.returncode == 0:
         return
@@ -408,7 +412,8 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     cmd = torchrun_command(project, plan, rdzv, entry, launch_dir / "logs")
     # A session of its own: a Ctrl-C at the terminal reaches only the launcher,
     # which turns it into one SIGTERM for torchrun (and so for the trainer).
+    first_seq = next_seq(project.run_dir(rec.run_id) / "events.jsonl")
     proc = subprocess.Popen(cmd, cwd=project.root, env=env, start_new_session=True)
     watcher = Watcher(project, rec.run_id, proc, say)
     torchrun_exit = watcher.wait(poll_s)
-    return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, record=rdzv.node_rank == 0)
+    return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0)

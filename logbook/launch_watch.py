@@ -200,13 +200,23 @@ def restart_line(ev: dict[str, Any]) -> str:
 # --- the end of a launch -------------------------------------------------------------
 
 
+def next_seq(events_path: Path) -> int:
+    """The `seq` the next record of a log will get: where a new launch's events begin."""
+    return 1 + max((int(e.get("seq", -1)) for e in iter_records(events_path)), default=-1)
+
+
 def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[int], launch_dir: Path,
-            record: bool = True):
-    """Decide how the launch ended; with `record`, write run_failed and the status."""
+            first_seq: int = 0, record: bool = True) -> RunResult:
+    """Decide how the launch ended; with `record`, write run_failed and the status.
+
+    Only this launch's events (from `first_seq` on) say how it ended: an
+    earlier launch of a resumed run may have been preempted or failed.
+    """
     events_path = project.run_dir(rec.run_id) / "events.jsonl"
     events = [e for e in iter_records(events_path) if e.get("run") == rec.run_id]
-    last = max((int(e.get("attempt") or 0) for e in events), default=0)
-    tail = [e for e in events if e.get("attempt") == last]
+    ours = [e for e in events if int(e.get("seq", -1)) >= first_seq]
+    last = max((int(e.get("attempt") or 0) for e in ours), default=0)
+    tail = [e for e in ours if e.get("attempt") == last]
     kinds = {e.get("kind") for e in tail}
     interrupted = bool(signals) and signals[0] == signal.SIGINT
     reason = ""
@@ -219,17 +229,18 @@ def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[
         status = "aborted" if "run_aborted" in kinds else "failed"
         code = EXIT_INTERRUPTED if interrupted else EXIT_RUN_FAILED
         reason = failure_reason(rec, tail, last, torchrun_exit, signals, launch_dir)
+        last = last or _first_attempt_of_launch(events)  # an attempt that died before its first event
         if record:
-            attempt = last or _first_attempt_of_launch(events)
             step = max((e["step"] for e in tail if isinstance(e.get("step"), int)), default=None)
-            EventSink(project.run_dir(rec.run_id), rec.run_id, attempt=attempt, rank=0).emit(
-                "run_failed", step=step, reason=reason, exit_code=torchrun_exit, attempts=attempt,
+            EventSink(project.run_dir(rec.run_id), rec.run_id, attempt=last, rank=0).emit(
+                "run_failed", step=step, reason=reason, exit_code=torchrun_exit, attempts=last,
                 status=status, torchrun_attempts=len(_attempt_dirs(launch_dir)),
             )
     if record:
         fresh = load_run_record(project, rec.run_id)
         fresh.status = status
         write_run_record(project, fresh)
+    last = max(last, max((int(e.get("attempt") or 0) for e in events), default=0))
     restarts = [e for e in events if e.get("kind") == "restart"]
     return RunResult(
         run_id=rec.run_id, status=status, attempts=last, restarts=len(restarts), exit_code=code,

@@ -14,7 +14,7 @@ from ._app import app, err, print_json
 def demo_cmd(
     dir: Optional[Path] = typer.Option(None, "--dir", help="Folder for the scratch repository (kept). Default: a temporary folder."),
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary scratch repository at the end."),
-    steps: int = typer.Option(60, "--steps", help="Training steps of the demo run."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Training steps of the demo run (default 120; fewer is quicker, the loss ends higher).", show_default=False),
     nproc: int = typer.Option(1, "--nproc", help="Worker processes under torchrun."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
@@ -26,12 +26,9 @@ def demo_cmd(
 
     Example: logbook demo --dir ./demo
     """
-    from ..demo import run_demo, scratch_dir
+    from ..demo import DEFAULT_STEPS, run_demo
 
-    root = scratch_dir(dir)
-    kept = keep or dir is not None
-    err(f"Scratch repository: {root}" + ("" if kept else " (removed at the end; --keep keeps it)"))
-    res = run_demo(root, steps=steps, nproc=nproc, keep=kept, say=err)
+    res = run_demo(dir, steps=DEFAULT_STEPS if steps is None else steps, nproc=nproc, keep=keep, say=err)
     _summary(res)
     if as_json:
         print_json(res.to_dict())
@@ -53,5 +50,9 @@ def _summary(res) -> None:
     err(f"  event log:       {run.events_path}{where}")
     for p in res.chronicle:
         err(f"  chronicle:       {p}{where}")
+    if res.restart_entry:
+        err("  the chronicle's entry for it:")
+        for line in res.restart_entry:
+            err(f"  | {line}")
     verdict = "intact" if res.verify_ok else "PROBLEMS: " + "; ".join(res.verify_lines[:3])
     err(f"  logbook verify:  {verdict}")

@@ -1,0 +1,52 @@
+"""`logbook demo`: the whole loop once, in a scratch repository, with a real restart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import git
+from runhelpers import events, of_kind, run_json
+
+from logbook.errors import EXIT_REFUSED
+
+
+@pytest.mark.slow
+def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, cli):
+    where = tmp_path / "demo"
+    res = cli("demo", "--dir", str(where), "--steps", "12", "--json")
+    assert res.exit_code == 0, res.output
+
+    out = json.loads(res.stdout)
+    run_id = out["run"]["run_id"]
+    assert out["verify_ok"] is True and out["kept"] is True
+    assert (out["run"]["status"], out["run"]["attempts"], out["run"]["restarts"]) == ("finished", 2, 1)
+    (restart,) = of_kind(events(where, run_id), "restart")
+    assert restart["data"]["cause"] == "signal" and restart["drill"] is True
+    record = run_json(where, run_id)
+    assert record["prereg_id"] == out["prereg_id"] and record["deviations"] == []
+
+    # The summary a newcomer reads, with the chronicle's own entry for the restart.
+    assert "restart: attempt 1 -> 2, cause signal" in res.stderr
+    assert f"run:             {run_id} (finished, 2 attempt(s), 1 restart(s))" in res.stderr
+    assert "logbook verify:  intact" in res.stderr
+    assert any("restart" in line for line in out["restart_entry"])
+    (day,) = out["chronicle"]
+    assert f"run {run_id}" in open(day).read()
+    # A real repository: the preregistration is committed, the user's tree is clean but for the run.
+    assert "Preregister " + out["prereg_id"] in git(where, "log", "--format=%s")
+
+
+def test_the_demo_refuses_a_folder_it_did_not_make(tmp_path, cli):
+    (tmp_path / "mine.txt").write_text("precious\n")
+    res = cli("demo", "--dir", str(tmp_path))
+    assert res.exit_code == EXIT_REFUSED
+    assert "was not made by `logbook demo`" in res.stderr
+    assert (tmp_path / "mine.txt").read_text() == "precious\n"
+
+
+def test_the_demo_refuses_too_few_steps_for_its_drill(tmp_path, cli):
+    res = cli("demo", "--dir", str(tmp_path / "d"), "--steps", "3")
+    assert res.exit_code == 2
+    assert "--steps must be at least 6" in res.stderr
+    assert not (tmp_path / "d").exists()
