@@ -60,7 +60,7 @@ def test_a_saved_checkpoint_loads_back_exactly(tmp_path, background):
     assert sorted(p.name for p in path.iterdir()) == ["COMPLETE", "manifest.json", "model.pt", "optim.pt", "state.pt"]
     kind, data = ev.items[0]
     assert kind == "checkpoint_saved" and data["step"] == 3 and data["tokens"] == 300 and data["bytes"] > 0
-    assert 0 <= blocking <= data["total_s"] and data["blocking_s"] == pytest.approx(blocking, abs=1e-5)
+    assert 0 <= blocking <= data["total_s"] + 1e-6 and data["blocking_s"] == pytest.approx(blocking, abs=1e-5)
 
 
 def test_the_background_copy_is_taken_before_training_moves_on(tmp_path):
@@ -192,6 +192,10 @@ def test_at_most_one_save_is_in_flight(tmp_path, monkeypatch):
         c.save(s, _state(s))
     c.wait()
     assert order == [("start", 1), ("end", 1), ("start", 2), ("end", 2), ("start", 3), ("end", 3)]
+    # The copy buffers are reused from save to save: each checkpoint still holds its own state.
+    for s in (1, 2, 3):
+        parts = read_checkpoint(tmp_path / "ckpt" / f"step_{s:06d}")
+        assert torch.equal(parts["model"]["w"], _state(s)["model"]["w"])
 
 
 def test_a_checkpoint_of_another_model_shape_is_refused_naming_the_parameter():
