@@ -75,6 +75,7 @@ KINDS: dict[str, str] = {
     "note": "a human note",
     "review": "a review record",
     "wandb_run": "the run is mirrored to W&B: id, path, project, entity, mode, dir, url (online only)",
+    "outcome": "the run's predictions scored against its preregistration (logbook outcome)",
 }
 
 

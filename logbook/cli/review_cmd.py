@@ -1,0 +1,151 @@
+"""`logbook review`: the review queue, comments, approvals and change requests."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ._app import app, err, print_json, stdout_console
+
+review_app = typer.Typer(
+    invoke_without_command=True,
+    no_args_is_help=False,
+    add_completion=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(review_app, name="review")
+
+_JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
+
+
+@review_app.callback()
+def review_cmd(
+    ctx: typer.Context,
+    status: bool = typer.Option(False, "--status", help="One line per run: entries needing review, approved, changes requested, outcome."),
+    all_: bool = typer.Option(False, "--all", help="List approved entries too."),
+    run: Optional[str] = typer.Option(None, "--run", help="Only this run's entries."),
+    as_json: bool = _JSON,
+) -> None:
+    """List what needs a reviewer: restarts, divergences, rollbacks, aborts, manual changes, progress notes, outcomes.
+
+    Each line: entry id, UTC time, run, kind, a one-line summary, and
+    approvals so far / needed (review_approvals in logbook.yaml). Reviewers
+    are git's user.name and user.email; records go to entries/reviews/reviews.jsonl
+    (append-only) and are committed by `logbook commit`.
+
+    Example: logbook review && logbook review approve qknorm:17 --comment "restart cost matches the drill"
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..project import open_project
+    from ..review import review_queue, review_status
+
+    project = open_project()
+    if status:
+        rows = review_status(project)
+        if as_json:
+            print_json([r.to_dict() for r in rows])
+            return
+        _print_status(rows)
+        return
+    items = review_queue(project, run=run, include_approved=all_)
+    if as_json:
+        print_json([i.to_dict() for i in items])
+        return
+    if not items:
+        err("Nothing needs review." if not all_ else "No reviewable entries yet.")
+        return
+    _print_queue(items)
+
+
+def _print_queue(items) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("entry", "time (UTC)", "run", "kind", "summary", "approvals"):
+        table.add_column(col, no_wrap=col != "summary", overflow="fold")
+    for i in items:
+        marks = f"{len(i.approvals)}/{i.needed}"
+        if i.changes_requested:
+            marks += " · changes requested"
+        if i.comments:
+            marks += f" · {i.comments} comment" + ("s" if i.comments > 1 else "")
+        table.add_row(i.id, i.ts[:16].replace("T", " "), i.run, i.kind.replace("_", " "), i.summary, marks)
+    stdout_console().print(table)
+
+
+def _print_status(rows) -> None:
+    from rich.table import Table
+
+    if not rows:
+        err("No runs with events yet.")
+        return
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("run", "to review", "approved", "changes requested", "outcome", "signed off"):
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        table.add_row(r.run, str(r.needs_review), str(r.approved), str(r.changes_requested),
+                      "recorded" if r.outcome else "none", "yes" if r.signed_off else "no")
+    stdout_console().print(table)
+
+
+def _done(res, as_json: bool, verb: str) -> None:
+    for w in res.warnings:
+        err(f"warning: {w}")
+    if as_json:
+        print_json(res.to_dict())
+        return
+    item = res.item
+    typer.echo(f"review:{res.record['seq']}")
+    err(f"{res.record['reviewer']} {verb} {item.id} ({item.kind.replace('_', ' ')}): "
+        f"{len(item.approvals)}/{item.needed} approvals, {item.state}.")
+
+
+@review_app.command("comment")
+def comment_cmd(
+    entry: str = typer.Argument(..., help="Entry id, e.g. qknorm:17."),
+    text: str = typer.Argument(..., help="The comment."),
+    as_json: bool = _JSON,
+) -> None:
+    """Comment on an entry in the review queue; it does not change its approval state.
+
+    Example: logbook review comment qknorm:17 "was the OOM killer involved?"
+    """
+    from ..project import open_project
+    from ..review import add_review
+
+    _done(add_review(open_project(), entry, "comment", text), as_json, "commented on")
+
+
+@review_app.command("approve")
+def approve_cmd(
+    entry: str = typer.Argument(..., help="Entry id, e.g. qknorm:17."),
+    comment: Optional[str] = typer.Option(None, "--comment", help="A remark recorded with the approval."),
+    as_json: bool = _JSON,
+) -> None:
+    """Approve an entry (once per reviewer; approving replaces your earlier request for changes).
+
+    Example: logbook review approve qknorm:17 --comment "cost matches the drill"
+    """
+    from ..project import open_project
+    from ..review import add_review
+
+    _done(add_review(open_project(), entry, "approve", comment), as_json, "approved")
+
+
+@review_app.command("request-changes")
+def request_changes_cmd(
+    entry: str = typer.Argument(..., help="Entry id, e.g. qknorm:17."),
+    text: str = typer.Argument(..., help="What should change, or what is unclear."),
+    as_json: bool = _JSON,
+) -> None:
+    """Ask for changes on an entry; it stays open until you approve it.
+
+    Example: logbook review request-changes qknorm:23 "the reason for the clip change is missing"
+    """
+    from ..project import open_project
+    from ..review import add_review
+
+    _done(add_review(open_project(), entry, "request_changes", text), as_json, "asked for changes on")

@@ -1,0 +1,435 @@
+"""`logbook outcome RUN`: score a run's preregistered predictions against what it recorded.
+
+Every prediction of the run's preregistration (amendments included) is
+measured from the run's metrics stream and event log (see `runfacts` below)
+and judged with `Prediction.verdict`: **confirmed**, **refuted**, or
+**inconclusive** when there is nothing to judge (the metric was never logged,
+the run ended or is still going before that point). Each result keeps the
+measured value, the step it was taken at and the rule that picked it.
+
+Points in the run:
+
+- `final`: the run's last step; only a run that finished has one.
+- `step:N`: the value logged at step N or, failing that, the nearest logged
+  step before N (the result names the step used). The run must have reached N.
+- `P%`: step `milestone_step(P, total_steps)`, `total_steps` from `run_started`.
+
+Counts (restarts, spikes, rollbacks, skipped_steps, lr_changes) are counted
+over the events recorded before the run first went past the point. Counts
+only grow, so an incomplete run can already refute `spikes == 0` or confirm
+`restarts >= 1`; anything else waits.
+
+A run that has not ended gets a PROVISIONAL scorecard, which is shown but
+never written. A final one is written to `runs/<run>/outcome.json` (atomic)
+and announced by an `outcome` event in the run's log, whose payload carries
+the scorecard and the deviations, so it appears in the chronicle and in the
+review queue. Scoring the same run again with the same result writes nothing;
+a different result (an amendment, a repaired log) supersedes the earlier one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .chain import canonical, iter_records, utc_now
+from .errors import NotFoundError, RefusedError, TamperedError
+from .fsutil import atomic_write_json
+from .predictions import Prediction
+from .project import Project
+from .runfacts import RunFacts, load_facts
+from .runs import RunRecord, check_run_id, load_run_record
+
+SCHEMA = 1
+STATUSES = ("confirmed", "refuted", "inconclusive")
+_COUNTS = {"restarts", "spikes", "rollbacks", "skipped_steps", "lr_changes"}
+_SERIES = {"loss", "val_loss", "grad_norm", "lr", "tokens_per_s", "mfu", "tokens"}
+
+
+def outcome_path(project: Project, run_id: str) -> Path:
+    return project.run_dir(check_run_id(run_id)) / "outcome.json"
+
+
+@dataclass
+class Measurement:
+    """A metric's value at a point, or why there is none."""
+
+    value: float | None = None
+    step: int | None = None
+    rule: str = ""
+    missing: str | None = None
+    partial: bool = False
+    """A count taken before the point was reached (the run is still short of it)."""
+
+
+@dataclass
+class PredictionResult:
+    """One prediction, its measured value and the verdict."""
+
+    text: str
+    metric: str
+    source: str
+    """`original` or `amend-<n>`."""
+    op: str
+    threshold: float
+    tolerance: float
+    status: str
+    value: float | None
+    at_step: int | None
+    rule: str
+    reason: str = ""
+    within_tolerance: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Scorecard:
+    """Everything `logbook outcome` says about one run."""
+
+    run: str
+    prereg_id: str
+    prereg_sha256: str
+    prereg_title: str
+    prereg_author: str
+    prereg_created: str
+    run_state: str
+    """finished | failed | aborted | preempted | running"""
+    final: bool
+    last_step: int | None
+    total_steps: int | None
+    verify_ok: bool
+    verify_problems: list[str] = field(default_factory=list)
+    predictions: list[PredictionResult] = field(default_factory=list)
+    deviations: list[dict[str, Any]] = field(default_factory=list)
+    code_diff: str = ""
+    """`git diff --stat` between the preregistration's commit and the run's snapshot (entries excluded)."""
+    computed_at: str = ""
+    computed_by: str | None = None
+    event: str | None = None
+    """Id of the `outcome` event that records it (None while provisional)."""
+    supersedes: str | None = None
+    already_recorded: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return "FINAL" if self.final else "PROVISIONAL"
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: sum(1 for p in self.predictions if p.status == s) for s in STATUSES}
+
+    def content(self) -> dict[str, Any]:
+        """What the outcome says, without when and by whom it was computed (compared on a rescore)."""
+        return {
+            "schema": SCHEMA, "run": self.run, "prereg_id": self.prereg_id, "prereg_sha256": self.prereg_sha256,
+            "prereg_title": self.prereg_title, "prereg_author": self.prereg_author,
+            "prereg_created": self.prereg_created, "run_state": self.run_state, "final": self.final,
+            "last_step": self.last_step, "total_steps": self.total_steps,
+            "verify": {"ok": self.verify_ok, "problems": self.verify_problems},
+            "predictions": [p.to_dict() for p in self.predictions], "counts": self.counts,
+            "deviations": self.deviations, "code_diff": self.code_diff,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.content(), "label": self.label, "computed_at": self.computed_at,
+                "computed_by": self.computed_by, "event": self.event, "supersedes": self.supersedes,
+                "already_recorded": self.already_recorded}
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+def point_step(p: Prediction, facts: RunFacts) -> tuple[int | None, str | None]:
+    """(the step a prediction is checked at, or None with the reason)."""
+    if p.at.kind == "step":
+        return int(p.at.value), None
+    if p.at.kind == "fraction":
+        if not facts.total_steps:
+            return None, "the run recorded no total_steps, so a fraction of it has no step"
+        from .milestones import milestone_step
+
+        return milestone_step(float(p.at.value), facts.total_steps), None
+    if facts.state == "finished":
+        return facts.last_step, None
+    return None, None  # final of a run that has not finished: handled by `measure`
+
+
+def measure(p: Prediction, facts: RunFacts) -> Measurement:
+    """The value of `p.metric` at `p.at` in this run."""
+    step, why = point_step(p, facts)
+    if why:
+        return Measurement(missing=why)
+    reached = step is not None and facts.last_step is not None and facts.last_step >= step
+    if not reached:
+        return _not_reached(p, facts, step)
+    return _value_at(p.metric, facts, step)
+
+
+def _not_reached(p: Prediction, facts: RunFacts, step: int | None) -> Measurement:
+    where = "its last step" if step is None else f"step {step:,}"
+    last = facts.last_step or 0
+    if facts.state == "running" or facts.state == "preempted":
+        why = f"not reached yet: the run is {facts.state} at step {last:,}, short of {where}"
+    else:
+        why = f"the run {facts.state} at step {last:,}, before {where}"
+    if p.metric in _COUNTS:
+        m = _value_at(p.metric, facts, None)
+        m.partial, m.missing = True, why
+        return m
+    return Measurement(missing=why)
+
+
+def _value_at(metric: str, facts: RunFacts, step: int | None) -> Measurement:
+    """Measure at `step` (None: everything recorded so far)."""
+    upto = step if step is not None else (facts.last_step or 0)
+    if metric in _COUNTS:
+        n = facts.count(metric, step)
+        scope = "over the whole run" if step is None or step == facts.last_step else f"up to step {step:,}"
+        return Measurement(float(n), step, f"{facts.count_rule(metric)} {scope}")
+    if metric == "steps":
+        return Measurement(float(upto), upto, "steps completed")
+    if metric == "val_ppl":
+        m = _series(facts, "val_loss", upto)
+        if m.value is not None:
+            m.value, m.rule = math.exp(m.value), "exp(val_loss) " + m.rule
+        return m
+    if metric == "goodput":
+        return facts.goodput(step)
+    if metric == "wall_hours":
+        w = facts.wall_seconds(step)
+        return Measurement(None if w is None else w / 3600.0, upto, "wall time since the run started",
+                           missing=None if w is not None else "no timestamps to measure wall time from")
+    if metric == "mfu":
+        m = _series(facts, "mfu", upto)
+        return m if m.value is not None else facts.milestone_value("mfu", upto) or m
+    return _series(facts, metric, upto)
+
+
+def _series(facts: RunFacts, metric: str, step: int) -> Measurement:
+    found = facts.value_at_or_before(metric, step)
+    if found is None:
+        return Measurement(missing=f"no {metric} was logged at or before step {step:,}")
+    at, value = found
+    rule = f"at step {at:,}" if at == step else f"at step {at:,}, the nearest logged at or before step {step:,}"
+    return Measurement(value, at, rule)
+
+
+def judge(p: Prediction, m: Measurement) -> tuple[str, bool, str]:
+    """(status, within_tolerance, reason)."""
+    if m.value is None:
+        return "inconclusive", False, m.missing or "no value"
+    verdict = p.verdict(m.value)
+    if not m.partial:
+        return ("refuted" if verdict == "refuted" else "confirmed"), verdict == "within_tolerance", ""
+    # A count that only grows: some verdicts cannot change any more.
+    exceeded = m.value > p.threshold + p.tolerance
+    if p.op in ("<", "<=", "==") and verdict == "refuted" and exceeded:
+        return "refuted", False, f"already {m.value:g} before the point, and counts only grow"
+    if p.op in (">", ">=") and verdict != "refuted":
+        return "confirmed", verdict == "within_tolerance", f"already {m.value:g} before the point, and counts only grow"
+    if p.op == "!=" and exceeded:
+        return "confirmed", False, f"already {m.value:g} before the point, and counts only grow"
+    return "inconclusive", False, m.missing or ""
+
+
+def score(p: Prediction, source: str, facts: RunFacts) -> PredictionResult:
+    m = measure(p, facts)
+    status, within, reason = judge(p, m)
+    return PredictionResult(text=p.to_text(), metric=p.metric, source=source, op=p.op, threshold=p.threshold,
+                            tolerance=p.tolerance, status=status, value=m.value, at_step=m.step, rule=m.rule,
+                            reason=reason, within_tolerance=within)
+
+
+# --- the run, its preregistration, its deviations -------------------------------------------
+
+
+def _prereg_id(rec: RunRecord | None, facts: RunFacts) -> str | None:
+    if rec is not None:
+        if rec.exploratory or not rec.prereg_id:
+            return None
+        return rec.prereg_id
+    return facts.prereg_id
+
+
+def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts) -> tuple[list[dict[str, Any]], str]:
+    """Every departure from the preregistered plan, and the code diff text (may be empty)."""
+    out: list[dict[str, Any]] = []
+    for e in facts.events:
+        d = e.get("data") if isinstance(e.get("data"), dict) else {}
+        eid = f"{facts.run}:{e.get('seq')}"
+        plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
+        if e.get("kind") == "hparam_change" and d.get("source") in ("live", "advice"):
+            out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
+                        "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
+                                f"{d.get('key')} {d.get('old')} → {d.get('new')}"
+                                + (f" ({d['reason']})" if d.get("reason") else "")})
+        elif plan.get("follows") is False:
+            rule = f" (rule {plan['rule']} said otherwise)" if isinstance(plan.get("rule"), int) else ""
+            out.append({"kind": "off_plan", "entry": eid, "step": e.get("step"),
+                        "text": f"{str(e.get('kind')).replace('_', ' ')} at step {e.get('step')} was not in the "
+                                f"preregistered contingency plan{rule}"})
+    for text in (rec.deviations if rec else []):
+        out.append({"kind": "config", "entry": None, "step": None, "text": text})
+    want = (prereg.config or {}).get("sha256") if isinstance(prereg.config, dict) else None
+    if rec and want and rec.config_hash != want and not any(d["kind"] == "config" for d in out):
+        out.append({"kind": "config", "entry": None, "step": None,
+                    "text": f"config {rec.config_path} has sha256 {rec.config_hash[:12]}, the preregistration recorded {want[:12]}"})
+    for a in prereg.amendments:
+        if a.kind == "deviation":
+            out.append({"kind": "amendment", "entry": None, "step": None,
+                        "text": f"amendment {a.n} ({a.created}) was made after results were seen: {a.reason}"})
+    diff = code_diff(project, prereg.base_commit, _snapshot_commit(rec, facts))
+    if diff.get("text"):
+        out.append({"kind": "code", "entry": None, "step": None, "text": diff["summary"]})
+    return out, diff.get("text", "")
+
+
+def _snapshot_commit(rec: RunRecord | None, facts: RunFacts) -> str | None:
+    if rec is not None and isinstance(rec.snapshot, dict) and rec.snapshot.get("commit"):
+        return str(rec.snapshot["commit"])
+    return facts.snapshot_commit
+
+
+def code_diff(project: Project, base: str | None, snapshot: str | None) -> dict[str, str]:
+    """`git diff --stat base snapshot`, leaving the logbook folder out; {} when nothing changed."""
+    from . import gitbind
+
+    if not base or not snapshot:
+        return {}
+    root = project.root
+    for c in (base, snapshot):
+        if gitbind.git(root, "cat-file", "-t", c, check=False).strip() != "commit":
+            return {"text": f"commit {c[:12]} is not in this repository", "summary":
+                    f"the code cannot be compared: commit {c[:12]} is not in this repository"}
+    entries = project.entries.relative_to(root).as_posix()
+    spec = ["--", ".", f":(exclude){entries}"]
+    stat = gitbind.git(root, "diff", "--stat=100", base, snapshot, *spec).rstrip()
+    if not stat:
+        return {}
+    files = [f for f in gitbind.git(root, "diff", "--name-only", base, snapshot, *spec).splitlines() if f]
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    return {"text": stat, "summary": f"the code changed between the preregistration's commit {base[:7]} and the "
+                                     f"run's snapshot {snapshot[:7]}: {len(files)} file(s) ({shown})"}
+
+
+def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Scorecard:
+    """Score a run without writing anything (`facts`: the run as already read, to save a second read)."""
+    from .prereg import load_prereg
+    from .verify import verify_project
+
+    check_run_id(run_id)
+    try:
+        rec = load_run_record(project, run_id)
+    except NotFoundError:
+        rec = None
+    facts = facts if facts is not None else load_facts(project, run_id, rec)
+    if rec is None and not facts.events:
+        load_run_record(project, run_id)  # raises the not-found error with the known runs
+    pid = _prereg_id(rec, facts)
+    if pid is None:
+        raise RefusedError(f"run {run_id} is exploratory: it answers to no preregistration, so there is nothing to score",
+                           hint="preregister the next run (`logbook prereg`) and launch it with `logbook run --prereg ID`")
+    report = verify_project(project, pid)
+    try:
+        prereg = load_prereg(project, pid)
+    except (NotFoundError, TamperedError) as e:
+        first = report.problems[0].message if report.problems else e.message
+        raise TamperedError(f"preregistration {pid} of run {run_id} cannot be read, so it cannot be scored: {first}",
+                            hint="run `logbook verify` for the full list; restore the record from git") from None
+    card = Scorecard(run=run_id, prereg_id=pid, prereg_sha256=prereg.sha256, prereg_title=prereg.title,
+                     prereg_author=prereg.author, prereg_created=prereg.created, run_state=facts.state,
+                     final=facts.state in ("finished", "failed", "aborted"), last_step=facts.last_step,
+                     total_steps=facts.total_steps, verify_ok=report.ok,
+                     verify_problems=[f.message for f in report.problems])
+    card.predictions = [score(p, src, facts) for p, src in prereg.all_predictions()]
+    card.deviations, card.code_diff = deviations(project, rec, prereg, facts)
+    card.computed_at = utc_now()
+    return card
+
+
+# --- recording ------------------------------------------------------------------------------
+
+
+def _last_outcome_event(project: Project, run_id: str) -> dict[str, Any] | None:
+    last = None
+    for e in iter_records(project.run_dir(run_id) / "events.jsonl"):
+        if e.get("kind") == "outcome":
+            last = e
+    return last
+
+
+def _event_payload(card: Scorecard, rel: str) -> dict[str, Any]:
+    return {"content_sha256": _content_hash(card), "prereg_id": card.prereg_id, "prereg_sha256": card.prereg_sha256,
+            "verify_ok": card.verify_ok, "verify_problems": card.verify_problems[:5], "run_state": card.run_state,
+            "counts": card.counts, "outcome_file": rel, "supersedes": card.supersedes,
+            "predictions": [{k: p.to_dict()[k] for k in ("text", "status", "value", "threshold", "tolerance", "at_step",
+                                                         "rule", "reason", "within_tolerance", "source")}
+                            for p in card.predictions],
+            "deviations": [{"kind": d["kind"], "text": d["text"], "entry": d["entry"]} for d in card.deviations]}
+
+
+def _content_hash(card: Scorecard) -> str:
+    import hashlib
+
+    return hashlib.sha256(canonical(card.content()).encode("utf-8")).hexdigest()
+
+
+def record_outcome(project: Project, run_id: str, *, render: bool = True) -> Scorecard:
+    """Score the run; write outcome.json and an `outcome` event when it is final and new.
+
+    With `render`, the chronicle's day file that shows the new `outcome` entry is re-rendered.
+    """
+    from .review import reviewer_identity
+
+    card = evaluate(project, run_id)
+    if not card.final:
+        return card
+    path = outcome_path(project, run_id)
+    rel = path.relative_to(project.root).as_posix()
+    prev = _last_outcome_event(project, run_id)
+    prev_data = prev.get("data") if prev and isinstance(prev.get("data"), dict) else {}
+    if prev is not None and prev_data.get("content_sha256") == _content_hash(card):
+        card.event, card.already_recorded = f"{run_id}:{prev.get('seq')}", True
+        card.supersedes = prev_data.get("supersedes")
+        card.computed_at, card.computed_by = str(prev.get("ts")), prev_data.get("computed_by")
+        if not path.is_file():
+            atomic_write_json(path, card.to_dict())
+        return card
+    try:
+        card.computed_by = str(reviewer_identity(project.root))
+    except RefusedError:
+        card.computed_by = None
+    card.supersedes = f"{run_id}:{prev.get('seq')}" if prev is not None else None
+    from .sink import EventSink
+
+    attempt = max((int(e.get("attempt")) for e in iter_records(project.run_dir(run_id) / "events.jsonl")
+                   if isinstance(e.get("attempt"), int)), default=0)
+    payload = {**_event_payload(card, rel), "computed_by": card.computed_by}
+    written = EventSink(project.run_dir(run_id), run_id, attempt).emit("outcome", step=card.last_step, **payload)
+    card.event = f"{run_id}:{written['seq']}"
+    card.computed_at = str(written["ts"])
+    atomic_write_json(path, card.to_dict())
+    if render:
+        from .review import rerender_days
+
+        card.warnings = rerender_days(project, [card.computed_at[:10]])
+    return card
+
+
+def load_outcome(project: Project, run_id: str) -> dict[str, Any] | None:
+    """The recorded outcome of a run (outcome.json), or None."""
+    import json
+
+    path = outcome_path(project, run_id)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,435 @@
+"""Team review of the chronicle: a queue of what needs eyes, and signed, append-only review records.
+
+An entry needs review when something happened that a person should look at:
+a restart, a divergence, a rollback, an abort, a hand-made or advised
+hyperparameter change (scheduled ones were in the config), a progress note,
+or a scored outcome. Entries are the run events' stable ids `<run>:<seq>`.
+
+Review records live in `entries/reviews/reviews.jsonl`, a hash-chained log
+(`chain.ChainedLog`), one record per action:
+
+    {"kind": "review", "entry": "qknorm:17", "action": "approve" | "request_changes" | "comment",
+     "text": "...", "reviewer": "Ada Tester", "email": "ada@example.org",
+     "run": "qknorm", "entry_kind": "restart", "entry_ts": "..."}
+
+The reviewer is git's `user.name <user.email>`. Nothing is ever edited: a
+reviewer who asked for changes and is now satisfied approves, which replaces
+their earlier verdict. An entry is approved when `review_approvals` reviewers
+(logbook.yaml) have approved it as their latest verdict and none has changes
+requested as theirs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import subprocess
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .chain import ChainedLog, iter_records, read_log
+from .errors import NotFoundError, RefusedError, TamperedError, UsageError
+from .eventstream import list_event_runs, run_log_path
+from .project import Project
+from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, signal_name
+
+REVIEW_KINDS = ("restart", "divergence_detected", "rollback", "run_aborted", "hparam_change", "milestone", "outcome")
+"""Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
+ACTIONS = ("comment", "approve", "request_changes")
+MAX_TEXT_CHARS = 4000
+ID_HINT = "entry ids look like `qknorm:17` (run:seq); `logbook review` lists those that need review"
+_ID_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}):(\d{1,12})$")
+
+NEEDS_REVIEW = "needs review"
+APPROVED = "approved"
+CHANGES_REQUESTED = "changes requested"
+
+
+@dataclass(frozen=True)
+class Reviewer:
+    """Who signs a review: git's user.name and user.email."""
+
+    name: str
+    email: str
+
+    @property
+    def key(self) -> str:
+        return self.email.lower()
+
+    def __str__(self) -> str:
+        return f"{self.name} <{self.email}>"
+
+
+def reviewer_identity(root: Path) -> Reviewer:
+    """git's user.name and user.email, or a refusal that says how to set them."""
+    def get(key: str) -> str:
+        r = subprocess.run(["git", "config", "--get", key], cwd=root, capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    name, email = get("user.name"), get("user.email")
+    missing = [k for k, v in (("user.name", name), ("user.email", email)) if not v]
+    if missing:
+        raise RefusedError(
+            f"no git identity: a review is signed with git's user.name and user.email, and {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set",
+            hint='run `git config user.name "Your Name"` and `git config user.email you@example.org`',
+        )
+    return Reviewer(name, email)
+
+
+@dataclass
+class QueueItem:
+    """One entry that needs review, with the verdicts it has so far."""
+
+    id: str
+    run: str
+    seq: int
+    ts: str
+    kind: str
+    step: int | None
+    attempt: int | None
+    drill: bool
+    summary: str
+    needed: int
+    approvals: list[str] = field(default_factory=list)
+    """Names of reviewers whose latest verdict is approve."""
+    changes_requested: list[str] = field(default_factory=list)
+    """Names of reviewers whose latest verdict is request_changes."""
+    comments: int = 0
+
+    @property
+    def state(self) -> str:
+        if self.changes_requested:
+            return CHANGES_REQUESTED
+        return APPROVED if len(self.approvals) >= self.needed else NEEDS_REVIEW
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["state"] = self.state
+        return d
+
+
+# --- what needs review ----------------------------------------------------------------------
+
+
+def needs_review(rec: dict[str, Any]) -> bool:
+    """True for an event a person should look at."""
+    kind = rec.get("kind")
+    if kind not in REVIEW_KINDS:
+        return False
+    if kind == "hparam_change":
+        return _data(rec).get("source") != "schedule"
+    return True
+
+
+def _data(rec: dict[str, Any]) -> dict[str, Any]:
+    d = rec.get("data")
+    return d if isinstance(d, dict) else {}
+
+
+def summarize(rec: dict[str, Any]) -> str:
+    """One line for a person: what the entry says."""
+    kind, d = rec.get("kind"), _data(rec)
+    fn = _SUMMARIES.get(str(kind))
+    text = fn(rec, d) if fn else str(kind).replace("_", " ")
+    return " ".join(text.split())
+
+
+def _sum_restart(rec, d) -> str:
+    cause = d.get("cause")
+    why = {"signal": f"killed by {signal_name(d.get('signal'))}", "exception": f"raised {d.get('exception_type') or 'an exception'}",
+           "preempted": "preempted", "hang": "hung"}.get(str(cause), "ended without a record of why")
+    parts = [f"attempt {d.get('prev_attempt', '?')} → {rec.get('attempt', '?')}: {why}"]
+    if isinstance(d.get("resumed_from_step"), int):
+        parts.append(f"resumed from step {fmt_int(d['resumed_from_step'])}")
+    if isinstance(d.get("steps_lost"), int):
+        parts.append(f"{fmt_int(d['steps_lost'])} steps lost")
+    if isinstance(d.get("downtime_s"), (int, float)):
+        parts.append(f"{fmt_duration(d['downtime_s'])} down")
+    return ", ".join(parts) + (" (drill)" if rec.get("drill") else "")
+
+
+def _sum_divergence(rec, d) -> str:
+    metric = d.get("metric", "loss")
+    if d.get("nonfinite"):
+        what = f"non-finite {metric}"
+    else:
+        what = f"{metric} {fmt_num(d.get('value'))} vs {fmt_num(d.get('baseline'))}"
+        if isinstance(d.get("z"), (int, float)):
+            what += f" ({fmt_num(d['z'])}σ)"
+    return f"{what}; action: {d.get('action') or 'none'}" + _plan_tag(d)
+
+
+def _sum_rollback(rec, d) -> str:
+    s = f"rolled back from step {fmt_int(d.get('from_step'))} to {fmt_int(d.get('to_step'))}"
+    b = d.get("batches_skipped")
+    if isinstance(b, list) and len(b) == 2:
+        s += f", batches {fmt_int(b[0])}–{fmt_int(b[1])} skipped"
+    return s + _plan_tag(d)
+
+
+def _sum_abort(rec, d) -> str:
+    return f"aborted by the guard: {d.get('reason') or 'no reason recorded'}"
+
+
+def _sum_change(rec, d) -> str:
+    who = d.get("who") or "unknown"
+    s = f"{d.get('key')} {json.dumps(d.get('old'))} → {json.dumps(d.get('new'))} by {who} ({d.get('source') or '?'})"
+    if d.get("reason"):
+        s += f": {d['reason']}"
+    return s + _plan_tag(d)
+
+
+def _sum_milestone(rec, d) -> str:
+    s = f"{fmt_fraction(d.get('fraction'))} of the run at step {fmt_int(rec.get('step'))}"
+    for key, label in (("loss", "loss"), ("val_loss", "val loss"), ("goodput", "goodput")):
+        if isinstance(d.get(key), (int, float)):
+            s += f", {label} {fmt_num(d[key])}"
+    return s
+
+
+def _sum_outcome(rec, d) -> str:
+    c = d.get("counts") if isinstance(d.get("counts"), dict) else {}
+    parts = [f"{c.get(k, 0)} {k}" for k in ("confirmed", "refuted", "inconclusive") if c.get(k)]
+    dev = d.get("deviations")
+    tail = f"; {len(dev)} deviation(s)" if isinstance(dev, list) and dev else ""
+    return f"scorecard: {', '.join(parts) or 'no predictions'}{tail}"
+
+
+def _plan_tag(d: dict[str, Any]) -> str:
+    plan = d.get("plan")
+    if isinstance(plan, dict) and plan.get("follows") is False:
+        return " [not in the plan]"
+    return ""
+
+
+_SUMMARIES = {"restart": _sum_restart, "divergence_detected": _sum_divergence, "rollback": _sum_rollback,
+              "run_aborted": _sum_abort, "hparam_change": _sum_change, "milestone": _sum_milestone,
+              "outcome": _sum_outcome}
+
+
+def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> Iterable[tuple[str, dict[str, Any]]]:
+    for run in (list_event_runs(project) if runs is None else runs):
+        for rec in iter_records(run_log_path(project, run)):
+            if isinstance(rec.get("seq"), int) and needs_review(rec):
+                yield run, rec
+
+
+def _item(run: str, rec: dict[str, Any], needed: int) -> QueueItem:
+    return QueueItem(
+        id=f"{run}:{rec['seq']}", run=run, seq=rec["seq"], ts=str(rec.get("ts", "")), kind=str(rec.get("kind")),
+        step=rec.get("step") if isinstance(rec.get("step"), int) else None,
+        attempt=rec.get("attempt") if isinstance(rec.get("attempt"), int) else None,
+        drill=rec.get("drill") is True, summary=summarize(rec), needed=needed)
+
+
+def review_queue(project: Project, *, run: str | None = None, include_approved: bool = False) -> list[QueueItem]:
+    """Entries that need review (all reviewable entries with `include_approved`), oldest first."""
+    if run is not None and not run_log_path(project, run).is_file():
+        raise NotFoundError(f"run {run!r} has no event log",
+                            hint=f"runs with events: {', '.join(list_event_runs(project)) or 'none yet'}")
+    needed = project.config.review_approvals
+    verdicts = _verdicts(project)
+    out = []
+    for r, rec in _reviewable_events(project, None if run is None else [run]):
+        item = _item(r, rec, needed)
+        _apply_verdicts(item, verdicts.get(item.id))
+        if include_approved or item.state != APPROVED:
+            out.append(item)
+    out.sort(key=lambda i: (i.ts, i.run, i.seq))
+    return out
+
+
+# --- review records -------------------------------------------------------------------------
+
+
+@dataclass
+class _Verdicts:
+    latest: dict[str, tuple[str, str]] = field(default_factory=dict)  # reviewer key -> (action, name)
+    comments: int = 0
+
+
+def _verdicts(project: Project) -> dict[str, _Verdicts]:
+    out: dict[str, _Verdicts] = {}
+    for rec in iter_records(project.reviews_log):
+        entry, action = rec.get("entry"), rec.get("action")
+        if not isinstance(entry, str) or action not in ACTIONS:
+            continue
+        v = out.setdefault(entry, _Verdicts())
+        if action == "comment":
+            v.comments += 1
+            continue
+        key = str(rec.get("email") or rec.get("reviewer") or "").lower()
+        v.latest[key] = (action, str(rec.get("reviewer") or key))
+    return out
+
+
+def _apply_verdicts(item: QueueItem, v: _Verdicts | None) -> None:
+    if v is None:
+        return
+    item.comments = v.comments
+    for action, name in v.latest.values():
+        (item.approvals if action == "approve" else item.changes_requested).append(name)
+
+
+def reviews_for(project: Project) -> dict[str, list[dict[str, Any]]]:
+    """Entry id -> its review records in order, as the chronicle templates read them.
+
+    Each record: `id` (`review:<seq>`), `action`, `verb` (approved, asked for
+    changes, commented), `reviewer`, `email`, `text`, `ts`, `date`, `time`.
+    """
+    verbs = {"approve": "approved", "request_changes": "asked for changes", "comment": "commented"}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rec in iter_records(project.reviews_log):
+        entry, action, ts = rec.get("entry"), rec.get("action"), rec.get("ts")
+        if not isinstance(entry, str) or action not in ACTIONS or not isinstance(ts, str):
+            continue
+        out.setdefault(entry, []).append({
+            "id": f"review:{rec.get('seq')}", "action": action, "verb": verbs[action],
+            "reviewer": str(rec.get("reviewer") or "unknown"), "email": rec.get("email"),
+            "text": rec.get("text") if isinstance(rec.get("text"), str) else "",
+            "ts": ts, "date": ts[:10], "time": ts[11:16],
+        })
+    return out
+
+
+def check_review_text(text: str | None, *, required: bool) -> str:
+    """A comment: plain text, bounded, no control characters."""
+    text = (text or "").replace("\r\n", "\n").strip()
+    if required and not text:
+        raise UsageError("the review text is empty", hint="say what should change, in a sentence")
+    if len(text) > MAX_TEXT_CHARS:
+        raise UsageError(f"the review text is {len(text):,} characters; the limit is {MAX_TEXT_CHARS:,}",
+                         hint="put the long version in a note (`logbook note --about ENTRY`) and summarise it here")
+    bad = next((c for c in text if unicodedata.category(c) == "Cc" and c not in "\n\t"), None)
+    if bad is not None:
+        raise UsageError(f"the review text contains the control character U+{ord(bad):04X}", hint="remove it and retry")
+    return text
+
+
+def find_reviewable(project: Project, entry_id: str) -> QueueItem:
+    """The reviewable entry with this id, or a refusal that suggests close ids."""
+    m = _ID_RE.match(entry_id or "")
+    if not m:
+        raise NotFoundError(f"{entry_id!r} is not an entry id", hint=ID_HINT)
+    run, seq = m.group(1), int(m.group(2))
+    needed = project.config.review_approvals
+    if run_log_path(project, run).is_file():
+        for rec in iter_records(run_log_path(project, run)):
+            if rec.get("seq") != seq:
+                continue
+            if not needs_review(rec):
+                raise RefusedError(
+                    f"entry {entry_id} is a {rec.get('kind')} event, which is not in the review queue",
+                    hint=f"reviewed kinds: {', '.join(REVIEW_KINDS)}; to remark on any entry use `logbook note --about {entry_id}`")
+            item = _item(run, rec, needed)
+            _apply_verdicts(item, _verdicts(project).get(item.id))
+            return item
+    ids = [f"{r}:{rec['seq']}" for r, rec in _reviewable_events(project)]
+    close = difflib.get_close_matches(entry_id, ids, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise NotFoundError(f"no entry {entry_id} needs review here", hint=hint + ID_HINT)
+
+
+@dataclass
+class ReviewResult:
+    record: dict[str, Any]
+    item: QueueItem
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"record": self.record, "entry": self.item.to_dict(), "warnings": self.warnings}
+
+
+def rerender_days(project: Project, days: list[str]) -> list[str]:
+    """Re-render the chronicle's day files for `days` so they show what was just recorded.
+
+    The record is already written when this runs, so a rendering problem is
+    returned as a warning (fix it, then `logbook render`) rather than raised.
+    """
+    from .chronicle import render_chronicle
+    from .errors import LogbookError
+
+    try:
+        res = render_chronicle(project, days=sorted(set(days)), make_plots=False)
+    except LogbookError as e:
+        return [f"recorded, but the chronicle could not be re-rendered: {e.message}; run `logbook render`"]
+    return list(res.warnings)
+
+
+def _check_log_intact(project: Project) -> None:
+    problems = [p for p in read_log(project.reviews_log).problems if p.kind != "torn_tail"]
+    if problems:
+        rel = project.reviews_log.relative_to(project.root).as_posix()
+        raise TamperedError(f"{rel}: {problems[0].message}",
+                            hint="review records are append-only: restore the file from git (`git checkout -- " + rel + "`)")
+
+
+def add_review(project: Project, entry_id: str, action: str, text: str | None = None, *,
+               render: bool = True) -> ReviewResult:
+    """Append one review record (signed with git's identity); refuse what would change nothing.
+
+    With `render`, the day file of the reviewed entry is re-rendered, as a note's is.
+    """
+    if action not in ACTIONS:
+        raise UsageError(f"unknown review action {action!r}", hint=f"one of {', '.join(ACTIONS)}")
+    text = check_review_text(text, required=action in ("comment", "request_changes"))
+    reviewer = reviewer_identity(project.root)
+    item = find_reviewable(project, entry_id)
+    _check_log_intact(project)
+    latest = _verdicts(project).get(item.id, _Verdicts()).latest.get(reviewer.key)
+    if action == "approve" and latest is not None and latest[0] == "approve":
+        raise RefusedError(f"{reviewer.name} has already approved {item.id}; nothing was recorded",
+                           hint=f"to add a remark, use `logbook review comment {item.id} TEXT`")
+    rec = {"kind": "review", "entry": item.id, "action": action, "text": text, "reviewer": reviewer.name,
+           "email": reviewer.email, "run": item.run, "entry_kind": item.kind, "entry_ts": item.ts}
+    written = ChainedLog(project.reviews_log).append(rec)
+    warnings = rerender_days(project, [item.ts[:10]]) if render else []
+    return ReviewResult(written, find_reviewable(project, item.id), warnings)
+
+
+# --- the state of every run -----------------------------------------------------------------
+
+
+@dataclass
+class RunReviewStatus:
+    """Where one run stands with its reviewers."""
+
+    run: str
+    entries: int
+    needs_review: int
+    approved: int
+    changes_requested: int
+    outcome: bool
+    """True when a final outcome is recorded (runs/<run>/outcome.json)."""
+    open_ids: list[str] = field(default_factory=list)
+
+    @property
+    def signed_off(self) -> bool:
+        return self.needs_review == 0 and self.changes_requested == 0 and self.outcome
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "signed_off": self.signed_off}
+
+
+def review_status(project: Project) -> list[RunReviewStatus]:
+    """One line per run with an event log: counts of entries by review state, and the outcome."""
+    from .outcome import outcome_path
+
+    items = review_queue(project, include_approved=True)
+    out = []
+    for run in list_event_runs(project):
+        mine = [i for i in items if i.run == run]
+        st = RunReviewStatus(
+            run=run, entries=len(mine),
+            needs_review=sum(1 for i in mine if i.state == NEEDS_REVIEW),
+            approved=sum(1 for i in mine if i.state == APPROVED),
+            changes_requested=sum(1 for i in mine if i.state == CHANGES_REQUESTED),
+            outcome=outcome_path(project, run).is_file(),
+            open_ids=[i.id for i in mine if i.state != APPROVED])
+        out.append(st)
+    return out

@@ -1,0 +1,225 @@
+"""`logbook outcome`: predictions scored against what runs recorded; deviations listed; written once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, git
+from scoring_helpers import (
+    STORY_PREDICTIONS, make_prereg, project_of, sha256_of, story_clock, story_run,  # noqa: F401
+)
+
+from logbook import gitbind
+from logbook.chain import iter_records
+from logbook.outcome import evaluate, outcome_path, record_outcome
+
+
+def _by_text(card):
+    return {p.text: p for p in card.predictions}
+
+
+def test_scorecard_confirms_and_refutes_from_metrics_and_events(logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, STORY_PREDICTIONS)
+    story_run(project, story_clock, "story", pid)
+    card = evaluate(project, "story")
+    p = _by_text(card)
+    assert card.final and card.run_state == "finished" and card.last_step == 100
+    assert (p["loss@final < 4"].status, p["loss@final < 4"].value, p["loss@final < 4"].at_step) == ("confirmed", 3.0, 100)
+    assert p["val_loss@final < 0.5"].status == "refuted" and p["val_loss@final < 0.5"].value == pytest.approx(2.5)
+    assert (p["restarts@final == 1"].status, p["restarts@final == 1"].value) == ("confirmed", 1.0)
+    assert (p["spikes@final == 0"].status, p["spikes@final == 0"].value) == ("refuted", 1.0)
+    assert (p["lr_changes@final == 0"].status, p["lr_changes@final == 0"].value) == ("confirmed", 0.0)
+    assert card.counts == {"confirmed": 7, "refuted": 2, "inconclusive": 0}
+
+
+def test_a_restart_drops_the_abandoned_steps_of_the_attempt_that_died(logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, STORY_PREDICTIONS)
+    story_run(project, story_clock, "story", pid)
+    p = _by_text(evaluate(project, "story"))["loss@step:55 < 10"]
+    assert p.value == pytest.approx(4.0 - 0.55)  # attempt 2 redid step 55; attempt 1's 3.9 no longer counts
+    assert p.at_step == 55 and p.rule == "at step 55"
+
+
+def test_a_step_without_a_value_uses_the_nearest_logged_step_before_it(logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, STORY_PREDICTIONS)
+    story_run(project, story_clock, "story", pid)
+    p = _by_text(evaluate(project, "story"))["val_loss@step:60 < 10"]
+    assert (p.status, p.at_step, p.value) == ("confirmed", 50, pytest.approx(4.0))
+    assert "nearest logged at or before step 60" in p.rule
+
+
+def test_counts_at_a_point_include_only_what_happened_before_the_run_passed_it(logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, STORY_PREDICTIONS)
+    story_run(project, story_clock, "story", pid)
+    p = _by_text(evaluate(project, "story"))["restarts@step:40 == 0"]
+    assert (p.status, p.value) == ("confirmed", 0.0)
+
+
+def test_a_fraction_of_the_run_is_scored_at_its_step_and_a_tolerance_is_named(logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, STORY_PREDICTIONS)
+    story_run(project, story_clock, "story", pid)
+    p = _by_text(evaluate(project, "story"))["loss@50% < 3.95 ± 0.1"]
+    assert (p.status, p.within_tolerance, p.at_step, p.value) == ("confirmed", True, 50, pytest.approx(4.0))
+
+
+def test_outcome_is_written_once_as_a_file_and_an_event(logbook_repo, story_clock, cli):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, STORY_PREDICTIONS)
+    run_dir = story_run(project, story_clock, "story", pid)
+    res = cli("outcome", "story", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    events = [e for e in iter_records(run_dir / "events.jsonl") if e["kind"] == "outcome"]
+    assert len(events) == 1 and out["event"] == f"story:{events[0]['seq']}"
+    assert events[0]["data"]["counts"] == out["counts"] and len(events[0]["data"]["predictions"]) == len(STORY_PREDICTIONS)
+    saved = json.loads(outcome_path(project, "story").read_text())
+    assert saved["prereg_id"] == pid and saved["final"] is True and saved["event"] == out["event"]
+    before = sha256_of(run_dir / "events.jsonl")
+    again = cli("outcome", "story", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["already_recorded"] is True
+    assert sha256_of(run_dir / "events.jsonl") == before  # nothing there twice
+
+
+def test_a_run_still_going_gets_a_provisional_scorecard_that_is_not_written(logbook_repo, story_clock, cli):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4", "spikes@final == 0", "restarts@final <= 3", "loss@step:20 < 10"])
+    run_dir = story_run(project, story_clock, "story", pid, finish=False)
+    before = sha256_of(run_dir / "events.jsonl")
+    res = cli("outcome", "story")
+    assert res.exit_code == 0, res.output
+    assert "PROVISIONAL" in res.stdout and "not recorded" in res.stdout
+    assert not outcome_path(project, "story").exists() and sha256_of(run_dir / "events.jsonl") == before
+    p = _by_text(record_outcome(project, "story"))
+    assert p["loss@final < 4"].status == "inconclusive" and "not reached yet" in p["loss@final < 4"].reason
+    assert p["spikes@final == 0"].status == "refuted"  # a count that only grows is already past 0
+    assert p["restarts@final <= 3"].status == "inconclusive"
+    assert p["loss@step:20 < 10"].status == "confirmed"
+
+
+def test_a_run_aborted_before_a_point_is_inconclusive_there(logbook_repo, story_clock):
+    from logbook.sink import EventSink
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4", "loss@step:20 < 10"])
+    run_dir = story_run(project, story_clock, "story", pid, finish=False, restart=False)
+    EventSink(run_dir, "story", 1).emit("run_aborted", step=60, reason="3 rollbacks", rollbacks=3)
+    card = record_outcome(project, "story")
+    p = _by_text(card)
+    assert card.final and card.run_state == "aborted" and outcome_path(project, "story").exists()
+    assert p["loss@final < 4"].status == "inconclusive" and "aborted at step 60" in p["loss@final < 4"].reason
+    assert p["loss@step:20 < 10"].status == "confirmed"
+
+
+def test_deviations_list_live_changes_off_plan_actions_config_and_code(logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4"])
+    (logbook_repo / "train.py").write_text("print('changed after the preregistration')\n")
+    snap = gitbind.snapshot_worktree(project, "story")["commit"]
+    story_run(project, story_clock, "story", pid, snapshot=snap,
+              deviations=["config configs/story.yaml has sha256 cccccccccccc, the preregistration recorded 000000000000"])
+    card = evaluate(project, "story")
+    kinds = [d["kind"] for d in card.deviations]
+    assert kinds.count("live_change") == 1 and kinds.count("off_plan") == 1
+    assert "config" in kinds and "code" in kinds
+    live = next(d for d in card.deviations if d["kind"] == "live_change")
+    assert "grad_clip 1.0 → 0.5" in live["text"] and "Ada Tester" in live["text"] and live["entry"].startswith("story:")
+    assert "train.py" in card.code_diff
+    assert not any("data.weights" in d["text"] for d in card.deviations)  # a scheduled change is in the plan
+
+
+def test_a_preregistration_that_fails_verify_is_said_first_and_still_scored(logbook_repo, story_clock, cli):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4"])
+    story_run(project, story_clock, "story", pid)
+    path = project.prereg_dir / f"{pid}.md"
+    path.write_text(path.read_text().replace("QK-norm keeps", "QK-norm surely keeps"))
+    res = cli("outcome", "story")
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    warn = next(i for i, line in enumerate(lines) if "fails `logbook verify`" in line)
+    table = next(i for i, line in enumerate(lines) if "loss@final < 4" in line)
+    assert warn < table and "confirmed" in res.stdout
+    assert json.loads(outcome_path(project, "story").read_text())["verify"]["ok"] is False
+
+
+def test_an_exploratory_run_is_refused_and_nothing_is_written(logbook_repo, story_clock, cli):
+    project = project_of(logbook_repo)
+    run_dir = story_run(project, story_clock, "explore", None, exploratory=True)
+    before = sha256_of(run_dir / "events.jsonl")
+    res = cli("outcome", "explore")
+    assert res.exit_code == 3
+    assert "exploratory" in res.stderr and "nothing to score" in res.stderr and "Traceback" not in res.output
+    assert sha256_of(run_dir / "events.jsonl") == before and not outcome_path(project, "explore").exists()
+
+
+def test_an_unknown_run_is_refused_with_the_known_ones(logbook_repo, story_clock, cli):
+    project = project_of(logbook_repo)
+    story_run(project, story_clock, "story", make_prereg(project, ["loss@final < 4"]))
+    res = cli("outcome", "stroy")
+    assert res.exit_code == 3 and "unknown run" in res.stderr and "story" in res.stderr
+    assert cli("outcome", "../x").exit_code == 2
+
+
+def test_a_new_amendment_supersedes_the_recorded_outcome(logbook_repo, story_clock):
+    from logbook.prereg import amend_prereg
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4"])
+    story_run(project, story_clock, "story", pid)
+    first = record_outcome(project, "story")
+    amend_prereg(project, pid, reason="add the throughput promise", seen="results",
+                 predictions=["tokens_per_s@final >= 1000"])
+    second = record_outcome(project, "story")
+    assert second.supersedes == first.event and second.event != first.event
+    assert any(d["kind"] == "amendment" for d in second.deviations)
+    assert json.loads(outcome_path(project, "story").read_text())["event"] == second.event
+
+
+def test_scoring_refuses_nothing_for_a_missing_metric_it_calls_it_inconclusive(logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["mfu@final > 0.3"])
+    story_run(project, story_clock, "story", pid)
+    p = evaluate(project, "story").predictions[0]
+    assert p.status == "inconclusive" and "no mfu was logged" in p.reason
+
+
+@pytest.mark.slow
+def test_a_real_tiny_run_is_scored_with_a_confirmed_and_a_refuted_prediction(logbook_repo, cli):
+    from runhelpers import micro_config
+
+    from logbook.chain import utc_now
+    from logbook.launch import config_sha256
+    from logbook.runs import RunRecord, write_run_record
+
+    project = project_of(logbook_repo)
+    config = micro_config(logbook_repo, steps=12, every=4)
+    git(logbook_repo, "add", "configs")
+    git(logbook_repo, "commit", "-q", "-m", "micro config")
+    pid = make_prereg(project, ["loss@final < 10", "val_loss@final < 0.01", "restarts@final == 0",
+                                "loss@50% < 10", "skipped_steps@final == 0"], config=str(config))
+    snap = gitbind.snapshot_worktree(project, "tiny")
+    digest = config_sha256(config)
+    write_run_record(project, RunRecord(run_id="tiny", created=utc_now(), config_path="configs/micro.yaml",
+                                        config_hash=digest, prereg_id=pid, prereg_config_hash=digest, snapshot=snap))
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "trainer", "--project", str(logbook_repo), "--run", "tiny",
+                           "configs/micro.yaml"], cwd=logbook_repo, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = cli("outcome", "tiny", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    status = {p["text"]: p for p in out["predictions"]}
+    assert out["final"] and out["run_state"] == "finished" and out["last_step"] == 12
+    assert status["loss@final < 10"]["status"] == "confirmed" and status["loss@final < 10"]["at_step"] == 12
+    assert status["val_loss@final < 0.01"]["status"] == "refuted" and status["val_loss@final < 0.01"]["value"] > 1
+    assert status["loss@50% < 10"]["at_step"] == 6 and status["restarts@final == 0"]["status"] == "confirmed"
+    assert out["deviations"] == [] and out["verify"]["ok"] is True

@@ -1,0 +1,182 @@
+"""`logbook review`: the queue, signed append-only records, approvals, and refusals that change nothing."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import git
+from scoring_helpers import make_prereg, project_of, sha256_of, story_clock, story_run  # noqa: F401
+
+from logbook.chain import verify_log
+from logbook.review import reviews_for
+
+
+def _story(repo, clock, run="story"):
+    project = project_of(repo)
+    pid = make_prereg(project, ["loss@final < 4", "spikes@final == 0"])
+    story_run(project, clock, run, pid)
+    return project
+
+
+def _queue(cli, *args):
+    res = cli("review", "--json", *args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def _id(items, kind):
+    return next(i["id"] for i in items if i["kind"] == kind)
+
+
+def test_the_queue_lists_what_needs_a_reviewer_and_nothing_routine(logbook_repo, story_clock, cli):
+    _story(logbook_repo, story_clock)
+    items = _queue(cli)
+    kinds = [i["kind"] for i in items]
+    assert kinds == ["divergence_detected", "milestone", "restart", "hparam_change"]
+    change = next(i for i in items if i["kind"] == "hparam_change")
+    assert change["summary"].startswith("grad_clip 1.0 → 0.5 by Ada Tester (live)") and "[not in the plan]" in change["summary"]
+    restart = next(i for i in items if i["kind"] == "restart")
+    assert "attempt 1 → 2: killed by signal 9 (SIGKILL)" in restart["summary"] and "10 steps lost" in restart["summary"]
+    assert all(i["approvals"] == [] and i["needed"] == 1 and i["state"] == "needs review" for i in items)
+    assert all(i["id"].startswith("story:") and i["ts"].startswith("2026-11-30T") for i in items)
+
+
+def test_the_queue_table_shows_id_time_run_kind_summary_and_approvals(logbook_repo, story_clock, cli):
+    _story(logbook_repo, story_clock)
+    res = cli("review")
+    assert res.exit_code == 0, res.output
+    first = res.stdout.splitlines()[1]
+    assert first.split()[:5] == ["story:2", "2026-11-30", "08:00", "story", "divergence"]
+    assert first.rstrip().endswith("0/1")
+
+
+def test_an_approval_signs_off_an_entry_with_the_git_identity(logbook_repo, story_clock, cli):
+    project = _story(logbook_repo, story_clock)
+    eid = _id(_queue(cli), "restart")
+    res = cli("review", "approve", eid, "--comment", "cost matches the drill")
+    assert res.exit_code == 0, res.output
+    assert "Ada Tester approved" in res.stderr and "1/1 approvals, approved" in res.stderr
+    assert eid not in [i["id"] for i in _queue(cli)]
+    assert next(i for i in _queue(cli, "--all") if i["id"] == eid)["approvals"] == ["Ada Tester"]
+    rec = reviews_for(project)[eid][0]
+    assert (rec["action"], rec["reviewer"], rec["email"], rec["text"]) == ("approve", "Ada Tester", "ada@example.org", "cost matches the drill")
+    assert verify_log(project.reviews_log) == []
+
+
+def test_two_approvals_are_needed_when_the_logbook_says_so(logbook_repo, story_clock, cli):
+    project = _story(logbook_repo, story_clock)
+    cfg = logbook_repo / "logbook.yaml"
+    cfg.write_text(cfg.read_text().replace("review_approvals: 1", "review_approvals: 2"))
+    eid = _id(_queue(cli), "milestone")
+    assert cli("review", "approve", eid).exit_code == 0
+    assert next(i for i in _queue(cli) if i["id"] == eid)["state"] == "needs review"
+    git(logbook_repo, "config", "user.name", "Bo Reviewer")
+    git(logbook_repo, "config", "user.email", "bo@example.org")
+    res = cli("review", "approve", eid)
+    assert res.exit_code == 0 and "2/2 approvals, approved" in res.stderr
+    assert eid not in [i["id"] for i in _queue(cli)]
+    assert [r["reviewer"] for r in reviews_for(project)[eid]] == ["Ada Tester", "Bo Reviewer"]
+
+
+def test_approving_twice_is_refused_and_changes_nothing(logbook_repo, story_clock, cli):
+    project = _story(logbook_repo, story_clock)
+    eid = _id(_queue(cli), "restart")
+    assert cli("review", "approve", eid).exit_code == 0
+    before = sha256_of(project.reviews_log)
+    res = cli("review", "approve", eid, "--comment", "again")
+    assert res.exit_code == 3 and "already approved" in res.stderr and "nothing was recorded" in res.stderr
+    assert sha256_of(project.reviews_log) == before
+
+
+def test_an_unknown_entry_is_refused_with_close_ids_and_changes_nothing(logbook_repo, story_clock, cli):
+    project = _story(logbook_repo, story_clock)
+    eid = _id(_queue(cli), "restart")
+    cli("review", "comment", eid, "first")
+    before = sha256_of(project.reviews_log)
+    typo = "stroy:" + eid.split(":")[1]
+    res = cli("review", "approve", typo)
+    assert res.exit_code == 3 and f"no entry {typo}" in res.stderr and f"did you mean {eid}" in res.stderr
+    assert cli("review", "approve", "not-an-id").exit_code == 3
+    assert sha256_of(project.reviews_log) == before
+
+
+def test_a_routine_entry_is_not_in_the_queue_and_is_refused(logbook_repo, story_clock, cli):
+    project = _story(logbook_repo, story_clock)
+    res = cli("review", "approve", "story:0")  # run_started
+    assert res.exit_code == 3 and "not in the review queue" in res.stderr and "logbook note --about story:0" in res.stderr
+    assert not project.reviews_log.exists()
+
+
+def test_a_reviewer_without_a_git_identity_is_refused_and_changes_nothing(logbook_repo, story_clock, cli, monkeypatch, tmp_path):
+    project = _story(logbook_repo, story_clock)
+    eid = _id(_queue(cli), "restart")
+    cli("review", "comment", eid, "first")
+    before = sha256_of(project.reviews_log)
+    empty = tmp_path / "empty.gitconfig"
+    empty.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(empty))
+    res = cli("review", "approve", eid)
+    assert res.exit_code == 3 and "no git identity" in res.stderr and "git config user.name" in res.stderr
+    assert sha256_of(project.reviews_log) == before
+
+
+def test_changes_requested_stay_open_until_the_same_reviewer_approves(logbook_repo, story_clock, cli):
+    _story(logbook_repo, story_clock)
+    eid = _id(_queue(cli), "hparam_change")
+    assert cli("review", "approve", eid).exit_code == 0
+    assert cli("review", "request-changes", eid, "the reason should name the data issue").exit_code == 0
+    item = next(i for i in _queue(cli) if i["id"] == eid)
+    assert item["state"] == "changes requested" and item["approvals"] == []
+    assert cli("review", "comment", eid, "see data issue #88").exit_code == 0
+    assert next(i for i in _queue(cli) if i["id"] == eid)["comments"] == 1
+    assert cli("review", "approve", eid).exit_code == 0
+    assert eid not in [i["id"] for i in _queue(cli)]
+
+
+def test_empty_or_control_character_text_is_a_usage_error(logbook_repo, story_clock, cli):
+    project = _story(logbook_repo, story_clock)
+    eid = _id(_queue(cli), "restart")
+    assert cli("review", "request-changes", eid, "   ").exit_code == 2
+    assert cli("review", "comment", eid, "bell \x07").exit_code == 2
+    assert not project.reviews_log.exists()
+
+
+def test_an_edited_reviews_log_is_refused_as_tampered(logbook_repo, story_clock, cli):
+    project = _story(logbook_repo, story_clock)
+    eid = _id(_queue(cli), "restart")
+    cli("review", "approve", eid, "--comment", "fine")
+    project.reviews_log.write_text(project.reviews_log.read_text().replace('"fine"', '"great"'))
+    before = sha256_of(project.reviews_log)
+    res = cli("review", "comment", eid, "more")
+    assert res.exit_code == 4 and "edited" in res.stderr
+    assert sha256_of(project.reviews_log) == before
+
+
+def test_status_gives_every_run_its_review_state_and_outcome(logbook_repo, story_clock, cli):
+    project = _story(logbook_repo, story_clock)
+    story_run(project, story_clock, "other", None, exploratory=True)
+    assert cli("outcome", "story").exit_code == 0
+    eid = _id(_queue(cli, "--run", "story"), "restart")
+    cli("review", "request-changes", eid, "why SIGKILL?")
+    res = cli("review", "--status", "--json")
+    assert res.exit_code == 0, res.output
+    rows = {r["run"]: r for r in json.loads(res.stdout)}
+    assert rows["story"]["outcome"] is True and rows["other"]["outcome"] is False
+    assert rows["story"]["changes_requested"] == 1 and rows["story"]["needs_review"] == 4  # 3 + the outcome entry
+    assert rows["other"]["needs_review"] == 4 and rows["story"]["signed_off"] is False
+    table = cli("review", "--status")
+    assert table.exit_code == 0 and "recorded" in table.stdout and "none" in table.stdout
+
+
+def test_review_records_render_under_their_entry_through_the_chronicle_template(logbook_repo, story_clock, cli):
+    from logbook.render_md import MarkdownRenderer
+
+    project = _story(logbook_repo, story_clock)
+    eid = _id(_queue(cli), "restart")
+    cli("review", "approve", eid, "--comment", "*fine* | [x](y)")
+    env = MarkdownRenderer(project).env
+    tpl = env.from_string('body\n{% include "chronicle/reviews.md.j2" %}\n\nid: x\n')
+    assert tpl.render(e={"reviews": []}) == "body\n\nid: x\n"  # nothing changes for an entry without reviews
+    text = tpl.render(e={"reviews": reviews_for(project)[eid]})
+    assert "**Reviews:**" in text and "- Ada Tester approved (2026-11-30 " in text
+    assert "“\\*fine\\* \\| \\[x\\](y)”" in text  # a review's text is shown, never read as Markdown
