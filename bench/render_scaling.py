@@ -6,6 +6,8 @@ and skipped steps that are summarised, the rest one entry each) plus a note
 every 500 events, then times a full render of the dated Markdown files and of
 the PDF. Time should grow linearly: the per-1k-event column should stay flat.
 Goals on a 2-core machine: 10,000 events to Markdown within 1 s, to PDF within 5 s.
+The last column is the launcher's case: one more event arrives, and only its
+day is rendered again (entries already rendered come from the in-process cache).
 
     python3 bench/render_scaling.py [--sizes 1000,10000,100000] [--no-pdf]
 """
@@ -29,6 +31,7 @@ from logbook.chain import GENESIS, SCHEMA_VERSION, canonical, record_hash  # noq
 from logbook.chronicle import render_chronicle  # noqa: E402
 from logbook.init import init_logbook  # noqa: E402
 from logbook.project import open_project  # noqa: E402
+from logbook.sink import EventSink  # noqa: E402
 
 RUNS = ["alpha", "beta", "gamma", "delta"]
 MIX = [("checkpoint_saved", 40), ("step_skipped", 10), ("divergence_detected", 12), ("restart", 6),
@@ -119,26 +122,33 @@ def main() -> None:
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="logbook-bench-") as tmp:
             root = Path(tmp) / "repo"
-            build(root, n)
+            build(root, n, seed=n)  # a different seed per size: no entry is rendered from the cache
             project = open_project(root)
             md = _time(lambda: render_chronicle(project, make_plots=False))
             days = len(list(project.entries.glob("2*/*/*.md")))
+            last_day = sorted(project.entries.glob("2*/*/*.md"))[-1]
+            day = "-".join(last_day.parts[-3:])[:-3]
+            # The launcher's case: one more event arrives, and its day is rendered again. (Its
+            # timestamp is now; it still sorts after the log's last line, on the last day.)
+            EventSink(project.run_dir(RUNS[0]), RUNS[0], 9).emit("hang", step=1, timeout_s=60, elapsed_s=61)
+            one = _time(lambda: render_chronicle(project, days=[day], make_plots=False))
             pdf = None
             if not args.no_pdf:
                 from logbook.render_pdf import render_pdf
 
                 pdf = _time(lambda: render_pdf(project, Path(tmp) / "c.pdf"))
-            rows.append({"events": n, "days": days, "md_wall_s": md[0], "md_cpu_s": md[1],
+            rows.append({"events": n, "days": days, "md_wall_s": md[0], "md_cpu_s": md[1], "one_day_wall_s": one[0],
                          "pdf_wall_s": pdf[0] if pdf else None, "pdf_cpu_s": pdf[1] if pdf else None})
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average {load:.1f} on {os.cpu_count()} CPUs; wall and CPU seconds, and per 1,000 events")
-    print(f"{'events':>8} {'days':>5} | {'md wall':>8} {'md cpu':>8} {'cpu/1k':>7} | {'pdf wall':>8} {'pdf cpu':>8} {'cpu/1k':>7}")
+    print(f"{'events':>8} {'days':>5} | {'md wall':>8} {'md cpu':>8} {'cpu/1k':>7} | {'pdf wall':>8} {'pdf cpu':>8} {'cpu/1k':>7}"
+          f" | {'+1 event, re-render its day':>28}")
     for r in rows:
         k = r["events"] / 1000
         md = f"{r['md_wall_s']:8.2f} {r['md_cpu_s']:8.2f} {r['md_cpu_s'] / k:7.3f}"
         pdf = (f"{r['pdf_wall_s']:8.2f} {r['pdf_cpu_s']:8.2f} {r['pdf_cpu_s'] / k:7.3f}" if r["pdf_wall_s"] is not None
                else f"{'-':>8} {'-':>8} {'-':>7}")
-        print(f"{r['events']:>8,} {r['days']:>5} | {md} | {pdf}")
+        print(f"{r['events']:>8,} {r['days']:>5} | {md} | {pdf} | {r['one_day_wall_s']:26.3f} s")
     print(json.dumps(rows))
 
 

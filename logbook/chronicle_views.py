@@ -77,8 +77,12 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
         e.update(_note_fields(rec, r))
     elif kind == "milestone":
         e["m"] = milestone_fields(e, r.project, r, make_plot)
-    e["heading"] = r.heading(e)
-    e["body"] = r.entry(e)
+    # A record's hash pins its content; errata and the day it lands on complete the key.
+    # Milestones are always rendered: drawing a missing plot is a side effect.
+    key = None
+    if isinstance(rec.get("hash"), str) and kind != "milestone":
+        key = (item.source, item.ts, rec["hash"], tuple(tuple(sorted(x.items())) for x in e["errata"]))
+    e["heading"], e["body"] = r.cached(key, e)
     return e
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from .textfmt import (
 
 BUNDLED_TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 _KIND_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+_ENTRY_CACHE_SIZE = 20_000
 
 
 class Raw(str):
@@ -113,6 +115,8 @@ def _environment(project: Project | None):
     if env is None:
         _ENVIRONMENTS.clear()
         env = _ENVIRONMENTS[stamp] = _new_environment(dirs)
+        env.logbook_stamp = stamp
+        env.logbook_entries = OrderedDict()  # rendered entries, valid for exactly these templates
     return env
 
 
@@ -141,6 +145,14 @@ def _new_environment(dirs: list[Path]):
         cellcode=lambda v: Raw(table_cell(code_span(v))),
     )
     env.tests["number"] = is_number
+
+    def plan(p: Any, change: bool = False) -> Raw:
+        """Whether an action followed the preregistered plan, in the words of `chronicle/plan.md.j2`."""
+        if not isinstance(p, dict):
+            return Raw("")
+        return Raw(env.get_template("chronicle/plan.md.j2").render(p=p, change=change).strip())
+
+    env.globals["plan"] = plan
     return env
 
 
@@ -198,7 +210,6 @@ class MarkdownRenderer:
         self._routine = self.env.get_template("chronicle/routine.md.j2")
         self._problem = self.env.get_template("chronicle/problem.md.j2")
         self._day = self.env.get_template("chronicle/day.md.j2")
-        self._plan = self.env.get_template("chronicle/plan.md.j2")
         self._kinds: dict[str, str] = {}
 
     def link(self, day: str, anchor: str) -> str:
@@ -213,12 +224,6 @@ class MarkdownRenderer:
         target = self.project.entries / rel
         base = self.out_dir or self.project.root
         return Path(os.path.relpath(target, base)).as_posix()
-
-    def plan(self, p: Any, change: bool = False) -> Raw:
-        """Whether an action followed the preregistered plan (`chronicle/plan.md.j2`)."""
-        if not isinstance(p, dict):
-            return Raw("")
-        return Raw(self._plan.render(p=p, change=change).strip())
 
     def kind_template(self, kind: str) -> str:
         """`chronicle/kinds/<kind>.md.j2`, or the generic one for a kind no template knows."""
@@ -235,6 +240,25 @@ class MarkdownRenderer:
             self._kinds[kind] = name
         return name
 
+    def cached(self, key: tuple | None, e: dict[str, Any]) -> tuple[Raw, Raw]:
+        """(heading, body) of an entry, from the in-process cache when the same record was rendered before.
+
+        The launcher re-renders the current day after every batch of events;
+        with the cache only the new events go through the templates again.
+        """
+        cache = self.env.logbook_entries
+        if key is not None:
+            key = (str(self.project.root), self.combined, str(self.out_dir), *key)
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
+        out = (self.heading(e), self.entry(e))
+        if key is not None:
+            cache[key] = out
+            if len(cache) > _ENTRY_CACHE_SIZE:
+                cache.popitem(last=False)
+        return out
+
     def heading(self, e: dict[str, Any]) -> Raw:
         return Raw(self._heading.render(e=e).strip())
 
@@ -242,13 +266,12 @@ class MarkdownRenderer:
         """The entry's Markdown; a payload its kind's template cannot handle is shown generically."""
         name = self.kind_template(e["kind"])
         try:
-            text = self._entry.render(e=e, body_template=name, plan=self.plan)
+            text = self._entry.render(e=e, body_template=name)
         except Exception as exc:  # a malformed payload must not hide the event
             if name == "chronicle/kinds/_generic.md.j2":
                 raise
             why = f"{type(exc).__name__}: {exc}"
-            text = self._entry.render(e=View({**e, "template_error": why}), body_template="chronicle/kinds/_generic.md.j2",
-                                      plan=self.plan)
+            text = self._entry.render(e=View({**e, "template_error": why}), body_template="chronicle/kinds/_generic.md.j2")
         return Raw(text.strip("\n"))
 
     def routine(self, r: dict[str, Any]) -> Raw:

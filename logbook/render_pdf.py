@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .chronicle import Chronicle, DayPage, _select
-from .errors import LogbookError
+from .errors import UsageError
 from .eventstream import list_event_runs, run_log_path
 from .fsutil import atomic_write_bytes
 from .lineage import run_lineage
@@ -33,7 +33,7 @@ from .render_md import MarkdownRenderer, find_template_file
 TEMPLATE = "chronicle.typ"
 
 
-class PdfError(LogbookError):
+class PdfError(UsageError):
     """Typst could not compile the chronicle (a broken project-local template, most often)."""
 
 

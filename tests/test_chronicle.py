@@ -205,3 +205,23 @@ def test_render_refuses_bad_dates_and_unknown_runs(logbook_repo, clock, cli):
     assert res.exit_code == 3 and "runs with events: qknorm" in res.stderr
     res = cli("render", "--check", "--format", "pdf")
     assert res.exit_code == 2
+
+
+def test_unreadable_lines_are_reported_and_do_not_mislead_the_day_search(logbook_repo, clock):
+    project = project_of(logbook_repo)
+    s = sink(project, "qknorm", 1)
+    for d in range(1, 21):
+        clock.set(f"2026-12-{d:02d}T12:00:00")
+        s.emit("hang", step=d, timeout_s=60, elapsed_s=61)
+    log = project.run_dir("qknorm") / "events.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines.insert(10, b"\xff\xfe not json at all\n")  # between the 10th and 11th day
+    log.write_bytes(b"".join(lines))
+    render_chronicle(project)
+    full = {d: day_path(project, f"2026-12-{d:02d}").read_bytes() for d in range(1, 21)}
+    assert b"1 line of `entries/runs/qknorm/events.jsonl` could not be read" in full[10]
+    for d in (5, 10, 11, 20):
+        day_path(project, f"2026-12-{d:02d}").unlink()
+        render_chronicle(project, days=[f"2026-12-{d:02d}"])
+        assert day_path(project, f"2026-12-{d:02d}").read_bytes() == full[d]
+    check_chronicle(project)
