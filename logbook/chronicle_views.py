@@ -73,9 +73,9 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
         "drill": rec.get("drill") is True, "data": view(_data(rec)),
         "errata": view(erratum_views(errata.get(eid, []), r)),
     })
-    if item.source == NOTES_SOURCE:
+    if item.source == NOTES_SOURCE and kind == "note":
         e.update(_note_fields(rec, r))
-    elif kind == "milestone":
+    elif kind == "milestone" and item.source != NOTES_SOURCE:
         e["m"] = milestone_fields(e, r.project, r, make_plot)
     # A record's hash pins its content; errata and the day it lands on complete the key.
     # Milestones are always rendered: drawing a missing plot is a side effect.

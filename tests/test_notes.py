@@ -118,3 +118,20 @@ def test_notes_full_of_special_characters_round_trip_in_markdown(logbook_repo, c
     text = day_path(project, "2026-12-01").read_text()
     assert "> #import \"x.typ\": *\n> #read(\"/etc/passwd\")" in text
     git(logbook_repo, "status", "--short")  # the repository is still readable by git
+
+
+def test_a_torn_notes_log_is_repaired_by_the_next_note_and_both_show(logbook_repo, clock, cli):
+    project = project_of(logbook_repo)
+    clock.set("2026-12-01T01:00:00")
+    assert cli("note", "first").exit_code == 0
+    with open(project.notes_log, "ab") as f:
+        f.write(b'{"author":"Ada","text":"half a no')
+    cli("render")
+    text = day_path(project, "2026-12-01").read_text()
+    assert "`entries/notes/notes.jsonl` ends in a torn line (33 bytes)" in text
+    clock.set("2026-12-01T02:00:00")
+    assert cli("note", "second").exit_code == 0
+    text = day_path(project, "2026-12-01").read_text()
+    assert "> first" in text and "> second" in text and "torn line" not in text
+    assert "· log repaired" in text and "moved to `notes.jsonl.torn`" in text
+    assert (project.notes_log.parent / "notes.jsonl.torn").read_bytes() == b'{"author":"Ada","text":"half a no\n'
