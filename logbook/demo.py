@@ -164,12 +164,8 @@ def train(st: DemoState) -> None:
 
 def render(st: DemoState) -> None:
     """The dated chronicle, rendered once more from the final event log."""
-    try:
-        from .chronicle import render_chronicle
-    except ModuleNotFoundError as e:
-        if e.name != f"{__package__}.chronicle":
-            raise
-        return
+    from .chronicle import render_chronicle
+
     render_chronicle(_project(st))
     st.chronicle = sorted(_project(st).entries.glob("[0-9][0-9][0-9][0-9]/[0-9][0-9]/[0-9][0-9].md"))
     for path in st.chronicle:

@@ -1,7 +1,7 @@
 """`logbook run`: launch the trainer under torchrun and keep the run's record.
 
 Before the first step the launcher checks the config (through the trainer's
-own `--check-config`), the preregistration (it must exist and verify), takes a
+own `--print-config`), the preregistration (it must exist and verify), takes a
 code snapshot, hashes the config and writes `run.json`. Then torchrun runs the
 trainer with `--max-restarts`: the trainer writes its own events (run_started,
 restart, preempted, run_finished...) while the launcher re-renders the
@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -131,7 +132,7 @@ def launch_run(
             plan = _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory,
                              nproc or 1, DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, rdzv, say)
         _announce(plan, project, say)
-        return _supervise(project, plan, rdzv, entry, say, poll_s)
+        return _supervise(project, plan, rdzv, entry, say, poll_s, lock)
     finally:
         lock.release()
 
@@ -402,7 +403,8 @@ def torchrun_command(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str
     ]
 
 
-def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say: Say, poll_s: float) -> RunResult:
+def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say: Say, poll_s: float,
+               lock: RunLock) -> RunResult:
     rec = plan.record
     launch_dir = project.state_dir / "torchrun" / rec.run_id / time.strftime("%Y%m%dT%H%M%S")
     launch_dir.mkdir(parents=True, exist_ok=True)
@@ -410,10 +412,23 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     # torchrun's own @record copies the root-cause worker error here when it fails.
     env["TORCHELASTIC_ERROR_FILE"] = str(launch_dir / "torchrun-error.json")
     cmd = torchrun_command(project, plan, rdzv, entry, launch_dir / "logs")
+    first_seq = next_seq(project.run_dir(rec.run_id) / "events.jsonl")
     # A session of its own: a Ctrl-C at the terminal reaches only the launcher,
     # which turns it into one SIGTERM for torchrun (and so for the trainer).
-    first_seq = next_seq(project.run_dir(rec.run_id) / "events.jsonl")
-    proc = subprocess.Popen(cmd, cwd=project.root, env=env, start_new_session=True)
+    # torchrun inherits the run's lock, so a launcher killed outright leaves the
+    # run id locked until torchrun is gone too, and it gets SIGTERM (save and
+    # stop) when the launcher dies rather than training on unwatched.
+    proc = subprocess.Popen(cmd, cwd=project.root, env=env, start_new_session=True,
+                            pass_fds=(lock.fileno(),), preexec_fn=_term_with_parent)
     watcher = Watcher(project, rec.run_id, proc, say)
     torchrun_exit = watcher.wait(poll_s)
     return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0)
+
+
+def _term_with_parent() -> None:
+    """In the child, before exec: ask Linux for a SIGTERM when the launcher dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)

@@ -130,12 +130,7 @@ class Watcher:
     def _render(self, days: list[str]) -> None:
         try:
             from .chronicle import render_chronicle
-        except ModuleNotFoundError as e:
-            if e.name == f"{__package__}.chronicle":
-                return  # no chronicle renderer in this installation
-            self._warn(f"chronicle not rendered: {e}")
-            return
-        try:
+
             res = render_chronicle(self.project, days=days)
         except Exception as e:  # a renderer bug must never stop a run
             self._warn(f"chronicle not rendered: {type(e).__name__}: {e}")
@@ -146,7 +141,7 @@ class Watcher:
     def _warn(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
-            self.say(f"warning: {message} (the run goes on; `logbook chronicle` can render it later)")
+            self.say(f"warning: {message} (the run goes on; `logbook render` can render it later)")
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.signals.append(signum)

@@ -60,6 +60,12 @@ class RunLock:
             return f"took over a stale lock on {what} ({previous}, no longer running)"
         return None
 
+    def fileno(self) -> int:
+        """The locked descriptor: a child that inherits it holds the lock while it lives."""
+        if self._fd is None:
+            raise ValueError("the lock is not held")
+        return self._fd
+
     def release(self) -> None:
         if self._fd is None:
             return

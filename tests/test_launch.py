@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from runhelpers import events, micro_config, of_kind, run_json
 
@@ -12,9 +14,11 @@ from logbook.runs import RunRecord
 
 
 @pytest.mark.slow
-def test_a_sigkill_restart_is_recorded_once_with_cause_signal(logbook_repo):
+def test_a_sigkill_restart_is_recorded_once_with_cause_signal_even_when_the_chronicle_fails(logbook_repo):
     # A drill SIGKILLs attempt 1 after step 3; the checkpoint of step 2 is complete.
     cfg = micro_config(logbook_repo, steps=6, faults=[{"kind": "sigkill", "step": 3, "attempt": 1}])
+    # A file where this year's chronicle folder belongs: every render fails, the run must not.
+    (logbook_repo / "entries" / time.strftime("%Y", time.gmtime())).write_text("in the way\n")
     said: list[str] = []
     res = launch_run(open_project(), cfg, [], exploratory=True, max_restarts=2, run_id="drill", say=said.append)
 
@@ -29,6 +33,8 @@ def test_a_sigkill_restart_is_recorded_once_with_cause_signal(logbook_repo):
     assert run_json(logbook_repo, "drill")["status"] == "finished"
     assert sum("restart: attempt 1 -> 2, cause signal" in s for s in said) == 1
     assert res.restart_lines == [next(s for s in said if s.startswith("restart:"))]
+    warnings = [s for s in said if s.startswith("warning: chronicle not rendered")]
+    assert len(warnings) == 1, said  # said once, not at every poll
 
 
 @pytest.mark.slow
