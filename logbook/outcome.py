@@ -256,23 +256,55 @@ def _prereg_id(rec: RunRecord | None, facts: RunFacts) -> str | None:
     return facts.prereg_id
 
 
-def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts) -> tuple[list[dict[str, Any]], str]:
-    """Every departure from the preregistered plan, and the code diff text (may be empty)."""
+_GUARD_ACTIONS = ("step_skipped", "rollback", "lr_scaled", "run_aborted")
+_QUIET = ("checkpoint_saved", "checkpoint_failed", "milestone")
+
+
+def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
+    """Live changes, and guard decisions off the plan: one per incident.
+
+    The guard writes its judgement on the divergence and again on each action
+    that carries it out (the skip, the rollback, the learning-rate scaling), so
+    actions right after an off-plan divergence are folded into its deviation.
+    """
     out: list[dict[str, Any]] = []
-    for e in facts.events:
-        d = e.get("data") if isinstance(e.get("data"), dict) else {}
+    incident: dict[str, Any] | None = None
+    for e in facts.run_events():
+        kind, d = e.get("kind"), e.get("data") if isinstance(e.get("data"), dict) else {}
         eid = f"{facts.run}:{e.get('seq')}"
         plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
-        if e.get("kind") == "hparam_change" and d.get("source") in ("live", "advice"):
+        if kind == "hparam_change" and d.get("source") in ("live", "advice"):
             out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
                         "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
                                 f"{d.get('key')} {d.get('old')} → {d.get('new')}"
                                 + (f" ({d['reason']})" if d.get("reason") else "")})
+        elif plan.get("follows") is False and incident is not None and kind in _GUARD_ACTIONS:
+            incident["actions"].append(str(kind).replace("_", " "))
+            incident["entries"].append(eid)
+            continue
         elif plan.get("follows") is False:
             rule = f" (rule {plan['rule']} said otherwise)" if isinstance(plan.get("rule"), int) else ""
-            out.append({"kind": "off_plan", "entry": eid, "step": e.get("step"),
-                        "text": f"{str(e.get('kind')).replace('_', ' ')} at step {e.get('step')} was not in the "
-                                f"preregistered contingency plan{rule}"})
+            what = str(kind).replace("_", " ")
+            if kind == "divergence_detected" and d.get("action"):
+                what += f" (action: {d['action']})"
+            incident = {"kind": "off_plan", "entry": eid, "step": e.get("step"), "entries": [eid], "actions": [],
+                        "text": f"{what} at step {e.get('step')} was not in the preregistered contingency plan{rule}"}
+            out.append(incident)
+            if kind != "divergence_detected":
+                incident = None
+            continue
+        if kind not in _QUIET:
+            incident = None
+    for dev in out:
+        if dev.get("actions"):
+            dev["text"] += f"; carried out as: {', '.join(dev['actions'])}"
+        dev.pop("actions", None)
+    return out
+
+
+def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts) -> tuple[list[dict[str, Any]], str]:
+    """Every departure from the preregistered plan, and the code diff text (may be empty)."""
+    out = _event_deviations(facts)
     for text in (rec.deviations if rec else []):
         out.append({"kind": "config", "entry": None, "step": None, "text": text})
     want = (prereg.config or {}).get("sha256") if isinstance(prereg.config, dict) else None

@@ -80,7 +80,7 @@ def attempt_one(clock: StoryClock, s: EventSink, m: MetricsWriter, prereg_id: st
         if step == 30:
             s.emit("divergence_detected", step=30, metric="loss", value=9.0, baseline=4.4, z=7.0,
                    action="skip", plan={"rule": None, "follows": False})
-            s.emit("step_skipped", step=30, reason="loss spike", metric="loss")
+            s.emit("step_skipped", step=30, reason="loss spike", metric="loss", plan={"rule": None, "follows": False})
         if step % 25 == 0:
             m.write({"step": step, "attempt": 1, "val_loss": 4.5 - 0.01 * step, "time": clock.t})
             m.flush()

@@ -133,6 +133,8 @@ def test_deviations_list_live_changes_off_plan_actions_config_and_code(logbook_r
     live = next(d for d in card.deviations if d["kind"] == "live_change")
     assert "grad_clip 1.0 → 0.5" in live["text"] and "Ada Tester" in live["text"] and live["entry"].startswith("story:")
     assert "train.py" in card.code_diff
+    off = next(d for d in card.deviations if d["kind"] == "off_plan")  # the spike and its skip: one incident
+    assert off["text"].startswith("divergence detected (action: skip) at step 30") and off["text"].endswith("step skipped")
     assert not any("data.weights" in d["text"] for d in card.deviations)  # a scheduled change is in the plan
 
 
@@ -144,10 +146,9 @@ def test_a_preregistration_that_fails_verify_is_said_first_and_still_scored(logb
     path.write_text(path.read_text().replace("QK-norm keeps", "QK-norm surely keeps"))
     res = cli("outcome", "story")
     assert res.exit_code == 0, res.output
-    lines = res.stdout.splitlines()
-    warn = next(i for i, line in enumerate(lines) if "fails `logbook verify`" in line)
-    table = next(i for i, line in enumerate(lines) if "loss@final < 4" in line)
-    assert warn < table and "confirmed" in res.stdout
+    assert res.stdout.startswith(f"WARNING: preregistration {pid} fails")
+    assert res.stdout.index("was edited") < res.stdout.index("FINAL outcome of run story")
+    assert "confirmed" in next(line for line in res.stdout.splitlines() if "loss@final < 4" in line)
     assert json.loads(outcome_path(project, "story").read_text())["verify"]["ok"] is False
 
 
@@ -223,3 +224,27 @@ def test_a_real_tiny_run_is_scored_with_a_confirmed_and_a_refuted_prediction(log
     assert status["val_loss@final < 0.01"]["status"] == "refuted" and status["val_loss@final < 0.01"]["value"] > 1
     assert status["loss@50% < 10"]["at_step"] == 6 and status["restarts@final == 0"]["status"] == "confirmed"
     assert out["deviations"] == [] and out["verify"]["ok"] is True
+
+
+def test_one_guard_incident_is_one_deviation_however_many_events_carry_it_out(logbook_repo, story_clock):
+    from logbook.outcome import _event_deviations
+    from logbook.runfacts import load_facts
+    from logbook.sink import EventSink
+
+    project = project_of(logbook_repo)
+    s = EventSink(project.run_dir("g"), "g", 1)
+    off, on = {"rule": None, "follows": False}, {"rule": 1, "follows": True}
+    s.emit("divergence_detected", step=40, action="rollback", plan=off)
+    s.emit("rollback", step=30, from_step=40, to_step=30, plan=off)
+    s.emit("lr_scaled", step=30, old=1.0, new=0.9, plan=off)
+    s.emit("checkpoint_saved", step=35)
+    s.emit("divergence_detected", step=50, action="skip", plan=on)
+    s.emit("step_skipped", step=50, plan=on)
+    s.emit("divergence_detected", step=60, action="skip", plan=off)
+    s.emit("hparam_change", step=61, key="lr_scale", old=0.9, new=0.8, source="live", who="Ada", plan=off)
+    s.emit("step_skipped", step=62, plan=off)
+    devs = _event_deviations(load_facts(project, "g"))
+    assert [d["kind"] for d in devs] == ["off_plan", "off_plan", "live_change", "off_plan"]
+    assert devs[0]["entries"] == ["g:0", "g:1", "g:2"] and devs[0]["text"].endswith("carried out as: rollback, lr scaled")
+    assert devs[1]["entry"] == "g:6" and "carried out as" not in devs[1]["text"]
+    assert devs[3]["entry"] == "g:8"  # a skip after a live change is a new incident

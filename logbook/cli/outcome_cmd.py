@@ -57,15 +57,16 @@ def print_scorecard(card, root: Path) -> None:
     from ..predictions import _shortest
 
     con = stdout_console()
+    if not card.verify_ok:  # said before anything else: the promise itself is in doubt
+        con.print(Text(f"WARNING: preregistration {card.prereg_id} fails `logbook verify`; scored anyway:",
+                       style="bold red"))
+        for msg in card.verify_problems[:5]:
+            con.print(Text(f"  - {msg}"))
     con.print(Text(f"{card.label} outcome of run {card.run}", style="bold"))
-    con.print(f"preregistration {card.prereg_id}: {card.prereg_title}")
+    con.print(Text(f"preregistration {card.prereg_id}: {card.prereg_title}"))
     if not card.final:
         con.print(Text(f"PROVISIONAL: the run is {card.run_state} at step {card.last_step or 0:,}; "
                        "this scorecard is not recorded.", style="yellow"))
-    if not card.verify_ok:
-        con.print(Text("WARNING: the preregistration fails `logbook verify`; scored anyway:", style="bold red"))
-        for msg in card.verify_problems[:5]:
-            con.print(f"  - {msg}", markup=False)
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("#", "prediction", "measured", "threshold", "status", "how"):
         table.add_column(col, overflow="fold", no_wrap=col in ("#", "status"))
