@@ -181,8 +181,8 @@ class RenderResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _select(project: Project, run: str | None, since: str | None, until: str | None,
-            days: Iterable[str] | None) -> list[tuple[str | None, str | None]] | None:
+def select_days(project: Project, run: str | None, since: str | None, until: str | None,
+                days: Iterable[str] | None) -> list[tuple[str | None, str | None]] | None:
     """Day windows to stream: None means everything in [since, until] in one pass."""
     for v, what in ((since, "--since"), (until, "--until")):
         if v is not None:
@@ -191,7 +191,9 @@ def _select(project: Project, run: str | None, since: str | None, until: str | N
     if days is not None:
         wanted = sorted({check_day(d, "day") for d in days})
     if run is not None:
-        path = run_log_path(project, run)
+        from .runs import check_run_id
+
+        path = run_log_path(project, check_run_id(run))
         if not path.is_file():
             from .errors import NotFoundError
             from .eventstream import list_event_runs
@@ -205,7 +207,8 @@ def _select(project: Project, run: str | None, since: str | None, until: str | N
     return [(d, d) for d in wanted if (not since or d >= since) and (not until or d <= until)]
 
 
-def _pages(chron: Chronicle, windows, since, until) -> Iterator[DayPage]:
+def iter_pages(chron: Chronicle, windows, since, until) -> Iterator[DayPage]:
+    """The pages of the windows `select_days` chose (None: every day in [since, until])."""
     if windows is None:
         yield from chron.pages(since=since, until=until)
         return
@@ -237,7 +240,7 @@ def render_chronicle(project: Project, *, run: str | None = None, since: str | N
     full render (no selection) also removes generated day files whose day no
     longer has any record. Missing milestone plots are drawn when `make_plots`.
     """
-    windows = _select(project, run, since, until, days)
+    windows = select_days(project, run, since, until, days)
     with _render_lock(project):
         return _render_days(project, windows, since, until, make_plots)
 
@@ -263,7 +266,7 @@ def _render_days(project: Project, windows, since: str | None, until: str | None
     chron = Chronicle(project, MarkdownRenderer(project), make_plots=make_plots)
     res = RenderResult()
     seen: set[Path] = set()
-    for page in _pages(chron, windows, since, until):
+    for page in iter_pages(chron, windows, since, until):
         path = day_path(project, page.date)
         text = chron.r.day(page.context())
         seen.add(path)
@@ -293,11 +296,11 @@ class CheckResult:
 def check_chronicle(project: Project, *, run: str | None = None, since: str | None = None,
                     until: str | None = None) -> CheckResult:
     """Compare the day files on disk with a fresh render; raise RefusedError naming every difference."""
-    windows = _select(project, run, since, until, None)
+    windows = select_days(project, run, since, until, None)
     chron = Chronicle(project, MarkdownRenderer(project))
     res = CheckResult()
     seen: set[Path] = set()
-    for page in _pages(chron, windows, since, until):
+    for page in iter_pages(chron, windows, since, until):
         path = day_path(project, page.date)
         seen.add(path)
         text = chron.r.day(page.context()).encode("utf-8")
@@ -324,7 +327,7 @@ def render_markdown_file(project: Project, out: Path, *, run: str | None = None,
                          until: str | None = None) -> RenderResult:
     """All selected days in one Markdown file at `out` (links point inside the file)."""
     out = Path(out).resolve()
-    windows = _select(project, None, since, until, None)
+    windows = select_days(project, None, since, until, None)
     r = MarkdownRenderer(project, combined=True, out_dir=out.parent)
     chron = Chronicle(project, r, only_run=run, make_plots=True)
     res = RenderResult()
@@ -335,7 +338,7 @@ def render_markdown_file(project: Project, out: Path, *, run: str | None = None,
             head = r.env.get_template("chronicle/combined.md.j2").render(project=project.root.name, run=run,
                                                                         since=since, until=until)
             f.write(head.rstrip("\n") + "\n")
-            for page in _pages(chron, windows, since, until):
+            for page in iter_pages(chron, windows, since, until):
                 f.write("\n" + r.day(page.context(title_level=2)))
                 res.days.append(page.date)
                 res.events += page.events

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .chronicle import Chronicle, DayPage, _select
+from .chronicle import Chronicle, DayPage, iter_pages, select_days
 from .errors import UsageError
 from .eventstream import list_event_runs, run_log_path
 from .fsutil import atomic_write_bytes
@@ -86,7 +86,7 @@ def render_pdf(project: Project, out: Path, *, run: str | None = None, since: st
     """Render the selected days (and each run's lineage) into a PDF at `out`."""
     import typst
 
-    windows = _select(project, run, since, until, None)
+    windows = select_days(project, run, since, until, None)
     chron = Chronicle(project, MarkdownRenderer(project), only_run=run, make_plots=True)
     runs = [run] if run else list_event_runs(project)
     res = PdfResult(path=Path(out))
@@ -97,7 +97,7 @@ def render_pdf(project: Project, out: Path, *, run: str | None = None, since: st
         conv = Converter(images)
         with open(root / "data.json", "w", encoding="utf-8") as f:
             f.write('{"days": [')
-            for i, page in enumerate(_iter_pages(chron, windows, since, until)):
+            for i, page in enumerate(iter_pages(chron, windows, since, until)):
                 f.write(("," if i else "") + json.dumps(_day_data(page, conv, project.entries), ensure_ascii=False))
                 res.days.append(page.date)
                 res.events += page.events
@@ -120,9 +120,3 @@ def render_pdf(project: Project, out: Path, *, run: str | None = None, since: st
     atomic_write_bytes(Path(out), pdf)
     res.warnings = chron.warnings
     return res
-
-
-def _iter_pages(chron: Chronicle, windows, since, until):
-    from .chronicle import _pages
-
-    return _pages(chron, windows, since, until)

@@ -225,3 +225,8 @@ def test_unreadable_lines_are_reported_and_do_not_mislead_the_day_search(logbook
         render_chronicle(project, days=[f"2026-12-{d:02d}"])
         assert day_path(project, f"2026-12-{d:02d}").read_bytes() == full[d]
     check_chronicle(project)
+
+
+def test_a_run_name_cannot_point_outside_the_logbook(logbook_repo, clock, cli):
+    res = cli("render", "--run", "../../../etc")
+    assert res.exit_code == 2 and "invalid run id" in res.stderr
