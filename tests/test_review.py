@@ -41,13 +41,15 @@ def test_the_queue_lists_what_needs_a_reviewer_and_nothing_routine(logbook_repo,
     assert all(i["id"].startswith("story:") and i["ts"].startswith("2026-11-30T") for i in items)
 
 
-def test_the_queue_table_shows_id_time_run_kind_summary_and_approvals(logbook_repo, story_clock, cli):
+def test_the_queue_table_shows_id_time_run_kind_approvals_and_summary(logbook_repo, story_clock, cli, monkeypatch):
     _story(logbook_repo, story_clock)
+    monkeypatch.setenv("COLUMNS", "200")
     res = cli("review")
     assert res.exit_code == 0, res.output
-    first = res.stdout.splitlines()[1]
-    assert first.split()[:5] == ["story:2", "2026-11-30", "08:00", "story", "divergence"]
-    assert first.rstrip().endswith("0/1")
+    lines = res.stdout.splitlines()
+    assert lines[0].strip() == "run story"
+    assert lines[2].split()[:6] == ["story:2", "2026-11-30", "08:00", "divergence", "detected", "0/1"]
+    assert lines[2].rstrip().endswith("action: skip [not in the plan]")  # summaries are text, not rich markup
 
 
 def test_an_approval_signs_off_an_entry_with_the_git_identity(logbook_repo, story_clock, cli):

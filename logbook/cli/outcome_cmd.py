@@ -76,7 +76,8 @@ def print_scorecard(card, root: Path) -> None:
         how = p.reason or p.rule
         if p.source != "original":
             how = f"[{p.source}] {how}"
-        table.add_row(str(i), p.text, _value(p), thr, Text(status, style=_STATUS_STYLE.get(p.status, "")), Text(how))
+        table.add_row(Text(str(i)), Text(p.text), Text(_value(p)), Text(thr),
+                      Text(status, style=_STATUS_STYLE.get(p.status, "")), Text(how))
     con.print(table)
     c = card.counts
     con.print(f"{c['confirmed']} confirmed · {c['refuted']} refuted · {c['inconclusive']} inconclusive")
@@ -123,6 +124,7 @@ def calibration_cmd(
 
 def _print_calibration(cal) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     con = stdout_console()
     g = cal.overall
@@ -133,7 +135,8 @@ def _print_calibration(cal) -> None:
         for col in (title, "held", "failed", "inconclusive", "held rate"):
             table.add_column(col, no_wrap=True)
         for key, grp in groups.items():
-            table.add_row(key, str(grp.confirmed), str(grp.refuted), str(grp.inconclusive), _rate(grp.rate))
+            table.add_row(*(Text(x) for x in (key, str(grp.confirmed), str(grp.refuted), str(grp.inconclusive),
+                                              _rate(grp.rate))))
         con.print(table)
 
 

@@ -60,20 +60,33 @@ def review_cmd(
     _print_queue(items)
 
 
+def _plain(*cells: str):
+    """Table cells as plain text: a summary such as `[not in the plan]` is not rich markup."""
+    from rich.text import Text
+
+    return [Text(c) for c in cells]
+
+
 def _print_queue(items) -> None:
+    """One table per run (the run is the part of the id before the colon); the summary takes the rest of the width."""
     from rich.table import Table
 
-    table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("entry", "time (UTC)", "run", "kind", "summary", "approvals"):
-        table.add_column(col, no_wrap=col != "summary", overflow="fold")
-    for i in items:
-        marks = f"{len(i.approvals)}/{i.needed}"
-        if i.changes_requested:
-            marks += " · changes requested"
-        if i.comments:
-            marks += f" · {i.comments} comment" + ("s" if i.comments > 1 else "")
-        table.add_row(i.id, i.ts[:16].replace("T", " "), i.run, i.kind.replace("_", " "), i.summary, marks)
-    stdout_console().print(table)
+    con = stdout_console()
+    runs = list(dict.fromkeys(i.run for i in items))
+    for n, run in enumerate(runs):
+        table = Table(box=None, pad_edge=False, show_edge=False, title=f"run {run}", title_justify="left",
+                      title_style="bold")
+        table.add_column("entry", no_wrap=True)
+        table.add_column("time (UTC)", no_wrap=True)
+        table.add_column("kind", no_wrap=True)
+        table.add_column("approvals", no_wrap=True)
+        table.add_column("summary", overflow="fold", min_width=20, ratio=1)
+        for i in (i for i in items if i.run == run):
+            marks = f"{len(i.approvals)}/{i.needed}" + (" (changes)" if i.changes_requested else "")
+            table.add_row(*_plain(i.id, i.ts[:16].replace("T", " "), i.kind.replace("_", " "), marks, i.summary))
+        if n:
+            con.print()
+        con.print(table)
 
 
 def _print_status(rows) -> None:
@@ -86,8 +99,8 @@ def _print_status(rows) -> None:
     for col in ("run", "to review", "approved", "changes requested", "outcome", "signed off"):
         table.add_column(col, no_wrap=True)
     for r in rows:
-        table.add_row(r.run, str(r.needs_review), str(r.approved), str(r.changes_requested),
-                      "recorded" if r.outcome else "none", "yes" if r.signed_off else "no")
+        table.add_row(*_plain(r.run, str(r.needs_review), str(r.approved), str(r.changes_requested),
+                      "recorded" if r.outcome else "none", "yes" if r.signed_off else "no"))
     stdout_console().print(table)
 
 
