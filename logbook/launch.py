@@ -117,6 +117,7 @@ def launch_run(
             prereg_id = prereg.id if prereg is not None else None
         elif not run_id:
             raise UsageError("nodes other than 0 need the run id of node 0", hint="pass --run-id ID on every node")
+    _check_torch_installed()
     _check_config_with_trainer(project, config, overrides, entry)
     run_id = check_run_id(run_id) if run_id else new_run_id(project, prereg_id, config)
     lock = RunLock(project.state_dir / "locks" / _lock_name(run_id, rdzv))
@@ -198,6 +199,15 @@ def _child_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def _check_torch_installed() -> None:
+    """torchrun and the trainer need torch; say so before anything is recorded."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # finds the package without importing it
+        raise RefusedError("torch is not installed, so there is no torchrun to start the trainer",
+                           hint="install the training extra: python3 -m pip install -e '.[train]'")
 
 
 def _check_config_with_trainer(project: Project, config: Path, overrides: list[str], entry: str) -> None:

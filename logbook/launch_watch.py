@@ -69,8 +69,7 @@ class EventTail:
         self.path = Path(path)
         self.offset = 0
         if from_end and self.path.exists():
-            data = self.path.read_bytes()
-            self.offset = data.rfind(b"\n") + 1
+            self.offset = _end_of_last_line(self.path)
 
     def new(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -91,6 +90,20 @@ class EventTail:
             if isinstance(rec, dict):
                 out.append(rec)
         return out
+
+
+def _end_of_last_line(path: Path, chunk: int = 1 << 16) -> int:
+    """Offset just past the last newline: a torn last line (a kill mid-append) is read once repaired."""
+    with open(path, "rb") as f:
+        end = f.seek(0, 2)
+        while end > 0:
+            start = max(0, end - chunk)
+            f.seek(start)
+            nl = f.read(end - start).rfind(b"\n")
+            if nl >= 0:
+                return start + nl + 1
+            end = start
+    return 0
 
 
 class Watcher:
