@@ -137,3 +137,34 @@ def test_command_refuses_bad_or_missing_durations_with_exit_2_and_an_example(cli
     assert res.exit_code == 2
     assert "Traceback" not in res.output
     assert "hint:" in res.stderr and ("5m" in res.stderr or "1h30m" in res.stderr)
+
+
+def _logged_run(repo, run_id, events):
+    from logbook.events import RunLog
+
+    log = RunLog(repo / "entries" / "runs" / run_id / "events.jsonl")
+    for kind, step, data in events:
+        log.append({"run": run_id, "attempt": 1, "rank": 0, "step": step, "tokens": None, "kind": kind,
+                    "drill": False, "data": data})
+
+
+def test_command_measures_the_save_cost_from_a_run_and_takes_the_given_mtbf(logbook_repo, cli):
+    _logged_run(logbook_repo, "r1", [("run_started", 0, {}), ("checkpoint_saved", 10, {"blocking_s": 2.0}),
+                                     ("checkpoint_saved", 20, {"blocking_s": 4.0})])
+    res = cli("ckpt-interval", "--run", "r1", "--mtbf", "2h", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["save_s"] == 3.0 and data["save_source"] == "run" and data["mtbf_source"] == "given"
+    assert data["young_s"] == pytest.approx(math.sqrt(2 * 3.0 * 7200))
+
+
+def test_command_refuses_a_run_without_failures_when_no_mtbf_is_given(logbook_repo, cli):
+    _logged_run(logbook_repo, "r2", [("run_started", 0, {}), ("checkpoint_saved", 10, {"blocking_s": 2.0})])
+    res = cli("ckpt-interval", "--run", "r2")
+    assert res.exit_code == 3
+    assert "No failures yet" in res.stderr and "--mtbf" in res.stderr
+
+
+def test_command_refuses_an_unknown_run(logbook_repo, cli):
+    res = cli("ckpt-interval", "--run", "nosuch", "--mtbf", "1h")
+    assert res.exit_code == 3 and "unknown run" in res.stderr

@@ -61,11 +61,13 @@ def ckpt_interval_cmd(
 def _run_events(run_id: str) -> list[dict]:
     from ..chain import iter_records
     from ..project import open_project
-    from ..runs import load_run_record
+    from ..runs import check_run_id, load_run_record
 
     project = open_project()
-    load_run_record(project, run_id)  # an unknown run is refused with the known ones listed
-    return list(iter_records(project.run_dir(run_id) / "events.jsonl"))
+    path = project.run_dir(check_run_id(run_id)) / "events.jsonl"
+    if not path.exists():  # a run trained without `logbook run` has events but no run record
+        load_run_record(project, run_id)  # refuses an unknown run, listing the known ones
+    return list(iter_records(path))
 
 
 def _lines(advice) -> list[str]:
@@ -76,10 +78,14 @@ def _lines(advice) -> list[str]:
            f"{src[advice.save_source]}"]
     if advice.mtbf_source == "run":
         out[0] += f": {advice.failures} failure(s) in {fmt(advice.wall_s)}"
-    out.append(f"Young  {fmt(advice.young_s):>14}  ({advice.young_s:,.0f} s)  expected overhead {advice.young_overhead:.1%}")
+    out.append(f"Young  {fmt(advice.young_s):>14}  ({_secs(advice.young_s)})  expected overhead {advice.young_overhead:.1%}")
     daly = "  (d >= 2M: falls back to M)" if advice.daly_fallback else ""
-    out.append(f"Daly   {fmt(advice.daly_s):>14}  ({advice.daly_s:,.0f} s)  expected overhead {advice.daly_overhead:.1%}{daly}")
+    out.append(f"Daly   {fmt(advice.daly_s):>14}  ({_secs(advice.daly_s)})  expected overhead {advice.daly_overhead:.1%}{daly}")
     if advice.current_s:
-        out.append(f"Now    {fmt(advice.current_s):>14}  ({advice.current_s:,.0f} s)  expected overhead "
+        out.append(f"Now    {fmt(advice.current_s):>14}  ({_secs(advice.current_s)})  expected overhead "
                    f"{advice.current_overhead:.1%}")
     return out
+
+
+def _secs(s: float) -> str:
+    return f"{s:,.0f} s" if s >= 100 else f"{s:.1f} s"
