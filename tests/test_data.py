@@ -129,3 +129,17 @@ def test_phase_weights_must_name_known_sources():
     with pytest.raises(UsageError) as e:
         load_train_config(None, ["data.phases=[{until: 1.0, weights: {stdlb: 1.0}}]"])
     assert "data.phases.0.weights.stdlb" in e.value.message and "stdlib" in e.value.message
+
+
+def test_live_weight_overrides_replace_the_phase_weights_and_are_saved():
+    cfg = DataConfig(sources=[SourceConfig(name="a"), SourceConfig(name="b")])
+    s = _stream([_corpus("a", 1), _corpus("b", 2)], cfg)
+    s.set_weight_overrides({"a": 0.0})
+    assert torch.all(s.batch(3)[0] == 2) and list(s.weights_at(3)) == [0.0, 1.0]
+    again = _stream([_corpus("a", 1), _corpus("b", 2)], cfg)
+    again.load_state_dict(s.state_dict())
+    assert torch.equal(again.batch(3)[0], s.batch(3)[0])
+    with pytest.raises(ValueError, match="no data source 'c'"):
+        s.set_weight_overrides({"c": 1.0})
+    s.set_weight_overrides({})
+    assert set(s.batch(3)[0][:, 0].tolist()) <= {1, 2} and list(s.weights_at(3)) == [0.5, 0.5]

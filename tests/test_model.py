@@ -9,6 +9,14 @@ from trainer.config import ModelConfig, OptimConfig, ScheduleConfig
 from trainer.model import GPT, flops_per_token
 from trainer.optim import CombinedOptimizer, apply_hyperparams, build_optimizer, learning_rate, lr_factor, qk_clip
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: a second thread on a busy machine only waits
+    yield
+    torch.set_num_threads(before)
+
+
 SMALL = ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=256)
 
 

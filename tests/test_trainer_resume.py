@@ -97,7 +97,7 @@ def drilled(repo) -> tuple[str, list[int]]:
     """The drill run, relaunched after every failure until it finishes."""
     codes = []
     for _ in range(8):
-        res = repo.train("drilled", DRILLS, "train.hang_timeout_s=1")
+        res = repo.train("drilled", DRILLS, "train.hang_timeout_s=2")
         codes.append(res.returncode)
         if res.returncode == 0:
             break
@@ -125,13 +125,17 @@ def test_a_run_resumed_after_every_kind_of_failure_matches_the_uninterrupted_run
 def test_every_restart_records_its_cause_and_what_it_cost(repo, drilled):
     run, _ = drilled
     restarts = [e for e in repo.events(run) if e["kind"] == "restart"]
+    # The kill inside the background write of step 15 lands while training has gone on
+    # (at most until the next save, at 20, waits for that write).
+    mid_save = restarts[2]["data"]["failed_at_step"]
+    assert 15 <= mid_save <= 20
     got = [(e["attempt"], e["data"]["cause"], e["data"]["resumed_from_step"], e["data"]["failed_at_step"]) for e in restarts]
-    assert got == [(2, "exception", 5, 7), (3, "preempted", 12, 12), (4, "signal", 12, 15),
+    assert got == [(2, "exception", 5, 7), (3, "preempted", 12, 12), (4, "signal", 12, mid_save),
                    (5, "signal", 15, 23), (6, "hang", 25, 27)]
     first = restarts[0]["data"]
     assert first["exception_type"] == "InjectedFault" and "step 7" in first["exception_message"]
     assert restarts[2]["data"]["detail"] == "killed by a signal with no record left"
-    assert [e["data"]["steps_lost"] for e in restarts] == [2, 0, 3, 8, 2]
+    assert [e["data"]["steps_lost"] for e in restarts] == [2, 0, mid_save - 12, 8, 2]
     assert all(e["drill"] for e in restarts)
     for e in restarts:
         assert e["data"]["downtime_s"] >= 0 and e["data"]["seconds_lost"] >= 0
@@ -150,7 +154,7 @@ def test_the_event_log_tells_the_whole_story_once(repo, drilled):
     preempted = [e for e in events if e["kind"] == "preempted"]
     assert [(e["data"]["signal"], e["data"]["saved_step"], e["drill"]) for e in preempted] == [("SIGTERM", 12, True)]
     hang = [e for e in events if e["kind"] == "hang"]
-    assert len(hang) == 1 and hang[0]["step"] == 27 and hang[0]["data"]["timeout_s"] == 1.0
+    assert len(hang) == 1 and hang[0]["step"] == 27 and hang[0]["data"]["timeout_s"] == 2.0
     injected = [(e["attempt"], e["data"]["fault"], e["data"]["at_step"]) for e in events if e["kind"] == "fault_injected"]
     assert injected == [(1, "exception", 7), (2, "sigterm", 12), (3, "sigkill", 15), (4, "corrupt_checkpoint", 22),
                         (4, "sigkill", 23), (5, "hang", 27)]

@@ -209,6 +209,7 @@ class DataStream:
         self.device = torch.device(device)
         self.next_batch = 1
         self.skip: list[list[int]] = []
+        self.weight_overrides: dict[str, float] = {}
         for c in corpora:
             for split, arr in (("train", c.train), ("val", c.val)):
                 if len(arr) <= block_size + 1:
@@ -217,22 +218,38 @@ class DataStream:
         self._phases = self._phase_table()
 
     def _phase_table(self) -> list[tuple[float, np.ndarray]]:
+        """(until, raw weights per corpus) for each phase."""
         names = [c.name for c in self.corpora]
         if not self.cfg.phases:
-            return [(1.0, np.full(len(names), 1.0 / len(names)))]
-        table = []
-        for p in self.cfg.phases:
-            w = np.array([p.weights.get(n, 0.0) for n in names], dtype=np.float64)
-            table.append((p.until, w / w.sum()))
-        return table
+            return [(1.0, np.ones(len(names)))]
+        return [(p.until, np.array([p.weights.get(n, 0.0) for n in names], dtype=np.float64)) for p in self.cfg.phases]
+
+    def _mix(self, raw: np.ndarray) -> np.ndarray:
+        w = raw.copy()
+        for i, c in enumerate(self.corpora):
+            if c.name in self.weight_overrides:
+                w[i] = self.weight_overrides[c.name]
+        if w.sum() <= 0:  # every source overridden to zero: the phase's own mixture stands
+            w = raw
+        return w / w.sum()
 
     def weights_at(self, batch_id: int) -> np.ndarray:
-        """Mixture weights for a batch: the phase containing batch_id / total_steps."""
+        """Mixture weights for a batch: its phase (batch_id / total_steps), with any live overrides."""
         frac = (batch_id - 1) / max(1, self.total_steps)
         for until, w in self._phases:
             if frac < until:
-                return w
-        return self._phases[-1][1]
+                return self._mix(w)
+        return self._mix(self._phases[-1][1])
+
+    def set_weight_overrides(self, weights: dict[str, float]) -> None:
+        """Live mixture weights by source name, replacing the phases' for those sources; {} clears them."""
+        names = [c.name for c in self.corpora]
+        for name, w in weights.items():
+            if name not in names:
+                raise ValueError(f"no data source {name!r} (sources: {', '.join(names)})")
+            if not w >= 0:
+                raise ValueError(f"weight of {name!r} must be >= 0, got {w}")
+        self.weight_overrides = {str(k): float(v) for k, v in weights.items()}
 
     # --- position --------------------------------------------------------------
 
@@ -281,7 +298,7 @@ class DataStream:
 
     def val_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed validation micro-batch `index`, drawn with the final phase's weights."""
-        return self._sample(self._rng(1, index, self.rank), self._phases[-1][1], "val")
+        return self._sample(self._rng(1, index, self.rank), self._phases[-1][1] / self._phases[-1][1].sum(), "val")
 
     # --- state -------------------------------------------------------------------
 
@@ -290,7 +307,7 @@ class DataStream:
 
     def state_dict(self) -> dict[str, Any]:
         return {"next_batch": self.next_batch, "skip": [list(r) for r in self.skip],
-                "fingerprints": self.fingerprints(), "seed": self.seed}
+                "fingerprints": self.fingerprints(), "seed": self.seed, "weight_overrides": dict(self.weight_overrides)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved, mine = dict(state.get("fingerprints", {})), self.fingerprints()
@@ -303,3 +320,4 @@ class DataStream:
                 )
         self.next_batch = int(state["next_batch"])
         self.skip = [[int(a), int(b)] for a, b in state.get("skip", [])]
+        self.weight_overrides = {str(k): float(v) for k, v in state.get("weight_overrides", {}).items()}

@@ -83,6 +83,11 @@ def gather_objects(obj, info: DistInfo) -> list:
     return out
 
 
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()
+
+
 def shutdown(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()

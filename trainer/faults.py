@@ -58,6 +58,8 @@ class FaultInjector(Callback):
 
     def _fire(self, f: FaultConfig, step: int) -> None:
         if f.kind == "corrupt_checkpoint":
+            if self.trainer.dist.rank != 0:
+                return  # one rank flips the bytes; two would flip them back
             self.trainer.checkpointer.wait()
             ckpts = list_checkpoints(self.trainer.checkpointer.directory)
             if not ckpts:

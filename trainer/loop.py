@@ -97,7 +97,8 @@ class Trainer:
         self.lr_scale = 1.0
         self.drill_active = False
         self.last_progress = time.monotonic()
-        self.last_saved_step = -1
+        self.last_saved_step = -1  # the last step a save was started for (the same on every rank)
+        self.last_good_step = 0  # the last step known saved completely (rank 0)
         self.last_loss: float | None = None
         self.last_val: tuple[int, float] | None = None
         self._stop_signal: int | None = None
@@ -121,6 +122,7 @@ class Trainer:
     def fit(self) -> TrainResult:
         try:
             self._setup_runtime()
+            self._install_signals()  # from the start: a preemption during loading is still a preemption
             self._open_logbook()
             self._refuse_if_ended()  # not a new failure: nothing to record
         except BaseException:
@@ -132,7 +134,6 @@ class Trainer:
             if self._already_finished():
                 return TrainResult(self.attempt, self.step, self.tokens, None, None)
             self._announce()
-            self._install_signals()
             self.callbacks.pre_train()
             self._train()
             return self._finish()
@@ -170,28 +171,31 @@ class Trainer:
         except NotFoundError:
             self.run_record = None  # launched directly, not through `logbook run`
         self.heartbeat = Heartbeat(self.project.state_dir / "heartbeat" / f"{self.run_id}.json")
-        if self.dist.rank == 0:
-            self.history = RunHistory.read(self.run_dir, self.heartbeat)
-            attempt = self.history.last_attempt() + 1
-        else:
-            self.history, attempt = RunHistory(), 0
-        self.attempt = dist.broadcast_object(attempt, self.dist)
+        # Rank 0 reads the run's history; every rank acts on what it found.
+        self.history = RunHistory.read(self.run_dir, self.heartbeat) if self.dist.rank == 0 else RunHistory()
+        aborted, finished = self.history.has("run_aborted"), self.history.has("run_finished")
+        self._facts = dist.broadcast_object({
+            "attempt": self.history.last_attempt() + 1,
+            "aborted": None if aborted is None else {"step": aborted.get("step"), "reason": aborted.get("data", {}).get("reason", "")},
+            "finished_step": None if finished is None else finished.get("step"),
+        }, self.dist)
+        self.attempt = self._facts["attempt"]
+        self._drilled_paths = {e.get("data", {}).get("path") for e in self.history.events
+                               if e.get("kind") == "fault_injected" and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
         self.sink = EventSink(self.run_dir, self.run_id, self.attempt, self.dist.rank)
         self.metrics = MetricsWriter(self.run_dir, self.dist.rank)
         if self.dist.rank == 0:
             self.heartbeat.beat(self.attempt, 0, time.time())
 
     def _refuse_if_ended(self) -> None:
-        aborted = self.history.has("run_aborted")
+        aborted = self._facts["aborted"]
         if aborted is not None:
-            raise RunFailedError(f"run {self.run_id} was aborted at step {aborted.get('step')}: "
-                                 f"{aborted.get('data', {}).get('reason', '')}",
+            raise RunFailedError(f"run {self.run_id} was aborted at step {aborted['step']}: {aborted['reason']}",
                                  hint="start a new run (a new run id) to train again")
 
     def _already_finished(self) -> bool:
         """A relaunch of a run that already finished: nothing to train, nothing to record."""
-        done = self.history.has("run_finished")
-        return done is not None and self.step >= self.cfg.train.steps and done.get("step") == self.step
+        return self.step >= self.cfg.train.steps and self._facts["finished_step"] == self.step
 
     def _build(self) -> None:
         cfg, t = self.cfg, self.cfg.train
@@ -218,9 +222,7 @@ class Trainer:
 
     def _emit_from_checkpointer(self, kind: str, **kw: Any) -> None:
         # A rejection of a checkpoint that a drill corrupted is part of the drill.
-        drilled = {e.get("data", {}).get("path") for e in self.history.events
-                   if e.get("kind") == "fault_injected" and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
-        drill = kind == "checkpoint_rejected" and (self.drill_active or kw.get("path") in drilled)
+        drill = kind == "checkpoint_rejected" and (self.drill_active or kw.get("path") in self._drilled_paths)
         self.sink.emit(kind, drill=drill, **kw)
 
     # --- state ----------------------------------------------------------------------
@@ -260,7 +262,7 @@ class Trainer:
         set_rng_state(rngs[self.dist.rank] if self.dist.rank < len(rngs) else rngs[0])
         if callbacks:
             self.callbacks.load_state_dict(st.get("callbacks", {}))
-        self.last_saved_step = self.step
+        self.last_saved_step = self.last_good_step = self.step
 
     def _resume(self) -> None:
         if self.dist.rank == 0:
@@ -279,7 +281,7 @@ class Trainer:
     def _announce(self) -> None:
         prev = self.attempt - 1
         prev_events = self.history.of_attempt(prev)
-        if prev >= 1 and not any(e.get("kind") == "run_finished" for e in prev_events):
+        if self.dist.rank == 0 and prev >= 1 and not any(e.get("kind") == "run_finished" for e in prev_events):
             payload = classify_restart(self.history, prev, self.step, self.started_at, self.env)
             drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
             self.emit("restart", drill=drill, **payload)
@@ -317,13 +319,27 @@ class Trainer:
             self._train_step()
             self._after_step()
 
-    def _micro_batches(self, batch_id: int):
-        accum = self.cfg.train.grad_accum
+    def _forward_backward(self, batch_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Accumulate the gradients of one batch; (rank-averaged loss, z-loss, global grad norm after clipping)."""
+        cfg, accum = self.cfg, self.cfg.train.grad_accum
+        track = cfg.optim.qk_clip_tau > 0
+        ce_sum = torch.zeros((), device=self.device)
+        z_sum = torch.zeros((), device=self.device)
         for micro in range(accum):
             x, y = self.data.batch(batch_id, micro)
             last = micro == accum - 1
-            sync = contextlib.nullcontext() if last or not self.dist.enabled else self.model.no_sync()
-            yield x, y, last, sync
+            self.raw_model.set_max_logit_tracking(track and last)
+            # Gradients are all-reduced once per step, on the last micro-batch only.
+            sync = self.model.no_sync() if self.dist.enabled and not last else contextlib.nullcontext()
+            with sync:
+                with self.autocast:
+                    out = self.model(x, y)
+                (out.loss / accum).backward()
+            ce_sum += out.ce_loss
+            z_sum += out.z_loss
+        clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
+        return dist.all_reduce_mean(ce_sum / accum, self.dist), z_sum / accum, grad_norm
 
     def _train_step(self) -> None:
         step, cfg = self.step + 1, self.cfg
@@ -331,36 +347,20 @@ class Trainer:
         factor = lr_factor(step, cfg.schedule, cfg.train.steps) * self.lr_scale
         self.optimizer.set_lr(factor)
         batch_id = self.data.take()
-        track = cfg.optim.qk_clip_tau > 0
-        ce_sum = torch.zeros((), device=self.device)
-        z_sum = torch.zeros((), device=self.device)
-        for x, y, last, sync in self._micro_batches(batch_id):
-            self.raw_model.set_max_logit_tracking(track and last)
-            with sync, self.autocast:
-                out = self.model(x, y)
-            with sync:
-                (out.loss / cfg.train.grad_accum).backward()
-            ce_sum += out.ce_loss
-            z_sum += out.z_loss
-        clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
-        loss = dist.all_reduce_mean(ce_sum / cfg.train.grad_accum, self.dist)
+        loss, z_loss, grad_norm = self._forward_backward(batch_id)
         action = self.callbacks.post_backward(loss, grad_norm)
-        skipped = False
         if action is None:
             self.optimizer.step()
             qk_clip(self.raw_model, cfg.optim.qk_clip_tau)
-        elif action.kind == "skip":
-            skipped = True
         self.optimizer.zero_grad(set_to_none=True)
         if action is not None and action.kind != "skip":
             self._carry_out(action, step)
             return
         self.step = step
         self.tokens += cfg.tokens_per_step * self.dist.world_size
-        if skipped:
+        if action is not None:  # skipped: the batch is spent, the update is not made
             self.emit("step_skipped", reason=action.reason, batch_id=batch_id, **action.event)
-        self._report(step, factor, loss, z_sum / cfg.train.grad_accum, grad_norm, skipped)
+        self._report(step, factor, loss, z_loss, grad_norm, skipped=action is not None)
 
     def _report(self, step: int, factor: float, loss, z_loss, grad_norm, skipped: bool) -> None:
         metrics: dict[str, Any] = {"step": step, "tokens": self.tokens, "lr": self.cfg.optim.lr * factor}
@@ -422,6 +422,8 @@ class Trainer:
 
     def _poll_saves(self) -> None:
         for result in self.checkpointer.poll():
+            if result.ok:
+                self.last_good_step = max(self.last_good_step, result.step)
             self.callbacks.post_checkpoint(result)
 
     # --- decisions -------------------------------------------------------------------
@@ -443,6 +445,7 @@ class Trainer:
         """Restore the newest good checkpoint at or before `action.to_step`; skip batches; maybe rescale the LR."""
         self.checkpointer.wait()
         self._poll_saves()
+        dist.barrier(self.dist)  # every rank sees rank 0's last save complete before choosing one
         from_step = self.step
         found = self.checkpointer.load_latest(max_step=action.to_step if action.to_step is not None else self.step)
         if found is None:
@@ -461,14 +464,13 @@ class Trainer:
         sig = dist.agree_max(self._stop_signal or 0, self.dist)
         if not sig:
             return
-        if self.checkpointer.in_flight or self.last_saved_step != self.step:
-            self.checkpointer.wait()
-            if self.last_saved_step != self.step:
-                self.save(sync=True)
+        self.checkpointer.wait()
         self._poll_saves()
+        if self.last_saved_step != self.step:  # known alike on every rank, unlike the outcome of a save
+            self.save(sync=True)
         name = signal.Signals(sig).name
-        self.emit("preempted", drill=self.drill_active, signal=name, saved_step=self.step)
-        raise Preempted(name, self.step)
+        self.emit("preempted", drill=self.drill_active, signal=name, saved_step=self.last_good_step)
+        raise Preempted(name, self.last_good_step)
 
     # --- ending ------------------------------------------------------------------------
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import time
 from typing import Any
 
 from .callbacks import Callback
@@ -45,7 +44,6 @@ class ProgressReporter(Callback):
         self.every = log_every * max(1, math.ceil(total_steps / 100 / log_every))
         self._progress = None
         self._task = None
-        self._last_line = 0.0
 
     def pre_train(self) -> None:
         start = self.trainer.step
