@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from logbook.events import iter_events
-from logbook.sink import read_metrics
 
 _HEARTBEAT_BYTES = 256
+_METRICS_TAIL = 4 << 20  # bytes of the metrics stream read at start-up (tens of thousands of rows)
 
 
 def parse_ts(ts: str) -> float:
@@ -69,7 +69,7 @@ class RunHistory:
 
     @classmethod
     def read(cls, run_dir: Path, heartbeat: Heartbeat) -> RunHistory:
-        return cls(list(iter_events(run_dir / "events.jsonl")), heartbeat.read(), read_metrics(run_dir))
+        return cls(list(iter_events(run_dir / "events.jsonl")), heartbeat.read(), _metrics_tail(run_dir / "metrics.jsonl"))
 
     def last_attempt(self) -> int:
         seen = [e.get("attempt") for e in self.events if isinstance(e.get("attempt"), int)]
@@ -88,6 +88,27 @@ class RunHistory:
     def first_started(self) -> float | None:
         starts = [parse_ts(e["ts"]) for e in self.events if e.get("kind") == "run_started" and "ts" in e]
         return min(starts, default=None)
+
+
+def _metrics_tail(path: Path, max_bytes: int = _METRICS_TAIL) -> list[dict[str, Any]]:
+    """The last rows of a metrics stream: enough for the previous attempt, without reading a long run whole."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]  # the first line is cut
+    rows = []
+    for raw in lines[:-1]:  # the last piece is empty or a torn line
+        try:
+            rows.append(json.loads(raw))
+        except ValueError:
+            continue
+    return rows
 
 
 def torchelastic_previous_error(env: dict[str, str]) -> dict[str, Any] | None:
