@@ -25,6 +25,12 @@ from typing import Any
 from logbook.errors import UsageError
 from logbook.yamlsafe import load_yaml_file, load_yaml_text
 
+# These sections are defined beside the components they configure; the
+# modules keep torch imports inside functions, so this file stays torch-free.
+from .guard import GuardConfig
+from .telemetry import TelemetryConfig
+from .wandb_sink import WandbConfig
+
 
 @dataclass
 class ModelConfig:
@@ -271,6 +277,12 @@ class TrainConfig:
     """Checkpointing."""
     faults: list[FaultConfig] = field(default_factory=list)
     """Fault drills."""
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    """The divergence guard: spike detection and the skip / rollback / lr / abort ladder."""
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    """Throughput, step-time split, MFU and memory at log steps."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Optional mirror of the run into Weights & Biases (off by default)."""
 
     def validate(self, where: str = "") -> None:
         for f in dataclasses.fields(self):

@@ -39,6 +39,10 @@ from logbook.sink import EventSink, MetricsWriter
 from . import dist
 from .attempts import Heartbeat, RunHistory, classify_restart
 from .callbacks import Action, Callback, CallbackList
+from .control import ControlCallback
+from .guard import GuardCallback
+from .telemetry import Telemetry
+from .wandb_sink import WandbSink
 from .checkpoint import Checkpointer, check_model_compatible
 from .config import TrainConfig, config_hash, config_to_dict
 from .data import DataStream, load_corpus
@@ -70,9 +74,20 @@ class TrainResult:
     val_loss: float | None
 
 
-def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bool | None) -> list[Callback]:
-    """The callbacks every run gets; new components register here."""
+def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bool | None,
+                      rules: list[Any] | None = None) -> list[Callback]:
+    """The callbacks every run gets; new components register here.
+
+    `rules` are the preregistration's contingency rules: the guard and live
+    control judge every action they take against them.
+    """
     cbs: list[Callback] = [FaultInjector(cfg.faults, attempt), HangWatchdog(cfg.train.hang_timeout_s)]
+    cbs.append(ControlCallback(rules))
+    cbs.append(GuardCallback(cfg.guard, rules))
+    if cfg.telemetry.mode != "off":
+        cbs.append(Telemetry(cfg.telemetry))
+    if rank == 0 and cfg.wandb.enabled:
+        cbs.append(WandbSink(cfg.wandb))
     if rank == 0:
         cbs.append(ProgressReporter(cfg.train.steps, cfg.train.log_every, attempt, interactive))
     return cbs
@@ -216,9 +231,22 @@ class Trainer:
             ckpt_dir = self.project.root / ckpt_dir
         self.checkpointer = Checkpointer(ckpt_dir, keep=cfg.checkpoint.keep, background=cfg.checkpoint.background,
                                          emit=self._emit_from_checkpointer, writer=self.dist.rank == 0)
-        cbs = default_callbacks(cfg, self.attempt, self.dist.rank, self.interactive) + self.extra_callbacks
+        # A callback passed in explicitly replaces the default one of the same name.
+        extra = {c.name for c in self.extra_callbacks}
+        cbs = [c for c in default_callbacks(cfg, self.attempt, self.dist.rank, self.interactive,
+                                            self._contingency_rules()) if c.name not in extra]
+        cbs += self.extra_callbacks
         self.callbacks = CallbackList(cbs, self)
         self.progress = next((c for c in self.callbacks if isinstance(c, ProgressReporter)), None)
+
+    def _contingency_rules(self) -> list[Any]:
+        """The preregistered contingency rules of this run (none for exploratory runs)."""
+        rec = self.run_record
+        if rec is None or not rec.prereg_id:
+            return []
+        from logbook.prereg import load_prereg
+
+        return list(load_prereg(self.project, rec.prereg_id).all_contingency())
 
     def _emit_from_checkpointer(self, kind: str, **kw: Any) -> None:
         # A rejection of a checkpoint that a drill corrupted is part of the drill.
