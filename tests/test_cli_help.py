@@ -34,3 +34,12 @@ def test_every_command_answers_help(cli):
         res = cli(*path, "--help")
         assert res.exit_code == 0, (path, res.output)
         assert "Usage:" in res.stdout
+
+
+def test_cli_reference_in_docs_is_generated_from_help():
+    from conftest import ROOT
+
+    from logbook.cli.docgen import reference
+
+    on_disk = (ROOT / "docs" / "cli.md").read_text()
+    assert on_disk == reference(), "docs/cli.md is stale: python3 -m logbook.cli.docgen > docs/cli.md"

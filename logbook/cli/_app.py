@@ -19,7 +19,7 @@ from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, LogbookError
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok · 1 internal error · 2 usage · 3 refused · 4 tampered · "
-    "5 run failed · 130 interrupted."
+    "5 run failed · 75 preempted (saved; resume it) · 130 interrupted."
 )
 
 
