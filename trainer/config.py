@@ -251,11 +251,14 @@ class FaultConfig:
     """The attempt that fires it, so a drill does not refire after the restart."""
     when: str = "step"
     """sigkill only: step (after the step) | save (in the middle of writing the checkpoint of that step)."""
+    rank: int | None = None
+    """The rank that fires it (e.g. 1 to kill one process of a DDP run); none means every rank."""
 
     def validate(self, where: str) -> None:
         _choice(self, where, "kind", ("exception", "sigkill", "sigterm", "hang", "corrupt_checkpoint"))
         _choice(self, where, "when", ("step", "save"))
         _positive(self, where, "step", "attempt")
+        _check(self.rank is None or self.rank >= 0, f"{where}.rank", f"must be >= 0, got {self.rank}")
         _check(self.when == "step" or self.kind == "sigkill", f"{where}.when", "`save` is only for sigkill drills")
 
 

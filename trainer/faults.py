@@ -38,6 +38,8 @@ class FaultInjector(Callback):
         self.faults = [f for f in faults if f.attempt == attempt]
 
     def pre_train(self) -> None:
+        rank = self.trainer.dist.rank
+        self.faults = [f for f in self.faults if f.rank is None or f.rank == rank]
         if any(f.when == "save" for f in self.faults):
             self.trainer.checkpointer.progress = self._during_save
 
