@@ -39,11 +39,16 @@ class FaultInjector(Callback):
 
     def pre_train(self) -> None:
         rank = self.trainer.dist.rank
+        # Only rank 0 writes events: it announces the drills aimed at other ranks as they fire.
+        self.elsewhere = [f for f in self.faults if f.rank not in (None, rank)] if rank == 0 else []
         self.faults = [f for f in self.faults if f.rank is None or f.rank == rank]
         if any(f.when == "save" for f in self.faults):
             self.trainer.checkpointer.progress = self._during_save
 
     def post_step(self, step: int, metrics: dict) -> None:
+        for f in self.elsewhere:
+            if f.step == step and f.when == "step":
+                self._announce(f, step, rank=f.rank)
         for f in self.faults:
             if f.step == step and f.when == "step":
                 self._fire(f, step)
