@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -44,8 +45,25 @@ def init_distributed(device_pref: str) -> DistInfo:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, store=_attempt_store(rank, world), rank=rank, world_size=world)
     return DistInfo(rank=rank, local_rank=local, world_size=world, device=device)
+
+
+def _attempt_store(rank: int, world: int) -> dist.Store:
+    """The rendezvous store, under a prefix of its own for each torchrun restart.
+
+    torchrun's agent keeps one store for the whole job. Without a fresh prefix,
+    a restarted group reads the addresses its predecessors published and gloo
+    fails to connect ("Connection refused") on every restart after the first.
+    """
+    host, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500"))
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(host, port, world, is_master=not agent and rank == 0,
+                          timeout=timedelta(seconds=float(os.environ.get("LOGBOOK_DIST_TIMEOUT_S", "600"))),
+                          wait_for_workers=False)
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"logbook/restart{restart}/", store)
 
 
 def all_reduce_mean(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
