@@ -30,6 +30,7 @@ from logbook.yamlsafe import load_yaml_file, load_yaml_text
 from .guard import GuardConfig
 from .telemetry import TelemetryConfig
 from .wandb_sink import WandbConfig
+from .straggler import StragglerConfig
 
 
 @dataclass
@@ -212,12 +213,20 @@ class TrainLoopConfig:
     eval_batches: int = 4
     """Micro-batches per validation measurement."""
     hang_timeout_s: float = 0.0
-    """A step taking longer than this (after the first) emits `hang` and exits for a restart; 0 turns the watchdog off."""
+    """Floor of the hang timeout, and its switch: 0 turns the watchdog off."""
+    hang_factor: float = 10.0
+    """A step (after the first) longer than max(hang_timeout_s, this x the median step time) emits `hang` and exits for a restart."""
+    parallel: str = "ddp"
+    """With several ranks: ddp (replicas, CPU or GPU) | fsdp (FSDP2 fully_shard per block; GPU only)."""
 
     def validate(self, where: str) -> None:
         _positive(self, where, "steps", "batch_size", "grad_accum", "log_every", "eval_batches")
         _choice(self, where, "device", ("auto", "cpu", "cuda"))
         _choice(self, where, "dtype", ("float32", "bfloat16"))
+        _choice(self, where, "parallel", ("ddp", "fsdp"))
+        _check(self.parallel != "fsdp" or self.device != "cpu", f"{where}.parallel",
+               "fsdp shards across GPUs; with train.device=cpu use ddp")
+        _check(self.hang_factor >= 1, f"{where}.hang_factor", f"must be >= 1, got {self.hang_factor}")
         for key in ("threads", "eval_every", "hang_timeout_s"):
             _check(getattr(self, key) >= 0, f"{where}.{key}", f"must be >= 0, got {getattr(self, key)}")
 
@@ -234,9 +243,14 @@ class CheckpointConfig:
     """Serialize and write in a background thread; training blocks only for the in-memory copy."""
     dir: str | None = None
     """Checkpoint folder; default .logbook/checkpoints/<run> in the project."""
+    adopt_advice: bool = False
+    """Change `every` to Young's interval from this run's measured save cost and MTBF (an `hparam_change`, source advice)."""
+    mtbf_s: float = 0.0
+    """MTBF in seconds for the advice before this run has failed; 0 waits for the run's own failures."""
 
     def validate(self, where: str) -> None:
         _positive(self, where, "every", "keep")
+        _check(self.mtbf_s >= 0, f"{where}.mtbf_s", f"must be >= 0, got {self.mtbf_s}")
 
 
 @dataclass
@@ -286,6 +300,8 @@ class TrainConfig:
     """Throughput, step-time split, MFU and memory at log steps."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """Optional mirror of the run into Weights & Biases (off by default)."""
+    straggler: StragglerConfig = field(default_factory=StragglerConfig)
+    """Detection of a rank persistently slower than the others."""
 
     def validate(self, where: str = "") -> None:
         for f in dataclasses.fields(self):

@@ -273,10 +273,11 @@ class ControlChannel:
 
     # --- changes from the config itself ---------------------------------------------------
 
-    def apply_scheduled(self, step: int, changes: Mapping[str, Any], reason: str, tokens: int | None = None) -> list[dict[str, Any]]:
-        """Apply a change the config schedules (a phase); recorded with source `schedule`."""
+    def apply_scheduled(self, step: int, changes: Mapping[str, Any], reason: str, tokens: int | None = None,
+                        *, source: str = "schedule") -> list[dict[str, Any]]:
+        """Apply a change the config schedules (a phase), or the trainer's own (source `advice`)."""
         checked = self._check_against_config(changes)
-        return self._apply(checked, step, tokens, {"reason": reason, "who": "schedule"}, source="schedule")
+        return self._apply(checked, step, tokens, {"reason": reason, "who": source}, source=source)
 
     def note_scheduled(self, step: int, key: str, old: Any, new: Any, reason: str, tokens: int | None = None) -> None:
         """Record a change the trainer made itself on schedule (a mixture stage); nothing is applied."""

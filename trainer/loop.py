@@ -41,6 +41,7 @@ from .attempts import Heartbeat, RunHistory, classify_restart
 from .callbacks import Action, Callback, CallbackList
 from .control import ControlCallback
 from .guard import GuardCallback
+from .milestones_cb import MilestoneNotes
 from .telemetry import Telemetry
 from .wandb_sink import WandbSink
 from .checkpoint import Checkpointer, check_model_compatible
@@ -89,6 +90,7 @@ def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bo
     if rank == 0 and cfg.wandb.enabled:
         cbs.append(WandbSink(cfg.wandb))
     if rank == 0:
+        cbs.append(MilestoneNotes())
         cbs.append(ProgressReporter(cfg.train.steps, cfg.train.log_every, attempt, interactive))
     return cbs
 

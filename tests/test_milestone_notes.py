@@ -1,0 +1,95 @@
+"""Progress notes written by the real trainer: one per configured fraction, across a SIGKILL, rendered with a plot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from logbook.chronicle import render_chronicle
+from logbook.predictions import parse_prediction
+from logbook.project import open_project
+from logbook.runfacts import RunFacts
+from runhelpers import events, of_kind
+from trainer.milestones_cb import since_last, standing
+
+MICRO = ROOT / "configs" / "micro-test.yaml"
+FRACTIONS = [0.1, 0.25, 0.5, 0.75, 1.0]
+
+
+def _train(repo: Path, run: str, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": "true"}
+    env.pop("TORCHELASTIC_ERROR_FILE", None)
+    return subprocess.run([sys.executable, "-m", "trainer", "--project", str(repo), "--run", run, str(MICRO),
+                           "train.eval_every=0", *overrides],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _notes(repo: Path, run: str) -> list[dict]:
+    return of_kind(events(repo, run), "milestone")
+
+
+@pytest.mark.slow
+def test_a_real_run_writes_one_progress_note_per_configured_fraction(logbook_repo):
+    res = _train(logbook_repo, "plain")
+    assert res.returncode == 0, res.stderr
+    notes = _notes(logbook_repo, "plain")
+    assert [n["data"]["fraction"] for n in notes] == FRACTIONS
+    assert [n["step"] for n in notes] == [3, 8, 15, 23, 30]
+    for n in notes:
+        d = n["data"]
+        assert d["total_steps"] == 30 and d["loss"] > 0 and d["tokens_per_s"] > 0
+        assert 0 < d["goodput"] <= 1 and d["elapsed_s"] > 0
+        assert d["since_last"] == {"restarts": 0, "rollbacks": 0, "changes": 0, "skips": 0}
+        assert (logbook_repo / "entries" / d["plot"]).read_bytes().startswith(b"\x89PNG")  # drawn before exit
+    assert notes[-1]["data"]["eta_s"] == 0
+
+
+@pytest.mark.slow
+def test_a_sigkill_between_notes_neither_loses_nor_repeats_one_and_the_chronicle_shows_them(logbook_repo):
+    first = _train(logbook_repo, "killed", "faults=[{kind: sigkill, step: 17}]")
+    assert first.returncode == -9, first.stderr
+    assert [n["data"]["fraction"] for n in _notes(logbook_repo, "killed")] == [0.1, 0.25, 0.5]
+    second = _train(logbook_repo, "killed", "faults=[{kind: sigkill, step: 17}]")
+    assert second.returncode == 0, second.stderr
+    notes = _notes(logbook_repo, "killed")
+    assert [n["data"]["fraction"] for n in notes] == FRACTIONS
+    assert [n["attempt"] for n in notes] == [1, 1, 1, 2, 2]
+    assert notes[3]["data"]["since_last"]["restarts"] == 1  # the restart between 50% and 75%
+
+    project = open_project(logbook_repo)
+    text = "\n".join(p.read_text() for p in render_chronicle(project).written)
+    for pct, name in (("10%", "010"), ("75%", "075"), ("100%", "100")):
+        assert f"milestone {pct}" in text
+        assert f"assets/killed/progress-{name}.png)" in text
+
+
+def _facts(last_step: int, loss: float, restarts: int = 0) -> RunFacts:
+    evs = [{"kind": "restart", "ts": "2026-01-01T00:00:00Z"} for _ in range(restarts)]
+    return RunFacts(run="r", events=evs, series={"loss": {25: loss, last_step: loss}}, last_step=last_step, total_steps=100)
+
+
+@pytest.mark.parametrize(("expr", "facts", "status"), [
+    ("loss@final < 4.0", _facts(50, 3.5), "on track"),
+    ("loss@final < 4.0", _facts(50, 4.5), "at risk"),
+    ("loss@final < 4.0 ± 0.2", _facts(50, 4.1), "at risk"),  # only the tolerance accepts it
+    ("restarts@final <= 1", _facts(50, 3.0, restarts=2), "already failed"),  # counts only grow
+    ("restarts@final <= 1", _facts(50, 3.0, restarts=1), "on track"),
+    ("loss@25% < 4.0", _facts(50, 3.5), "met"),
+    ("loss@25% < 3.0", _facts(50, 3.5), "already failed"),
+    ("val_loss@final < 4.0", _facts(50, 3.5), "unknown"),
+])
+def test_each_prediction_is_on_track_at_risk_met_or_already_failed(expr, facts, status):
+    got = standing(parse_prediction(expr), facts)
+    assert got["status"] == status
+    assert got["expr"] == parse_prediction(expr).to_text()
+
+
+def test_since_last_counts_only_what_came_after_the_previous_note():
+    evs = [{"kind": "restart"}, {"kind": "milestone"}, {"kind": "rollback"}, {"kind": "lr_scaled"},
+           {"kind": "hparam_change"}, {"kind": "step_skipped"}, {"kind": "checkpoint_saved"}]
+    assert since_last(evs) == {"restarts": 0, "rollbacks": 1, "changes": 2, "skips": 1}
