@@ -107,10 +107,38 @@ def _copy(obj: Any, path: str, pool: dict[str, torch.Tensor], memo: dict[tuple, 
 # --- writing -------------------------------------------------------------------
 
 
+class _WriteRecorder:
+    """The file `torch.save` writes into, remembering the OSError of a failed write.
+
+    torch's zip writer reports a failed write (a full disk) as a RuntimeError
+    about stream positions; the OSError underneath is what happened.
+    """
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def _write_part(path: Path, obj: Any) -> None:
-    """Serialize one part and fsync it (tests replace this to simulate a full disk)."""
+    """Serialize one part and fsync it; a full disk raises OSError (tests replace this to simulate one)."""
     with open(path, "wb") as f:
-        torch.save(obj, f)
+        out = _WriteRecorder(f)
+        try:
+            torch.save(obj, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
         f.flush()
         os.fsync(f.fileno())
 
@@ -338,6 +366,30 @@ class Checkpointer:
             err, self._error = self._error, None
         if err is not None:
             raise err
+
+    def retire_after(self, step: int, label: str) -> list[Path]:
+        """Move every complete checkpoint newer than `step` into `abandoned/` (a rollback's lost branch).
+
+        Left in place they would stay resume candidates: a crash after the
+        rollback would resume the branch the rollback abandoned. Under
+        `abandoned/<name>-<label>` nothing resumes from them or retains them
+        away, and a save of the same step on the new branch cannot clash.
+        Only the writer moves anything; every rank gets the same list back.
+        """
+        out = []
+        for s, path in list_checkpoints(self.directory):
+            if s <= step:
+                continue
+            dest = self.directory / "abandoned" / f"{path.name}-{label}"
+            if self.writer:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if dest.exists():
+                    shutil.rmtree(dest, ignore_errors=True)
+                os.rename(path, dest)
+            out.append(dest)
+        if out and self.writer:
+            fsync_dir(self.directory)
+        return out
 
     def load_latest(self, max_step: int | None = None) -> tuple[int, Path, dict[str, Any]] | None:
         """The newest checkpoint (at or before max_step) that verifies; rejected ones are set aside."""

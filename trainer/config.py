@@ -258,7 +258,7 @@ class FaultConfig:
     """A fault drill: fires once, at one step of one attempt."""
 
     kind: str = "exception"
-    """exception | sigkill | sigterm | hang | corrupt_checkpoint."""
+    """exception | sigkill | sigterm | hang | corrupt_checkpoint | nan | spike (a loss blow-up the guard must catch)."""
     step: int = 1
     """The step at which it fires (after that step's update)."""
     attempt: int = 1
@@ -267,13 +267,16 @@ class FaultConfig:
     """sigkill only: step (after the step) | save (in the middle of writing the checkpoint of that step)."""
     rank: int | None = None
     """The rank that fires it (e.g. 1 to kill one process of a DDP run); none means every rank."""
+    factor: float = 100.0
+    """spike only: the loss and gradients of the step are multiplied by this."""
 
     def validate(self, where: str) -> None:
-        _choice(self, where, "kind", ("exception", "sigkill", "sigterm", "hang", "corrupt_checkpoint"))
+        _choice(self, where, "kind", ("exception", "sigkill", "sigterm", "hang", "corrupt_checkpoint", "nan", "spike"))
         _choice(self, where, "when", ("step", "save"))
         _positive(self, where, "step", "attempt")
         _check(self.rank is None or self.rank >= 0, f"{where}.rank", f"must be >= 0, got {self.rank}")
         _check(self.when == "step" or self.kind == "sigkill", f"{where}.when", "`save` is only for sigkill drills")
+        _check(self.factor > 1, f"{where}.factor", f"must be > 1 (a blow-up), got {self.factor}")
 
 
 @dataclass

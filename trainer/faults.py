@@ -13,13 +13,22 @@ before the fault fires, and every event the drill causes in this attempt (the
 - hang: stops making progress; the watchdog (train.hang_timeout_s) ends it.
 - corrupt_checkpoint: flips bytes in the newest complete checkpoint, so the
   next resume must reject it and fall back to the one before.
+- nan, spike: the step's loss and gradients turn NaN, or are multiplied by
+  `factor`, after the backward pass and before the divergence guard looks, as
+  if the batch had blown up (`DivergenceDrill`). Nothing is killed: the guard
+  must catch it on that very step, and every event of its response (the
+  `divergence_detected`, `step_skipped`, `rollback`, `lr_scaled`) carries
+  `drill: true`. A rollback replays steps; the drill still fires only once.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
+
+import torch
 
 from .callbacks import Callback
 from .checkpoint import list_checkpoints
@@ -30,12 +39,15 @@ class InjectedFault(RuntimeError):
     """The exception a drill raises."""
 
 
+DIVERGENCE_KINDS = ("nan", "spike")
+
+
 class FaultInjector(Callback):
     name = "faults"
     priority = 1000  # after every observer has seen the step
 
     def __init__(self, faults: list[FaultConfig], attempt: int) -> None:
-        self.faults = [f for f in faults if f.attempt == attempt]
+        self.faults = [f for f in faults if f.attempt == attempt and f.kind not in DIVERGENCE_KINDS]
 
     def pre_train(self) -> None:
         rank = self.trainer.dist.rank
@@ -85,6 +97,50 @@ class FaultInjector(Callback):
         elif f.kind == "hang":
             while True:  # the watchdog thread ends the process
                 time.sleep(0.05)
+
+
+class DivergenceDrill(Callback):
+    """Blows up the loss of a step before the guard judges it: `nan` and `spike` drills."""
+
+    name = "divergence_drill"
+    priority = 15  # after live control (10), before the guard (20) sees the numbers
+
+    def __init__(self, faults: list[FaultConfig], attempt: int) -> None:
+        self.faults = [f for f in faults if f.attempt == attempt and f.kind in DIVERGENCE_KINDS]
+        self.fired: set[int] = set()
+        """Indices into `faults` already fired in this attempt (a rollback replays their step)."""
+
+    def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        t = self.trainer
+        step = t.step + 1
+        for i, f in enumerate(self.faults):
+            if f.step != step or i in self.fired:
+                continue
+            self.fired.add(i)
+            # Every rank knows the step is a drill (rank 0 writes the events), but only the
+            # targeted rank blows up: the all-reduced loss carries it to the others.
+            t.drill_active = True
+            t.drill_step = step
+            factor = math.nan if f.kind == "nan" else float(f.factor)
+            extra = {} if f.kind == "nan" else {"factor": factor}
+            if f.rank is not None:
+                extra["rank"] = f.rank
+            t.emit("fault_injected", step=step, drill=True, fault=f.kind, at_step=step,
+                   batch_id=t.data.next_batch - 1, **extra)
+            if f.rank is None or f.rank == t.dist.rank:
+                _blow_up(t.raw_model, loss, grad_norm, factor)
+        return None
+
+
+def _blow_up(model: torch.nn.Module, loss: torch.Tensor, grad_norm: torch.Tensor, factor: float) -> None:
+    """What a bad batch does: the loss, every gradient and their norm scaled by `factor` (NaN: poisoned)."""
+    tensors = [p.grad for p in model.parameters() if p.grad is not None] + [loss, grad_norm]
+    with torch.no_grad():
+        for x in tensors:
+            if math.isnan(factor):
+                x.fill_(math.nan)
+            else:
+                x.mul_(factor)
 
 
 def _flip_bytes(path, count: int = 64) -> None:

@@ -538,14 +538,19 @@ class GuardCallback(Callback):
         t = self.trainer
         step, batch_id = t.step + 1, t.data.next_batch - 1  # `take()` has just handed out this batch
         loss_f, norm_f = metrics_to_floats(loss, grad_norm)
+        t.synced = (step, loss_f, norm_f)  # the loop logs these instead of syncing again
         d = self.guard.observe(step, loss_f, norm_f, batch_id, lr_scale=t.lr_scale)
         if d.ok:
             return None
         if self.guard.cfg.replay and self._rng is not None:
             label_replay(d, replay_check(lambda: self._rerun(batch_id), d))
-        t.emit("divergence_detected", step=step, **(d.payload("divergence_detected") or {}))
+        drill = getattr(t, "drill_step", None) == step  # a nan/spike drill caused it
+        t.emit("divergence_detected", step=step, drill=drill, **(d.payload("divergence_detected") or {}))
         kept = self._keep_checkpoints(d) if d.verdict == Verdict.ROLLBACK else []
-        return to_action(d, kept)
+        action = to_action(d, kept)
+        if action is not None and drill:
+            action.event["drill"] = True
+        return action
 
     def _keep_checkpoints(self, d: Decision) -> list[str]:
         """Set the checkpoints on either side of the spike aside under `spikes/`; returns their paths.

@@ -47,7 +47,7 @@ from .wandb_sink import WandbSink
 from .checkpoint import Checkpointer, check_model_compatible
 from .config import TrainConfig, config_hash, config_to_dict
 from .data import DataStream, load_corpus
-from .faults import FaultInjector, InjectedFault
+from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .model import GPT
 from .optim import apply_hyperparams, build_optimizer, lr_factor, qk_clip
 from .progress import ProgressReporter
@@ -82,7 +82,8 @@ def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bo
     `rules` are the preregistration's contingency rules: the guard and live
     control judge every action they take against them.
     """
-    cbs: list[Callback] = [FaultInjector(cfg.faults, attempt), HangWatchdog(cfg.train.hang_timeout_s)]
+    cbs: list[Callback] = [FaultInjector(cfg.faults, attempt), DivergenceDrill(cfg.faults, attempt),
+                           HangWatchdog(cfg.train.hang_timeout_s)]
     cbs.append(ControlCallback(rules))
     cbs.append(GuardCallback(cfg.guard, rules))
     if cfg.telemetry.mode != "off":
@@ -113,6 +114,9 @@ class Trainer:
         self.tokens = 0
         self.lr_scale = 1.0
         self.drill_active = False
+        self.drill_step: int | None = None  # the step a nan/spike drill blew up
+        self.synced: tuple[int, float, float | None] | None = None
+        """(step, loss, grad norm) as floats, once a callback (the guard) has synced them this step."""
         self.last_progress = time.monotonic()
         self.last_saved_step = -1  # the last step a save was started for (the same on every rank)
         self.last_good_step = 0  # the last step known saved completely (rank 0)
@@ -398,9 +402,11 @@ class Trainer:
             now = time.perf_counter()
             t0, tok0 = self._log_mark
             self._log_mark = (now, self.tokens)
-            self.last_loss = float(loss)
+            # The guard has already synced loss and grad norm for this step: no second host sync.
+            synced = self.synced if self.synced is not None and self.synced[0] == step else None
+            self.last_loss, norm = synced[1:] if synced else (float(loss), float(grad_norm))
             metrics.update(attempt=self.attempt, loss=self.last_loss, z_loss=float(z_loss), lr_scale=self.lr_scale,
-                           grad_norm=float(grad_norm), tokens_per_s=(self.tokens - tok0) / max(now - t0, 1e-9),
+                           grad_norm=norm, tokens_per_s=(self.tokens - tok0) / max(now - t0, 1e-9),
                            time=time.time())
             logits = self.raw_model.max_logits()
             if logits:
@@ -484,11 +490,16 @@ class Trainer:
         self._load_parts(parts, callbacks=False)  # the deciders keep their memory of what happened
         if action.skip_batches:
             self.data.add_skip(*action.skip_batches)
+        # Newer checkpoints hold the abandoned branch: left in place, a crash would resume it.
+        abandoned = self.checkpointer.retire_after(self.step, f"rollback-from-{from_step}")
         self.emit("rollback", from_step=from_step, to_step=self.step, steps_lost=from_step - self.step,
                   batches_skipped=list(action.skip_batches) if action.skip_batches else None,
-                  checkpoint=str(path), reason=action.reason, **action.event)
+                  checkpoint=str(path), abandoned=[str(p) for p in abandoned], reason=action.reason, **action.event)
         if action.lr_scale is not None and action.lr_scale != self.lr_scale:
-            self.set_lr_scale(action.lr_scale, reason=action.reason)
+            self.set_lr_scale(action.lr_scale, reason=action.reason, drill=bool(action.event.get("drill")))
+        # The new branch (skip list, learning rate, the guard's ladder) is saved at once, so a crash
+        # from here on resumes it rather than the checkpoint the rollback restored.
+        self.save(sync=True)
 
     def _check_stop(self) -> None:
         sig = dist.agree_max(self._stop_signal or 0, self.dist)
