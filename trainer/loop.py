@@ -205,8 +205,6 @@ class Trainer:
                                if e.get("kind") == "fault_injected" and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
         self.sink = EventSink(self.run_dir, self.run_id, self.attempt, self.dist.rank)
         self.metrics = MetricsWriter(self.run_dir, self.dist.rank)
-        if self.dist.rank == 0:
-            self.heartbeat.beat(self.attempt, 0, time.time())
 
     def _refuse_if_ended(self) -> None:
         aborted = self._facts["aborted"]
@@ -333,6 +331,11 @@ class Trainer:
             flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
         )
+        if self.dist.rank == 0:
+            # The attempt counts from here: one that dies while building or restoring leaves
+            # no trace, so the next start takes its number and its restart names the attempt
+            # before it (the failed start is downtime). Numbering it earlier lost its restart.
+            self.heartbeat.beat(self.attempt, self.step, time.time())
 
     def _install_signals(self) -> None:
         if _in_main_thread():
