@@ -138,3 +138,65 @@ def test_a_spike_drill_through_the_command_line_trainer(logbook_repo):
     assert [(e["step"], e["kind"]) for e in evs] == [
         (11, "fault_injected"), (11, "divergence_detected"), (11, "step_skipped"), (14, "run_finished")]
     assert evs[0]["data"]["factor"] == 50 and evs[1]["data"]["metric"] in ("loss", "grad_norm")
+
+
+def _wait_until(check, proc, timeout: float = 60.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.slow
+def test_a_live_lr_scale_from_logbook_set_survives_a_sigkill_and_a_rejected_request_changes_nothing(logbook_repo, cli):
+    """`logbook run` with a SIGKILL drill; `logbook set lr_scale=0.5` while it starts: applied once, in force after the restart."""
+    import json
+    import os
+
+    from runhelpers import micro_config
+
+    from logbook.control import processed_dir, submit_change
+    from logbook.project import open_project
+    from trainer.config import ScheduleConfig
+    from trainer.optim import lr_factor
+
+    cfg_path = micro_config(logbook_repo, steps=40, every=4, faults=[{"kind": "sigkill", "step": 6}])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "lr", str(cfg_path)],
+                            cwd=logbook_repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run_json = logbook_repo / "entries" / "runs" / "lr" / "run.json"
+    try:
+        _wait_until(lambda: run_json.exists() and json.loads(run_json.read_text())["status"] == "running", proc)
+        asked = cli("set", "lr", "lr_scale=0.5", "--reason", "gentler after the spike")
+        assert asked.exit_code == 0, asked.output
+        bogus = submit_change(open_project(logbook_repo), "lr", {"data.weights.nosuch": 2.0}, "a source it lacks")
+        _, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
+
+    evs = _events(logbook_repo, "lr")
+    changes = [e for e in evs if e["kind"] == "hparam_change"]
+    (applied,) = [e for e in changes if not e["data"].get("reapplied")]
+    assert applied["attempt"] == 1 and applied["step"] <= 4 and applied["data"]["new"] == 0.5
+    assert applied["data"]["who"] == "Ada Tester <ada@example.org>" and applied["data"]["reason"] == "gentler after the spike"
+    assert not [e for e in changes if e["data"].get("reapplied")]  # the checkpoint of step 4 carried it
+    (rejected,) = [e for e in evs if e["kind"] == "hparam_change_rejected"]
+    assert rejected["data"]["request_id"] == bogus.request["request_id"] and "nosuch" in rejected["data"]["reason"]
+    assert [e["data"]["cause"] for e in evs if e["kind"] == "restart"] == ["signal"]
+    answers = sorted(json.loads(p.read_text())["outcome"]["status"] for p in processed_dir(
+        logbook_repo / ".logbook" / "control" / "lr").glob("*.json"))
+    assert answers == ["applied", "rejected"]
+
+    rows = [json.loads(line) for line in (logbook_repo / "entries" / "runs" / "lr" / "metrics.jsonl").read_text().splitlines()]
+    after = [r for r in rows if r.get("attempt") == 2 and "lr_scale" in r]
+    assert after and all(r["lr_scale"] == 0.5 for r in after)
+    peak = 1e-3  # the micro config's optim.lr (the default)
+    assert all(r["lr"] == pytest.approx(peak * lr_factor(r["step"], ScheduleConfig(), 40) * 0.5) for r in after)
