@@ -55,10 +55,13 @@ def erratum_views(errata: list[dict[str, Any]], r: MarkdownRenderer) -> list[dic
 
 
 def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str, Any]]],
-               make_plot=None) -> dict[str, Any]:
+               make_plot=None, reviews: dict[str, list[dict[str, Any]]] | None = None,
+               extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The template context of one run event (not routine) or one note.
 
     `make_plot(entry, path)` is called for a milestone whose plot file is missing.
+    `reviews` maps entry ids to their review records (`logbook.review.reviews_for`);
+    `extra` adds fields computed from other records (a restart's failure statistics).
     """
     rec = item.rec or {}
     kind = rec.get("kind") if isinstance(rec.get("kind"), str) else "unknown"
@@ -72,7 +75,10 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
         "attempt": rec.get("attempt"), "step": rec.get("step"), "tokens": rec.get("tokens"),
         "drill": rec.get("drill") is True, "data": view(_data(rec)),
         "errata": view(erratum_views(errata.get(eid, []), r)),
+        "reviews": view((reviews or {}).get(eid, [])),
     })
+    if extra:
+        e.update(view(extra))
     if item.source == NOTES_SOURCE and kind == "note":
         e.update(_note_fields(rec, r))
     elif kind == "milestone" and item.source != NOTES_SOURCE:
@@ -81,9 +87,18 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
     # Milestones are always rendered: drawing a missing plot is a side effect.
     key = None
     if isinstance(rec.get("hash"), str) and kind != "milestone":
-        key = (item.source, item.ts, rec["hash"], tuple(tuple(sorted(x.items())) for x in e["errata"]))
+        key = (item.source, item.ts, rec["hash"], _frozen(e["errata"]), _frozen(e["reviews"]), _frozen(extra or {}))
     e["heading"], e["body"] = r.cached(key, e)
     return e
+
+
+def _frozen(x: Any) -> Any:
+    """A hashable copy of plain data, for the entry cache's key."""
+    if isinstance(x, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_frozen(v) for v in x)
+    return x
 
 
 def _note_fields(rec: dict[str, Any], r: MarkdownRenderer) -> dict[str, Any]:

@@ -23,6 +23,7 @@ seconds of its saves.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import statistics
@@ -221,6 +222,67 @@ def run_wall_s(events: list[dict[str, Any]]) -> float | None:
     return max(times) - min(times) if len(times) >= 2 else None
 
 
+class AdviceTracker:
+    """`advise_from_run` kept up to date one event at a time, for readers that stream a log.
+
+    The chronicle asks for the advice at every restart of a run; feeding each
+    event once and asking at each restart keeps that linear in the log.
+    """
+
+    def __init__(self, include_drills: bool = False) -> None:
+        self.include_drills = include_drills
+        self.failures = 0
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+        self._costs: list[float] = []
+        self._gaps: list[float] = []
+        self._last_save: dict[Any, float] = {}
+
+    def add(self, e: dict[str, Any]) -> None:
+        t = _ts(e)
+        if t is not None:
+            self.first_ts = t if self.first_ts is None else min(self.first_ts, t)
+            self.last_ts = t if self.last_ts is None else max(self.last_ts, t)
+        kind = e.get("kind")
+        if kind == "restart":
+            self.failures += count_failures([e], self.include_drills)
+        elif kind == "checkpoint_saved":
+            cost = _number((e.get("data") or {}).get("blocking_s"))
+            if cost is not None:
+                bisect.insort(self._costs, cost)
+            if t is not None:
+                prev = self._last_save.get(e.get("attempt"))
+                if prev is not None and t > prev:
+                    bisect.insort(self._gaps, t - prev)
+                self._last_save[e.get("attempt")] = max(t, prev or t)
+
+    def advice(self, *, mtbf_s: float | None = None, save_s: float | None = None) -> Advice:
+        """The advice from the events added so far; a given `mtbf_s` or `save_s` takes precedence."""
+        wall = self.last_ts - self.first_ts if self.first_ts is not None and self.last_ts > self.first_ts else None
+        failures, current = self.failures, _median(self._gaps)
+        measured_save = _median(self._costs)
+        mtbf_src = save_src = "given"
+        if mtbf_s is None and failures and wall:
+            mtbf_s, mtbf_src = wall / failures, "run"
+        if save_s is None and measured_save:
+            save_s, save_src = measured_save, "run"
+        if mtbf_s is None or save_s is None:
+            adv = Advice(save_s=save_s, mtbf_s=mtbf_s, failures=failures, wall_s=wall, current_s=current,
+                         mtbf_source=mtbf_src, save_source=save_src)
+            if mtbf_s is None:
+                adv.notes.append("No failures yet, so no MTBF from this run: give one (for example --mtbf 3.1h).")
+            if save_s is None:
+                adv.notes.append("No completed save in this run yet: give the save cost (for example --save-cost 5m).")
+            return adv
+        adv = advise(save_s, mtbf_s, current)
+        adv.failures, adv.wall_s, adv.mtbf_source, adv.save_source = failures, wall, mtbf_src, save_src
+        return adv
+
+
+def _median(sorted_values: list[float]) -> float | None:
+    return statistics.median(sorted_values) if sorted_values else None
+
+
 def advise_from_run(events: list[dict[str, Any]], *, mtbf_s: float | None = None, save_s: float | None = None,
                     include_drills: bool = False) -> Advice:
     """Advice from the run's own measurements; a given `mtbf_s` or `save_s` takes precedence.
@@ -229,23 +291,7 @@ def advise_from_run(events: list[dict[str, Any]], *, mtbf_s: float | None = None
     preemptions; drills only with `include_drills`). With no failures yet and
     no MTBF given, the advice is incomplete and says what it needs.
     """
-    failures = count_failures(events, include_drills)
-    wall = run_wall_s(events)
-    measured_save = median_save_cost(events)
-    current = median_save_interval(events)
-    mtbf_src = save_src = "given"
-    if mtbf_s is None and failures and wall:
-        mtbf_s, mtbf_src = wall / failures, "run"
-    if save_s is None and measured_save:
-        save_s, save_src = measured_save, "run"
-    if mtbf_s is None or save_s is None:
-        adv = Advice(save_s=save_s, mtbf_s=mtbf_s, failures=failures, wall_s=wall, current_s=current,
-                     mtbf_source=mtbf_src, save_source=save_src)
-        if mtbf_s is None:
-            adv.notes.append("No failures yet, so no MTBF from this run: give one (for example --mtbf 3.1h).")
-        if save_s is None:
-            adv.notes.append("No completed save in this run yet: give the save cost (for example --save-cost 5m).")
-        return adv
-    adv = advise(save_s, mtbf_s, current)
-    adv.failures, adv.wall_s, adv.mtbf_source, adv.save_source = failures, wall, mtbf_src, save_src
-    return adv
+    tracker = AdviceTracker(include_drills)
+    for e in events:
+        tracker.add(e)
+    return tracker.advice(mtbf_s=mtbf_s, save_s=save_s)

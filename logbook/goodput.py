@@ -218,8 +218,14 @@ def _first_step(att: _Attempt, events: list[dict[str, Any]], metrics: list[dict[
 
 
 def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str, Any]] | None = None) -> GoodputReport:
-    """Goodput and badput of a run from its events (and metrics, which sharpen the step times)."""
-    events = list(events)
+    """Goodput and badput of a run from its events (and metrics, which sharpen the step times).
+
+    Records written about the run afterwards (`outcome`) are left out: scoring a
+    run later must not stretch its wall time.
+    """
+    from .runfacts import AFTERWARDS_KINDS
+
+    events = [e for e in events if e.get("kind") not in AFTERWARDS_KINDS]
     metrics = list(metrics or [])
     rep = GoodputReport()
     step_s = median_step_seconds(events, metrics)

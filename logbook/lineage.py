@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .chain import iter_records
+from .runfacts import AFTERWARDS_KINDS
 from .textfmt import signal_name
 
 
@@ -73,6 +74,8 @@ def run_lineage(events_path: Path) -> list[Attempt]:
     for rec in iter_records(events_path):
         a, ts = rec.get("attempt"), rec.get("ts")
         if not isinstance(a, int) or not isinstance(ts, str):
+            continue
+        if rec.get("kind") in AFTERWARDS_KINDS:  # written about the run later: no attempt's life
             continue
         cur = attempts.get(a)
         if cur is None:

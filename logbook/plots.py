@@ -110,9 +110,12 @@ def write_progress_plot(project: Project, run_id: str, upto_step: int, out_path:
     ax.set_ylabel("loss")
     ax.set_title(title or f"run {run_id}: loss to step {fmt_int(upto_step)}", fontsize=10)
     ax.grid(True, alpha=0.3)
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{int(x):,}"))
+    # Whole steps only: on a short run the default locator puts ticks at 0.5 steps,
+    # and an integer label on each repeats the same number.
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{int(round(x)):,}"))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="best", framealpha=0.85)
     fig.tight_layout()
