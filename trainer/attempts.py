@@ -6,7 +6,9 @@ manual relaunches all keep counting. On every start after the first, what the
 previous attempt left behind says why it ended: an `attempt_failed` event (an
 exception it recorded itself), `preempted`, `hang`, torchrun's error file, or
 nothing at all, which means it was killed by a signal (SIGKILL, the OOM
-killer, a lost node) before it could write anything.
+killer, a lost node) before it could write anything. With several ranks, a
+rank that dies leaves rank 0 failing in a collective ("connection reset by
+peer"); that is recorded as the signal it most likely was, with `peer_lost`.
 """
 
 from __future__ import annotations
@@ -134,7 +136,14 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     events = history.of_attempt(prev)
     kinds = {e.get("kind"): e for e in events}
     out: dict[str, Any] = {"prev_attempt": prev, "resumed_from_step": resumed_from_step}
-    if "attempt_failed" in kinds:
+    if "attempt_failed" in kinds and peer_lost(kinds["attempt_failed"].get("data", {})):
+        d = kinds["attempt_failed"].get("data", {})
+        # Rank 0 saw a collective fail because another rank vanished mid-step: the
+        # cause is that rank's death (a signal, the OOM killer, a lost node), not rank 0's error.
+        out.update(cause="signal", signal=None, peer_lost=True, exception_message=d.get("exception_message"),
+                   detail=f"another rank of attempt {prev} died with no record left; rank 0 lost its peer "
+                          f"({d.get('exception_type')})")
+    elif "attempt_failed" in kinds:
         d = kinds["attempt_failed"].get("data", {})
         out.update(cause="exception", exception_type=d.get("exception_type"), exception_message=d.get("exception_message"),
                    detail=f"attempt {prev} raised {d.get('exception_type')}: {d.get('exception_message')}")
@@ -156,6 +165,17 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     out["downtime_s"] = round(max(0.0, started_at - last_alive), 3) if last_alive is not None else None
     out["seconds_lost"] = _seconds_lost(history, events, resumed_from_step, last_alive)
     return out
+
+
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted",
+              "remote process exited or there was a network error")
+
+
+def peer_lost(failed: dict[str, Any]) -> bool:
+    """Whether an `attempt_failed` payload is a collective broken by another rank's death."""
+    message = str(failed.get("exception_message") or "")
+    return failed.get("exception_type") in ("RuntimeError", "DistBackendError", "DistNetworkError") and \
+        any(m in message for m in _PEER_LOST)
 
 
 def _last_signs(history: RunHistory, prev: int, events: list[dict[str, Any]]) -> tuple[int | None, float | None]:

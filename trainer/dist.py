@@ -109,3 +109,64 @@ def barrier(info: DistInfo) -> None:
 def shutdown(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def gather_floats(values: list[float], info: DistInfo) -> list[list[float]]:
+    """Every rank's few numbers, in rank order, on every rank: one small all_gather."""
+    if not info.enabled:
+        return [list(values)]
+    t = torch.tensor(values, dtype=torch.float64, device=info.device)
+    out = [torch.empty_like(t) for _ in range(info.world_size)]
+    dist.all_gather(out, t)
+    return [o.tolist() for o in out]
+
+
+def wrap_model(model: torch.nn.Module, info: DistInfo, parallel: str) -> torch.nn.Module:
+    """The module the loop calls: itself alone, DDP replicas, or FSDP2 shards (each block, then the root)."""
+    if not info.enabled:
+        return model
+    if parallel == "fsdp":
+        if info.device.type != "cuda":
+            from logbook.errors import UsageError
+
+            raise UsageError("train.parallel=fsdp needs CUDA devices", hint="use train.parallel=ddp on CPU")
+        from torch.distributed.fsdp import fully_shard
+
+        for block in getattr(model, "blocks", []):
+            fully_shard(block)
+        return fully_shard(model)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(model, optimizer) state dicts, whole and on the CPU even when sharded: the checkpoint format stays one.
+
+    A collective under FSDP: every rank must call it.
+    """
+    if not is_sharded(model):
+        return model.state_dict(), optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=opts), get_optimizer_state_dict(model, optimizer, options=opts)
+
+
+def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, model_sd: dict, optim_sd: dict) -> None:
+    """Load whole state dicts (as `full_state` makes them) into a plain or sharded model and its optimizer."""
+    if not is_sharded(model):
+        model.load_state_dict(model_sd)
+        optimizer.load_state_dict(optim_sd)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    opts = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_sd, options=opts)
+    set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)

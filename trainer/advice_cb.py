@@ -1,0 +1,85 @@
+"""Checkpoint-interval advice, adopted by the trainer itself (`checkpoint.adopt_advice`).
+
+At every checkpoint boundary rank 0 reads this run's event log, takes the
+median blocking save cost and the MTBF (this run's failures, or the
+configured `checkpoint.mtbf_s`), computes Young's interval, and turns it into
+steps with the median step time measured in this attempt. Every rank receives
+rank 0's figure and changes `checkpoint.every` through live control's path
+for scheduled changes, so the change is an `hparam_change` with source
+`advice`, applied alike on every rank. Small moves (under a fifth) are not
+worth an event and are ignored.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from typing import Any
+
+from .callbacks import Callback
+
+_MIN_STEPS_MEASURED = 5
+_HYSTERESIS = 0.2
+
+
+class AdviceCallback(Callback):
+    name = "ckpt_advice"
+    priority = 60
+
+    def __init__(self) -> None:
+        self._times: deque[float] = deque(maxlen=64)
+        self._last: float | None = None
+        self.adopted: int | None = None
+        """The interval (steps) this callback set, restored with the checkpoint."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"adopted": self.adopted}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        adopted = state.get("adopted")
+        if isinstance(adopted, int) and adopted > 0:
+            self.adopted = adopted
+            self.trainer.cfg.checkpoint.every = adopted  # recorded when it was adopted; restored, not changed
+
+    def post_step(self, step: int, metrics: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if self._last is not None:
+            self._times.append(now - self._last)
+        self._last = now
+        t = self.trainer
+        if step % t.cfg.checkpoint.every or len(self._times) < _MIN_STEPS_MEASURED:
+            return
+        from . import dist
+
+        proposal = dist.broadcast_object(self._propose(step) if t.dist.rank == 0 else None, t.dist)
+        if proposal is None:
+            return
+        control = next(c for c in t.callbacks if c.name == "control")
+        control.channel.apply_scheduled(step, {"checkpoint.every": proposal["every"]}, proposal["reason"],
+                                        tokens=t.tokens, source="advice")
+        self.adopted = proposal["every"]
+
+    def _propose(self, step: int) -> dict[str, Any] | None:
+        """Rank 0: the new interval in steps and its reason, or None to keep the current one."""
+        from logbook.ckpt_advice import advise_from_run, format_duration
+        from logbook.events import iter_events
+
+        t = self.trainer
+        events = list(iter_events(t.run_dir / "events.jsonl"))
+        adv = advise_from_run(events, mtbf_s=t.cfg.checkpoint.mtbf_s or None)
+        if not adv.complete:
+            return None
+        step_s = statistics.median(self._times)
+        every = advised_steps(adv.young_s, step_s, t.cfg.train.steps)
+        current = t.cfg.checkpoint.every
+        if abs(every - current) <= _HYSTERESIS * current:
+            return None
+        reason = (f"checkpoint advice: {adv.sentence()} At {format_duration(step_s)} a step, "
+                  f"that is every {every} steps")
+        return {"every": every, "reason": reason}
+
+
+def advised_steps(interval_s: float, step_s: float, total_steps: int) -> int:
+    """An interval in seconds as a whole number of steps, at least 1 and at most the run's length."""
+    return max(1, min(total_steps, round(interval_s / max(step_s, 1e-9))))
