@@ -53,6 +53,9 @@ from .optim import apply_hyperparams, build_optimizer, lr_factor, qk_clip
 from .progress import ProgressReporter
 from .rng import get_rng_state, set_rng_state
 from .watchdog import HangWatchdog
+from .advice_cb import AdviceCallback
+from .slurm import slurm_info
+from .straggler import StragglerMonitor
 
 STATE_FORMAT = 1
 
@@ -83,8 +86,10 @@ def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bo
     control judge every action they take against them.
     """
     cbs: list[Callback] = [FaultInjector(cfg.faults, attempt), DivergenceDrill(cfg.faults, attempt),
-                           HangWatchdog(cfg.train.hang_timeout_s)]
+                           HangWatchdog(cfg.train.hang_timeout_s, cfg.train.hang_factor), StragglerMonitor(cfg.straggler)]
     cbs.append(ControlCallback(rules))
+    if cfg.checkpoint.adopt_advice:
+        cbs.append(AdviceCallback())
     cbs.append(GuardCallback(cfg.guard, rules))
     if cfg.telemetry.mode != "off":
         cbs.append(Telemetry(cfg.telemetry))
@@ -224,11 +229,11 @@ class Trainer:
         torch.manual_seed(t.seed)  # the same initial weights on every rank and every attempt
         self.raw_model = GPT(cfg.model).to(self.device)
         torch.manual_seed(t.seed + 1 + self.dist.rank)  # per-rank dropout streams
+        if t.parallel == "fsdp":
+            dist.wrap_model(self.raw_model, self.dist, "fsdp")  # shards in place, before compile and the optimizer
         self.model: torch.nn.Module = torch.compile(self.raw_model) if t.compile else self.raw_model
-        if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            self.model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if t.parallel == "ddp":
+            self.model = dist.wrap_model(self.model, self.dist, "ddp")
         self.optimizer = build_optimizer(self.raw_model, cfg.optim, self.device.type)
         ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.project.checkpoint_dir(self.run_id)
         if not ckpt_dir.is_absolute():
@@ -262,9 +267,10 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """Everything a resume needs, by checkpoint part (every rank must call it: RNGs are gathered)."""
         rng = dist.gather_objects(get_rng_state(), self.dist)
+        model_sd, optim_sd = dist.full_state(self.raw_model, self.optimizer)  # whole, even when sharded
         return {
-            "model": self.raw_model.state_dict(),
-            "optim": self.optimizer.state_dict(),
+            "model": model_sd,
+            "optim": optim_sd,
             "state": {
                 "format": STATE_FORMAT,
                 "trainer": {"step": self.step, "tokens": self.tokens, "lr_scale": self.lr_scale,
@@ -279,9 +285,8 @@ class Trainer:
 
     def _load_parts(self, parts: dict[str, Any], *, callbacks: bool) -> None:
         check_model_compatible(parts["model"], self.raw_model)
-        self.raw_model.load_state_dict(parts["model"])
         try:
-            self.optimizer.load_state_dict(parts["optim"])
+            dist.load_full_state(self.raw_model, self.optimizer, parts["model"], parts["optim"])
         except (ValueError, KeyError) as e:
             raise RefusedError(f"the checkpoint's optimizer state does not fit this run's optimizer: {e}",
                                hint="resume with the optim.name it was trained with, or start a new run") from None
@@ -323,7 +328,7 @@ class Trainer:
             "run_started",
             config_hash=config_hash(self.cfg), config_path=self.config_path, world_size=self.dist.world_size,
             prereg_id=rec.prereg_id if rec else None, exploratory=rec.exploratory if rec else None,
-            snapshot_commit=snapshot.get("commit"), total_steps=self.cfg.train.steps,
+            snapshot_commit=snapshot.get("commit"), total_steps=self.cfg.train.steps, slurm=slurm_info(self.env),
             tokens_per_step=self.cfg.tokens_per_step * self.dist.world_size, device=str(self.device),
             resumed_from_step=self.step, resumed_from=str(self.resumed_from) if self.resumed_from else None,
             torchelastic_restart_count=int(self.env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
