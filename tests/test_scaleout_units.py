@@ -1,0 +1,34 @@
+"""Pure pieces of scale-out: the derived hang timeout, Slurm facts, advice in steps, a lost peer's cause."""
+
+from __future__ import annotations
+
+from trainer.advice_cb import advised_steps
+from trainer.attempts import peer_lost
+from trainer.slurm import slurm_info
+from trainer.watchdog import derived_timeout
+
+
+def test_hang_timeout_follows_the_median_step_time_above_its_floor():
+    assert derived_timeout(2.0, 10.0, []) == 2.0
+    assert derived_timeout(2.0, 10.0, [0.01, 0.02, 5.0]) == 2.0  # one slow save does not move the median
+    assert derived_timeout(2.0, 10.0, [0.5, 0.6, 0.7]) == 6.0
+
+
+def test_slurm_facts_are_recorded_only_under_slurm():
+    assert slurm_info({"PATH": "/bin"}) is None
+    env = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "gpu[01-04]",
+           "SLURM_ARRAY_TASK_ID": "3", "SLURM_RESTART_COUNT": "1", "SLURM_JOB_PARTITION": ""}
+    assert slurm_info(env) == {"job_id": 4242, "step_id": 0, "nodelist": "gpu[01-04]", "array_task_id": 3,
+                               "restart_count": 1}
+
+
+def test_advised_interval_in_steps_is_bounded_by_the_run():
+    assert advised_steps(60.0, 0.5, 1000) == 120
+    assert advised_steps(0.01, 0.5, 1000) == 1
+    assert advised_steps(1e6, 0.5, 1000) == 1000
+
+
+def test_a_collective_broken_by_a_dead_peer_is_told_apart_from_a_real_exception():
+    assert peer_lost({"exception_type": "RuntimeError", "exception_message": "Read error: Connection reset by peer."})
+    assert not peer_lost({"exception_type": "RuntimeError", "exception_message": "shape mismatch"})
+    assert not peer_lost({"exception_type": "InjectedFault", "exception_message": "Connection reset by peer"})
