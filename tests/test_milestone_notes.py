@@ -14,6 +14,7 @@ from logbook.chronicle import render_chronicle
 from logbook.predictions import parse_prediction
 from logbook.project import open_project
 from logbook.runfacts import RunFacts
+from logbook.sink import read_metrics
 from runhelpers import events, of_kind
 from trainer.milestones_cb import since_last, standing
 
@@ -47,6 +48,12 @@ def test_a_real_run_writes_one_progress_note_per_configured_fraction(logbook_rep
         assert d["since_last"] == {"restarts": 0, "rollbacks": 0, "changes": 0, "skips": 0}
         assert (logbook_repo / "entries" / d["plot"]).read_bytes().startswith(b"\x89PNG")  # drawn before exit
     assert notes[-1]["data"]["eta_s"] == 0
+    started = of_kind(events(logbook_repo, "plain"), "run_started")[0]["data"]
+    assert started["restore_s"] >= 0 and started["started_at"] > 0  # goodput's start-up and restore split
+    rows = read_metrics(logbook_repo / "entries" / "runs" / "plain")
+    logged = [r for r in rows if "loss" in r]
+    assert logged and all("window_steps" in r and "step_s" in r for r in logged)  # telemetry joins the loop's row
+    assert not [r for r in rows if "window_steps" in r and "loss" not in r]  # and writes no row of its own
 
 
 @pytest.mark.slow

@@ -304,6 +304,7 @@ class Trainer:
     def _resume(self) -> None:
         if self.dist.rank == 0:
             self.checkpointer.clean_stale()
+        t0 = time.perf_counter()
         found = self.checkpointer.load_latest()
         self.resumed_from: Path | None = None
         self.saved_config: dict[str, Any] | None = None
@@ -312,6 +313,7 @@ class Trainer:
             self._load_parts(parts, callbacks=True)
             self.resumed_from = path
             self.saved_config = json.loads(parts["state"].get("config_json", "{}"))
+        self.restore_s = time.perf_counter() - t0  # goodput counts it as restore, not start-up
 
     # --- announcing ----------------------------------------------------------------
 
@@ -334,6 +336,7 @@ class Trainer:
             torchelastic_restart_count=int(self.env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
             threads=torch.get_num_threads(), dtype=self.cfg.train.dtype, n_params=self.raw_model.num_params(),
             flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
+            started_at=self.started_at, restore_s=round(self.restore_s, 6),
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
         )
         if self.dist.rank == 0:
@@ -421,8 +424,10 @@ class Trainer:
                 metrics["max_logit"] = float(torch.stack([m.max() for m in logits]).max())
             if skipped:
                 metrics["skipped"] = True
-            self.metrics.write(metrics)
+        # Callbacks first: telemetry adds its figures to this step's row before the row is written.
         self.callbacks.post_step(step, metrics)
+        if "loss" in metrics:  # a log step
+            self.metrics.write(metrics)
 
     def _after_step(self) -> None:
         step, c = self.step, self.cfg
@@ -491,18 +496,21 @@ class Trainer:
         self._poll_saves()
         dist.barrier(self.dist)  # every rank sees rank 0's last save complete before choosing one
         from_step = self.step
+        t0 = time.perf_counter()
         found = self.checkpointer.load_latest(max_step=action.to_step if action.to_step is not None else self.step)
         if found is None:
             raise RunFailedError(f"rollback at step {failing_step} found no checkpoint to go back to")
         _, path, parts = found
         self._load_parts(parts, callbacks=False)  # the deciders keep their memory of what happened
+        restore_s = time.perf_counter() - t0
         if action.skip_batches:
             self.data.add_skip(*action.skip_batches)
         # Newer checkpoints hold the abandoned branch: left in place, a crash would resume it.
         abandoned = self.checkpointer.retire_after(self.step, f"rollback-from-{from_step}")
         self.emit("rollback", from_step=from_step, to_step=self.step, steps_lost=from_step - self.step,
                   batches_skipped=list(action.skip_batches) if action.skip_batches else None,
-                  checkpoint=str(path), abandoned=[str(p) for p in abandoned], reason=action.reason, **action.event)
+                  checkpoint=str(path), abandoned=[str(p) for p in abandoned], reason=action.reason,
+                  restore_s=round(restore_s, 6), **action.event)
         if action.lr_scale is not None and action.lr_scale != self.lr_scale:
             self.set_lr_scale(action.lr_scale, reason=action.reason, drill=bool(action.event.get("drill")))
         # The new branch (skip list, learning rate, the guard's ladder) is saved at once, so a crash

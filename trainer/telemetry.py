@@ -13,8 +13,9 @@ step executed:
 
 At a log step it writes them as seconds per step, with `tokens_per_s`,
 `tflops` (achieved model TFLOP/s per device), `mfu` and `peak_mem_mb`, into
-the step's metrics dict (so later callbacks see them) and as one metrics row
-of its own for the same step (`window_steps` says how many steps it covers).
+the step's metrics dict (so later callbacks see them), which the loop writes
+as the step's metrics row after the callbacks (`window_steps` says how many
+steps the figures cover).
 
 Nothing here synchronises the device by default: on CUDA the wall clock
 measures host time per phase, and only the window's total is exact (the
@@ -99,10 +100,11 @@ class Telemetry(Callback):
     name = "telemetry"
     priority = 5  # first after the watchdog: its clock starts before, and stops before, everyone else's work
 
-    def __init__(self, cfg: TelemetryConfig | None = None, *, own_row: bool = True, say=None) -> None:
+    def __init__(self, cfg: TelemetryConfig | None = None, *, own_row: bool = False, say=None) -> None:
         self.cfg = cfg or TelemetryConfig()
         self.own_row = own_row
-        """Also write a metrics row of its own (needed while the loop writes its row before post_step)."""
+        """Also write a metrics row of its own: only for a loop that writes its row before `post_step`
+        (this trainer writes the step's row after the callbacks, so the figures join that row)."""
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.enabled = self.cfg.mode != "off"
         self.peak_tflops: float | None = None
