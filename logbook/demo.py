@@ -1,10 +1,13 @@
-"""`logbook demo`: a scratch logbook, a preregistration, and a real run with a drill kill.
+"""`logbook demo`: a scratch logbook, a preregistration, and a real run with drills.
 
 The demo is a list of small named steps over one `DemoState`: make a git
-repository, `logbook init`, copy the tiny config with a SIGKILL drill in it,
-preregister a hypothesis about the run, train under torchrun with restarts,
-verify, summarise. A later feature (a spike, a live change, the outcome, the
-report) is one more step in `STEPS`.
+repository, `logbook init`, copy the tiny config with its drills (a SIGKILL,
+then two loss spikes), preregister a hypothesis and a contingency rule, train
+under torchrun with restarts while a person's live change (`logbook set`)
+arrives after the first spike, verify, summarise. The divergence guard skips
+the first spike and rolls back after the second, as the rule says; the live
+change is recorded with who, why, old and new. A later feature is one more
+step in `STEPS`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +32,13 @@ DEFAULT_STEPS = 120
 MARKER = ".logbook-demo"
 """A file that marks a folder as a demo scratch folder (safe to replace)."""
 TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny-cpu.yaml"
+LIVE_CHANGE = {"lr_scale": 0.8}
+"""What the demo asks the running run for, after its first spike."""
+LIVE_REASON = "demo: gentler after the spike"
+GUARD = {"warmup": 8, "cooldown": 1, "rollback_after": 2, "rollback_window": 50, "rollback_steps": 5,
+         "skip_batches": 10, "lr_factor": 0.9}
+"""The guard as the demo's contingency rule says: two spikes within 50 steps -> back 5 steps, skip 10 batches, lr x 0.9."""
+GUARD_KINDS = ("divergence_detected", "step_skipped", "rollback", "lr_scaled", "run_aborted")
 
 Say = Callable[[str], None]
 
@@ -46,10 +57,20 @@ class DemoState:
     project: Project | None = None
     config: Path | None = None
     kill_step: int = 0
+    spike_steps: list[int] = field(default_factory=list)
     prereg_id: str | None = None
+    run_id: str | None = None
     result: RunResult | None = None
+    live_change: dict[str, Any] | None = None
+    """The request sent with `logbook set` and the run's answer (None until sent)."""
+    live_note: str = ""
+    """Why no live change was sent (the run ended first), if so."""
+    guard_lines: list[str] = field(default_factory=list)
+    change_lines: list[str] = field(default_factory=list)
     chronicle: list[Path] = field(default_factory=list)
     restart_entry: list[str] = field(default_factory=list)
+    spike_entry: list[str] = field(default_factory=list)
+    change_entry: list[str] = field(default_factory=list)
     verify_ok: bool | None = None
     verify_lines: list[str] = field(default_factory=list)
 
@@ -68,11 +89,22 @@ class DemoResult:
     """The chronicle's entry for the first restart, as rendered."""
     verify_ok: bool
     verify_lines: list[str]
+    guard_lines: list[str] = field(default_factory=list)
+    """One line per action of the divergence guard (from the event log)."""
+    change_lines: list[str] = field(default_factory=list)
+    """One line per hyperparameter change (from the event log), or why none was made."""
+    spike_entry: list[str] = field(default_factory=list)
+    """The chronicle's entry for the rollback, as rendered."""
+    change_entry: list[str] = field(default_factory=list)
+    """The chronicle's entry for the live change, as rendered."""
+    live_change: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "kept": self.kept, "seconds": round(self.seconds, 1),
                 "run": self.run.to_dict(), "prereg_id": self.prereg_id,
                 "chronicle": [str(p) for p in self.chronicle], "restart_entry": self.restart_entry,
+                "guard": self.guard_lines, "changes": self.change_lines, "live_change": self.live_change,
+                "spike_entry": self.spike_entry, "change_entry": self.change_entry,
                 "verify_ok": self.verify_ok,
                 "verify": self.verify_lines}
 
@@ -114,8 +146,16 @@ def init_logbook(st: DemoState) -> None:
     st.project = open_project(st.root)
 
 
+def spike_steps(steps: int) -> list[int]:
+    """Steps of the two spike drills: past the guard's warm-up, close enough to count as one incident."""
+    if steps < 12:
+        return []  # too short for the guard to know what normal looks like
+    first = max(steps // 2, 10)
+    return [first, min(first + 6, steps)]
+
+
 def copy_config(st: DemoState) -> None:
-    """The tiny CPU config with a SIGKILL drill between two checkpoints, committed."""
+    """The tiny CPU config with a SIGKILL drill between two checkpoints and two spikes after it, committed."""
     import yaml
 
     from .yamlsafe import load_yaml_file
@@ -129,11 +169,18 @@ def copy_config(st: DemoState) -> None:
     cfg.setdefault("train", {})["steps"] = st.steps
     cfg["train"]["eval_every"] = max(1, st.steps // 3)
     cfg.setdefault("checkpoint", {})["every"] = every
-    cfg["faults"] = [{"kind": "sigkill", "step": st.kill_step}]
+    cfg["checkpoint"]["keep"] = 5  # the rollback's target (5 steps before the first spike) must still be there
+    st.spike_steps = spike_steps(st.steps)
+    # The spikes come after the kill, so they belong to the attempt that follows it.
+    cfg["faults"] = ([{"kind": "sigkill", "step": st.kill_step}]
+                     + [{"kind": "spike", "step": s, "attempt": 2} for s in st.spike_steps])
+    cfg["guard"] = dict(GUARD)
     st.config = st.root / "configs" / "demo.yaml"
     st.config.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"# {TINY_CONFIG.name} for {st.steps} steps, checkpoints every {every}, and a drill:\n"
-              f"# SIGKILL after step {st.kill_step}, so torchrun restarts the trainer once.\n")
+    spikes = " and ".join(str(s) for s in st.spike_steps)
+    header = (f"# {TINY_CONFIG.name} for {st.steps} steps, checkpoints every {every}, and drills:\n"
+              f"# SIGKILL after step {st.kill_step}, so torchrun restarts the trainer once"
+              + (f";\n# the loss blown up 100x at steps {spikes}, for the divergence guard to catch.\n" if spikes else ".\n"))
     st.config.write_text(header + yaml.safe_dump(cfg, sort_keys=False))
     _git(st.root, "add", "configs/demo.yaml")
     _git(st.root, "commit", "-q", "-m", "Add the demo training config")
@@ -144,22 +191,102 @@ def preregister(st: DemoState) -> None:
     from .prereg import PreregInput, create_prereg
 
     inp = PreregInput(
-        title="Tiny GPT survives a node loss",
-        hypothesis=("A 2-layer GPT trained on the Python standard library's source learns byte statistics "
-                    "and resumes from its last checkpoint after a SIGKILL without diverging."),
-        predictions=["val_loss@final < 3.0", "restarts@final <= 1", "spikes@final == 0"],
-        contingency=["spike > 4σ twice within 50 steps -> rollback 10 steps, skip 10 batches, lr × 0.9"],
+        title="Tiny GPT survives a node loss and two loss spikes",
+        hypothesis=("A 2-layer GPT trained on the Python standard library's source learns byte statistics, "
+                    "resumes from its last checkpoint after a SIGKILL, and gets past two loss spikes by "
+                    "skipping and rolling back as planned."),
+        predictions=["val_loss@final < 3.0", "restarts@final <= 1"],
+        contingency=["spike > 4σ twice within 50 steps -> rollback 5 steps, skip 10 batches, lr × 0.9"],
         config=str(st.config),
         budget=f"{st.steps} steps",
-        rationale="The demo's drill kills the trainer once; torchrun restarts it and the trainer resumes.",
+        rationale=("The demo's drills kill the trainer once and blow up the loss twice; torchrun restarts the "
+                   "trainer, it resumes, and the divergence guard answers the spikes."),
     )
     st.prereg_id = create_prereg(_project(st), inp).id
 
 
 def train(st: DemoState) -> None:
-    """The run: torchrun, up to 3 restarts, the trainer kills itself once (the drill)."""
-    st.result = launch_run(_project(st), st.config, [], prereg_id=st.prereg_id, nproc=st.nproc,
-                           max_restarts=3, say=st.say)
+    """The run: torchrun, up to 3 restarts, the drills; a live change arrives after the first spike."""
+    from .launch import new_run_id
+
+    project = _project(st)
+    st.run_id = new_run_id(project, st.prereg_id, st.config)
+    stop = threading.Event()
+    asker = threading.Thread(target=_ask_after_first_spike, args=(st, stop), name="demo-logbook-set", daemon=True)
+    asker.start()
+    try:
+        st.result = launch_run(project, st.config, [], prereg_id=st.prereg_id, nproc=st.nproc,
+                               max_restarts=3, run_id=st.run_id, say=st.say)
+    finally:
+        stop.set()
+        asker.join(timeout=30)
+    events = _run_events(st)
+    st.guard_lines = [_guard_line(e) for e in events if e.get("kind") in GUARD_KINDS]
+    st.change_lines = [_change_line(e) for e in events if e.get("kind") in ("hparam_change", "hparam_change_rejected")]
+    if st.live_note:
+        st.change_lines.append(st.live_note)
+
+
+def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
+    """`logbook set RUN lr_scale=0.8` through the library, once the guard has skipped the first spike."""
+    from .control import read_answer, submit_change, wait_for_answer
+
+    if not st.spike_steps:
+        return
+    while not stop.wait(0.05):
+        if any(e.get("kind") == "step_skipped" for e in _run_events(st)):
+            break
+    else:
+        st.live_note = "no live change: the run ended before its first spike"
+        return
+    project = _project(st)
+    try:
+        sub = submit_change(project, st.run_id, LIVE_CHANGE, LIVE_REASON)
+    except RefusedError as e:
+        st.live_note = f"no live change: {e.message}"
+        return
+    what = ", ".join(f"{k}={v}" for k, v in LIVE_CHANGE.items())
+    st.say(f"  logbook set {st.run_id} {what} --reason {LIVE_REASON!r} (request {sub.request['request_id']})")
+    answer = None
+    while answer is None and not stop.is_set():  # the run answers at its next step, or has ended
+        answer = wait_for_answer(project.control_dir(st.run_id), sub.name, timeout_s=0.2, poll_s=0.05)
+    answer = answer or read_answer(project.control_dir(st.run_id), sub.name)
+    st.live_change = {"request": sub.request, "outcome": (answer or {}).get("outcome")}
+    if answer is None:
+        st.live_note = "the live change was never answered: the run ended first"
+
+
+def _run_events(st: DemoState) -> list[dict[str, Any]]:
+    from .events import iter_events
+
+    if st.run_id is None:
+        return []
+    return list(iter_events(_project(st).run_dir(st.run_id) / "events.jsonl"))
+
+
+def _guard_line(e: dict[str, Any]) -> str:
+    d, kind, step = e.get("data", {}), e.get("kind"), e.get("step")
+    drill = " (drill)" if e.get("drill") else ""
+    if kind == "divergence_detected":
+        return f"{kind} at step {step}{drill}: {d.get('reason')}"
+    if kind == "step_skipped":
+        return f"{kind} at step {step}: batch {d.get('batch_id')}"
+    if kind == "rollback":
+        lo_hi = d.get("batches_skipped") or []
+        skipped = f", batches {lo_hi[0]}-{lo_hi[1]} never trained on" if lo_hi else ""
+        return f"{kind} from step {d.get('from_step')} to step {d.get('to_step')}{skipped}"
+    if kind == "lr_scaled":
+        return f"{kind} at step {step}: lr_scale {d.get('old'):g} -> {d.get('new'):g}"
+    return f"{kind} at step {step}: {d.get('reason')}"
+
+
+def _change_line(e: dict[str, Any]) -> str:
+    d, step = e.get("data", {}), e.get("step")
+    if e.get("kind") == "hparam_change_rejected":
+        return f"hparam_change_rejected at step {step}: {d.get('reason')}"
+    again = ", re-applied after restart" if d.get("reapplied") else ""
+    return (f"hparam_change at step {step}: {d.get('key')} {d.get('old')} -> {d.get('new')} by {d.get('who')}"
+            f" ({d.get('source')}{again}): {d.get('reason')!r}")
 
 
 def render(st: DemoState) -> None:
@@ -169,7 +296,10 @@ def render(st: DemoState) -> None:
     render_chronicle(_project(st))
     st.chronicle = sorted(_project(st).entries.glob("[0-9][0-9][0-9][0-9]/[0-9][0-9]/[0-9][0-9].md"))
     for path in st.chronicle:
-        st.restart_entry = st.restart_entry or _entry_with(path.read_text("utf-8"), "· restart")
+        text = path.read_text("utf-8")
+        st.restart_entry = st.restart_entry or _entry_with(text, "· restart")
+        st.spike_entry = st.spike_entry or _entry_with(text, "· rollback")
+        st.change_entry = st.change_entry or _entry_with(text, "· change")
 
 
 def _entry_with(markdown: str, marker: str) -> list[str]:
@@ -220,9 +350,9 @@ def _project(st: DemoState) -> Project:
 STEPS: list[tuple[str, Callable[[DemoState], None]]] = [
     ("make a scratch git repository", make_repository),
     ("logbook init", init_logbook),
-    ("copy the tiny config with a drill kill", copy_config),
+    ("copy the tiny config with a drill kill and two spikes", copy_config),
     ("preregister the hypothesis", preregister),
-    ("train under torchrun (max 3 restarts)", train),
+    ("train under torchrun (max 3 restarts); a live change after the first spike", train),
     ("score the outcome and write the report", score_and_report),
     ("render the chronicle", render),
     ("verify", verify),
@@ -274,4 +404,5 @@ def run_demo(where: Path | None = None, *, steps: int = DEFAULT_STEPS, nproc: in
         raise RefusedError("the demo ended before its run")
     return DemoResult(root=root, kept=keep, seconds=time.monotonic() - t0, run=st.result, prereg_id=st.prereg_id,
                       chronicle=st.chronicle, restart_entry=st.restart_entry, verify_ok=bool(st.verify_ok),
-                      verify_lines=st.verify_lines)
+                      verify_lines=st.verify_lines, guard_lines=st.guard_lines, change_lines=st.change_lines,
+                      spike_entry=st.spike_entry, change_entry=st.change_entry, live_change=st.live_change)

@@ -24,7 +24,24 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     (restart,) = of_kind(events(where, run_id), "restart")
     assert restart["data"]["cause"] == "signal" and restart["drill"] is True
     record = run_json(where, run_id)
-    assert record["prereg_id"] == out["prereg_id"] and record["deviations"] == []
+    assert record["prereg_id"] == out["prereg_id"]
+
+    # Two spike drills after the restart (steps 10 and 12): skipped, then a rollback as the plan says.
+    ladder = [(e["step"], e["kind"]) for e in events(where, run_id)
+              if e["kind"] in ("divergence_detected", "step_skipped", "rollback", "lr_scaled")]
+    assert ladder == [(10, "divergence_detected"), (10, "step_skipped"), (12, "divergence_detected"),
+                      (4, "rollback"), (4, "lr_scaled")]
+    assert all(e["data"]["plan"]["follows"] for e in of_kind(events(where, run_id), "divergence_detected"))
+    assert "rollback from step 11 to step 4, batches 10-19 never trained on" in res.stderr
+    # The live change, made through `logbook set`'s library after the first spike: who, why, old, new.
+    (change,) = of_kind(events(where, run_id), "hparam_change")
+    assert change["data"]["key"] == "lr_scale" and change["data"]["new"] == 0.8 and change["step"] > 10
+    assert change["data"]["reason"] == "demo: gentler after the spike" and change["data"]["who"]
+    assert out["live_change"]["outcome"]["status"] == "applied"
+    assert f"hparam_change at step {change['step']}: lr_scale 1.0 -> 0.8 by" in res.stderr
+    assert "lr_scaled at step 4: lr_scale 0.8 -> 0.72" in res.stderr  # the rollback scales the live value
+    assert any("rollback" in line for line in out["spike_entry"]) and any("0.8" in line for line in out["change_entry"])
+    assert change["data"]["plan"]["follows"] is False  # the live change was not in the plan: a deviation
 
     # The summary a newcomer reads, with the chronicle's own entry for the restart.
     assert "restart: attempt 1 -> 2, cause signal" in res.stderr

@@ -495,13 +495,14 @@ class Trainer:
         self.checkpointer.wait()
         self._poll_saves()
         dist.barrier(self.dist)  # every rank sees rank 0's last save complete before choosing one
-        from_step = self.step
+        from_step, lr_scale = self.step, self.lr_scale
         t0 = time.perf_counter()
         found = self.checkpointer.load_latest(max_step=action.to_step if action.to_step is not None else self.step)
         if found is None:
             raise RunFailedError(f"rollback at step {failing_step} found no checkpoint to go back to")
         _, path, parts = found
         self._load_parts(parts, callbacks=False)  # the deciders keep their memory of what happened
+        self.lr_scale = lr_scale  # a decision (a live change, an earlier rollback), not model state: not rewound
         restore_s = time.perf_counter() - t0
         if action.skip_batches:
             self.data.add_skip(*action.skip_batches)

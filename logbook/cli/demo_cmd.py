@@ -18,11 +18,14 @@ def demo_cmd(
     nproc: int = typer.Option(1, "--nproc", help="Worker processes under torchrun."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
-    """Make a scratch logbook, preregister, train a tiny GPT with a drill kill, verify.
+    """Make a scratch logbook, preregister, train a tiny GPT with drills and a live change, verify.
 
     The run is real: torchrun starts the trainer, a fault drill SIGKILLs it
-    halfway, torchrun restarts it, and the trainer resumes from its last
-    checkpoint. The restart lands in the run's event log and the chronicle.
+    early, torchrun restarts it, and the trainer resumes from its last
+    checkpoint. Two drilled loss spikes follow: the divergence guard skips
+    the first and rolls back after the second, and a live `logbook set
+    lr_scale=0.8` arrives after the first. All of it lands in the run's event
+    log and the chronicle.
 
     Example: logbook demo --dir ./demo
     """
@@ -54,5 +57,14 @@ def _summary(res) -> None:
         err("  the chronicle's entry for it:")
         for line in res.restart_entry:
             err(f"  | {line}")
+    for line in res.guard_lines or ["no divergence recorded"]:
+        err(f"  {line}")
+    for line in res.change_lines or ["no hyperparameter change recorded"]:
+        err(f"  {line}")
+    for title, entry in (("rollback", res.spike_entry), ("live change", res.change_entry)):
+        if entry:
+            err(f"  the chronicle's entry for the {title}:")
+            for line in entry:
+                err(f"  | {line}")
     verdict = "intact" if res.verify_ok else "PROBLEMS: " + "; ".join(res.verify_lines[:3])
     err(f"  logbook verify:  {verdict}")
