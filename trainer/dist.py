@@ -7,6 +7,7 @@ whether it runs alone or under `torchrun --nproc-per-node N`.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -34,6 +35,25 @@ def pick_device(pref: str, local_rank: int = 0) -> torch.device:
 
         raise UsageError("train.device is cuda but no CUDA device is available", hint="use train.device=cpu or auto")
     return torch.device("cuda", local_rank)
+
+
+def set_deterministic(mode: bool, warn_only: bool = False, compiling: bool = False) -> None:
+    """torch.use_deterministic_algorithms without its import of torch._inductor unless it matters.
+
+    The public call imports torch._inductor.config (and sympy with it) to set one
+    flag for compiled code: about 3 s added to every process start, paid again on
+    each restart. Eager runs need only the C++ switch; compiled runs, or a process
+    that has already loaded inductor, get the full call. Nothing happens when the
+    state is already as asked.
+    """
+    if (torch.are_deterministic_algorithms_enabled() == mode
+            and torch.is_deterministic_algorithms_warn_only_enabled() == warn_only
+            and not compiling):
+        return
+    if compiling or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
 
 
 def init_distributed(device_pref: str) -> DistInfo:

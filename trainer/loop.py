@@ -181,7 +181,7 @@ class Trainer:
         self.dist = dist.init_distributed(t.device)
         self.device = self.dist.device
         if t.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=self.device.type == "cuda")
+            dist.set_deterministic(True, warn_only=self.device.type == "cuda", compiling=t.compile)
             torch.backends.cudnn.benchmark = False
         elif self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
@@ -573,7 +573,7 @@ class Trainer:
         if self._torch_before is not None:
             threads, det, warn_only = self._torch_before
             torch.set_num_threads(threads)
-            torch.use_deterministic_algorithms(det, warn_only=warn_only)
+            dist.set_deterministic(det, warn_only=warn_only)
 
 
 def _in_main_thread() -> bool:
