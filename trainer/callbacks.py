@@ -66,6 +66,9 @@ class Callback:
     def post_step(self, step: int, metrics: dict[str, Any]) -> None:
         """After the update of `step`; `metrics` holds this step's scalars as plain floats."""
 
+    def step_end(self, step: int) -> None:
+        """After everything `step` does: its metrics row, evaluation and checkpoint."""
+
     def post_checkpoint(self, result: SaveResult) -> None:
         """A save finished (result.ok) or failed; called from the training thread."""
 
@@ -115,6 +118,10 @@ class CallbackList:
     def post_step(self, step: int, metrics: dict[str, Any]) -> None:
         for c in self.items:
             c.post_step(step, metrics)
+
+    def step_end(self, step: int) -> None:
+        for c in self.items:
+            c.step_end(step)
 
     def post_checkpoint(self, result: SaveResult) -> None:
         for c in self.items:

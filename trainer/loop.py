@@ -438,6 +438,7 @@ class Trainer:
         if step % c.checkpoint.every == 0 or step == c.train.steps:
             self.save(sync=step == c.train.steps)
         self._poll_saves()
+        self.callbacks.step_end(step)
         self.last_progress = time.monotonic()
 
     @torch.no_grad()

@@ -41,6 +41,7 @@ class MilestoneNotes(Callback):
         self.fractions = fractions
         self.emitted: set[float] = set()
         self._next_step: int | None = None
+        self._metrics: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
         self._prereg = None
         self._mark: tuple[float, int, int] | None = None  # (time, step, tokens) when this attempt began training
@@ -58,8 +59,12 @@ class MilestoneNotes(Callback):
         self._emit_due(tr.step, {})
 
     def post_step(self, step: int, metrics: dict[str, Any]) -> None:
+        self._metrics = metrics
+
+    def step_end(self, step: int) -> None:
+        # After the step's evaluation and metrics row, so the note reports this step's figures.
         if self._next_step is not None and step >= self._next_step:
-            self._emit_due(step, metrics)
+            self._emit_due(step, self._metrics)
 
     def close(self) -> None:
         for t in self._threads:
