@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .chain import iter_records
+from .goodput import event_time
 from .project import Project
 from .sink import read_metrics
 from .textfmt import is_number
@@ -39,12 +39,7 @@ _COUNT_RULES = {
 
 def parse_ts(ts: Any) -> float | None:
     """Seconds since the epoch of an event's `ts`, or None."""
-    if not isinstance(ts, str):
-        return None
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return event_time({"ts": ts})
 
 
 @dataclass
