@@ -394,7 +394,10 @@ def _scalar(value: Any, tp: Any, path: str) -> Any:
         return value
     if tp is float and not isinstance(value, bool):
         if isinstance(value, (int, float)):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond any float: refused below
+                pass
         if isinstance(value, str):  # YAML 1.1 reads `1e-3` (no dot) as a string
             try:
                 return float(value)
