@@ -200,3 +200,14 @@ def test_a_live_lr_scale_from_logbook_set_survives_a_sigkill_and_a_rejected_requ
     assert after and all(r["lr_scale"] == 0.5 for r in after)
     peak = 1e-3  # the micro config's optim.lr (the default)
     assert all(r["lr"] == pytest.approx(peak * lr_factor(r["step"], ScheduleConfig(), 40) * 0.5) for r in after)
+
+
+def test_a_rollback_whose_target_was_already_retired_goes_back_to_the_newest_checkpoint_before_the_spike(logbook_repo):
+    """With keep=1 the checkpoint at step 10 is gone by the second spike: roll back to 15, not die."""
+    t = _train(logbook_repo, "short", [*GUARDED, "checkpoint.keep=1",
+                                        "faults=[{kind: spike, step: 12}, {kind: spike, step: 18}]"])
+    (rollback,) = _events(logbook_repo, "short", "rollback")
+    data = rollback["data"]
+    assert data["wanted_step"] < data["to_step"] == 15
+    assert "no checkpoint left" in data["note"]
+    assert t.step == t.cfg.train.steps and t.data.skip == [[12, 18]]

@@ -567,10 +567,14 @@ class GuardCallback(Callback):
         t.checkpointer.wait()  # a save in flight may be the one just after the spike
         found = dict(list_checkpoints(t.checkpointer.directory))
         first = d.spike_steps[0] if d.spike_steps else d.step
-        loaded = max((s for s in found if s <= (d.to_step or 0)), default=None)
+        to = d.to_step or 0
+        if not any(s <= to for s in found):
+            # Retention removed the target already: the loop falls back to the newest before the spike.
+            to = max((s for s in found if s < d.step), default=to)
+        loaded = max((s for s in found if s <= to), default=None)
         why = f"kept for study: around the spike at step {first} (rollback {self.guard.rollbacks} at step {d.step})"
         kept = []
-        for s in checkpoints_to_keep(found, d.to_step or 0, first):
+        for s in checkpoints_to_keep(found, to, first):
             dest = found[s].parent / "spikes" / f"{found[s].name}-rollback{self.guard.rollbacks}"
             if t.dist.rank == 0:
                 _set_aside(found[s], dest, move=s != loaded)

@@ -498,7 +498,13 @@ class Trainer:
         dist.barrier(self.dist)  # every rank sees rank 0's last save complete before choosing one
         from_step, lr_scale = self.step, self.lr_scale
         t0 = time.perf_counter()
-        found = self.checkpointer.load_latest(max_step=action.to_step if action.to_step is not None else self.step)
+        target = action.to_step if action.to_step is not None else self.step
+        found = self.checkpointer.load_latest(max_step=target)
+        short = found is None
+        if short:
+            # Retention already removed everything that far back: the newest checkpoint before
+            # the spike is a shorter rollback, which beats ending the attempt.
+            found = self.checkpointer.load_latest(max_step=failing_step - 1)
         if found is None:
             raise RunFailedError(f"rollback at step {failing_step} found no checkpoint to go back to")
         _, path, parts = found
@@ -512,7 +518,10 @@ class Trainer:
         self.emit("rollback", from_step=from_step, to_step=self.step, steps_lost=from_step - self.step,
                   batches_skipped=list(action.skip_batches) if action.skip_batches else None,
                   checkpoint=str(path), abandoned=[str(p) for p in abandoned], reason=action.reason,
-                  restore_s=round(restore_s, 6), **action.event)
+                  restore_s=round(restore_s, 6),
+                  **({"wanted_step": target, "note": "no checkpoint left that far back; rolled back to the newest before the spike"}
+                     if short else {}),
+                  **action.event)
         if action.lr_scale is not None and action.lr_scale != self.lr_scale:
             self.set_lr_scale(action.lr_scale, reason=action.reason, drill=bool(action.event.get("drill")))
         # The new branch (skip list, learning rate, the guard's ladder) is saved at once, so a crash
