@@ -36,7 +36,9 @@ class LogbookConfig:
     """Untracked files larger than this are left out of code snapshots (stray checkpoints)."""
 
     def validate(self) -> None:
-        if not self.entries_dir or Path(self.entries_dir).is_absolute() or ".." in Path(self.entries_dir).parts:
+        entries = self.entries_dir
+        if (not isinstance(entries, str) or not entries or "\x00" in entries or Path(entries).is_absolute()
+                or ".." in Path(entries).parts):
             raise UsageError(f"{CONFIG_FILE}: entries_dir must be a relative path inside the repository, got {self.entries_dir!r}")
         if not isinstance(self.milestones, list) or not self.milestones:
             raise UsageError(f"{CONFIG_FILE}: milestones must be a non-empty list of fractions")

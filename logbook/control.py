@@ -131,14 +131,17 @@ def coerce_value(key: str, value: Any) -> int | float:
         value = _parse_number(key, value.strip(), s.kind)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise UsageError(f"`{key}` needs a number, got {_show(value)}")
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise UsageError(f"`{key}` must be finite, got {value}")
     if s.kind is int:
         if isinstance(value, float) and not value.is_integer():
             raise UsageError(f"`{key}` needs a whole number, got {value}")
         value = int(value)
     else:
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer beyond any float
+            raise UsageError(f"`{key}` = {_show(value)} is out of range: allowed {s.describe_range()}") from None
     if not _in_range(s, value):
         raise UsageError(f"`{key}` = {value} is out of range: allowed {s.describe_range()}",
                          hint=f"{key}: {s.doc}")
