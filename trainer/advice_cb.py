@@ -7,7 +7,7 @@ steps with the median step time measured in this attempt. Every rank receives
 rank 0's figure and changes `checkpoint.every` through live control's path
 for scheduled changes, so the change is an `hparam_change` with source
 `advice`, applied alike on every rank. Small moves (under a fifth) are not
-worth an event and are ignored.
+worth an event and are ignored, and so is a move of a single step.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class AdviceCallback(Callback):
     def __init__(self) -> None:
         self._times: deque[float] = deque(maxlen=64)
         self._last: float | None = None
+        self._after_boundary = False
         self.adopted: int | None = None
         """The interval (steps) this callback set, restored with the checkpoint."""
 
@@ -48,7 +49,11 @@ class AdviceCallback(Callback):
             self._times.append(now - self._last)
         self._last = now
         t = self.trainer
-        if step % t.cfg.checkpoint.every or len(self._times) < _MIN_STEPS_MEASURED:
+        # Decided the step after a boundary, not at it: the loop saves after the callbacks, so a
+        # change made at the boundary could skip the save due there, and the next step's advice
+        # already prices that save.
+        boundary, self._after_boundary = self._after_boundary, step % t.cfg.checkpoint.every == 0
+        if not boundary or len(self._times) < _MIN_STEPS_MEASURED:
             return
         from . import dist
 
@@ -73,7 +78,7 @@ class AdviceCallback(Callback):
         step_s = statistics.median(self._times)
         every = advised_steps(adv.young_s, step_s, t.cfg.train.steps)
         current = t.cfg.checkpoint.every
-        if abs(every - current) <= _HYSTERESIS * current:
+        if abs(every - current) <= max(1, _HYSTERESIS * current):  # one step is within the noise
             return None
         reason = (f"checkpoint advice: {adv.sentence()} At {format_duration(step_s)} a step, "
                   f"that is every {every} steps")
