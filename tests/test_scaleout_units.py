@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+from conftest import ROOT
+
+from logbook.errors import UsageError
 from trainer.advice_cb import advised_steps
 from trainer.attempts import peer_lost
+from trainer.config import load_train_config
 from trainer.slurm import slurm_info
 from trainer.watchdog import derived_timeout
 
@@ -32,3 +37,12 @@ def test_a_collective_broken_by_a_dead_peer_is_told_apart_from_a_real_exception(
     assert peer_lost({"exception_type": "RuntimeError", "exception_message": "Read error: Connection reset by peer."})
     assert not peer_lost({"exception_type": "RuntimeError", "exception_message": "shape mismatch"})
     assert not peer_lost({"exception_type": "InjectedFault", "exception_message": "Connection reset by peer"})
+
+
+def test_fsdp_with_gradient_accumulation_is_refused_with_the_reason():
+    with pytest.raises(UsageError, match="grad_accum") as exc:
+        load_train_config(ROOT / "configs" / "micro-test.yaml",
+                          ["train.parallel=fsdp", "train.device=cuda", "train.grad_accum=2"])
+    assert "no_sync" in str(exc.value)
+    cfg = load_train_config(ROOT / "configs" / "micro-test.yaml", ["train.parallel=fsdp", "train.device=cuda"])
+    assert cfg.train.grad_accum == 1

@@ -226,6 +226,10 @@ class TrainLoopConfig:
         _choice(self, where, "parallel", ("ddp", "fsdp"))
         _check(self.parallel != "fsdp" or self.device != "cpu", f"{where}.parallel",
                "fsdp shards across GPUs; with train.device=cpu use ddp")
+        _check(self.parallel != "fsdp" or self.grad_accum == 1, f"{where}.grad_accum",
+               f"must be 1 with train.parallel=fsdp, got {self.grad_accum}: this loop has no FSDP2 "
+               "equivalent of no_sync, so each micro-batch would reduce-scatter its gradients; raise "
+               "train.batch_size instead, or use ddp")
         _check(self.hang_factor >= 1, f"{where}.hang_factor", f"must be >= 1, got {self.hang_factor}")
         for key in ("threads", "eval_every", "hang_timeout_s"):
             _check(getattr(self, key) >= 0, f"{where}.{key}", f"must be >= 0, got {getattr(self, key)}")
