@@ -86,19 +86,19 @@ def run_lineage(events_path: Path) -> list[Attempt]:
             cur.first_step = step if cur.first_step is None else min(cur.first_step, step)
             cur.last_step = step if cur.last_step is None else max(cur.last_step, step)
         kind = rec.get("kind")
-        cur.drill = cur.drill or (kind == "fault_injected")
         if kind in _OWN_ENDINGS and _OWN_ENDINGS[kind] >= strength.get(a, 0):
             strength[a] = _OWN_ENDINGS[kind]
             cur.how = _own_ending(kind, rec)
+            cur.drill = bool(rec.get("drill"))  # the ending was a drill's doing, not a real failure
         elif kind == "restart":
             data = rec.get("data") if isinstance(rec.get("data"), dict) else {}
             prev = data.get("prev_attempt")
             if isinstance(prev, int) and strength.get(prev, 0) < 3:
                 strength[prev] = 3
-                if prev in attempts:
-                    attempts[prev].how = _restart_cause(data)
-                else:
-                    attempts[prev] = Attempt(prev, "", "", how=_restart_cause(data))
+                if prev not in attempts:
+                    attempts[prev] = Attempt(prev, "", "")
+                attempts[prev].how = _restart_cause(data)
+                attempts[prev].drill = bool(rec.get("drill"))
             fail = data.get("failed_at_step")
             if isinstance(prev, int) and isinstance(fail, int):
                 p = attempts[prev]

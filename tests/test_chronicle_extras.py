@@ -91,3 +91,20 @@ def test_an_outcome_recorded_later_changes_neither_the_lineage_nor_the_goodput(s
     assert len(attempts) == 1 and attempts[0].ended.startswith("2026-12-02T01:00")
     events = list(iter_records(path))
     assert goodput_report(events).wall_s == goodput_report(events[:-1]).wall_s
+
+
+def test_the_lineage_marks_an_ending_as_a_drill_only_when_a_drill_caused_it(logbook_repo, clock):
+    """A drill kill ends attempt 1 (drill); attempt 2 survives spike drills and finishes: no drill label."""
+    project = project_of(logbook_repo)
+    s1 = sink(project, "drilled", 1)
+    clock.set("2026-12-03T00:00:00")
+    s1.emit("run_started", step=0, tokens=0, total_steps=100)
+    s1.emit("fault_injected", step=30, drill=True, fault="sigkill", at_step=30)
+    s2 = sink(project, "drilled", 2)
+    clock.set("2026-12-03T00:01:00")
+    s2.emit("restart", step=20, drill=True, cause="signal", prev_attempt=1, resumed_from_step=20, failed_at_step=30)
+    s2.emit("fault_injected", step=60, drill=True, fault="spike", at_step=60)
+    s2.emit("run_finished", step=100, final_loss=2.5)
+    a1, a2 = run_lineage(project.run_dir("drilled") / "events.jsonl")
+    assert a1.how.endswith("(drill)")
+    assert a2.how == "finished the run"
