@@ -9,7 +9,7 @@ Goals on a 2-core machine: 10,000 events to Markdown within 1 s, to PDF within 5
 The last column is the launcher's case: one more event arrives, and only its
 day is rendered again (entries already rendered come from the in-process cache).
 
-    python3 bench/render_scaling.py [--sizes 1000,10000,100000] [--no-pdf]
+    python3 bench/render_scaling.py [--sizes 1000,10000,100000] [--no-pdf] [--quick]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._result import result  # noqa: E402
 from logbook.chain import GENESIS, SCHEMA_VERSION, canonical, record_hash  # noqa: E402
 from logbook.chronicle import render_chronicle  # noqa: E402
 from logbook.init import init_logbook  # noqa: E402
@@ -116,8 +117,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--no-pdf", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="1,000 and 10,000 events only")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [1000, 10000] if args.quick else [int(s) for s in args.sizes.split(",")]
     rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="logbook-bench-") as tmp:
@@ -150,6 +152,28 @@ def main() -> None:
                else f"{'-':>8} {'-':>8} {'-':>7}")
         print(f"{r['events']:>8,} {r['days']:>5} | {md} | {pdf} | {r['one_day_wall_s']:26.3f} s")
     print(json.dumps(rows))
+    _results(rows)
+
+
+def _results(rows: list[dict]) -> None:
+    """The figures against the goals in the docstring: 10,000 events within 1 s (Markdown) and 5 s (PDF), linear."""
+    by_n = {r["events"]: r for r in rows}
+    ten = by_n.get(10_000)
+    if ten:
+        result("render 10k events to Markdown (wall)", round(ten["md_wall_s"], 3), "s", "<= 1", ten["md_wall_s"] <= 1.0)
+        if ten["pdf_wall_s"] is not None:
+            result("render 10k events to PDF (wall)", round(ten["pdf_wall_s"], 3), "s", "<= 5", ten["pdf_wall_s"] <= 5.0)
+        result("one more event: re-render its day (wall, 10k events)", round(ten["one_day_wall_s"], 3), "s", "-", None)
+    small, big = rows[0], rows[-1]
+    if big["events"] > small["events"]:
+        per_k = lambda r, key: r[key] / (r["events"] / 1000)  # noqa: E731
+        growth = per_k(big, "md_cpu_s") / per_k(small, "md_cpu_s")
+        result(f"Markdown CPU per 1k events, {big['events']:,} vs {small['events']:,} events", round(growth, 3), "ratio",
+               "<= 1.5 (linear)", growth <= 1.5)
+        if big["pdf_cpu_s"] is not None and small["pdf_cpu_s"] is not None:
+            growth = per_k(big, "pdf_cpu_s") / per_k(small, "pdf_cpu_s")
+            result(f"PDF CPU per 1k events, {big['events']:,} vs {small['events']:,} events", round(growth, 3), "ratio",
+                   "<= 1.5 (linear)", growth <= 1.5)
 
 
 if __name__ == "__main__":

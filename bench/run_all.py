@@ -1,10 +1,13 @@
 """Run every benchmark in bench/ and print one table: figure, value, goal, met.
 
-Usage: python3 bench/run_all.py [--only NAME ...] [--timeout SECONDS]
+Usage: python3 bench/run_all.py [--quick] [--only NAME ...] [--timeout SECONDS]
 
 Each script runs in its own process, one after another (never in parallel:
 they measure ratios side by side and need the machine to themselves), and
-reports its figures as `RESULT {json}` lines (see bench/_result.py).
+reports its figures as `RESULT {json}` lines (see bench/_result.py). The
+full run takes 20 to 30 minutes on a 2-core machine; `--quick` passes
+`--quick` to the scripts that take it (smaller sizes, fewer kills) and takes
+about half as long. The exit status is 1 when a figure misses its goal.
 """
 
 from __future__ import annotations
@@ -26,13 +29,19 @@ SCRIPTS = [
     "goodput_vs_optimum.py",
     "cli_latency.py",
     "render_scaling.py",
+    "gpu_mfu.py",
+    "fault_matrix.py",
+    "chaos_long.py",
 ]
 
 
-def run_one(script: Path, timeout: float) -> tuple[list[dict], str, float]:
+def run_one(script: Path, timeout: float, quick: bool = False) -> tuple[list[dict], str, float]:
     t0 = time.perf_counter()
+    argv = [sys.executable, str(script)]
+    if quick and "--quick" in script.read_text(encoding="utf-8"):
+        argv.append("--quick")
     try:
-        proc = subprocess.run([sys.executable, str(script)], cwd=HERE.parent, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(argv, cwd=HERE.parent, capture_output=True, text=True, timeout=timeout)
         out, status = proc.stdout, ("ok" if proc.returncode == 0 else f"exit {proc.returncode}")
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr[-2000:])
@@ -58,7 +67,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", help="script names (without .py) to run")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per script")
+    ap.add_argument("--quick", action="store_true", help="pass --quick to the scripts that take it")
     args = ap.parse_args()
+    started = time.perf_counter()
     names = [s for s in SCRIPTS if not args.only or s.removesuffix(".py") in args.only]
     table: list[tuple[str, str, str, str, str]] = []
     for name in names:
@@ -67,7 +78,7 @@ def main() -> int:
             table.append((name, "(missing)", "", "", "missing"))
             continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        rows, status, secs = run_one(script, args.timeout)
+        rows, status, secs = run_one(script, args.timeout, args.quick)
         if not rows:
             table.append((name, "(no figure)", "", "", status))
         for r in rows:
@@ -79,6 +90,7 @@ def main() -> int:
     print("  ".join("-" * w for w in widths))
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+    print(f"\n{len(names)} scripts, {(time.perf_counter() - started) / 60:.1f} min")
     return 0 if all(r[3] != "NO" for r in table) else 1
 
 

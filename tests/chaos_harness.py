@@ -275,6 +275,10 @@ class Chaos:
             self._startup_s = time.monotonic() - self._start  # what the next `startup` kill aims at
         return new
 
+    def _timed(self, cond: Callable[[], bool]) -> Callable[[], bool]:
+        """`cond`, also noting when this launch announced itself (what `startup` kills aim by)."""
+        return lambda: (self._registered(), cond())[1]
+
     def _new_milestone(self) -> bool:
         """Whether this launch has appended a `milestone` event (reads only what it appended)."""
         try:
@@ -288,9 +292,9 @@ class Chaos:
         ckpt = self.lab.ckpt_dir(self.run)
         base = max(complete_checkpoints(ckpt), default=0)
         if kind == "delay":
-            _until(proc, lambda: False, self.rng.uniform(0.05, self.max_delay_s), poll=0.01)
+            _until(proc, self._timed(lambda: False), self.rng.uniform(0.05, self.max_delay_s), poll=0.005)
         elif kind == "startup":
-            _until(proc, lambda: False, self.rng.uniform(0.6, 1.0) * self._startup_s, poll=0.005)
+            _until(proc, self._timed(lambda: False), self.rng.uniform(0.6, 1.0) * self._startup_s, poll=0.005)
         elif kind == "step":
             target = min(base + self.rng.randint(1, 6), self.steps - 1)
             _until(proc, lambda: self._registered() and self.lab.heartbeat(self.run).get("step", 0) >= target, 60)
@@ -300,10 +304,10 @@ class Chaos:
         elif kind == "append":
             path = self.lab.events_path(self.run)
             grown = lambda: path.exists() and path.stat().st_size > self._events_size  # noqa: E731
-            if _until(proc, grown, 60):
+            if _until(proc, self._timed(grown), 60):
                 time.sleep(self.rng.uniform(0.0, 0.03))
         elif kind == "milestone":
-            _until(proc, self._new_milestone, 60, poll=0.002)
+            _until(proc, self._timed(self._new_milestone), 60, poll=0.002)
         if proc.poll() is not None:
             return self._ended_by_itself(proc)
         step = self.lab.heartbeat(self.run).get("step") if self._registered() else None
