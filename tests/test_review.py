@@ -47,8 +47,8 @@ def test_the_queue_table_shows_id_time_run_kind_approvals_and_summary(logbook_re
     res = cli("review")
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines[0].strip() == "run story"
-    assert lines[2].split()[:6] == ["story:2", "2026-11-30", "08:00", "divergence", "detected", "0/1"]
+    assert lines[0].strip() == "run story  (entry ids are story:<n>)"
+    assert lines[2].split()[:6] == ["2", "2026-11-30", "08:00", "divergence", "detected", "0/1"]
     assert lines[2].rstrip().endswith("action: skip [not in the plan]")  # summaries are text, not rich markup
 
 

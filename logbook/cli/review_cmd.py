@@ -74,16 +74,18 @@ def _print_queue(items) -> None:
     con = stdout_console()
     runs = list(dict.fromkeys(i.run for i in items))
     for n, run in enumerate(runs):
-        table = Table(box=None, pad_edge=False, show_edge=False, title=f"run {run}", title_justify="left",
-                      title_style="bold")
-        table.add_column("entry", no_wrap=True)
+        # Run names are long and every id in this table starts with one: the column shows the
+        # part after the colon, and the title says how to spell a whole id.
+        table = Table(box=None, pad_edge=False, show_edge=False, title_justify="left", title_style="bold",
+                      title=f"run {run}  (entry ids are {run}:<n>)")
+        table.add_column("n", no_wrap=True, justify="right")
         table.add_column("time (UTC)", no_wrap=True)
         table.add_column("kind", no_wrap=True)
         table.add_column("approvals", no_wrap=True)
         table.add_column("summary", overflow="fold", min_width=20, ratio=1)
         for i in (i for i in items if i.run == run):
             marks = f"{len(i.approvals)}/{i.needed}" + (" (changes)" if i.changes_requested else "")
-            table.add_row(*_plain(i.id, i.ts[:16].replace("T", " "), i.kind.replace("_", " "), marks, i.summary))
+            table.add_row(*_plain(i.id.rpartition(":")[2] if i.id.startswith(f"{run}:") else i.id, i.ts[:16].replace("T", " "), i.kind.replace("_", " "), marks, i.summary))
         if n:
             con.print()
         con.print(table)
