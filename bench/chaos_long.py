@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from bench._result import result  # noqa: E402
-from chaos_harness import Chaos, Lab, audit, chaos_config  # noqa: E402
+from chaos_harness import Chaos, audit  # noqa: E402
+from lab import Lab, run_config  # noqa: E402
 
 
 def main() -> int:
@@ -50,7 +51,7 @@ def main() -> int:
 
     try:
         lab = Lab.create(base)
-        config = lab.write_config("chaos.yaml", chaos_config(steps=args.steps, every=2))
+        config = lab.write_config("chaos.yaml", run_config(steps=args.steps, every=2))
         ref = lab.train("reference", config, timeout=1800)
         if ref.returncode != 0:
             raise SystemExit(f"the uninterrupted reference run failed:\n{ref.stderr[-2000:]}")

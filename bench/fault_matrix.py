@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from bench._result import result  # noqa: E402
-from chaos_harness import Lab, chaos_config  # noqa: E402
+from lab import Lab, run_config  # noqa: E402
 from fault_harness import STEPS, checkpoint_bytes, classify_disk, classify_matrix, run_disk, run_matrix, table  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         lab = Lab.create(base)
-        ref = lab.train("reference", lab.write_config("reference.yaml", chaos_config(steps=STEPS, every=2)))
+        ref = lab.train("reference", lab.write_config("reference.yaml", run_config(steps=STEPS, every=2)))
         if ref.returncode != 0:
             raise SystemExit(f"the uninterrupted reference run failed:\n{ref.stderr[-2000:]}")
         outcome = run_matrix(lab)

@@ -5,9 +5,9 @@ Usage: python3 bench/run_all.py [--quick] [--only NAME ...] [--timeout SECONDS]
 Each script runs in its own process, one after another (never in parallel:
 they measure ratios side by side and need the machine to themselves), and
 reports its figures as `RESULT {json}` lines (see bench/_result.py). The
-full run takes 20 to 30 minutes on a 2-core machine; `--quick` passes
+full run takes about 10 minutes on a 2-core machine; `--quick` passes
 `--quick` to the scripts that take it (smaller sizes, fewer kills) and takes
-about half as long. The exit status is 1 when a figure misses its goal.
+about 7. The exit status is 1 when a figure misses its goal.
 """
 
 from __future__ import annotations

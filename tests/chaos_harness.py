@@ -1,10 +1,10 @@
 """Chaos: one training run SIGKILLed at random moments, relaunched until it finishes, then audited.
 
 Used by `tests/test_chaos.py` (a handful of kills) and `bench/chaos_long.py`
-(fifty and more). Everything is real: a scratch git repository with a
-logbook, the trainer as a subprocess (`python -m trainer`, the command
-torchrun runs), `logbook run` with torchrun for the first leg, SIGKILL from
-outside, `logbook verify` and `logbook render` at the end.
+(fifty and more). Everything is real: a scratch logbook (`lab.Lab`), the
+trainer as a subprocess (`python -m trainer`, the command torchrun runs),
+`logbook run` with torchrun for the first leg, SIGKILL from outside, `logbook
+verify` and `logbook render` at the end.
 
 A run goes through three legs:
 
@@ -18,14 +18,16 @@ A run goes through three legs:
 
 `audit` then checks what must hold after any number of kills: the run
 finished; its weights and every step's loss equal an uninterrupted run's bit
-for bit; every attempt that got far enough to leave a trace is followed by
-exactly one `restart`, in the event log and in the rendered chronicle; the
-logbook verifies; no checkpoint that failed its manifest was ever loaded.
+for bit; every attempt after the first has exactly one `restart` naming the
+attempt before it, in the event log and in the rendered chronicle, one for
+each kill of an attempt that had announced itself and one for the
+preemption (a kill before that leaves no trace: that start is downtime); the
+logbook verifies; no checkpoint that failed its manifest was ever loaded; each
+progress note was written once.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -37,14 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from lab import Lab, complete_checkpoints, wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from logbook.events import iter_events, read_events  # noqa: E402
-from logbook.sink import read_metrics  # noqa: E402
+from logbook.events import read_events
 
 KILL_KINDS = ("delay", "startup", "step", "save", "append", "milestone")
 """delay: a random time after the start (imports, loading, steps alike);
@@ -53,121 +50,6 @@ step: once the attempt reaches a random step past its checkpoint;
 save: while a checkpoint is being written (its temporary folder exists);
 append: just after the attempt's first event was appended;
 milestone: just after a progress note was appended (its plot is still being drawn)."""
-
-
-def chaos_config(steps: int = 60, every: int = 2) -> dict[str, Any]:
-    """A two-layer GPT whose steps take a few milliseconds, saved in the background every `every` steps."""
-    return {
-        "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64},
-        "data": {"sources": [{"name": "stdlib", "kind": "stdlib", "max_mb": 0.3}]},
-        "train": {"steps": steps, "batch_size": 8, "eval_every": 0, "eval_batches": 1, "threads": 1, "log_every": 1},
-        "checkpoint": {"every": every, "keep": 2, "background": True},
-    }
-
-
-# --- the scratch project ------------------------------------------------------------
-
-
-class Lab:
-    """A scratch git repository with a logbook, and the environment every process of it runs in."""
-
-    def __init__(self, root: Path, home: Path) -> None:
-        self.root = root
-        self.home = home
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home), "CI": "true",
-                    "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"), "GIT_CONFIG_NOSYSTEM": "1"}
-        for key in ("TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RESTART_COUNT", "LOGBOOK_DEBUG", "WORLD_SIZE", "RANK"):
-            self.env.pop(key, None)
-
-    @classmethod
-    def create(cls, base: Path) -> Lab:
-        root, home = base / "repo", base / "home"
-        root.mkdir(parents=True)
-        home.mkdir(parents=True)
-        (home / ".gitconfig").write_text("[user]\n\tname = Ada Tester\n\temail = ada@example.org\n")
-        lab = cls(root, home)
-        for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "initial"]):
-            subprocess.run(["git", *args], cwd=root, env=lab.env, check=True)
-        res = lab.logbook("init")
-        assert res.returncode == 0, res.stderr
-        return lab
-
-    def write_config(self, name: str, cfg: dict[str, Any]) -> Path:
-        path = self.root / "configs" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        return path
-
-    # processes
-
-    def trainer_command(self, run: str, config: Path, *overrides: str) -> list[str]:
-        return [sys.executable, "-m", "trainer", "--project", str(self.root), "--run", run, str(config), *overrides]
-
-    def start(self, argv: list[str], **kw: Any) -> subprocess.Popen:
-        return subprocess.Popen(argv, cwd=self.root, env=kw.pop("env", self.env), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, **kw)
-
-    def train(self, run: str, config: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(self.trainer_command(run, config, *overrides), cwd=self.root, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
-
-    def logbook(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "logbook", *args], cwd=self.root, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
-
-    # what a run left behind
-
-    def run_dir(self, run: str) -> Path:
-        return self.root / "entries" / "runs" / run
-
-    def events_path(self, run: str) -> Path:
-        return self.run_dir(run) / "events.jsonl"
-
-    def events(self, run: str) -> list[dict[str, Any]]:
-        return list(iter_events(self.events_path(run)))
-
-    def ckpt_dir(self, run: str) -> Path:
-        return self.root / ".logbook" / "checkpoints" / run
-
-    def control_dir(self, run: str) -> Path:
-        return self.root / ".logbook" / "control" / run
-
-    def heartbeat(self, run: str) -> dict[str, Any]:
-        try:
-            beat = json.loads((self.root / ".logbook" / "heartbeat" / f"{run}.json").read_bytes().strip() or b"{}")
-        except (OSError, ValueError):
-            return {}
-        return beat if isinstance(beat, dict) else {}
-
-    def last_attempt(self, run: str) -> int:
-        """The highest attempt number the run has left a trace of (events or heartbeat)."""
-        seen = [e.get("attempt") for e in self.events(run) if isinstance(e.get("attempt"), int)]
-        beat = self.heartbeat(run).get("attempt")
-        return max([*seen, beat if isinstance(beat, int) else 0], default=0)
-
-    def losses(self, run: str) -> dict[int, float]:
-        """Each step's training loss; a step recomputed by a later attempt keeps its latest value."""
-        return {r["step"]: r["loss"] for r in read_metrics(self.run_dir(run)) if "loss" in r}
-
-    def final_weights(self, run: str, step: int):
-        import torch
-
-        path = self.ckpt_dir(run) / f"step_{step:06d}" / "model.pt"
-        return torch.load(path, weights_only=True, map_location="cpu")
-
-
-def complete_checkpoints(ckpt_dir: Path) -> dict[int, str]:
-    """step -> "ok" or the reason it fails its manifest, for every folder with a COMPLETE marker."""
-    from trainer.checkpoint import CorruptCheckpoint, list_checkpoints, verify_checkpoint
-
-    out = {}
-    for step, path in list_checkpoints(ckpt_dir):
-        try:
-            verify_checkpoint(path)
-            out[step] = "ok"
-        except CorruptCheckpoint as e:
-            out[step] = str(e)
-    return out
 
 
 # --- killing ------------------------------------------------------------------------
@@ -186,16 +68,6 @@ class Kill:
     attempt: int | None
     """The attempt it ended; None when it died before announcing itself (no trace: its start is downtime)."""
     valid_before_relaunch: dict[int, str] = field(default_factory=dict)
-
-
-def _until(proc: subprocess.Popen, cond: Callable[[], bool], timeout: float, poll: float = 0.001) -> bool:
-    """Poll `cond` while `proc` lives; True as soon as it holds."""
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(poll)
-    return False
 
 
 def _tmp_saves(ckpt_dir: Path) -> list[str]:
@@ -292,22 +164,22 @@ class Chaos:
         ckpt = self.lab.ckpt_dir(self.run)
         base = max(complete_checkpoints(ckpt), default=0)
         if kind == "delay":
-            _until(proc, self._timed(lambda: False), self.rng.uniform(0.05, self.max_delay_s), poll=0.005)
+            wait_until(proc, self._timed(lambda: False), self.rng.uniform(0.05, self.max_delay_s), poll=0.005)
         elif kind == "startup":
-            _until(proc, self._timed(lambda: False), self.rng.uniform(0.6, 1.0) * self._startup_s, poll=0.005)
+            wait_until(proc, self._timed(lambda: False), self.rng.uniform(0.6, 1.0) * self._startup_s, poll=0.005)
         elif kind == "step":
             target = min(base + self.rng.randint(1, 6), self.steps - 1)
-            _until(proc, lambda: self._registered() and self.lab.heartbeat(self.run).get("step", 0) >= target, 60)
+            wait_until(proc, lambda: self._registered() and self.lab.heartbeat(self.run).get("step", 0) >= target, 60)
         elif kind == "save":
             before = set(_tmp_saves(ckpt))
-            _until(proc, lambda: self._registered() and bool(set(_tmp_saves(ckpt)) - before), 60, poll=0.0002)
+            wait_until(proc, lambda: self._registered() and bool(set(_tmp_saves(ckpt)) - before), 60, poll=0.0002)
         elif kind == "append":
             path = self.lab.events_path(self.run)
             grown = lambda: path.exists() and path.stat().st_size > self._events_size  # noqa: E731
-            if _until(proc, self._timed(grown), 60):
+            if wait_until(proc, self._timed(grown), 60):
                 time.sleep(self.rng.uniform(0.0, 0.03))
         elif kind == "milestone":
-            _until(proc, self._timed(self._new_milestone), 60, poll=0.002)
+            wait_until(proc, self._timed(self._new_milestone), 60, poll=0.002)
         if proc.poll() is not None:
             return self._ended_by_itself(proc)
         step = self.lab.heartbeat(self.run).get("step") if self._registered() else None
@@ -349,14 +221,14 @@ class Chaos:
                                "--max-restarts", "1", str(self.config)])
         hb = lambda: self.lab.heartbeat(self.run)  # noqa: E731
         first = self.rng.randint(1, 4)
-        if not _until(proc, lambda: hb().get("attempt") == 1 and hb().get("step", 0) >= first, 120):
+        if not wait_until(proc, lambda: hb().get("attempt") == 1 and hb().get("step", 0) >= first, 120):
             raise AssertionError(f"the launched run never reached its first steps:\n{proc.communicate()[1][-3000:]}")
         victim, step = hb()["pid"], hb()["step"]
         os.kill(victim, signal.SIGKILL)
         self.kills.append(Kill(1, "torchrun-worker", victim, f"at step {step}, under torchrun", 1))
         self.say(f"kill   1 (torchrun-worker): at step {step}; attempt 1")
         base = max(complete_checkpoints(self.lab.ckpt_dir(self.run)), default=0)
-        if not _until(proc, lambda: hb().get("attempt") == 2 and hb().get("step", 0) >= base + 2, 120):
+        if not wait_until(proc, lambda: hb().get("attempt") == 2 and hb().get("step", 0) >= base + 2, 120):
             raise AssertionError(f"torchrun did not restart the worker:\n{proc.communicate()[1][-3000:]}")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)

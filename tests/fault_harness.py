@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos_harness import Lab, _until, chaos_config
+from lab import Lab, run_config, wait_until
 
 from logbook.control import new_request
 
@@ -64,7 +64,7 @@ class Cell:
 
 
 def matrix_config(with_guard_drills: bool) -> dict[str, Any]:
-    cfg = chaos_config(steps=STEPS, every=2)
+    cfg = run_config(steps=STEPS, every=2)
     cfg["checkpoint"]["keep"] = 3  # the corrupted newest one needs an older one behind it
     cfg["train"]["hang_timeout_s"] = HANG_TIMEOUT_S
     cfg["guard"] = {"warmup": 8}  # a spike can be judged in a run this short
@@ -90,7 +90,7 @@ def guard_drills_available() -> bool:
 
 def _signal_at_step(lab: Lab, run: str, proc: subprocess.Popen, attempt: int, step: int, sig: int) -> int:
     """Send `sig` once attempt `attempt` has reached `step`; returns the step it was at."""
-    reached = _until(proc, lambda: lab.heartbeat(run).get("attempt") == attempt
+    reached = wait_until(proc, lambda: lab.heartbeat(run).get("attempt") == attempt
                      and lab.heartbeat(run).get("step", 0) >= step, 120)
     if not reached:
         raise AssertionError(f"attempt {attempt} never reached step {step}: {proc.communicate()[1][-3000:]}")
@@ -163,7 +163,7 @@ def _fsize_limit(limit: int):
 
 def run_disk(lab: Lab, run: str = "disk", checkpoint_bytes: int = 0) -> dict[str, Any]:
     """A run whose checkpoints go to a filesystem that fills up after the first one."""
-    cfg = chaos_config(steps=STEPS, every=2)
+    cfg = run_config(steps=STEPS, every=2)
     mount = lab.root.parent / "small-disk"
     mount.mkdir(exist_ok=True)
     cfg["checkpoint"]["dir"] = str(mount)

@@ -11,7 +11,8 @@ moments drawn at random. See `chaos_harness.py` for the invariants.
 from __future__ import annotations
 
 import pytest
-from chaos_harness import Chaos, Lab, audit, chaos_config
+from chaos_harness import Chaos, audit
+from lab import Lab, run_config
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,7 @@ PLAN = ["save", "startup", "milestone", "step"]
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
     lab = Lab.create(tmp_path_factory.mktemp("chaos"))
-    config = lab.write_config("chaos.yaml", chaos_config(steps=STEPS))
+    config = lab.write_config("chaos.yaml", run_config(steps=STEPS))
     ref = lab.train("reference", config)
     assert ref.returncode == 0, ref.stderr
     chaos = Chaos(lab, "chaos", config, seed=20261130, kills=1 + len(PLAN), steps=STEPS, plan=list(PLAN)).drive()

@@ -10,7 +10,7 @@ table; `fault_harness.py` says what each cell requires.
 from __future__ import annotations
 
 import pytest
-from chaos_harness import Lab, chaos_config
+from lab import Lab, run_config
 from fault_harness import STEPS, checkpoint_bytes, classify_disk, classify_matrix, guard_drills_available, run_disk, run_matrix
 
 pytestmark = pytest.mark.slow
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Lab:
     lab = Lab.create(tmp_path_factory.mktemp("faults"))
-    ref = lab.train("reference", lab.write_config("reference.yaml", chaos_config(steps=STEPS, every=2)))
+    ref = lab.train("reference", lab.write_config("reference.yaml", run_config(steps=STEPS, every=2)))
     assert ref.returncode == 0, ref.stderr
     return lab
 

@@ -131,6 +131,43 @@ def test_the_markdown_chronicle_prints_markup_and_paths_as_written(hostile_logbo
     assert str(secret) in text  # the path is shown as written, never read
 
 
+def test_the_report_shows_markup_from_the_preregistration_and_the_events_as_text(hostile_logbook, tmp_path,
+                                                                                   monkeypatch):
+    import typst
+
+    from logbook.prereg import PreregInput, create_prereg
+    from logbook.report import write_report
+    from logbook.runs import RunRecord, write_run_record
+
+    project, secret = hostile_logbook
+    git(project.root, "add", "-A")
+    git(project.root, "commit", "-q", "-m", "hostile notes and events")
+    traps = f'#read("{secret}") {{{{ 7 * 7 }}}} ![s]({secret.parent / "secret.png"}) $x$'
+    pid = create_prereg(project, PreregInput(title="markup in a hypothesis", hypothesis=f"The loss falls. {traps}",
+                                             predictions=["loss@final < 3"], rationale=traps)).id
+    write_run_record(project, RunRecord(run_id="hostile", created="2026-11-30T08:00:00Z", config_path="c.yaml",
+                                        config_hash="0" * 64, prereg_id=pid, status="finished"))
+    roots: list[list[str]] = []
+    real_compile = typst.compile
+
+    def watching(src, *args, root, **kw):
+        roots.append(sorted(str(p.relative_to(root)) for p in Path(root).rglob("*")))
+        return real_compile(src, *args, root=root, **kw)
+
+    monkeypatch.setattr(typst, "compile", watching)
+    md = write_report(project, "hostile", fmt="md", out=tmp_path / "r.md").path.read_text("utf-8")
+    plain = md.replace("\\", "")  # Markdown escapes of * _ [ ] # $
+    assert f"The loss falls. {traps}" in plain and SECRET not in md
+    out = tmp_path / "r.pdf"
+    write_report(project, "hostile", fmt="pdf", out=out)
+    assert len(roots) == 1 and set(roots[0]) <= {"report.typ", "data.json", "img", "img/00000.png"}
+    assert SECRET.encode() not in out.read_bytes()
+    if shutil.which("pdftotext"):
+        bare = "".join(subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
+                                      check=True).stdout.split())
+        assert SECRET not in bare and f'#read("{secret}")'.replace(" ", "") in bare and "{{7*7}}" in bare
+
+
 # --- checkpoints never unpickle code -------------------------------------------------------
 
 
