@@ -191,9 +191,11 @@ def _attempts(events: list[dict[str, Any]], metrics: list[dict[str, Any]], step_
     for r in metrics:
         if isinstance(r.get("attempt"), int) and r["attempt"] in by and (t := number(r.get("time"))) is not None:
             by[r["attempt"]].times.append(t)
-    for att in by.values():
+    # An attempt that failed while building or restoring has events but never started training.
+    started = [by[k] for k in sorted(by) if by[k].started is not None]
+    for att in started:
         att.first_step = _first_step(att, events, metrics, step_s)
-    return [by[k] for k in sorted(by) if by[k].started is not None]
+    return started
 
 
 def _first_step(att: _Attempt, events: list[dict[str, Any]], metrics: list[dict[str, Any]],

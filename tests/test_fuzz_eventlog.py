@@ -11,7 +11,9 @@ dropped, duplicated or swapped, the file cut short. Then:
   always reported;
 - a log cut short reads back as a prefix of the records written, with at most
   a torn tail reported;
-- the next append repairs a torn tail and chains on, so the log verifies again.
+- the next append repairs a torn tail and chains on, so the log verifies again;
+- the readers that interpret a run's history (goodput, the lineage of
+  attempts, the restart accounting) take any sequence of events without a crash.
 """
 
 from __future__ import annotations
@@ -127,3 +129,55 @@ def test_a_log_cut_short_reads_as_a_prefix_and_the_next_append_repairs_it(tmp_pa
         torn = path.with_name(path.name + ".torn").read_bytes()
         assert torn == original[len(b"".join(original.splitlines(keepends=True)[:len(contents.records)])):n] + b"\n"
     json.dumps(after.records)  # still plain JSON throughout
+
+
+# --- the readers that interpret a run's history -----------------------------------------------
+
+_KINDS = ["run_started", "restart", "checkpoint_saved", "checkpoint_rejected", "checkpoint_failed", "preempted",
+          "attempt_failed", "hang", "step_skipped", "rollback", "lr_scaled", "hparam_change", "milestone",
+          "fault_injected", "run_finished", "run_failed", "divergence_detected", "log_repaired", "thermal"]
+_value = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=False), st.text(max_size=8))
+_event = st.fixed_dictionaries({
+    "kind": st.sampled_from(_KINDS),
+    "attempt": st.one_of(st.integers(1, 4), st.none(), st.text(max_size=2)),
+    "step": st.one_of(st.integers(0, 200), st.none()),
+    "seconds": st.floats(0, 10_000, allow_nan=False),
+    "data": st.dictionaries(st.sampled_from(["resumed_from_step", "prev_attempt", "cause", "saved_step", "blocking_s",
+                                             "from_step", "to_step", "fraction", "wall_s", "downtime_s", "steps_lost"]),
+                            _value, max_size=4),
+})
+
+
+def _history(raw: list[dict]) -> list[dict]:
+    """Events in log order, timestamped as the sink would, from the drawn fields."""
+    from datetime import datetime, timedelta, timezone
+
+    t0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    out = []
+    for i, e in enumerate(sorted(raw, key=lambda e: e["seconds"])):
+        ts = (t0 + timedelta(seconds=e["seconds"])).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        out.append({"v": 1, "seq": i, "ts": ts, "run": "fuzz", "rank": 0, "drill": False, "tokens": None,
+                    **{k: e[k] for k in ("kind", "attempt", "step", "data")}})
+    return out
+
+
+@FUZZ
+@given(st.lists(_event, max_size=25),
+       st.lists(st.fixed_dictionaries({"step": st.integers(0, 200), "attempt": st.integers(1, 4),
+                                       "loss": st.floats(0, 10), "time": st.floats(1.7e9, 1.8e9)}), max_size=10))
+def test_any_run_history_is_read_by_goodput_lineage_and_restart_accounting_without_a_crash(tmp_path_factory, raw, rows):
+    from logbook.goodput import goodput_report
+    from logbook.lineage import run_lineage
+    from trainer.attempts import RunHistory, classify_restart
+
+    events = _history(raw)
+    rep = goodput_report(events, rows)
+    assert rep.attempts >= 0
+    path = tmp_path_factory.mktemp("hist") / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    run_lineage(path)
+    history = RunHistory(events, None, rows)
+    last = history.last_attempt()
+    if last >= 1:
+        payload = classify_restart(history, last, 0, 1.8e9, {})
+        assert payload["cause"] in ("exception", "preempted", "hang", "signal")
