@@ -88,7 +88,9 @@ def load_config(path: Path) -> LogbookConfig:
             raise UsageError(f"{CONFIG_FILE}: unknown setting `{key}`", hint=hint)
     cfg = LogbookConfig(**{k: v for k, v in raw.items()})
     if isinstance(cfg.milestones, list):
-        cfg.milestones = [float(m) if isinstance(m, int) and not isinstance(m, bool) else m for m in cfg.milestones]
+        # Whole numbers read as fractions (1 -> 1.0); a huge one stays an int and fails validation.
+        cfg.milestones = [float(m) if isinstance(m, int) and not isinstance(m, bool) and abs(m) < 2**53 else m
+                          for m in cfg.milestones]
     cfg.validate()
     return cfg
 

@@ -122,3 +122,24 @@ def test_random_logbook_yaml_loads_or_is_one_usage_error(tmp_path, text):
         return
     assert isinstance(cfg, LogbookConfig)
     cfg.validate()
+
+
+def _float_keys() -> list[str]:
+    import typing
+
+    out = []
+    for section, keys in SECTIONS.items():
+        hints = typing.get_type_hints(_resolve(TrainConfig, section)) if keys else {}
+        out += [f"{section}.{k}" for k in keys if hints.get(k) is float]
+    return out
+
+
+@FUZZ
+@given(st.sampled_from(_float_keys()), st.sampled_from([".inf", "-.inf", ".nan", "1e400", "-1e999", "9" * 400]))
+def test_a_non_finite_number_is_refused_for_every_float_setting(key, value):
+    try:
+        load_train_config(None, [f"{key}={value}"])
+    except UsageError as e:
+        assert key in e.message
+        return
+    raise AssertionError(f"{key}={value} was accepted")

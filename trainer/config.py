@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -397,19 +398,28 @@ def _scalar(value: Any, tp: Any, path: str) -> Any:
     if tp is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if tp is float and not isinstance(value, bool):
-        if isinstance(value, (int, float)):
-            try:
-                return float(value)
-            except OverflowError:  # an integer beyond any float: refused below
-                pass
-        if isinstance(value, str):  # YAML 1.1 reads `1e-3` (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
+        number = _as_float(value)
+        if number is not None:
+            if not math.isfinite(number):  # `.inf`, `1e400`, `.nan`: no setting means that
+                raise UsageError(f"config: `{path}` must be a finite number, got {value!r}")
+            return number
     if tp is str and isinstance(value, str):
         return value
     raise UsageError(f"config: `{path}` must be {_type_name(tp)}, got {value!r}")
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond any float
+            return math.inf
+    if isinstance(value, str):  # YAML 1.1 reads `1e-3` (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
 
 
 def _build(cls: type, raw: Any, path: str) -> Any:
