@@ -17,6 +17,7 @@ SLOW = ["straggler.every=2", "straggler.patience=2", "straggler.drill_rank=1", "
 
 def _run(repo, run_id: str, cfg, overrides: list[str]):
     res = launch_run(open_project(), cfg, overrides, exploratory=True, nproc=2, max_restarts=2, run_id=run_id)
+    assert res.status == "finished", (res.status, res.reason, res.torchrun_exit)
     losses = {r["step"]: r["loss"] for r in read_metrics(repo / "entries" / "runs" / run_id) if "loss" in r}
     weights = torch.load(repo / ".logbook" / "checkpoints" / run_id / "step_000012" / "model.pt", weights_only=True)
     return res, losses, weights

@@ -80,12 +80,28 @@ def main(argv: list[str] | None = None) -> int:
     return _train(cfg, args)
 
 
-def _train(cfg, args) -> int:
-    from torch.distributed.elastic.multiprocessing.errors import record
+def _record_for_torchrun(exc: BaseException) -> None:
+    """Leave the exception in torchrun's per-worker error file, written atomically.
 
+    torch's own `@record` writes that file in place; when torchrun tears the
+    worker group down mid-write (a peer rank died), it then reads an empty
+    file and its agent crashes instead of restarting the workers.
+    """
+    import traceback
+
+    from logbook.fsutil import atomic_write_json
+
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path):
+        return
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    atomic_write_json(Path(path), {"message": {"message": f"{type(exc).__name__}: {exc}",
+                                               "extraInfo": {"py_callstack": tb, "timestamp": str(int(time.time()))}}})
+
+
+def _train(cfg, args) -> int:
     from .loop import Preempted, Trainer
 
-    @record  # under torchrun, an uncaught exception also lands in its error file
     def run() -> int:
         trainer = Trainer(cfg, project_root=Path(args.project), run_id=args.run_id, config_path=args.config,
                           started_at=STARTED_AT)
@@ -98,7 +114,11 @@ def _train(cfg, args) -> int:
             return _fail(e)
         return 0
 
-    return run()
+    try:
+        return run()
+    except Exception as e:  # under torchrun, an uncaught exception also lands in its error file
+        _record_for_torchrun(e)
+        raise
 
 
 if __name__ == "__main__":
