@@ -87,6 +87,27 @@ class RunHistory:
         found = [e for e in self.events if e.get("kind") == kind]
         return found[-1] if found else None
 
+    def unrecorded_ends(self, attempt: int) -> list[int]:
+        """Earlier attempts that left a trace but whose end no `restart` has recorded, oldest first.
+
+        Normally only `attempt - 1`. An attempt that wrote an event (a failure while
+        building, a rejected checkpoint) and died before announcing itself took a
+        number without recording the end of the attempt before it: both are owed.
+        """
+        covered = {e.get("data", {}).get("prev_attempt") for e in self.events if e.get("kind") == "restart"}
+        out = []
+        for k in range(1, attempt):
+            mine = self.of_attempt(k)
+            if k == attempt - 1 and not mine and self.heartbeat and self.heartbeat.get("attempt") == k:
+                mine = [{}]  # announced itself through the heartbeat only (killed before its first event)
+            if mine and k not in covered and not any(e.get("kind") == "run_finished" for e in mine):
+                out.append(k)
+        return out
+
+    def first_event_time(self, attempt: int) -> float | None:
+        times = [parse_ts(e["ts"]) for e in self.of_attempt(attempt) if "ts" in e]
+        return min((t for t in times if t is not None), default=None)
+
     def first_started(self) -> float | None:
         starts = [parse_ts(e["ts"]) for e in self.events if e.get("kind") == "run_started" and "ts" in e]
         return min(starts, default=None)

@@ -318,12 +318,15 @@ class Trainer:
     # --- announcing ----------------------------------------------------------------
 
     def _announce(self) -> None:
-        prev = self.attempt - 1
-        prev_events = self.history.of_attempt(prev)
-        if self.dist.rank == 0 and prev >= 1 and not any(e.get("kind") == "run_finished" for e in prev_events):
-            payload = classify_restart(self.history, prev, self.step, self.started_at, self.env)
-            drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
-            self.emit("restart", drill=drill, **payload)
+        if self.dist.rank == 0:
+            for prev in self.history.unrecorded_ends(self.attempt):
+                latest = prev == self.attempt - 1
+                # An older end is owed by an attempt that died starting: it is timed to that start.
+                start = self.started_at if latest else (self.history.first_event_time(prev + 1) or self.started_at)
+                payload = classify_restart(self.history, prev, self.step, start, self.env if latest else {})
+                prev_events = self.history.of_attempt(prev)
+                drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
+                self.emit("restart", drill=drill, next_attempt=prev + 1, **payload)
         rec = self.run_record
         snapshot = rec.snapshot if rec else {}
         self.emit(
