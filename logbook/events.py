@@ -15,7 +15,7 @@ tolerate missing ones. Times are seconds (float), steps and tokens integers.
 - run_started: config_hash, config_path, world_size, prereg_id, exploratory,
   snapshot_commit, total_steps, tokens_per_step, device, resumed_from_step
 - restart: cause (exception | signal | preempted | hang | unknown), detail,
-  prev_attempt, resumed_from_step, failed_at_step, steps_lost, seconds_lost,
+  prev_attempt, next_attempt, resumed_from_step, failed_at_step, steps_lost, seconds_lost,
   downtime_s, exception_type, exception_message, signal
 - attempt_failed: exception_type, exception_message, traceback (last lines)
 - checkpoint_saved: path, blocking_s, total_s, bytes
