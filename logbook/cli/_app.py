@@ -93,6 +93,23 @@ app = typer.Typer(
 )
 
 
+JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
+"""The `--json` flag every command that prints data shares."""
+
+
+def command_group(name: str) -> typer.Typer:
+    """A sub-command group (`logbook NAME ...`) that also runs on its own, registered on `app`."""
+    group = typer.Typer(
+        invoke_without_command=True,
+        no_args_is_help=False,
+        add_completion=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.add_typer(group, name=name)
+    return group
+
+
 def _version(value: bool) -> None:
     if value:
         from .. import __version__

@@ -8,9 +8,9 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ._app import app, err, print_json, stdout_console
+from ._app import JSON_OPTION, app, err, print_json, stdout_console
 
-_JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
+_JSON = JSON_OPTION
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
 
 

@@ -12,18 +12,11 @@ from typing import Any, Optional
 import typer
 
 from . import _app
-from ._app import app, err, print_json
+from ._app import JSON_OPTION, app, command_group, err, print_json
 
-prereg_app = typer.Typer(
-    invoke_without_command=True,
-    no_args_is_help=False,
-    add_completion=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(prereg_app, name="prereg")
+prereg_app = command_group("prereg")
 
-_JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
+_JSON = JSON_OPTION
 _PREDICT_HELP = ("Machine-checkable prediction `metric@point op threshold [± tol]`; repeatable. "
                  "Points: final, step:N (or N), P%. Example: 'val_loss@final < 1.45 ± 0.02'.")
 _RULE_HELP = "Contingency rule `IF condition -> THEN actions`; repeatable. Example: 'loss spike > 4 sigma twice in 500 steps -> rollback 100 steps, lr × 0.9'."

@@ -6,18 +6,11 @@ from typing import Optional
 
 import typer
 
-from ._app import app, err, print_json, stdout_console
+from ._app import JSON_OPTION, command_group, err, print_json, stdout_console
 
-review_app = typer.Typer(
-    invoke_without_command=True,
-    no_args_is_help=False,
-    add_completion=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(review_app, name="review")
+review_app = command_group("review")
 
-_JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
+_JSON = JSON_OPTION
 
 
 @review_app.callback()
