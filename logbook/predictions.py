@@ -388,14 +388,10 @@ def _range_text(m: Metric) -> str:
 
 def _covers_range(op: str, t: float, tol: float, lo: float, hi: float) -> bool:
     """Every value in [lo, hi] satisfies the prediction: it cannot fail."""
-    if op == "<":
-        return hi < t + tol
-    if op == "<=":
-        return hi <= t + tol
-    if op == ">":
-        return lo > t - tol
-    if op == ">=":
-        return lo >= t - tol
+    if op in ("<", "<="):
+        return _accepts(op, t, tol, hi)  # the worst case of an upper bound is the top of the range
+    if op in (">", ">="):
+        return _accepts(op, t, tol, lo)
     if op == "==":
         return t - tol <= lo and hi <= t + tol
     return t + tol < lo or t - tol > hi  # != : the excluded band lies outside the range
