@@ -10,6 +10,7 @@ from trainer.advice_cb import advised_steps
 from trainer.attempts import peer_lost
 from trainer.config import load_train_config
 from trainer.slurm import slurm_info
+from trainer.straggler import slowest_rank
 from trainer.watchdog import derived_timeout
 
 
@@ -17,6 +18,16 @@ def test_hang_timeout_follows_the_median_step_time_above_its_floor():
     assert derived_timeout(2.0, 10.0, []) == 2.0
     assert derived_timeout(2.0, 10.0, [0.01, 0.02, 5.0]) == 2.0  # one slow save does not move the median
     assert derived_timeout(2.0, 10.0, [0.5, 0.6, 0.7]) == 6.0
+
+
+def test_a_slow_rank_is_measured_against_the_median_of_the_others():
+    # Two ranks: against a median over both (their mean) a 3x slower rank would read 1.5x, and no rank could
+    # ever pass a threshold of 2.
+    assert slowest_rank([0.1, 0.3]) == (1, pytest.approx(3.0), 0.1)
+    assert slowest_rank([0.1, 0.1, 0.4, 0.1]) == (2, pytest.approx(4.0), 0.1)
+    assert slowest_rank([0.2, 0.2]) == (0, 1.0, 0.2)  # all equal: nobody is slow
+    assert slowest_rank([0.0, 0.0]) == (0, 1.0, 0.0)  # nothing measured yet
+    assert slowest_rank([0.5]) == (0, 1.0, 0.5)  # a single rank is never a straggler
 
 
 def test_slurm_facts_are_recorded_only_under_slurm():

@@ -1,11 +1,12 @@
-"""Stragglers: the slowest rank against the median, checked every few steps.
+"""Stragglers: the slowest rank against the median of the others, checked every few steps.
 
 Each rank times its own work of a step: fetching the batch and the inner
 forward pass, where no collective waits; DDP's buffer broadcast before the
 forward and its all-reduce in the backward make every rank wait for the
 slowest, so they are left out.
 Every `every` steps one all_gather of two numbers compares the ranks; a rank
-slower than `ratio` x the median for `patience` checks in a row is written
+slower than `ratio` x the median of the other ranks for `patience` checks in
+a row is written
 as one `straggler` event (rank, ratio, steps), and again only after it has
 recovered. A drill (`drill_rank`, `drill_sleep_s`) makes one rank sleep in
 every step, to prove the detection on any machine.
@@ -28,7 +29,10 @@ class StragglerConfig:
     every: int = 20
     """Compare the ranks every this many steps (one small all_gather); 0 turns it off."""
     ratio: float = 1.5
-    """A rank whose step time exceeds this multiple of the median is slow."""
+    """A rank whose step time exceeds this multiple of the other ranks' median is slow.
+
+    The median leaves the slow rank out: with two ranks a median over all of
+    them is their mean, and no rank could ever be 2x slower than that."""
     patience: int = 3
     """Consecutive slow checks before a `straggler` event."""
     drill_rank: int | None = None
@@ -43,6 +47,14 @@ class StragglerConfig:
         _check(self.ratio > 1, f"{where}.ratio", f"must be > 1, got {self.ratio}")
         _check(self.patience >= 1, f"{where}.patience", f"must be >= 1, got {self.patience}")
         _check(self.drill_sleep_s >= 0, f"{where}.drill_sleep_s", f"must be >= 0, got {self.drill_sleep_s}")
+
+
+def slowest_rank(per_rank: list[float]) -> tuple[int, float, float]:
+    """The slowest rank, its time over the median of the other ranks, and that median."""
+    slowest = max(range(len(per_rank)), key=per_rank.__getitem__)
+    others = per_rank[:slowest] + per_rank[slowest + 1:]
+    median = statistics.median(others) if others else per_rank[slowest]
+    return slowest, (per_rank[slowest] / median if median > 0 else 1.0), median
 
 
 class StragglerMonitor(Callback):
@@ -96,9 +108,7 @@ class StragglerMonitor(Callback):
         rows = dist.gather_floats([self._busy, float(max(self._n, 1))], t.dist)
         self._busy, self._n = 0.0, 0
         per_rank = [busy / n for busy, n in rows]
-        median = statistics.median(per_rank)
-        slowest = max(range(len(per_rank)), key=per_rank.__getitem__)
-        ratio = per_rank[slowest] / median if median > 0 else 1.0
+        slowest, ratio, median = slowest_rank(per_rank)
         if ratio < self.cfg.ratio:
             self._streak, self._reported = [], None
             return
