@@ -88,15 +88,30 @@ def guard_drills_available() -> bool:
 # --- injecting ----------------------------------------------------------------------
 
 
-def _signal_at_step(lab: Lab, run: str, proc: subprocess.Popen, attempt: int, step: int, sig: int) -> int:
-    """Send `sig` once attempt `attempt` has reached `step`; returns the step it was at."""
-    reached = wait_until(proc, lambda: lab.heartbeat(run).get("attempt") == attempt
-                     and lab.heartbeat(run).get("step", 0) >= step, 120)
+def _signal_at_step(lab: Lab, run: str, proc: subprocess.Popen, attempt: int, step: int, sig: int,
+                    saved: int = 0) -> tuple[int, int]:
+    """Send `sig` once attempt `attempt` has reached `step` and the checkpoint of step `saved` is complete.
+
+    Returns the step it was at and the newest complete checkpoint just before
+    the signal. Checkpoints are written in the background, so on a busy
+    machine a step can be reached before the save behind it is done; waiting
+    for it keeps "what must survive" well defined.
+    """
+    from trainer.checkpoint import list_checkpoints
+
+    def newest() -> int:
+        found = list_checkpoints(lab.ckpt_dir(run))
+        return found[-1][0] if found else 0
+
+    beat = lab.heartbeat
+    reached = wait_until(proc, lambda: beat(run).get("attempt") == attempt and beat(run).get("step", 0) >= step
+                         and newest() >= saved, 120)
     if not reached:
-        raise AssertionError(f"attempt {attempt} never reached step {step}: {proc.communicate()[1][-3000:]}")
-    at = lab.heartbeat(run)["step"]
+        raise AssertionError(f"attempt {attempt} never reached step {step} with step {saved} saved: "
+                             f"{proc.communicate()[1][-3000:]}")
+    at, complete = beat(run)["step"], newest()
     proc.send_signal(sig)
-    return at
+    return at, complete
 
 
 def bad_requests(lab: Lab, run: str) -> list[str]:
@@ -126,9 +141,9 @@ def run_matrix(lab: Lab, run: str = "matrix") -> dict[str, Any]:
             sent["requests"] = len(bad_requests(lab, run))
         proc = lab.start(lab.trainer_command(run, config))
         if attempt == 2:
-            sent["sigkill"] = _signal_at_step(lab, run, proc, 2, 5, signal.SIGKILL)
+            sent["sigkill"], sent["saved_at_kill"] = _signal_at_step(lab, run, proc, 2, 5, signal.SIGKILL, saved=4)
         elif attempt == 3:
-            sent["sigterm"] = _signal_at_step(lab, run, proc, 3, 7, signal.SIGTERM)
+            sent["sigterm"], _ = _signal_at_step(lab, run, proc, 3, 7, signal.SIGTERM)
         _, err = proc.communicate(timeout=300)
         codes.append(proc.returncode)
         if proc.returncode == 0:
@@ -203,9 +218,13 @@ def classify_matrix(lab: Lab, run: str, outcome: dict[str, Any]) -> list[Cell]:
                       and len(failed) == 1 and r.get("resumed_from_step") == 2))
 
     r = _restart(ev, 3)
-    cells.append(Cell("SIGKILL", f"kill -9 from outside at step {outcome['sent'].get('sigkill')}",
+    sent = outcome["sent"]
+    cells.append(Cell("SIGKILL", f"kill -9 from outside at step {sent.get('sigkill')} (step {sent.get('saved_at_kill')} saved)",
                       f"restart cause {r.get('cause')}", f"exit {codes[1]}; restarted from step {r.get('resumed_from_step')}",
-                      codes[1] == -signal.SIGKILL and r.get("cause") == "signal" and r.get("resumed_from_step", 0) >= 4))
+                      codes[1] == -signal.SIGKILL and r.get("cause") == "signal"
+                      # the newest checkpoint complete when the kill was sent, or one finished just after it
+                      and sent.get("saved_at_kill", 0) >= 4
+                      and sent["saved_at_kill"] <= r.get("resumed_from_step", 0) <= sent["sigkill"]))
 
     r = _restart(ev, 4)
     pre = _of(ev, "preempted", 3)
