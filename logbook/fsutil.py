@@ -27,9 +27,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file, fsync and rename."""
-    path = Path(path)
+def _durable_temp(path: Path, data: bytes) -> str:
+    """A fsync'd temporary file holding `data`, next to `path` (same filesystem, so a rename is atomic)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -37,13 +36,43 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return tmp
+
+
+def _unlink_quietly(path: str | Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file, fsync and rename."""
+    path = Path(path)
+    tmp = _durable_temp(path, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink_quietly(tmp)
         raise
+    fsync_dir(path.parent)
+
+
+def atomic_create_bytes(path: Path, data: bytes) -> None:
+    """Like `atomic_write_bytes`, but never over an existing file: FileExistsError if the name is taken.
+
+    The complete file is linked into place, so a reader never sees it half
+    written and two writers racing for one name cannot both win.
+    """
+    path = Path(path)
+    tmp = _durable_temp(path, data)
+    try:
+        os.link(tmp, path)
+    finally:
+        _unlink_quietly(tmp)
     fsync_dir(path.parent)
 
 

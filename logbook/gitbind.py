@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import RefusedError, UsageError
-from .fsutil import fsync_dir
+from .fsutil import atomic_create_bytes
 
 if TYPE_CHECKING:
     from .project import Project
@@ -171,7 +171,10 @@ def commit_file(root: Path, relpath: str, data: bytes, message: str,
     tree = _tree_with(root, state.head, relpath, blob)
     commit = git(root, "commit-tree", tree, "-p", state.head, "-F", "-", input=message.encode("utf-8")).strip()
     target = root / relpath
-    _write_new_file(target, data)
+    try:
+        atomic_create_bytes(target, data)
+    except FileExistsError:
+        raise RefusedError(f"{target.name} appeared while it was being written; nothing was committed") from None
     try:
         git(root, "update-ref", "-m", f"logbook: {message.splitlines()[0][:72]}", state.branch_ref, commit, state.head)
     except BaseException as e:
@@ -196,24 +199,6 @@ def _tree_with(root: Path, head: str, relpath: str, blob: str) -> str:
         git(root, "read-tree", head, env=env)
         git(root, "update-index", "--add", "--cacheinfo", "100644", blob, relpath, env=env)
         return git(root, "write-tree", env=env).strip()
-
-
-def _write_new_file(path: Path, data: bytes) -> None:
-    """Write atomically and never over an existing file (link fails if the name is taken)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise RefusedError(f"{path.name} appeared while it was being written; nothing was committed") from None
-    finally:
-        _unlink_quietly(Path(tmp))
-    fsync_dir(path.parent)
 
 
 def _unlink_quietly(path: Path) -> None:
