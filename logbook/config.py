@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .errors import UsageError
+from .errors import UsageError, did_you_mean
 from .yamlsafe import load_yaml_file
 
 CONFIG_FILE = "logbook.yaml"
@@ -83,9 +82,8 @@ def load_config(path: Path) -> LogbookConfig:
     names = [f.name for f in dataclasses.fields(LogbookConfig)]
     for key in raw:
         if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"did you mean `{close[0]}`?" if close else f"known settings: {', '.join(names)}"
-            raise UsageError(f"{CONFIG_FILE}: unknown setting `{key}`", hint=hint)
+            raise UsageError(f"{CONFIG_FILE}: unknown setting `{key}`",
+                             hint=did_you_mean(key, names, f"known settings: {', '.join(names)}"))
     cfg = LogbookConfig(**{k: v for k, v in raw.items()})
     if isinstance(cfg.milestones, list):
         # Whole numbers read as fractions (1 -> 1.0); a huge one stays an int and fails validation.

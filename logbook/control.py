@@ -19,7 +19,6 @@ write starts with a dot and is never read as a request.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .chain import utc_now
-from .errors import RefusedError, UsageError
+from .errors import RefusedError, UsageError, did_you_mean
 from .events import iter_events
 from .fsutil import atomic_write_json, fsync_dir
 from .project import Project
@@ -113,8 +112,7 @@ def setting_for(key: str) -> Setting:
             raise UsageError(f"invalid data source name {source!r} in `{key}`",
                              hint="write data.weights.<source>=x with the source's name from the run's config")
         return SETTINGS[WEIGHTS_PREFIX + "<source>"]
-    close = difflib.get_close_matches(key, list(SETTINGS), n=1, cutoff=0.5)
-    hint = f"did you mean `{close[0]}`?" if close else "see `logbook set --help` for the keys that can change live"
+    hint = did_you_mean(key, list(SETTINGS), "see `logbook set --help` for the keys that can change live", cutoff=0.5)
     raise UsageError(f"`{key}` cannot be changed live (not in the allow-list)", hint=hint)
 
 

@@ -62,3 +62,11 @@ class RunFailedError(LogbookError):
     """The training run ended in failure or was aborted."""
 
     exit_code = EXIT_RUN_FAILED
+
+
+def did_you_mean(word: str, choices: list[str], otherwise: str, *, prefix: str = "", cutoff: float = 0.6) -> str:
+    """A hint for an unknown name: the closest valid one if there is one, else `otherwise`."""
+    import difflib  # only on the error path: keeps start-up light
+
+    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=cutoff)
+    return f"did you mean `{prefix}{close[0]}`?" if close else otherwise

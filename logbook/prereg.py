@@ -37,7 +37,7 @@ import yaml
 from . import gitbind
 from .chain import canonical
 from .contingency import ContingencyRule, parse_rule
-from .errors import NotFoundError, RefusedError, TamperedError, UsageError
+from .errors import NotFoundError, RefusedError, TamperedError, UsageError, did_you_mean
 from .predictions import Prediction, parse_prediction
 from .project import Project
 from .yamlsafe import load_yaml_text
@@ -199,15 +199,12 @@ INPUT_KEYS = ("title", "hypothesis", "predictions", "contingency", "config", "bu
 
 def input_from_mapping(data: Any, source: str) -> PreregInput:
     """Build input from a parsed YAML mapping; unknown keys name the closest known one."""
-    import difflib
-
     if not isinstance(data, dict):
         raise UsageError(f"{source}: expected a mapping with {', '.join(INPUT_KEYS)}")
     for key in data:
         if key not in INPUT_KEYS:
-            close = difflib.get_close_matches(str(key), INPUT_KEYS, n=1)
             raise UsageError(f"{source}: unknown key `{key}`",
-                             hint=f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(INPUT_KEYS)}")
+                             hint=did_you_mean(key, INPUT_KEYS, f"known keys: {', '.join(INPUT_KEYS)}"))
 
     def text(key: str) -> str:
         v = data.get(key)

@@ -13,7 +13,6 @@ Adding a section is one dataclass and one field on `TrainConfig`: the loader,
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.errors import UsageError
+from logbook.errors import UsageError, did_you_mean
 from logbook.yamlsafe import load_yaml_file, load_yaml_text
 
 # These sections are defined beside the components they configure; the
@@ -349,8 +348,7 @@ def _choice(obj: Any, where: str, name: str, choices: tuple[str, ...]) -> None:
 
 
 def _suggest(name: str, names: list[str], what: str) -> str:
-    close = difflib.get_close_matches(str(name), names, n=1)
-    return f"{what}; did you mean `{close[0]}`?" if close else f"{what}; known: {', '.join(names)}"
+    return f"{what}; " + did_you_mean(name, names, f"known: {', '.join(names)}")
 
 
 # --- typing raw YAML into dataclasses --------------------------------------
@@ -358,9 +356,7 @@ def _suggest(name: str, names: list[str], what: str) -> str:
 
 def _unknown_key(key: str, path: str, names: list[str]) -> UsageError:
     full = f"{path}.{key}" if path else str(key)
-    close = difflib.get_close_matches(str(key), names, n=1)
-    prefix = f"{path}." if path else ""
-    hint = f"did you mean `{prefix}{close[0]}`?" if close else f"valid keys here: {', '.join(names)}"
+    hint = did_you_mean(key, names, f"valid keys here: {', '.join(names)}", prefix=f"{path}." if path else "")
     return UsageError(f"config: unknown key `{full}`", hint=hint)
 
 
