@@ -139,7 +139,7 @@ def test_wait_prints_what_was_applied(cli, running):
 
 
 def test_wait_reports_a_rejection_with_exit_code_3(cli, running):
-    with trainer_answering(running) as cfg:
+    with trainer_answering(running):
         res = cli("set", "r1", "data.weights.web=2", "--reason", "more web", "--wait", "--timeout", "30", "--json")
     assert res.exit_code == 3
     assert "rejected the change" in res.stderr and "no data source 'web'" in res.stderr
