@@ -35,7 +35,9 @@ tolerate missing ones. Times are seconds (float), steps and tokens integers.
 - hparam_change_rejected: request_id, who, reason, changes
 - milestone: fraction, total_steps, elapsed_s, eta_s, loss, val_loss,
   tokens_per_s, goodput, plot, predictions ([{expr, status, value}]),
-  since_last ({restarts, rollbacks, changes, skips})
+  since_last ({restarts, rollbacks, changes, skips}); when the guard skipped
+  the note's own step: skipped_loss (that step's loss) and loss_step (the
+  step of `loss`, the last accepted one)
 - hang: timeout_s, elapsed_s
 - fault_injected: fault, at_step
 - run_finished: final_loss, val_loss, wall_s

@@ -174,6 +174,10 @@ def _state(events: list[dict[str, Any]], record_status: str | None) -> str:
     return state or "running"
 
 
+_REFUSED_BY_GUARD = {"loss", "z_loss", "grad_norm"}
+"""Figures of a step whose update the guard skipped; its row keeps them, predictions do not see them."""
+
+
 def _read_metrics(facts: RunFacts, rows: list[dict[str, Any]]) -> None:
     series: dict[str, dict[int, float]] = {}
     furthest = -1
@@ -193,6 +197,8 @@ def _read_metrics(facts: RunFacts, rows: list[dict[str, Any]]) -> None:
                     del vals[k]
         last_seen = s
         for key, v in r.items():
+            if key in _REFUSED_BY_GUARD and r.get("skipped") is True:
+                continue  # the guard refused this step's update: its spike is not where the run stands
             if key not in ("step", "attempt", "time") and is_number(v):
                 series.setdefault(key, {})[s] = float(v)
         if s > furthest and t is not None:

@@ -10,8 +10,12 @@ import pytest
 import torch
 from conftest import ROOT
 
+from logbook.chronicle import render_chronicle
 from logbook.errors import UsageError
 from logbook.events import iter_events
+from logbook.project import open_project
+from logbook.sink import read_metrics
+from logbook.textfmt import fmt_num
 from trainer.callbacks import Callback
 from trainer.checkpoint import list_checkpoints
 from trainer.config import FaultConfig, load_train_config
@@ -138,6 +142,14 @@ def test_a_spike_drill_through_the_command_line_trainer(logbook_repo):
     assert [(e["step"], e["kind"]) for e in evs] == [
         (11, "fault_injected"), (11, "divergence_detected"), (11, "step_skipped"), (14, "run_finished")]
     assert evs[0]["data"]["factor"] == 50 and evs[1]["data"]["metric"] in ("loss", "grad_norm")
+    # The 75% progress note falls on the spike (step 11 of 14): it reports the spike and the last accepted loss.
+    (note,) = [n for n in _events(logbook_repo, "cli-spike", "milestone") if n["step"] == 11]
+    losses = {r["step"]: r["loss"] for r in read_metrics(logbook_repo / "entries" / "runs" / "cli-spike") if "loss" in r}
+    assert note["data"]["skipped_loss"] == losses[11] and note["data"]["skipped_loss"] > 3 * losses[10]
+    assert (note["data"]["loss_step"], note["data"]["loss"]) == (10, losses[10])
+    text = "\n".join(p.read_text() for p in render_chronicle(open_project(logbook_repo)).written)
+    assert f"The guard skipped this step's update: its loss was {fmt_num(losses[11])}." in text
+    assert f"The last accepted loss was {fmt_num(losses[10])} at step 10" in text
 
 
 def _wait_until(check, proc, timeout: float = 60.0):

@@ -55,6 +55,28 @@ def test_a_step_without_a_value_uses_the_nearest_logged_step_before_it(logbook_r
     assert "nearest logged at or before step 60" in p.rule
 
 
+def test_a_step_whose_update_the_guard_skipped_is_scored_by_the_last_accepted_loss(logbook_repo, story_clock):
+    from logbook.sink import EventSink, MetricsWriter
+    from scoring_helpers import write_record
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@step:10 < 4", "spikes@final == 1"])
+    write_record(project, "spiky", pid)
+    run_dir = project.run_dir("spiky")
+    sink, m = EventSink(run_dir, "spiky", 1), MetricsWriter(run_dir, flush_every=1000)
+    sink.emit("run_started", step=0, total_steps=10, prereg_id=pid)
+    for step in range(1, 11):
+        spike = step == 10
+        m.write({"step": step, "attempt": 1, "time": story_clock.advance(1.0), "loss": 50.0 if spike else 3.0,
+                 "grad_norm": 40.0 if spike else 0.8, **({"skipped": True} if spike else {})})
+    sink.emit("divergence_detected", step=10, metric="loss", value=50.0, baseline=3.0, action="skip")
+    sink.emit("step_skipped", step=10, reason="loss spike")
+    m.close()
+    sink.emit("run_finished", step=10, final_loss=50.0)
+    p = _by_text(evaluate(project, "spiky"))["loss@step:10 < 4"]
+    assert (p.status, p.value, p.at_step) == ("confirmed", 3.0, 9)  # the refused spike is not where the run stands
+
+
 def test_counts_at_a_point_include_only_what_happened_before_the_run_passed_it(logbook_repo, story_clock):
     project = project_of(logbook_repo)
     pid = make_prereg(project, STORY_PREDICTIONS)

@@ -126,6 +126,8 @@ class Trainer:
         self.last_saved_step = -1  # the last step a save was started for (the same on every rank)
         self.last_good_step = 0  # the last step known saved completely (rank 0)
         self.last_loss: float | None = None
+        self.last_accepted: tuple[int, float] | None = None
+        """(step, loss) of the latest log step whose update the guard let through."""
         self.last_val: tuple[int, float] | None = None
         self._stop_signal: int | None = None
         self._old_handlers: dict[int, Any] = {}
@@ -419,6 +421,8 @@ class Trainer:
             # The guard has already synced loss and grad norm for this step: no second host sync.
             synced = self.synced if self.synced is not None and self.synced[0] == step else None
             self.last_loss, norm = synced[1:] if synced else (float(loss), float(grad_norm))
+            if not skipped:
+                self.last_accepted = (step, self.last_loss)
             metrics.update(attempt=self.attempt, loss=self.last_loss, z_loss=float(z_loss), lr_scale=self.lr_scale,
                            grad_norm=norm, tokens_per_s=(self.tokens - tok0) / max(now - t0, 1e-9),
                            time=time.time())

@@ -101,7 +101,7 @@ class MilestoneNotes(Callback):
         rec = tr.emit(
             "milestone", fraction=fraction, total_steps=tr.cfg.train.steps,
             elapsed_s=round(self._elapsed(facts), 3), eta_s=self._eta(step),
-            loss=metrics.get("loss", tr.last_loss), val_loss=val[1] if val else None,
+            **self._loss(metrics), val_loss=val[1] if val else None,
             val_step=val[0] if val else None, tokens_per_s=self._throughput(step, metrics),
             mfu=metrics.get("mfu"), goodput=None if rep.goodput is None else round(rep.goodput, 4),
             plot=plot_ref(tr.project, path), predictions=self._standings(facts),
@@ -125,6 +125,15 @@ class MilestoneNotes(Callback):
         self._threads.append(t)
 
     # --- figures ------------------------------------------------------------------------
+
+    def _loss(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The loss to report: a step whose update the guard skipped reports the last accepted one as well."""
+        tr = self.trainer
+        loss = metrics.get("loss", tr.last_loss)
+        if not metrics.get("skipped"):
+            return {"loss": loss}
+        step, accepted = tr.last_accepted or (None, None)
+        return {"loss": accepted, "loss_step": step, "skipped_loss": loss}
 
     def _elapsed(self, facts) -> float:
         first = self.trainer.history.first_started()
