@@ -71,7 +71,8 @@ def list_event_runs(project: Project) -> list[str]:
     if not project.runs_dir.is_dir():
         return []
     return sorted(p.name for p in project.runs_dir.iterdir()
-                  if (p / "events.jsonl").is_file() and RUN_ID_RE.match(p.name) and ".." not in p.name)
+                  if (p / "events.jsonl").is_file() and RUN_ID_RE.match(p.name) and ".." not in p.name
+                  and p.name != NOTES_SOURCE)
 
 
 def sources(project: Project, runs: Iterable[str] | None = None, notes: bool = True) -> list[tuple[str, Path]]:

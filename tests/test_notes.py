@@ -135,3 +135,9 @@ def test_a_torn_notes_log_is_repaired_by_the_next_note_and_both_show(logbook_rep
     assert "> first" in text and "> second" in text and "torn line" not in text
     assert "· log repaired" in text and "moved to `notes.jsonl.torn`" in text
     assert (project.notes_log.parent / "notes.jsonl.torn").read_bytes() == b'{"author":"Ada","text":"half a no\n'
+
+
+def test_a_run_cannot_take_the_notes_name_so_note_ids_stay_unambiguous(logbook_repo, cli):
+    res = cli("run", "--exploratory", "--run-id", "note", "configs/micro-test.yaml")
+    assert res.exit_code == 2 and "reserved for the team's notes" in res.stderr
+    assert not (logbook_repo / "entries" / "runs" / "note").exists()
