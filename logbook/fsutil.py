@@ -6,9 +6,12 @@ leaves either the old content or the new one, never half of it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +99,20 @@ def append_durable(path: Path, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `lock_path` (created if missing): a check and the write it guards run alone.
+
+    The lock is released by the kernel when the holder dies, so a killed
+    process never leaves it stuck.
+    """
+    lock_path = Path(lock_path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

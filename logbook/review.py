@@ -34,6 +34,7 @@ from typing import Any
 from .chain import ChainedLog, iter_records, read_log
 from .errors import NotFoundError, RefusedError, TamperedError, UsageError
 from .eventstream import list_event_runs, run_log_path
+from .fsutil import exclusive
 from .project import Project
 from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, signal_name
 
@@ -380,14 +381,16 @@ def add_review(project: Project, entry_id: str, action: str, text: str | None = 
     text = check_review_text(text, required=action in ("comment", "request_changes"))
     reviewer = reviewer_identity(project.root)
     item = find_reviewable(project, entry_id)
-    _check_log_intact(project)
-    latest = _verdicts(project).get(item.id, _Verdicts()).latest.get(reviewer.key)
-    if action == "approve" and latest is not None and latest[0] == "approve":
-        raise RefusedError(f"{reviewer.name} has already approved {item.id}; nothing was recorded",
-                           hint=f"to add a remark, use `logbook review comment {item.id} TEXT`")
-    rec = {"kind": "review", "entry": item.id, "action": action, "text": text, "reviewer": reviewer.name,
-           "email": reviewer.email, "run": item.run, "entry_kind": item.kind, "entry_ts": item.ts}
-    written = ChainedLog(project.reviews_log).append(rec)
+    # Two reviews at once from one person (two terminals, a script) must not both pass the check below.
+    with exclusive(project.state_dir / "reviews.lock"):
+        _check_log_intact(project)
+        latest = _verdicts(project).get(item.id, _Verdicts()).latest.get(reviewer.key)
+        if action == "approve" and latest is not None and latest[0] == "approve":
+            raise RefusedError(f"{reviewer.name} has already approved {item.id}; nothing was recorded",
+                               hint=f"to add a remark, use `logbook review comment {item.id} TEXT`")
+        rec = {"kind": "review", "entry": item.id, "action": action, "text": text, "reviewer": reviewer.name,
+               "email": reviewer.email, "run": item.run, "entry_kind": item.kind, "entry_ts": item.ts}
+        written = ChainedLog(project.reviews_log).append(rec)
     warnings = rerender_days(project, [item.ts[:10]]) if render else []
     return ReviewResult(written, find_reviewable(project, item.id), warnings)
 

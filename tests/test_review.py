@@ -182,3 +182,39 @@ def test_review_records_render_under_their_entry_through_the_chronicle_template(
     text = tpl.render(e={"reviews": reviews_for(project)[eid]})
     assert "**Reviews:**" in text and "- Ada Tester approved (2026-11-30 " in text
     assert "“\\*fine\\* \\| \\[x\\](y)”" in text  # a review's text is shown, never read as Markdown
+
+
+def test_two_approvals_at_once_by_one_reviewer_record_one(logbook_repo, story_clock, monkeypatch):
+    """Two terminals approving the same entry together: the check and the append run one after the other."""
+    import threading
+    import time
+
+    import logbook.review as review
+    from logbook.errors import RefusedError
+
+    project = _story(logbook_repo, story_clock)
+    entry = next(i.id for i in review.review_queue(project) if i.kind == "restart")
+    verdicts = review._verdicts
+
+    def slow_verdicts(p):
+        found = verdicts(p)
+        time.sleep(0.3)  # a wide window between reading the verdicts and appending
+        return found
+
+    monkeypatch.setattr(review, "_verdicts", slow_verdicts)
+    outcomes: list[str] = []
+
+    def approve():
+        try:
+            review.add_review(project, entry, "approve", render=False)
+            outcomes.append("recorded")
+        except RefusedError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=approve) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["recorded", "refused"]
+    assert [r["action"] for r in reviews_for(project)[entry]] == ["approve"]
