@@ -117,6 +117,9 @@ def commit_cmd(
 ) -> None:
     """Commit everything that changed under the logbook folder, in one commit, leaving your staged and unstaged work alone.
 
+    The commit is built beside your index, so git hooks (pre-commit, commit-msg) do not run: they would
+    check your staged work, not the logbook's. Records are verified by `logbook verify` instead.
+
     Example: logbook commit -m "qknorm: first night"
     """
     from ..commit import commit_logbook
