@@ -66,7 +66,11 @@ def _marks(events_path: Path, upto_step: int, upto_seq: int | None) -> _Marks:
 
 
 def _curve(rows: list[dict[str, Any]], upto_step: int, max_attempt: int | None) -> tuple[list[int], list[float], list[tuple[int, float]]]:
-    """Loss per step (later rows win: a replay after a rollback replaces the first pass)."""
+    """Loss per step (later rows win: a replay after a rollback replaces the first pass).
+
+    A step whose update the guard skipped is left out of the line: its spike is
+    drawn as a spike mark, and the line shows the run the model went through.
+    """
     loss: dict[int, float] = {}
     val: dict[int, float] = {}
     for r in rows:
@@ -75,7 +79,9 @@ def _curve(rows: list[dict[str, Any]], upto_step: int, max_attempt: int | None) 
             continue
         if max_attempt is not None and isinstance(r.get("attempt"), int) and r["attempt"] > max_attempt:
             continue
-        if is_number(r.get("loss")):
+        if r.get("skipped") is True:
+            loss.pop(s, None)
+        elif is_number(r.get("loss")):
             loss[s] = float(r["loss"])
         if is_number(r.get("val_loss")):
             val[s] = float(r["val_loss"])
@@ -94,6 +100,16 @@ def write_progress_plot(project: Project, run_id: str, upto_step: int, out_path:
     `upto_seq` and `max_attempt` cut the events and metrics at the moment of the
     milestone when a plot is redrawn later. Returns `out_path`.
     """
+    fig = progress_figure(project, run_id, upto_step, upto_seq=upto_seq, max_attempt=max_attempt, title=title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    atomic_write_bytes(Path(out_path), buf.getvalue())
+    return Path(out_path)
+
+
+def progress_figure(project: Project, run_id: str, upto_step: int, *, upto_seq: int | None = None,
+                    max_attempt: int | None = None, title: str | None = None):
+    """The matplotlib Figure `write_progress_plot` saves (one Axes)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -105,7 +121,7 @@ def write_progress_plot(project: Project, run_id: str, upto_step: int, out_path:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     _draw_loss(ax, steps, losses, val)
-    _draw_marks(ax, marks)
+    _draw_marks(ax, marks, _loss_range(losses, val))
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(title or f"run {run_id}: loss to step {fmt_int(upto_step)}", fontsize=10)
@@ -119,10 +135,7 @@ def write_progress_plot(project: Project, run_id: str, upto_step: int, out_path:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="best", framealpha=0.85)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    atomic_write_bytes(Path(out_path), buf.getvalue())
-    return Path(out_path)
+    return fig
 
 
 def _draw_loss(ax, steps: list[int], losses: list[float], val: list[tuple[int, float]]) -> None:
@@ -148,12 +161,39 @@ def _draw_loss(ax, steps: list[int], losses: list[float], val: list[tuple[int, f
         ax.plot([s for s, _ in val], [v for _, v in val], "o-", ms=3, lw=0.8, color="#7f3f98", label="val loss")
 
 
-def _draw_marks(ax, m: _Marks) -> None:
+def _loss_range(losses: list[float], val: list[tuple[int, float]]) -> tuple[float, float] | None:
+    """The y-range of the curves, padded; None when there is nothing to draw."""
+    ys = losses + [v for _, v in val]
+    if not ys:
+        return None
+    lo, hi = min(ys), max(ys)
+    pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
+    return lo - pad, hi + pad
+
+
+def _draw_marks(ax, m: _Marks, yrange: tuple[float, float] | None) -> None:
     for i, (s, _) in enumerate(m.restarts):
         ax.axvline(s, color="#c0392b", ls="--", lw=0.9, label="restart" if i == 0 else None)
     for i, (to, frm) in enumerate(m.rollbacks):
         ax.axvspan(to, max(frm, to + 1), color="#e67e22", alpha=0.25, label="rollback" if i == 0 else None)
     for i, (s, _) in enumerate(m.changes):
         ax.axvline(s, color="#27ae60", ls=":", lw=1.1, label="change" if i == 0 else None)
-    if m.spikes:
+    if not m.spikes:
+        return
+    if yrange is None:
         ax.plot([s for s, _ in m.spikes], [v for _, v in m.spikes], "x", color="#c0392b", ms=6, label="spike")
+        return
+    # A spike hundreds of times the loss would flatten the curve to a line at zero: the axis keeps the curves'
+    # range, and a spike above it is drawn at the top edge with its value written beside it.
+    ax.set_ylim(*yrange)
+    top = yrange[1]
+    inside = [(s, v) for s, v in m.spikes if v <= top]
+    above = [(s, v) for s, v in m.spikes if v > top]
+    if inside:
+        ax.plot([s for s, _ in inside], [v for _, v in inside], "x", color="#c0392b", ms=6, label="spike")
+    if above:
+        ax.plot([s for s, _ in above], [top] * len(above), "^", color="#c0392b", ms=6, clip_on=False,
+                label="spike (above the axis)")
+        for s, v in above:
+            ax.annotate(f"{v:.3g}", (s, top), xytext=(4, -10), textcoords="offset points", fontsize=7,
+                        color="#c0392b")

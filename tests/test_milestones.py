@@ -112,6 +112,29 @@ def test_progress_plot_is_a_deterministic_png_with_marks(logbook_repo, clock):
     assert out.read_bytes() == first  # no timestamps in the file: same logs, same bytes
 
 
+def test_a_skipped_spike_is_marked_at_the_top_edge_and_does_not_flatten_the_curve(logbook_repo, clock):
+    from logbook.plots import progress_figure
+    from logbook.sink import EventSink, MetricsWriter
+
+    project = project_of(logbook_repo)
+    run_dir = project.run_dir("spiky")
+    w = MetricsWriter(run_dir)
+    for step in range(1, 41):
+        spike = step == 30
+        w.write({"step": step, "attempt": 1, "loss": 300.0 if spike else 3.0 - step / 100,
+                 **({"skipped": True} if spike else {})})
+    w.close()
+    EventSink(run_dir, "spiky", 1).emit("divergence_detected", step=30, metric="loss", value=300.0, action="skip")
+    ax = progress_figure(project, "spiky", 40).axes[0]
+    lo, hi = ax.get_ylim()
+    assert 2.0 < lo < 2.6 and 2.99 < hi < 3.2  # the curves' range, not 0..300
+    train = next(line for line in ax.get_lines() if line.get_label() == "train loss")
+    assert 30 not in list(train.get_xdata())  # the refused update is not part of the line
+    (mark,) = [line for line in ax.get_lines() if line.get_label() == "spike (above the axis)"]
+    assert list(mark.get_xdata()) == [30] and list(mark.get_ydata()) == [hi]
+    assert [t.get_text() for t in ax.texts] == ["300"]
+
+
 def test_render_draws_a_missing_milestone_plot(logbook_repo, clock):
     project = project_of(logbook_repo)
     qknorm_story(project, clock)
