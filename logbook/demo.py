@@ -188,7 +188,8 @@ def copy_config(st: DemoState) -> None:
 
 def preregister(st: DemoState) -> None:
     """A hypothesis, three predictions and a contingency rule, committed before the run."""
-    from .prereg import PreregInput, create_prereg
+    from .prereg import create_prereg
+    from .prereg_input import PreregInput
 
     inp = PreregInput(
         title="Tiny GPT survives a node loss and two loss spikes",

@@ -29,7 +29,9 @@ from typing import Any
 from . import gitbind
 from .chain import verify_log
 from .errors import NotFoundError, TamperedError
-from .prereg import AMEND_RE, ID_RE, check_id, record_hash, runs_referencing, split_record
+from .prereg import AMEND_RE, runs_referencing
+from .prereg_format import record_hash, split_record
+from .prereg_input import ID_RE, check_id
 from .project import Project
 
 TRAILER = "Logbook-Prereg"

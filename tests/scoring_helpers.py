@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import logbook.chain as chain
-from logbook.prereg import PreregInput, create_prereg
+from logbook.prereg import create_prereg
+from logbook.prereg_input import PreregInput
 from logbook.project import Project, open_project
 from logbook.runs import RunRecord, write_run_record
 from logbook.sink import EventSink, MetricsWriter

@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logbook.errors import LogbookError
-from logbook.prereg import PreregInput, create_prereg, load_prereg, render_record, split_record
+from logbook.prereg import create_prereg, load_prereg
+from logbook.prereg_format import render_record, split_record
+from logbook.prereg_input import PreregInput
 from logbook.verify import verify_project
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -15,7 +15,9 @@ from conftest import git
 
 from logbook import prereg as prereg_mod
 from logbook.errors import RefusedError
-from logbook.prereg import PreregInput, create_prereg, list_preregs, load_prereg, record_hash, split_record
+from logbook.prereg import create_prereg, list_preregs, load_prereg
+from logbook.prereg_format import record_hash, split_record
+from logbook.prereg_input import PreregInput
 from logbook.project import open_project
 from logbook.runs import RunRecord, write_run_record
 

@@ -135,7 +135,8 @@ def test_the_report_shows_markup_from_the_preregistration_and_the_events_as_text
                                                                                    monkeypatch):
     import typst
 
-    from logbook.prereg import PreregInput, create_prereg
+    from logbook.prereg import create_prereg
+    from logbook.prereg_input import PreregInput
     from logbook.report import write_report
     from logbook.runs import RunRecord, write_run_record
 

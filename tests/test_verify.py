@@ -11,7 +11,8 @@ from conftest import git
 
 from logbook import gitbind
 from logbook.chain import ChainedLog
-from logbook.prereg import load_prereg, record_hash, render_record, split_record
+from logbook.prereg import load_prereg
+from logbook.prereg_format import record_hash, render_record, split_record
 from logbook.project import open_project
 from logbook.runs import RunRecord, write_run_record
 from logbook.sink import EventSink

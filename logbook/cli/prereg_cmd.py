@@ -74,7 +74,7 @@ def _echo_plan(front: dict[str, Any]) -> None:
 
 def _gather_input(*, title, hypothesis, predict, contingency, config, budget, rationale, assume, from_file):
     from ..errors import UsageError
-    from ..prereg import PreregInput, input_from_mapping
+    from ..prereg_input import PreregInput, input_from_mapping
 
     flags = {"--title": title, "--hypothesis": hypothesis, "--predict": predict, "--contingency": contingency,
              "--config": config, "--budget": budget, "--rationale": rationale, "--assume": assume}
@@ -127,7 +127,7 @@ assumptions:
 
 def _input_from_editor():
     from ..errors import UsageError
-    from ..prereg import input_from_mapping
+    from ..prereg_input import input_from_mapping
     from ..yamlsafe import load_yaml_text, read_text_utf8
 
     template = _template()
