@@ -15,7 +15,8 @@ from logbook.events import iter_events
 from logbook.sink import EventSink
 from trainer.config import TrainConfig
 from trainer.control import ControlChannel, sync_optimizer
-from trainer.guard import Guard, GuardConfig
+from trainer.guard_config import GuardConfig
+from trainer.guard_ladder import Guard
 
 
 @dataclass

@@ -11,18 +11,12 @@ from conftest import ROOT
 
 from logbook.contingency import parse_rule
 from logbook.errors import UsageError
-from trainer.guard import (
-    Guard,
-    GuardConfig,
-    Verdict,
-    agree,
-    checkpoints_to_keep,
-    label_replay,
-    metrics_to_floats,
-    replay_check,
-    robust_stats,
-    to_action,
-)
+from trainer.guard import checkpoints_to_keep, metrics_to_floats
+from trainer.guard_config import GuardConfig
+from trainer.guard_decision import Verdict, to_action
+from trainer.guard_detector import robust_stats
+from trainer.guard_ladder import Guard, agree
+from trainer.guard_replay import label_replay, replay_check
 
 
 def _series(n: int, seed: int = 0, level: float = 2.5, noise: float = 0.02) -> list[tuple[float, float]]:

@@ -27,7 +27,7 @@ from logbook.yamlsafe import load_yaml_file, load_yaml_text
 
 # These sections are defined beside the components they configure; the
 # modules keep torch imports inside functions, so this file stays torch-free.
-from .guard import GuardConfig
+from .guard_config import GuardConfig
 from .telemetry import TelemetryConfig
 from .wandb_sink import WandbConfig
 from .straggler import StragglerConfig

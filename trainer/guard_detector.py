@@ -1,0 +1,89 @@
+"""Spike detection for the divergence guard: robust rolling statistics and the spike test.
+
+A NaN or inf loss or gradient norm is always a spike. A finite loss is a spike
+when it lies more than `spike_sigma` robust sigmas above the median of the
+last `window` losses, sigma being 1.4826 x the median absolute deviation
+(floored at `min_rel_sigma` x |median| so a flat series cannot make every
+wobble a spike). The gradient norm is judged the same way on its logarithm,
+against `grad_norm_sigma`: its noise is multiplicative and heavy-tailed, so
+"eight sigmas" means "far more times larger than usual than it ever is by
+chance". Spikes are judged only after `warmup` finite values of that metric.
+Non-finite values never enter the history; finite spikes do (the ladder in
+trainer/guard_ladder.py keeps the histories), so a genuine change of level (a
+new data stage) is absorbed instead of flagged forever, and the median and MAD
+barely move for a handful of outliers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .guard_config import GuardConfig
+
+MIN_HISTORY = 8
+MAD_TO_SIGMA = 1.4826  # sigma of a normal distribution from its median absolute deviation
+METRICS = ("loss", "grad_norm")
+
+
+@dataclass
+class Signal:
+    """One metric that looked wrong at this step."""
+
+    metric: str
+    value: float
+    baseline: float | None
+    """Rolling median (None before the window has any value)."""
+    scale: float | None
+    """Robust sigma used (for the gradient norm: of its natural logarithm)."""
+    z: float
+    """Robust sigmas above the median (inf for NaN/inf)."""
+    nonfinite: bool
+    threshold: float | None = None
+    """The threshold in sigmas that `z` exceeded."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def z_of(self, value: float) -> float:
+        """Where another value of this metric would lie, against the same baseline and scale."""
+        if not math.isfinite(value) or self.baseline is None or not self.scale:
+            return math.inf
+        if self.metric == "grad_norm":
+            return (_log(value) - _log(self.baseline)) / self.scale
+        return (value - self.baseline) / self.scale
+
+
+def spike_signal(cfg: GuardConfig, metric: str, value: float, hist: list[float]) -> Signal | None:
+    """The signal `value` raises against `hist`, the metric's rolling history; None if it is no spike."""
+    if not math.isfinite(value):
+        return Signal(metric, value, _median_sorted(sorted(hist)) if hist else None, None, math.inf, True)
+    if len(hist) < max(cfg.warmup, MIN_HISTORY):
+        return None
+    if metric == "grad_norm":  # judged as a ratio to its typical size
+        med, sigma = robust_stats([_log(v) for v in hist], 0.0)
+        sigma = max(sigma, cfg.min_rel_sigma)
+        z, baseline, threshold = (_log(value) - med) / sigma, math.exp(med), cfg.grad_norm_sigma
+    else:
+        med, sigma = robust_stats(hist, cfg.min_rel_sigma)
+        z, baseline, threshold = (value - med) / sigma, med, cfg.spike_sigma
+    return Signal(metric, value, baseline, sigma, z, False, threshold) if z > threshold else None
+
+
+def robust_stats(values: list[float], min_rel_sigma: float) -> tuple[float, float]:
+    """(median, robust sigma) of `values`."""
+    s = sorted(values)
+    med = _median_sorted(s)
+    mad = _median_sorted(sorted(abs(v - med) for v in s))
+    return med, max(MAD_TO_SIGMA * mad, min_rel_sigma * abs(med), 1e-12)
+
+
+def _log(x: float) -> float:
+    return math.log(max(x, 1e-12))
+
+
+def _median_sorted(s: list[float]) -> float:
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
