@@ -3,10 +3,9 @@
 An attempt opens the run's logbook (event log, metrics, heartbeat), numbers
 itself after every attempt before it, builds data, model and optimizer,
 restores the newest good checkpoint, says why it is restarting (`restart`)
-and that it started (`run_started`), then trains. Everything that must survive
-a kill is saved together: model, optimizer (with its step counters), step,
-tokens, lr_scale, data position and skip list, every RNG, and each
-callback's state. On CPU a resumed run computes bit for bit what an
+and that it started (`run_started`), then trains. The steps before training
+are in trainer/startup.py; what a checkpoint holds, resume and rollback are in
+trainer/restore.py. On CPU a resumed run computes bit for bit what an
 uninterrupted one computes.
 
 Decisions that change training come from callbacks (`post_backward` returns
@@ -18,7 +17,6 @@ cleanly after the current step: a synchronous save, `preempted`, exit 75.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
@@ -31,33 +29,18 @@ from typing import Any
 
 import torch
 
-from logbook.errors import NotFoundError, RefusedError, RunFailedError
-from logbook.project import open_project
-from logbook.runs import load_run_record
-from logbook.sink import EventSink, MetricsWriter
+from logbook.errors import RunFailedError
+from logbook.sink import MetricsWriter
 
 from . import dist
-from .attempts import Heartbeat, RunHistory, classify_restart
+from .attempts import Heartbeat
 from .callbacks import Action, Callback, CallbackList
-from .control import ControlCallback
-from .guard import GuardCallback
-from .milestones_cb import MilestoneNotes
-from .telemetry import Telemetry
-from .wandb_sink import WandbSink
-from .checkpoint import Checkpointer, check_model_compatible
-from .config import TrainConfig, config_hash, config_to_dict
-from .data import DataStream, load_corpus
-from .faults import DivergenceDrill, FaultInjector, InjectedFault
-from .model import GPT
-from .optim import apply_hyperparams, build_optimizer, lr_factor, qk_clip
-from .progress import ProgressReporter
-from .rng import get_rng_state, set_rng_state
-from .watchdog import HangWatchdog
-from .advice_cb import AdviceCallback
-from .slurm import slurm_info
-from .straggler import StragglerMonitor
-
-STATE_FORMAT = 1
+from .checkpoint import Checkpointer
+from .config import TrainConfig
+from .faults import InjectedFault
+from .optim import lr_factor, qk_clip
+from .restore import checkpoint_parts, resume, rollback
+from .startup import announce, build, open_logbook
 
 
 class Preempted(Exception):
@@ -76,29 +59,6 @@ class TrainResult:
     tokens: int
     final_loss: float | None
     val_loss: float | None
-
-
-def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bool | None,
-                      rules: list[Any] | None = None) -> list[Callback]:
-    """The callbacks every run gets; new components register here.
-
-    `rules` are the preregistration's contingency rules: the guard and live
-    control judge every action they take against them.
-    """
-    cbs: list[Callback] = [FaultInjector(cfg.faults, attempt), DivergenceDrill(cfg.faults, attempt),
-                           HangWatchdog(cfg.train.hang_timeout_s, cfg.train.hang_factor), StragglerMonitor(cfg.straggler)]
-    cbs.append(ControlCallback(rules))
-    if cfg.checkpoint.adopt_advice:
-        cbs.append(AdviceCallback())
-    cbs.append(GuardCallback(cfg.guard, rules))
-    if cfg.telemetry.mode != "off":
-        cbs.append(Telemetry(cfg.telemetry))
-    if rank == 0 and cfg.wandb.enabled:
-        cbs.append(WandbSink(cfg.wandb))
-    if rank == 0:
-        cbs.append(MilestoneNotes())
-        cbs.append(ProgressReporter(cfg.train.steps, cfg.train.log_every, attempt, interactive))
-    return cbs
 
 
 class Trainer:
@@ -129,6 +89,11 @@ class Trainer:
         self.last_accepted: tuple[int, float] | None = None
         """(step, loss) of the latest log step whose update the guard let through."""
         self.last_val: tuple[int, float] | None = None
+        self.resumed_from: Path | None = None
+        """The checkpoint this attempt resumed from (None: it started from scratch)."""
+        self.saved_config: dict[str, Any] | None = None
+        """The config the resumed checkpoint was trained with, as a dict."""
+        self.restore_s = 0.0
         self._stop_signal: int | None = None
         self._old_handlers: dict[int, Any] = {}
         self.callbacks: CallbackList | None = None
@@ -151,17 +116,17 @@ class Trainer:
         try:
             self._setup_runtime()
             self._install_signals()  # from the start: a preemption during loading is still a preemption
-            self._open_logbook()
+            self._facts = open_logbook(self)
             self._refuse_if_ended()  # not a new failure: nothing to record
         except BaseException:
             self._teardown()
             raise
         try:
-            self._build()
-            self._resume()
+            build(self)
+            resume(self)
             if self._already_finished():
                 return TrainResult(self.attempt, self.step, self.tokens, None, None)
-            self._announce()
+            announce(self)
             self.callbacks.pre_train()
             self._train()
             return self._finish()
@@ -191,28 +156,6 @@ class Trainer:
         self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16)
                          if t.dtype == "bfloat16" else contextlib.nullcontext())
 
-    def _open_logbook(self) -> None:
-        self.project = open_project(self.project_root)
-        self.run_dir = self.project.run_dir(self.run_id)
-        try:
-            self.run_record = load_run_record(self.project, self.run_id)
-        except NotFoundError:
-            self.run_record = None  # launched directly, not through `logbook run`
-        self.heartbeat = Heartbeat(self.project.state_dir / "heartbeat" / f"{self.run_id}.json")
-        # Rank 0 reads the run's history; every rank acts on what it found.
-        self.history = RunHistory.read(self.run_dir, self.heartbeat) if self.dist.rank == 0 else RunHistory()
-        aborted, finished = self.history.has("run_aborted"), self.history.has("run_finished")
-        self._facts = dist.broadcast_object({
-            "attempt": self.history.last_attempt() + 1,
-            "aborted": None if aborted is None else {"step": aborted.get("step"), "reason": aborted.get("data", {}).get("reason", "")},
-            "finished_step": None if finished is None else finished.get("step"),
-        }, self.dist)
-        self.attempt = self._facts["attempt"]
-        self._drilled_paths = {e.get("data", {}).get("path") for e in self.history.events
-                               if e.get("kind") == "fault_injected" and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
-        self.sink = EventSink(self.run_dir, self.run_id, self.attempt, self.dist.rank)
-        self.metrics = MetricsWriter(self.run_dir, self.dist.rank)
-
     def _refuse_if_ended(self) -> None:
         aborted = self._facts["aborted"]
         if aborted is not None:
@@ -222,133 +165,6 @@ class Trainer:
     def _already_finished(self) -> bool:
         """A relaunch of a run that already finished: nothing to train, nothing to record."""
         return self.step >= self.cfg.train.steps and self._facts["finished_step"] == self.step
-
-    def _build(self) -> None:
-        cfg, t = self.cfg, self.cfg.train
-        corpora = [load_corpus(s, self.project.root, cfg.data) for s in cfg.data.sources]
-        self.data = DataStream(corpora, cfg.data, seed=t.seed, block_size=cfg.model.block_size,
-                               batch_size=t.batch_size, total_steps=t.steps, rank=self.dist.rank, device=self.device)
-        torch.manual_seed(t.seed)  # the same initial weights on every rank and every attempt
-        self.raw_model = GPT(cfg.model).to(self.device)
-        torch.manual_seed(t.seed + 1 + self.dist.rank)  # per-rank dropout streams
-        if t.parallel == "fsdp":
-            dist.wrap_model(self.raw_model, self.dist, "fsdp")  # shards in place, before compile and the optimizer
-        self.model: torch.nn.Module = torch.compile(self.raw_model) if t.compile else self.raw_model
-        if t.parallel == "ddp":
-            self.model = dist.wrap_model(self.model, self.dist, "ddp")
-        self.optimizer = build_optimizer(self.raw_model, cfg.optim, self.device.type)
-        ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.project.checkpoint_dir(self.run_id)
-        if not ckpt_dir.is_absolute():
-            ckpt_dir = self.project.root / ckpt_dir
-        self.checkpointer = Checkpointer(ckpt_dir, keep=cfg.checkpoint.keep, background=cfg.checkpoint.background,
-                                         emit=self._emit_from_checkpointer, writer=self.dist.rank == 0)
-        # A callback passed in explicitly replaces the default one of the same name.
-        extra = {c.name for c in self.extra_callbacks}
-        cbs = [c for c in default_callbacks(cfg, self.attempt, self.dist.rank, self.interactive,
-                                            self._contingency_rules()) if c.name not in extra]
-        cbs += self.extra_callbacks
-        self.callbacks = CallbackList(cbs, self)
-        self.progress = next((c for c in self.callbacks if isinstance(c, ProgressReporter)), None)
-
-    def _contingency_rules(self) -> list[Any]:
-        """The preregistered contingency rules of this run (none for exploratory runs)."""
-        rec = self.run_record
-        if rec is None or not rec.prereg_id:
-            return []
-        from logbook.prereg import load_prereg
-
-        return list(load_prereg(self.project, rec.prereg_id).all_contingency())
-
-    def _emit_from_checkpointer(self, kind: str, **kw: Any) -> None:
-        # A rejection of a checkpoint that a drill corrupted is part of the drill.
-        drill = kind == "checkpoint_rejected" and (self.drill_active or kw.get("path") in self._drilled_paths)
-        self.sink.emit(kind, drill=drill, **kw)
-
-    # --- state ----------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything a resume needs, by checkpoint part (every rank must call it: RNGs are gathered)."""
-        rng = dist.gather_objects(get_rng_state(), self.dist)
-        model_sd, optim_sd = dist.full_state(self.raw_model, self.optimizer)  # whole, even when sharded
-        return {
-            "model": model_sd,
-            "optim": optim_sd,
-            "state": {
-                "format": STATE_FORMAT,
-                "trainer": {"step": self.step, "tokens": self.tokens, "lr_scale": self.lr_scale,
-                            "attempt": self.attempt, "world_size": self.dist.world_size},
-                "data": self.data.state_dict(),
-                "rng": rng,
-                "callbacks": self.callbacks.state_dict(),
-                "config_json": json.dumps(config_to_dict(self.cfg), sort_keys=True),
-                "config_hash": config_hash(self.cfg),
-            },
-        }
-
-    def _load_parts(self, parts: dict[str, Any], *, callbacks: bool) -> None:
-        check_model_compatible(parts["model"], self.raw_model)
-        try:
-            dist.load_full_state(self.raw_model, self.optimizer, parts["model"], parts["optim"])
-        except (ValueError, KeyError) as e:
-            raise RefusedError(f"the checkpoint's optimizer state does not fit this run's optimizer: {e}",
-                               hint="resume with the optim.name it was trained with, or start a new run") from None
-        apply_hyperparams(self.optimizer, self.cfg.optim)  # the config wins over the saved groups
-        st = parts["state"]
-        tr = st["trainer"]
-        self.step, self.tokens, self.lr_scale = int(tr["step"]), int(tr["tokens"]), float(tr["lr_scale"])
-        self.data.load_state_dict(st["data"])
-        rngs = st["rng"]
-        set_rng_state(rngs[self.dist.rank] if self.dist.rank < len(rngs) else rngs[0])
-        if callbacks:
-            self.callbacks.load_state_dict(st.get("callbacks", {}))
-        self.last_saved_step = self.last_good_step = self.step
-
-    def _resume(self) -> None:
-        if self.dist.rank == 0:
-            self.checkpointer.clean_stale()
-        t0 = time.perf_counter()
-        found = self.checkpointer.load_latest()
-        self.resumed_from: Path | None = None
-        self.saved_config: dict[str, Any] | None = None
-        if found is not None:
-            _, path, parts = found
-            self._load_parts(parts, callbacks=True)
-            self.resumed_from = path
-            self.saved_config = json.loads(parts["state"].get("config_json", "{}"))
-        self.restore_s = time.perf_counter() - t0  # goodput counts it as restore, not start-up
-
-    # --- announcing ----------------------------------------------------------------
-
-    def _announce(self) -> None:
-        if self.dist.rank == 0:
-            for prev in self.history.unrecorded_ends(self.attempt):
-                latest = prev == self.attempt - 1
-                # An older end is owed by an attempt that died starting: it is timed to that start.
-                start = self.started_at if latest else (self.history.first_event_time(prev + 1) or self.started_at)
-                payload = classify_restart(self.history, prev, self.step, start, self.env if latest else {})
-                prev_events = self.history.of_attempt(prev)
-                drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
-                self.emit("restart", drill=drill, next_attempt=prev + 1, **payload)
-        rec = self.run_record
-        snapshot = rec.snapshot if rec else {}
-        self.emit(
-            "run_started",
-            config_hash=config_hash(self.cfg), config_path=self.config_path, world_size=self.dist.world_size,
-            prereg_id=rec.prereg_id if rec else None, exploratory=rec.exploratory if rec else None,
-            snapshot_commit=snapshot.get("commit"), total_steps=self.cfg.train.steps, slurm=slurm_info(self.env),
-            tokens_per_step=self.cfg.tokens_per_step * self.dist.world_size, device=str(self.device),
-            resumed_from_step=self.step, resumed_from=str(self.resumed_from) if self.resumed_from else None,
-            torchelastic_restart_count=int(self.env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
-            threads=torch.get_num_threads(), dtype=self.cfg.train.dtype, n_params=self.raw_model.num_params(),
-            flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
-            started_at=self.started_at, restore_s=round(self.restore_s, 6),
-            config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
-        )
-        if self.dist.rank == 0:
-            # The attempt counts from here: one that dies while building or restoring leaves
-            # no trace, so the next start takes its number and its restart names the attempt
-            # before it (the failed start is downtime). Numbering it earlier lost its restart.
-            self.heartbeat.beat(self.attempt, self.step, time.time())
 
     def _install_signals(self) -> None:
         if _in_main_thread():
@@ -444,7 +260,7 @@ class Trainer:
             self.evaluate()
         if step % c.checkpoint.every == 0 or step == c.train.steps:
             self.save(sync=step == c.train.steps)
-        self._poll_saves()
+        self.poll_saves()
         self.callbacks.step_end(step)
         self.last_progress = time.monotonic()
 
@@ -469,15 +285,16 @@ class Trainer:
     def save(self, sync: bool = False) -> None:
         """Checkpoint the current step (in the background unless `sync`)."""
         self.metrics.flush(durable=True)  # every step up to a checkpoint is on disk before the checkpoint is
-        state = self.state_dict()
+        state = checkpoint_parts(self)
         if self.dist.rank == 0:
             self.checkpointer.save(self.step, state, tokens=self.tokens, sync=sync)
             if sync:
-                self._poll_saves()
+                self.poll_saves()
         self.last_saved_step = self.step
         self.last_progress = time.monotonic()
 
-    def _poll_saves(self) -> None:
+    def poll_saves(self) -> None:
+        """Take the outcomes of finished saves: the last good step, and `post_checkpoint` for each."""
         for result in self.checkpointer.poll():
             if result.ok:
                 self.last_good_step = max(self.last_good_step, result.step)
@@ -496,51 +313,14 @@ class Trainer:
         if action.kind == "abort":
             self.emit("run_aborted", reason=action.reason, **action.event)
             raise RunFailedError(f"run aborted at step {failing_step}: {action.reason}")
-        self.rollback(action, failing_step)
-
-    def rollback(self, action: Action, failing_step: int) -> None:
-        """Restore the newest good checkpoint at or before `action.to_step`; skip batches; maybe rescale the LR."""
-        self.checkpointer.wait()
-        self._poll_saves()
-        dist.barrier(self.dist)  # every rank sees rank 0's last save complete before choosing one
-        from_step, lr_scale = self.step, self.lr_scale
-        t0 = time.perf_counter()
-        target = action.to_step if action.to_step is not None else self.step
-        found = self.checkpointer.load_latest(max_step=target)
-        short = found is None
-        if short:
-            # Retention already removed everything that far back: the newest checkpoint before
-            # the spike is a shorter rollback, which beats ending the attempt.
-            found = self.checkpointer.load_latest(max_step=failing_step - 1)
-        if found is None:
-            raise RunFailedError(f"rollback at step {failing_step} found no checkpoint to go back to")
-        _, path, parts = found
-        self._load_parts(parts, callbacks=False)  # the deciders keep their memory of what happened
-        self.lr_scale = lr_scale  # a decision (a live change, an earlier rollback), not model state: not rewound
-        restore_s = time.perf_counter() - t0
-        if action.skip_batches:
-            self.data.add_skip(*action.skip_batches)
-        # Newer checkpoints hold the abandoned branch: left in place, a crash would resume it.
-        abandoned = self.checkpointer.retire_after(self.step, f"rollback-from-{from_step}")
-        self.emit("rollback", from_step=from_step, to_step=self.step, steps_lost=from_step - self.step,
-                  batches_skipped=list(action.skip_batches) if action.skip_batches else None,
-                  checkpoint=str(path), abandoned=[str(p) for p in abandoned], reason=action.reason,
-                  restore_s=round(restore_s, 6),
-                  **({"wanted_step": target, "note": "no checkpoint left that far back; rolled back to the newest before the spike"}
-                     if short else {}),
-                  **action.event)
-        if action.lr_scale is not None and action.lr_scale != self.lr_scale:
-            self.set_lr_scale(action.lr_scale, reason=action.reason, drill=bool(action.event.get("drill")))
-        # The new branch (skip list, learning rate, the guard's ladder) is saved at once, so a crash
-        # from here on resumes it rather than the checkpoint the rollback restored.
-        self.save(sync=True)
+        rollback(self, action, failing_step)
 
     def _check_stop(self) -> None:
         sig = dist.agree_max(self._stop_signal or 0, self.dist)
         if not sig:
             return
         self.checkpointer.wait()
-        self._poll_saves()
+        self.poll_saves()
         if self.last_saved_step != self.step:  # known alike on every rank, unlike the outcome of a save
             self.save(sync=True)
         name = signal.Signals(sig).name
@@ -555,7 +335,7 @@ class Trainer:
         if self.last_saved_step != self.step:
             self.save(sync=True)
         self.checkpointer.wait()
-        self._poll_saves()
+        self.poll_saves()
         first = self.history.first_started()
         self.emit("run_finished", final_loss=self.last_loss, val_loss=self.last_val[1],
                   wall_s=round(time.time() - (first or self.started_at), 3),
@@ -597,16 +377,3 @@ def _in_main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
-
-
-def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two config dicts."""
-    out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
-        key = f"{prefix}{k}"
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _changed_keys(a, b, key + ".")
-        elif a != b:
-            out.append(key)
-    return out

@@ -1,0 +1,121 @@
+"""What a checkpoint holds of an attempt, and putting it back: on resume and on rollback.
+
+Everything that must survive a kill is saved together (`checkpoint_parts`):
+model, optimizer (with its step counters), step, tokens, lr_scale, data
+position and skip list, every RNG, and each callback's state. `resume` loads
+the newest good checkpoint when an attempt starts; `rollback` goes back to an
+older one when the guard asks, keeping what the deciders remember and the
+live learning-rate multiplier, and saves the new branch at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from logbook.errors import RefusedError, RunFailedError
+
+from . import dist
+from .callbacks import Action
+from .checkpoint import check_model_compatible
+from .config import config_hash, config_to_dict
+from .optim import apply_hyperparams
+from .rng import get_rng_state, set_rng_state
+
+if TYPE_CHECKING:
+    from .loop import Trainer
+
+STATE_FORMAT = 1
+
+
+def checkpoint_parts(t: Trainer) -> dict[str, Any]:
+    """Everything a resume needs, by checkpoint part (every rank must call it: RNGs are gathered)."""
+    rng = dist.gather_objects(get_rng_state(), t.dist)
+    model_sd, optim_sd = dist.full_state(t.raw_model, t.optimizer)  # whole, even when sharded
+    return {
+        "model": model_sd,
+        "optim": optim_sd,
+        "state": {
+            "format": STATE_FORMAT,
+            "trainer": {"step": t.step, "tokens": t.tokens, "lr_scale": t.lr_scale,
+                        "attempt": t.attempt, "world_size": t.dist.world_size},
+            "data": t.data.state_dict(),
+            "rng": rng,
+            "callbacks": t.callbacks.state_dict(),
+            "config_json": json.dumps(config_to_dict(t.cfg), sort_keys=True),
+            "config_hash": config_hash(t.cfg),
+        },
+    }
+
+
+def resume(t: Trainer) -> None:
+    """Load the newest good checkpoint, if any, and note where the attempt resumed from."""
+    if t.dist.rank == 0:
+        t.checkpointer.clean_stale()
+    t0 = time.perf_counter()
+    found = t.checkpointer.load_latest()
+    if found is not None:
+        _, path, parts = found
+        _load_parts(t, parts, callbacks=True)
+        t.resumed_from = path
+        t.saved_config = json.loads(parts["state"].get("config_json", "{}"))
+    t.restore_s = time.perf_counter() - t0  # goodput counts it as restore, not start-up
+
+
+def rollback(t: Trainer, action: Action, failing_step: int) -> None:
+    """Restore the newest good checkpoint at or before `action.to_step`; skip batches; maybe rescale the LR."""
+    t.checkpointer.wait()
+    t.poll_saves()
+    dist.barrier(t.dist)  # every rank sees rank 0's last save complete before choosing one
+    from_step, lr_scale = t.step, t.lr_scale
+    t0 = time.perf_counter()
+    target = action.to_step if action.to_step is not None else t.step
+    found = t.checkpointer.load_latest(max_step=target)
+    short = found is None
+    if short:
+        # Retention already removed everything that far back: the newest checkpoint before
+        # the spike is a shorter rollback, which beats ending the attempt.
+        found = t.checkpointer.load_latest(max_step=failing_step - 1)
+    if found is None:
+        raise RunFailedError(f"rollback at step {failing_step} found no checkpoint to go back to")
+    _, path, parts = found
+    _load_parts(t, parts, callbacks=False)  # the deciders keep their memory of what happened
+    t.lr_scale = lr_scale  # a decision (a live change, an earlier rollback), not model state: not rewound
+    restore_s = time.perf_counter() - t0
+    if action.skip_batches:
+        t.data.add_skip(*action.skip_batches)
+    # Newer checkpoints hold the abandoned branch: left in place, a crash would resume it.
+    abandoned = t.checkpointer.retire_after(t.step, f"rollback-from-{from_step}")
+    t.emit("rollback", from_step=from_step, to_step=t.step, steps_lost=from_step - t.step,
+           batches_skipped=list(action.skip_batches) if action.skip_batches else None,
+           checkpoint=str(path), abandoned=[str(p) for p in abandoned], reason=action.reason,
+           restore_s=round(restore_s, 6),
+           **({"wanted_step": target, "note": "no checkpoint left that far back; rolled back to the newest before the spike"}
+              if short else {}),
+           **action.event)
+    if action.lr_scale is not None and action.lr_scale != t.lr_scale:
+        t.set_lr_scale(action.lr_scale, reason=action.reason, drill=bool(action.event.get("drill")))
+    # The new branch (skip list, learning rate, the guard's ladder) is saved at once, so a crash
+    # from here on resumes it rather than the checkpoint the rollback restored.
+    t.save(sync=True)
+
+
+def _load_parts(t: Trainer, parts: dict[str, Any], *, callbacks: bool) -> None:
+    """Put a checkpoint's parts into `t`; the callbacks' own state only if `callbacks`."""
+    check_model_compatible(parts["model"], t.raw_model)
+    try:
+        dist.load_full_state(t.raw_model, t.optimizer, parts["model"], parts["optim"])
+    except (ValueError, KeyError) as e:
+        raise RefusedError(f"the checkpoint's optimizer state does not fit this run's optimizer: {e}",
+                           hint="resume with the optim.name it was trained with, or start a new run") from None
+    apply_hyperparams(t.optimizer, t.cfg.optim)  # the config wins over the saved groups
+    st = parts["state"]
+    tr = st["trainer"]
+    t.step, t.tokens, t.lr_scale = int(tr["step"]), int(tr["tokens"]), float(tr["lr_scale"])
+    t.data.load_state_dict(st["data"])
+    rngs = st["rng"]
+    set_rng_state(rngs[t.dist.rank] if t.dist.rank < len(rngs) else rngs[0])
+    if callbacks:
+        t.callbacks.load_state_dict(st.get("callbacks", {}))
+    t.last_saved_step = t.last_good_step = t.step
