@@ -87,17 +87,25 @@ def restart_advice(events_path: Path | None) -> dict[Any, str]:
         return out
     tracker = AdviceTracker()
     for rec in iter_records(events_path):
-        if rec.get("kind") in AFTERWARDS_KINDS:
-            continue
-        tracker.add(rec)
-        if rec.get("kind") == "restart" and not rec.get("drill"):
-            adv = tracker.advice()
-            if adv.complete:
-                out[rec.get("seq")] = adv.sentence()
-            elif tracker.failures:
-                out[rec.get("seq")] = (f"Failures so far: {tracker.failures}; no checkpoint advice yet "
-                                       "(no completed save to measure its cost).")
+        sentence = _advise(tracker, rec)
+        if sentence:
+            out[rec.get("seq")] = sentence
     return out
+
+
+def _advise(tracker, rec: dict[str, Any]) -> str | None:
+    """Feed one record of a run's log, in order; at a restart, the advice sentence as of that record."""
+    if rec.get("kind") in AFTERWARDS_KINDS:
+        return None
+    tracker.add(rec)
+    if rec.get("kind") != "restart" or rec.get("drill"):
+        return None
+    adv = tracker.advice()
+    if adv.complete:
+        return adv.sentence()
+    if tracker.failures:
+        return f"Failures so far: {tracker.failures}; no checkpoint advice yet (no completed save to measure its cost)."
+    return None
 
 
 class Chronicle:
@@ -114,6 +122,7 @@ class Chronicle:
 
         self.reviews = reviews_for(project)
         self._advice: dict[str, dict[Any, str]] = {}
+        self._trackers: dict[str, Any] | None = None  # run -> AdviceTracker fed as a render from the start streams
         self._explore: dict[str, bool] = {}
         self.warnings: list[str] = []
         runs = None if only_run is None else [only_run]
@@ -132,6 +141,10 @@ class Chronicle:
     def pages(self, *, since: str | None = None, until: str | None = None) -> Iterator[DayPage]:
         """Day pages in date order for days with records in [since, until]."""
         runs = None if self.only_run is None else [self.only_run]
+        # From the first day, every record of a run streams past in its log's order: the restart advice is
+        # worked out on the way instead of reading each log a second time. A window that starts later
+        # reads the run's log from its start (`restart_advice`).
+        self._trackers = {} if since is None else None
         for day, items in by_day(merged(self.project, runs=runs, since=since, until=until)):
             page = self.page(day, items)
             if page.entries or page.routine or page.problems:
@@ -145,6 +158,7 @@ class Chronicle:
             if it.rec is None:
                 unreadable[it.source] = unreadable.get(it.source, 0) + 1
                 continue
+            advice = self._streamed_advice(it)  # every record counts, routine ones (saves) above all
             if not self._wanted(it):
                 continue
             if it.source == NOTES_SOURCE:
@@ -155,25 +169,36 @@ class Chronicle:
                     routine.append(it)
                     continue
             page.entries.append(event_view(it, self.r, self.errata, self._plot_maker(), self.reviews,
-                                           self._extra(it)))
+                                           self._extra(it, advice)))
         page.routine = routine_views(day, routine, self.r, self.errata)
         page.problems = self._problems(day, unreadable)
         return page
 
-    def _extra(self, it: Item) -> dict[str, Any] | None:
+    def _extra(self, it: Item, advice: str | None) -> dict[str, Any] | None:
         """Fields an entry needs from other records: the run's label, a restart's failure statistics."""
         if it.source == NOTES_SOURCE:
             return None
         out: dict[str, Any] = {}
         if self._exploratory(it.source):
             out["exploratory"] = True
-        if it.rec.get("kind") == "restart":
+        if self._trackers is None and it.rec.get("kind") == "restart":
             if it.source not in self._advice:
                 self._advice[it.source] = restart_advice(dict(self.sources).get(it.source))
             advice = self._advice[it.source].get(it.rec.get("seq"))
-            if advice:
-                out["advice"] = advice
+        if advice:
+            out["advice"] = advice
         return out or None
+
+    def _streamed_advice(self, it: Item) -> str | None:
+        """Feed a run's record to its tracker when the render streams from the first day."""
+        if self._trackers is None or it.source == NOTES_SOURCE:
+            return None
+        from .ckpt_advice import AdviceTracker
+
+        tracker = self._trackers.get(it.source)
+        if tracker is None:
+            tracker = self._trackers[it.source] = AdviceTracker()
+        return _advise(tracker, it.rec)
 
     def _exploratory(self, run: str) -> bool:
         """Whether the run's record says it answers to no preregistration (read once per run)."""
