@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from .errors import UsageError, did_you_mean
-from .yamlsafe import load_yaml_file
+from .yamlsafe import load_yaml_mapping
 
 CONFIG_FILE = "logbook.yaml"
 
@@ -74,11 +74,7 @@ _FIELD_DOCS = {
 
 def load_config(path: Path) -> LogbookConfig:
     """Load and validate `logbook.yaml`; unknown keys name the closest valid one."""
-    raw = load_yaml_file(path, CONFIG_FILE)
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise UsageError(f"{CONFIG_FILE}: expected a mapping of settings, got {type(raw).__name__}")
+    raw = load_yaml_mapping(path, "logbook settings")
     names = [f.name for f in dataclasses.fields(LogbookConfig)]
     for key in raw:
         if key not in names:

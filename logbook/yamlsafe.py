@@ -68,3 +68,13 @@ def load_yaml_file(path: Path, what: str = "YAML file") -> Any:
     if path.exists() and path.is_file() and path.stat().st_size > MAX_YAML_BYTES:
         raise UsageError(f"{what} {path} is larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB, refusing to parse")
     return load_yaml_text(read_text_utf8(path, what), str(path))
+
+
+def load_yaml_mapping(path: Path, what: str, noun: str = "settings") -> dict[str, Any]:
+    """A YAML file that must hold a mapping (an empty file is an empty one)."""
+    data = load_yaml_file(path, what)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{what} {path}: expected a mapping of {noun}, got {type(data).__name__}")
+    return data

@@ -113,3 +113,17 @@ def _wait_for(condition, proc, timeout: float = 120.0) -> None:
         assert proc.poll() is None, f"the run ended early: {proc.stderr.read()}"
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.2)
+
+
+def test_a_config_or_settings_file_that_is_not_a_mapping_is_one_clear_usage_error(logbook_repo, cli):
+    (logbook_repo / "list.yaml").write_text("- lr: 0.1\n")
+    res = cli("run", "--exploratory", "list.yaml")
+    assert res.exit_code == 2 and "training config" in res.stderr
+    assert "expected a mapping of sections, got list" in res.stderr and "Traceback" not in res.output
+    (logbook_repo / "empty.yaml").write_text("")  # an empty config is the defaults, as for the trainer
+    from logbook.launch import _checked_config_path
+
+    assert _checked_config_path(logbook_repo / "empty.yaml") == (logbook_repo / "empty.yaml").resolve()
+    (logbook_repo / "logbook.yaml").write_text("- entries\n")
+    res = cli("ls")
+    assert res.exit_code == 2 and "logbook settings" in res.stderr and "expected a mapping of settings" in res.stderr
