@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from chronicle_helpers import clock, project_of, qknorm_story, write_metrics  # noqa: F401  (clock is a fixture)
+from pdftext import pdf_text
 
 from logbook.mdconvert import Converter, ImageStore
 from logbook.render_pdf import render_pdf
@@ -16,11 +15,6 @@ from logbook.render_pdf import render_pdf
 NASTY = ('#import "/etc/passwd" \n#read("/etc/passwd") and #include "../../../README.md"\n\n'
          '$x^2$ <script>alert(1)</script> `a ` b` ] [ *star* _under_ \\ #set page(width: 1cm)\n\n'
          '| a | b |\n|---|---|\n| `\\|` | ] |\n')
-HAS_PDFTOTEXT = shutil.which("pdftotext") is not None
-
-
-def _pdf_text(pdf: Path) -> str:
-    return subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
 
 
 def _png(path: Path) -> None:
@@ -101,9 +95,7 @@ def test_pdf_of_injection_attempts_shows_them_as_text(logbook_repo, clock, cli, 
     assert res.exit_code == 0, res.output
     pdf = out.read_bytes()
     assert pdf.startswith(b"%PDF") and b"TOPSECRET" not in pdf
-    if not HAS_PDFTOTEXT:
-        pytest.skip("pdftotext is not installed: the text assertions need it")
-    text = _pdf_text(out)
+    text = pdf_text(out)
     assert '#read("/etc/passwd")' in text and "#import" in text and "<script>alert(1)</script>" in text
     assert "$x^2$" in text and "#set page(width: 1cm)" in text
     assert "root:x:0:0" not in text and "TOPSECRET" not in text
@@ -122,9 +114,7 @@ def test_pdf_has_title_contents_lineage_entries_and_plots(logbook_repo, clock, c
     out = tmp_path / "c.pdf"
     res = render_pdf(project, out)
     assert res.days == ["2026-11-30", "2026-12-01", "2026-12-02"] and res.images == 1
-    if not HAS_PDFTOTEXT:
-        pytest.skip("pdftotext is not installed: the text assertions need it")
-    text = _pdf_text(out)
+    text = pdf_text(out)
     flat = " ".join(text.split())
     assert "Chronicle" in text and "Contents" in text
     assert "Runs and their attempts" in text and "killed by signal 9 (SIGKILL)" in flat
@@ -143,6 +133,5 @@ def test_pdf_for_one_run_leaves_the_others_out(logbook_repo, clock, tmp_path):
     out = tmp_path / "one.pdf"
     res = render_pdf(project, out, run="other", since="2026-12-01")
     assert res.days == ["2026-12-01"] and res.events == 7
-    if HAS_PDFTOTEXT:
-        text = " ".join(_pdf_text(out).split())
-        assert "run other" in text and "run qknorm" not in text
+    text = " ".join(pdf_text(out).split())
+    assert "run other" in text and "run qknorm" not in text
