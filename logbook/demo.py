@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .bundled import bundled_dir
 from .errors import RefusedError, UsageError
 from .launch import RunResult, launch_run
 from .project import Project, open_project
@@ -31,7 +32,7 @@ DEFAULT_STEPS = 120
 """Training steps of the demo run: under a minute of training on 2 idle CPU cores."""
 MARKER = ".logbook-demo"
 """A file that marks a folder as a demo scratch folder (safe to replace)."""
-TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny-cpu.yaml"
+TINY_CONFIG = bundled_dir("configs") / "tiny-cpu.yaml"
 LIVE_CHANGE = {"lr_scale": 0.8}
 """What the demo asks the running run for, after its first spike."""
 LIVE_REASON = "demo: gentler after the spike"

@@ -18,13 +18,14 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from .bundled import bundled_dir
 from .project import Project
 from .textfmt import (
     code_block, code_span, fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_pct,
     fmt_tokens, is_number, md_escape, quote_text, signal_name, signal_number, table_cell,
 )
 
-BUNDLED_TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+BUNDLED_TEMPLATES = bundled_dir("templates")
 _KIND_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _ENTRY_CACHE_SIZE = 20_000
 
