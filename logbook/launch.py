@@ -36,7 +36,7 @@ from .launch_watch import EXIT_PREEMPTED, RunResult, Watcher, next_seq, outcome
 from .project import Project
 from .runlock import RunLock
 from .runs import RunRecord, check_run_id, load_run_record, run_record_path, write_run_record
-from .yamlsafe import load_yaml_mapping
+from .yamlsafe import load_training_config
 
 __all__ = ["EXIT_PREEMPTED", "Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
@@ -176,7 +176,7 @@ def _checked_config_path(config_path: str | Path | None) -> Path:
     path = Path(config_path).expanduser().resolve()
     if not path.is_file():
         raise UsageError(f"config file not found: {config_path}", hint="give the path of a training config, for example configs/tiny-cpu.yaml")
-    load_yaml_mapping(path, "training config", "sections")  # a bad file is refused before anything starts
+    load_training_config(path)  # a bad or empty file is refused before anything starts
     return path
 
 

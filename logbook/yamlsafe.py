@@ -1,7 +1,9 @@
-"""YAML loading that refuses what a config file never needs: aliases, tags, huge input.
+"""YAML loading that refuses what a config file never needs: aliases, duplicate keys, huge input.
 
 Anchors and aliases are how "billion laughs" bombs are built, and no logbook or
 trainer file needs them, so they are refused outright rather than expanded.
+A key written twice in one mapping is refused too: YAML's loaders keep the last
+one silently, so a second `predictions:` list would drop the first.
 """
 
 from __future__ import annotations
@@ -28,6 +30,20 @@ class _NoAliasLoader(yaml.SafeLoader):
                 hint="write the value out in full instead of using &anchor / *alias",
             )
         return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise UsageError(f"duplicate key {key!r} on lines {seen[key]} and {line}",
+                                     hint="each key may appear once in a mapping; merge the two entries")
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_yaml_text(text: str, source: str = "<input>") -> Any:
@@ -77,4 +93,21 @@ def load_yaml_mapping(path: Path, what: str, noun: str = "settings") -> dict[str
         return {}
     if not isinstance(data, dict):
         raise UsageError(f"{what} {path}: expected a mapping of {noun}, got {type(data).__name__}")
+    return data
+
+
+def load_training_config(path: Path) -> dict[str, Any]:
+    """A training config file: a mapping of sections, and never empty.
+
+    An empty (or `null`) file would train the defaults for hundreds of steps,
+    which nobody means to do by handing over a file; it is refused, naming the
+    example configs to start from.
+    """
+    data = load_yaml_mapping(path, "training config", "sections")
+    if not data:
+        from .bundled import bundled_dir
+
+        examples = ", ".join(f"configs/{p.name}" for p in sorted(bundled_dir("configs").glob("*.yaml")))
+        raise UsageError(f"training config {path} is empty",
+                         hint=f"start from an example config ({examples}); the defaults alone are never trained by accident")
     return data

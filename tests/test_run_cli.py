@@ -107,6 +107,23 @@ def _events_or_none(repo, run_id):
         return []
 
 
+@pytest.mark.parametrize("text", ["", "null\n", "{}\n", "# only a comment\n"])
+def test_an_empty_training_config_is_a_usage_error_naming_the_examples(logbook_repo, cli, text):
+    (logbook_repo / "empty.yaml").write_text(text)
+    res = cli("run", "--exploratory", "empty.yaml")
+    assert res.exit_code == 2, res.output
+    assert "is empty" in res.stderr and "configs/tiny-cpu.yaml" in res.stderr and "Traceback" not in res.output
+    assert _nothing_started(logbook_repo)
+
+
+def test_a_key_written_twice_in_a_training_config_is_a_usage_error_naming_both_lines(logbook_repo, cli):
+    (logbook_repo / "twice.yaml").write_text("train:\n  steps: 5\n  lr: 0.1\n  steps: 50\n")
+    res = cli("run", "--exploratory", "twice.yaml")
+    assert res.exit_code == 2
+    assert "duplicate key 'steps' on lines 2 and 4" in res.stderr and "Traceback" not in res.output
+    assert _nothing_started(logbook_repo)
+
+
 def _wait_for(condition, proc, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -120,10 +137,6 @@ def test_a_config_or_settings_file_that_is_not_a_mapping_is_one_clear_usage_erro
     res = cli("run", "--exploratory", "list.yaml")
     assert res.exit_code == 2 and "training config" in res.stderr
     assert "expected a mapping of sections, got list" in res.stderr and "Traceback" not in res.output
-    (logbook_repo / "empty.yaml").write_text("")  # an empty config is the defaults, as for the trainer
-    from logbook.launch import _checked_config_path
-
-    assert _checked_config_path(logbook_repo / "empty.yaml") == (logbook_repo / "empty.yaml").resolve()
     (logbook_repo / "logbook.yaml").write_text("- entries\n")
     res = cli("ls")
     assert res.exit_code == 2 and "logbook settings" in res.stderr and "expected a mapping of settings" in res.stderr

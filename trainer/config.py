@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.errors import UsageError, did_you_mean
-from logbook.yamlsafe import load_yaml_mapping, load_yaml_text
+from logbook.yamlsafe import load_training_config, load_yaml_text
 
 # These sections are defined beside the components they configure; the
 # modules keep torch imports inside functions, so this file stays torch-free.
@@ -505,7 +505,7 @@ def load_train_config(path: Path | str | None, overrides: list[str] | tuple[str,
     """Defaults, then the YAML file (if any), then `key.sub=value` overrides; validated."""
     raw: dict[str, Any] = config_to_dict(TrainConfig())
     if path is not None:
-        loaded = load_yaml_mapping(Path(path), "training config", "sections")
+        loaded = load_training_config(Path(path))
         names = [f.name for f in dataclasses.fields(TrainConfig)]
         for key in loaded:
             if key not in names:
