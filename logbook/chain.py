@@ -92,7 +92,7 @@ class ChainedLog:
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
         """Append `record` (plain JSON values, a `kind` key) durably; return it completed."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         with os.fdopen(fd, "r+b") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:

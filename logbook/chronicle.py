@@ -12,10 +12,6 @@ Logs are streamed (see `eventstream`): at most one day's records are in memory.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date
@@ -28,7 +24,7 @@ from .errors import RefusedError
 from .eventstream import (
     NOTES_SOURCE, Item, TornTail, by_day, check_day, days_of, merged, run_log_path, sources, torn_tail,
 )
-from .fsutil import atomic_write_text
+from .fsutil import atomic_text_writer, atomic_write_text, exclusive
 from .project import Project
 from .render_md import MarkdownRenderer
 from .runfacts import AFTERWARDS_KINDS
@@ -330,21 +326,14 @@ def render_chronicle(project: Project, *, run: str | None = None, since: str | N
         return _render_days(project, windows, since, until, make_plots)
 
 
-@contextlib.contextmanager
-def _render_lock(project: Project) -> Iterator[None]:
+def _render_lock(project: Project):
     """One renderer at a time per repository.
 
     The launcher re-renders while `logbook note` may render too; each reads the
     logs and then writes. Taken in turn, the last writer has read everything
     the earlier one read, so an older view can never overwrite a newer one.
     """
-    path = project.state_dir / "render.lock"
-    with open(path, "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    return exclusive(project.state_dir / "render.lock")
 
 
 def _render_days(project: Project, windows, since: str | None, until: str | None, make_plots: bool) -> RenderResult:
@@ -416,23 +405,15 @@ def render_markdown_file(project: Project, out: Path, *, run: str | None = None,
     r = MarkdownRenderer(project, combined=True, out_dir=out.parent)
     chron = Chronicle(project, r, only_run=run, make_plots=True)
     res = RenderResult()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            head = r.env.get_template("chronicle/combined.md.j2").render(project=project.root.name, run=run,
-                                                                        since=since, until=until)
-            f.write(head.rstrip("\n") + "\n")
-            for page in iter_pages(chron, windows, since, until):
-                f.write("\n" + r.day(page.context(title_level=2)))
-                res.days.append(page.date)
-                res.events += page.events
-                res.notes += page.notes
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_text_writer(out) as f:
+        head = r.env.get_template("chronicle/combined.md.j2").render(project=project.root.name, run=run,
+                                                                    since=since, until=until)
+        f.write(head.rstrip("\n") + "\n")
+        for page in iter_pages(chron, windows, since, until):
+            f.write("\n" + r.day(page.context(title_level=2)))
+            res.days.append(page.date)
+            res.events += page.events
+            res.notes += page.notes
     res.written.append(out)
     res.warnings = chron.warnings
     return res

@@ -30,10 +30,38 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _durable_temp(path: Path, data: bytes) -> str:
-    """A fsync'd temporary file holding `data`, next to `path` (same filesystem, so a rename is atomic)."""
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask can only be read by setting it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def new_file_mode() -> int:
+    """The mode `open()` would give a new file: 0666 less the umask.
+
+    Temporary files are created 0600 for safety; the file a team shares must
+    end up with the permissions its creator's umask asks for, like any other.
+    """
+    return 0o666 & ~_umask()
+
+
+def _temp_beside(path: Path) -> tuple[int, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, new_file_mode())
+    return fd, tmp
+
+
+def _durable_temp(path: Path, data: bytes) -> str:
+    """A fsync'd temporary file holding `data`, next to `path` (same filesystem, so a rename is atomic)."""
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -43,6 +71,23 @@ def _durable_temp(path: Path, data: bytes) -> str:
         _unlink_quietly(tmp)
         raise
     return tmp
+
+
+@contextmanager
+def atomic_text_writer(path: Path) -> Iterator[Any]:
+    """A text file to stream into; it replaces `path` whole when the block ends, or not at all."""
+    path = Path(path)
+    fd, tmp = _temp_beside(path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    fsync_dir(path.parent)
 
 
 def _unlink_quietly(path: str | Path) -> None:
@@ -93,7 +138,7 @@ def append_durable(path: Path, data: bytes) -> None:
     """Append bytes with O_APPEND and fsync before returning."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         os.write(fd, data)
         os.fsync(fd)
@@ -110,7 +155,7 @@ def exclusive(lock_path: Path) -> Iterator[None]:
     """
     lock_path = Path(lock_path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -95,7 +95,7 @@ class MetricsWriter:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = ("\n".join(self._buf) + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         try:
             os.write(fd, data)
             if durable:

@@ -45,7 +45,7 @@ class Heartbeat:
     def beat(self, attempt: int, step: int, now: float) -> None:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         rec = json.dumps({"attempt": attempt, "step": step, "time": now, "pid": os.getpid()}).encode()
         os.pwrite(self._fd, rec.ljust(_HEARTBEAT_BYTES), 0)
 

@@ -104,7 +104,7 @@ class SinkState:
     def write(self, state: dict[str, Any]) -> None:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         raw = json.dumps(state, sort_keys=True).encode("utf-8")
         if len(raw) > _STATE_BYTES:  # too many kinds to count: keep the counter and the position
             raw = json.dumps({k: state[k] for k in ("id", "counter", "offset")}).encode("utf-8")
