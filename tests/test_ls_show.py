@@ -165,3 +165,22 @@ def test_every_command_has_help_ending_with_an_example(cli, command):
 def test_commands_are_registered_on_the_app():
     names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
     assert {"prereg", "verify", "ls", "show"} <= names
+
+
+@pytest.mark.parametrize("args", [["ls"], ["ls", "--json"], ["--help"]])
+def test_output_into_a_closed_pipe_ends_quietly_with_success(logbook_repo, cli, args):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    assert cli("prereg", "--title", "Pipes", "--hypothesis", "h", "--predict", "val_loss@final < 3").exit_code == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader (`head -1`) has already left: the first write fails
+    try:
+        proc = subprocess.run([sys.executable, "-m", "logbook", *args], stdout=write_end, stderr=subprocess.PIPE,
+                              cwd=logbook_repo, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0 and proc.stderr == ""

@@ -17,13 +17,14 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
+    import sys
+
     try:
         app()
-    except BrokenPipeError:
-        # Output piped into `head` and the like: the reader left, which is fine.
-        import os
-        import sys
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(0)
+    except SystemExit as e:
+        # Output that click writes itself (help, usage) into a closed pipe
+        # makes click exit 1 after wrapping stdout; a reader that left early
+        # (`logbook --help | head -1`) is no failure.
+        if e.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            sys.exit(0)
+        raise

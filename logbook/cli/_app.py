@@ -36,7 +36,11 @@ def print_json(obj: Any) -> None:
 def stdout_console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich would exit 1; a reader that left is no failure
+            raise BrokenPipeError
+
+    return _Console(highlight=False, soft_wrap=False)
 
 
 def report_error(e: LogbookError) -> None:
@@ -55,6 +59,17 @@ def _is_cli_control_flow(e: BaseException) -> bool:
     return mod.startswith(("typer", "click")) or isinstance(e, typer.Exit)
 
 
+def _quiet_closed_stdout() -> None:
+    """The reader of our output left (`logbook ls | head -1`): that is success, not an error.
+
+    Whatever is still buffered would fail again when Python flushes at exit,
+    so stdout is pointed at /dev/null first.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 class LogbookGroup(TyperGroup):
     """Turns library errors into messages and exit codes, never tracebacks."""
 
@@ -67,8 +82,11 @@ class LogbookGroup(TyperGroup):
         except KeyboardInterrupt:
             err("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            _quiet_closed_stdout()
+            raise typer.Exit(0) from None
         except Exception as e:  # a bug: say so plainly, show the trace only on request
-            if _is_cli_control_flow(e) or isinstance(e, BrokenPipeError):
+            if _is_cli_control_flow(e):
                 raise
             if os.environ.get("LOGBOOK_DEBUG"):
                 raise
