@@ -32,7 +32,7 @@ from typing import Any
 
 from .chain import utc_now
 from .errors import RefusedError, UsageError
-from .launch_watch import EXIT_PREEMPTED, RunResult, Watcher, next_seq, outcome
+from .launch_watch import EXIT_PREEMPTED, RunResult, StderrPump, Watcher, next_seq, outcome
 from .project import Project
 from .runlock import RunLock
 from .runs import RunRecord, check_run_id, load_run_record, run_record_path, write_run_record
@@ -426,10 +426,12 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     # torchrun inherits the run's lock, so a launcher killed outright leaves the
     # run id locked until torchrun is gone too, and it gets SIGTERM (save and
     # stop) when the launcher dies rather than training on unwatched.
-    proc = subprocess.Popen(cmd, cwd=project.root, env=env, start_new_session=True,
+    proc = subprocess.Popen(cmd, cwd=project.root, env=env, start_new_session=True, stderr=subprocess.PIPE,
                             pass_fds=(lock.fileno(),), preexec_fn=_term_with_parent)
     watcher = Watcher(project, rec.run_id, proc, say)
+    pump = StderrPump(proc.stderr, launch_dir / "torchrun.log", muted=lambda: bool(watcher.signals))
     torchrun_exit = watcher.wait(poll_s)
+    pump.join()
     return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0)
 
 

@@ -16,11 +16,12 @@ import dataclasses
 import json
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .chain import iter_records
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
@@ -104,6 +105,41 @@ def _end_of_last_line(path: Path, chunk: int = 1 << 16) -> int:
                 return start + nl + 1
             end = start
     return 0
+
+
+class StderrPump:
+    """Copies torchrun's stderr (its own and its workers') to the terminal and to a log file.
+
+    Once the launcher has forwarded a SIGINT or SIGTERM, torchrun answers with a
+    `SignalException` traceback of some 25 lines although all went as designed;
+    from then on the output goes to the log file only, and the person at the
+    terminal sees the launcher's one line about the signal and how the run ended.
+    """
+
+    def __init__(self, stream: IO[bytes], log_path: Path, muted: Callable[[], bool],
+                 out: IO[bytes] | None = None) -> None:
+        self._stream = stream
+        self._log_path = log_path
+        self._muted = muted
+        self._out = out if out is not None else sys.stderr.buffer
+        self._thread = threading.Thread(target=self._pump, name="torchrun-stderr", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        with open(self._log_path, "ab") as log:
+            # Chunks, not lines: a progress bar redraws with \r and never ends a line.
+            while chunk := self._stream.read1(65536):
+                log.write(chunk)
+                log.flush()
+                if not self._muted():
+                    try:
+                        self._out.write(chunk)
+                        self._out.flush()
+                    except (OSError, ValueError):
+                        pass  # the terminal went away; the log file keeps everything
+
+    def join(self, timeout: float = 5.0) -> None:
+        self._thread.join(timeout)
 
 
 class Watcher:

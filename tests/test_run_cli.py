@@ -84,6 +84,7 @@ def test_a_live_run_refuses_a_second_launch_keeps_its_deviation_and_sigterm_pree
         if first.poll() is None:
             first.kill()
     assert first.returncode == 75, stderr
+    assert "Traceback" not in stderr and "SignalException" not in stderr, stderr
     assert "WARNING: deviation from preregistration" in stderr
     assert "Run live preempted" in stderr and "logbook run --resume live" in stderr
 
@@ -98,6 +99,27 @@ def test_a_live_run_refuses_a_second_launch_keeps_its_deviation_and_sigterm_pree
     evs = data["events"]
     assert of_kind(evs, "run_started")[0]["data"]["prereg_id"] == prereg_id
     assert len(of_kind(evs, "preempted")) == 1 and not of_kind(evs, "run_failed")
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_run_prints_one_line_about_it_and_no_torchrun_traceback(logbook_repo):
+    cfg = micro_config(logbook_repo, steps=5000, every=5)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "ctrlc", str(cfg)],
+                            cwd=logbook_repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: of_kind(_events_or_none(logbook_repo, "ctrlc"), "checkpoint_saved"), proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    text = out + err
+    assert "Traceback" not in text and "SignalException" not in text, text
+    assert text.count("SIGINT: asking the trainer to save and stop") == 1
+    logs = list((logbook_repo / ".logbook" / "torchrun" / "ctrlc").glob("*/torchrun.log"))
+    assert len(logs) == 1  # what torchrun said is kept, out of the way
 
 
 def _events_or_none(repo, run_id):
