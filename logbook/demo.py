@@ -27,6 +27,7 @@ from .bundled import bundled_dir
 from .errors import RefusedError, UsageError
 from .launch import RunResult, launch_run
 from .project import Project, open_project
+from .textfmt import fmt_setting
 
 DEFAULT_STEPS = 120
 """Training steps of the demo run: under a minute of training on 2 idle CPU cores."""
@@ -287,7 +288,7 @@ def _change_line(e: dict[str, Any]) -> str:
     if e.get("kind") == "hparam_change_rejected":
         return f"hparam_change_rejected at step {step}: {d.get('reason')}"
     again = ", re-applied after restart" if d.get("reapplied") else ""
-    return (f"hparam_change at step {step}: {d.get('key')} {d.get('old')} -> {d.get('new')} by {d.get('who')}"
+    return (f"hparam_change at step {step}: {d.get('key')} {fmt_setting(d.get('old'))} -> {fmt_setting(d.get('new'))} by {d.get('who')}"
             f" ({d.get('source')}{again}): {d.get('reason')!r}")
 
 

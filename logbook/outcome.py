@@ -41,6 +41,7 @@ from .predictions import Prediction
 from .project import Project
 from .runfacts import RunFacts, load_facts
 from .runs import RunRecord, check_run_id, load_run_record
+from .textfmt import fmt_setting
 
 SCHEMA = 1
 STATUSES = ("confirmed", "refuted", "inconclusive")
@@ -276,7 +277,7 @@ def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
         if kind == "hparam_change" and d.get("source") in ("live", "advice"):
             out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
                         "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
-                                f"{d.get('key')} {d.get('old')} → {d.get('new')}"
+                                f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))}"
                                 + (f" ({d['reason']})" if d.get("reason") else "")})
         elif plan.get("follows") is False and incident is not None and kind in _GUARD_ACTIONS:
             incident["actions"].append(str(kind).replace("_", " "))

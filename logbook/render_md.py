@@ -21,7 +21,7 @@ from typing import Any
 from .bundled import bundled_dir
 from .project import Project
 from .textfmt import (
-    code_block, code_span, fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_pct,
+    code_block, code_span, fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_pct, fmt_setting,
     fmt_tokens, is_number, md_escape, quote_text, signal_name, signal_number, table_cell,
 )
 
@@ -185,8 +185,7 @@ def _inline_value(v: Any) -> Raw:
     import json
 
     if is_number(v):
-        # Exactly as recorded (1.0, 0.0003): a hyperparameter must not be rounded.
-        return Raw(json.dumps(v))
+        return Raw(fmt_setting(v))  # as the person set it, never rounded to a few digits
     if isinstance(v, str):
         return Raw(md_escape(v))
     if isinstance(v, bool) or v is None:

@@ -22,7 +22,6 @@ requested as theirs.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import subprocess
 import unicodedata
@@ -36,7 +35,7 @@ from .errors import NotFoundError, RefusedError, TamperedError, UsageError
 from .eventstream import list_event_runs, run_log_path
 from .fsutil import exclusive
 from .project import Project
-from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, signal_name
+from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, signal_name
 
 REVIEW_KINDS = ("restart", "divergence_detected", "rollback", "run_aborted", "hparam_change", "milestone", "outcome")
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
@@ -179,7 +178,7 @@ def _sum_abort(rec, d) -> str:
 
 def _sum_change(rec, d) -> str:
     who = d.get("who") or "unknown"
-    s = f"{d.get('key')} {json.dumps(d.get('old'))} → {json.dumps(d.get('new'))} by {who} ({d.get('source') or '?'})"
+    s = f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))} by {who} ({d.get('source') or '?'})"
     if d.get("reason"):
         s += f": {d['reason']}"
     return s + _plan_tag(d)

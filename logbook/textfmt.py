@@ -40,6 +40,20 @@ def fmt_num(x: Any) -> str:
     return f"{x:.3g}"
 
 
+def fmt_setting(v: Any) -> str:
+    """A hyperparameter's value as JSON, as the person set it: 0.72, not 0.7200000000000001.
+
+    Never rounded to a few digits (a learning rate of 0.0003 stays 0.0003);
+    only the binary noise of arithmetic (0.8 × 0.9) goes: twelve significant
+    digits hold every value a person types.
+    """
+    import json
+
+    if isinstance(v, float):
+        v = float(f"{v:.12g}")
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
 def fmt_tokens(x: Any) -> str:
     """10_800_000_000 -> '10.8B'; below a thousand the plain count."""
     if not is_number(x):

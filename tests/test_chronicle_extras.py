@@ -108,3 +108,19 @@ def test_the_lineage_marks_an_ending_as_a_drill_only_when_a_drill_caused_it(logb
     a1, a2 = run_lineage(project.run_dir("drilled") / "events.jsonl")
     assert a1.how.endswith("(drill)")
     assert a2.how == "finished the run"
+
+
+def test_values_and_durations_read_as_a_person_would_write_them(logbook_repo, clock):
+    project = project_of(logbook_repo)
+    s = sink(project, "tidy", 1)
+    clock.set("2026-11-30T20:00:00")
+    s.emit("run_started", step=0, tokens=0, config_path="configs/tiny.yaml", world_size=1)
+    s.emit("lr_scaled", step=40, old=0.8, new=0.8 * 0.9, factor=0.9, reason="spike")
+    s.emit("hparam_change", step=41, key="optim.lr", old=3e-4, new=0.1 + 0.2, who="Ada Tester", reason="test",
+           source="live")
+    s.emit("milestone", step=60, tokens=960, fraction=1.0, total_steps=60, elapsed_s=12.0, eta_s=0.0002, loss=2.5)
+    render_chronicle(project)
+    text = day_path(project, "2026-11-30").read_text()
+    assert "0.8 → 0.72 (× 0.9)" in text and "0.7200000000000001" not in text
+    assert "0.0003 → 0.3" in text and "0.30000000000000004" not in text
+    assert "to go" not in text and "<1 ms" not in text
