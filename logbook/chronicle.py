@@ -268,6 +268,11 @@ def select_days(project: Project, run: str | None, since: str | None, until: str
     for v, what in ((since, "--since"), (until, "--until")):
         if v is not None:
             check_day(v, what)
+    if since and until and since > until:
+        from .errors import UsageError
+
+        raise UsageError(f"--since {since} is after --until {until}: no day can be in between",
+                         hint="swap them, or give one of them")
     wanted: list[str] | None = None
     if days is not None:
         wanted = sorted({check_day(d, "day") for d in days})

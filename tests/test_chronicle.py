@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from chronicle_helpers import clock, project_of, qknorm_story, sink  # noqa: F401  (clock is a fixture)
 from conftest import git
 
@@ -230,3 +231,21 @@ def test_unreadable_lines_are_reported_and_do_not_mislead_the_day_search(logbook
 def test_a_run_name_cannot_point_outside_the_logbook(logbook_repo, clock, cli):
     res = cli("render", "--run", "../../../etc")
     assert res.exit_code == 2 and "invalid run id" in res.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "no/such/folder/week.md"], "does not exist"),
+    (["--format", "pdf", "--out", "missing/c.pdf"], "does not exist"),
+    (["--since", "2026-12-02", "--until", "2026-12-01"], "--since 2026-12-02 is after --until 2026-12-01"),
+])
+def test_bad_render_arguments_are_usage_errors_that_write_nothing(logbook_repo, cli, args, message):
+    res = cli("render", *args)
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr and "Traceback" not in res.output
+    assert not (logbook_repo / "no").exists() and not (logbook_repo / "missing").exists()
+
+
+def test_a_report_into_a_folder_that_does_not_exist_is_a_usage_error(logbook_repo, cli):
+    res = cli("report", "anything", "--out", "nowhere/r.md")
+    assert res.exit_code == 2 and "does not exist" in res.stderr
+    assert not (logbook_repo / "nowhere").exists()

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
-from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, LogbookError
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, LogbookError, UsageError
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok · 1 internal error · 2 usage · 3 refused · 4 tampered · "
@@ -41,6 +42,18 @@ def stdout_console():
             raise BrokenPipeError
 
     return _Console(highlight=False, soft_wrap=False)
+
+
+def checked_out_path(out: Path | None) -> Path | None:
+    """An --out file whose folder exists: a typo in a path must not create folders anywhere."""
+    if out is None:
+        return None
+    parent = out.expanduser().absolute().parent
+    if not parent.is_dir():
+        raise UsageError(f"--out {out}: the folder {parent} does not exist", hint=f"create it first (mkdir -p {parent})")
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give a file name")
+    return out
 
 
 def report_error(e: LogbookError) -> None:

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ._app import app, err, print_json
+from ._app import app, checked_out_path, err, print_json
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -71,6 +71,7 @@ def render_cmd(
 
     if fmt not in ("md", "pdf"):
         raise UsageError(f"--format must be md or pdf, got {fmt!r}")
+    out = checked_out_path(out)
     project = open_project()
     root = project.root.resolve()
     if check:

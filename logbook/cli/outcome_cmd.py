@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ._app import JSON_OPTION, app, err, print_json, stdout_console
+from ._app import JSON_OPTION, app, checked_out_path, err, print_json, stdout_console
 
 _JSON = JSON_OPTION
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
@@ -166,7 +166,7 @@ def report_cmd(
     if fmt not in ("md", "pdf"):
         raise UsageError(f"--format must be md or pdf, got {fmt!r}")
     project = open_project()
-    res = write_report(project, run, fmt=fmt, out=out)
+    res = write_report(project, run, fmt=fmt, out=checked_out_path(out))
     if as_json:
         print_json(res.to_dict())
         return
