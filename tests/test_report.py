@@ -89,6 +89,7 @@ def test_text_from_the_logbook_is_escaped_in_markdown_and_shown_as_text_in_the_p
 def test_the_report_draws_the_loss_curve_and_links_it(logbook_repo, story_clock, cli, tmp_path):
     project, _ = _reviewed_story(logbook_repo, story_clock)
     out = tmp_path / "elsewhere" / "story.md"
+    out.parent.mkdir()
     assert cli("report", "story", "--out", str(out)).exit_code == 0
     md = out.read_text()
     link = md.split("![Loss over the whole run](", 1)[1].split(")", 1)[0]
