@@ -18,34 +18,47 @@ from .chain import canonical
 from .events import KINDS, RunLog, event_record
 
 
-def _plain(value: Any) -> Any:
-    """Coerce to JSON-safe plain values; non-finite floats become strings."""
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+def _plain(value: Any, root: str | None = None) -> Any:
+    """Coerce to JSON-safe plain values; non-finite floats become strings.
+
+    With `root` (the repository's absolute path, ending in a separator), a path
+    inside the repository is written relative to it: the log is committed and
+    read on other machines, where this one's home folder means nothing.
+    """
+    if isinstance(value, str):
+        return value[len(root):] if root and value.startswith(root) else value
+    if isinstance(value, bool) or value is None or isinstance(value, int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v, root) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, root) for v in value]
     if hasattr(value, "item"):  # a numpy scalar; a tensor should never reach here
-        return _plain(value.item())
-    return str(value)
+        return _plain(value.item(), root)
+    return _plain(str(value), root)
 
 
 class EventSink:
     """Appends events for one attempt of one run."""
 
-    def __init__(self, run_dir: Path, run_id: str, attempt: int, rank: int = 0) -> None:
+    def __init__(self, run_dir: Path, run_id: str, attempt: int, rank: int = 0, *, root: Path | None = None) -> None:
+        """`root`: the repository; paths inside it are recorded relative to it."""
         self.run_dir = Path(run_dir)
         self.run_id = run_id
         self.attempt = attempt
         self.rank = rank
         self.log = RunLog(self.run_dir / "events.jsonl")
+        self._root = os.path.join(str(Path(root).resolve()), "") if root is not None else None
 
     @property
     def active(self) -> bool:
         return self.rank == 0
+
+    def recorded(self, value: Any) -> Any:
+        """`value` as `emit` would write it into the log."""
+        return _plain(value, self._root)
 
     def emit(
         self,
@@ -65,7 +78,7 @@ class EventSink:
             if not kind.replace("_", "").isalnum():
                 raise ValueError(f"event kind must be an identifier, got {kind!r}")
         rec = event_record(kind, run=self.run_id, attempt=self.attempt, rank=self.rank,
-                           step=step, tokens=tokens, drill=drill, data=_plain(data))
+                           step=step, tokens=tokens, drill=drill, data=_plain(data, self._root))
         return self.log.append(rec)
 
 

@@ -98,6 +98,13 @@ def test_repeated_spike_drills_climb_the_ladder_and_the_data_order_skips_exactly
     assert all(int(fresh.batch(b)[0].sum()) == fp for _, b, fp in rec.seen)
     assert t.data.skip == [[12, 18]]
 
+    # The committed record names checkpoints relative to the repository, never this machine's folders.
+    assert rollback["checkpoint"].startswith(".logbook/") and all(p.startswith(".logbook/") for p in rollback["kept"])
+    render_chronicle(open_project(logbook_repo))
+    committed = [logbook_repo / "entries" / "runs" / "spiky" / "events.jsonl",
+                 *(logbook_repo / "entries").glob("2*/*/*.md")]
+    assert len(committed) >= 2 and not any(str(logbook_repo) in p.read_text() for p in committed)
+
 
 class CrashAfterRollback(Callback):
     name, priority = "crash_after_rollback", 40
@@ -120,7 +127,8 @@ def test_a_rollback_retires_newer_checkpoints_so_a_crash_resumes_the_new_branch(
     assert (data["from_step"], data["to_step"]) == (26, 10)
     assert [Path(p).name for p in data["abandoned"]] == ["step_000020-rollback-from-26", "step_000025-rollback-from-26"]
     ckpt_dir = logbook_repo / ".logbook" / "checkpoints" / "branch"
-    assert all(Path(p).parent == ckpt_dir / "abandoned" and (Path(p) / "COMPLETE").exists() for p in data["abandoned"])
+    assert all((logbook_repo / p).parent == ckpt_dir / "abandoned" and (logbook_repo / p / "COMPLETE").exists()
+               for p in data["abandoned"])
     assert [s for s, _ in list_checkpoints(ckpt_dir)] == [5, 10]  # 15 was set aside under spikes/
 
     rec = RecordBatches()

@@ -98,6 +98,7 @@ def test_a_live_run_refuses_a_second_launch_keeps_its_deviation_and_sigterm_pree
     assert record["snapshot"]["commit"] and record["author"] == "Ada Tester <ada@example.org>"
     evs = data["events"]
     assert of_kind(evs, "run_started")[0]["data"]["prereg_id"] == prereg_id
+    assert of_kind(evs, "run_started")[0]["data"]["config_path"] == "configs/micro.yaml"  # not this machine's path
     assert len(of_kind(evs, "preempted")) == 1 and not of_kind(evs, "run_failed")
 
 

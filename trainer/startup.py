@@ -71,7 +71,7 @@ def open_logbook(t: Trainer) -> dict[str, Any]:
         "finished_step": None if finished is None else finished.get("step"),
     }, t.dist)
     t.attempt = facts["attempt"]
-    t.sink = EventSink(t.run_dir, t.run_id, t.attempt, t.dist.rank)
+    t.sink = EventSink(t.run_dir, t.run_id, t.attempt, t.dist.rank, root=t.project_root)
     t.metrics = MetricsWriter(t.run_dir, t.dist.rank)
     return facts
 
@@ -144,7 +144,8 @@ def _checkpoint_emitter(t: Trainer) -> Callable[..., None]:
                if e.get("kind") == "fault_injected" and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
 
     def emit(kind: str, **kw: Any) -> None:
-        drill = kind == "checkpoint_rejected" and (t.drill_active or kw.get("path") in drilled)
+        path = kw.get("path")  # as recorded (relative to the repository) or, in older logs, as given
+        drill = kind == "checkpoint_rejected" and (t.drill_active or path in drilled or t.sink.recorded(path) in drilled)
         t.sink.emit(kind, drill=drill, **kw)
 
     return emit
