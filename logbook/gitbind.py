@@ -221,6 +221,47 @@ def _add_to_user_index(root: Path, relpath: str, blob: str) -> None:
             time.sleep(0.05)
 
 
+def uncommitted_blobs(root: Path, exclude: str, cap: int = 2000) -> dict[str, str | None] | None:
+    """Every path whose working-tree content differs from HEAD, with the blob id of that content.
+
+    Modified, added and untracked (not ignored) files get the id git would give
+    their bytes; deleted ones get None. Paths under `exclude` (the logbook's own
+    folder) are left out. None when there are more than `cap` such paths: too
+    many to record, and the comparison then falls back to the commits alone.
+    """
+    out = git_bytes(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--", ".",
+                    f":(exclude){exclude}")
+    changed: dict[str, str | None] = {}
+    present: list[str] = []
+    for item in out.split(b"\0"):
+        if len(item) < 4:
+            continue
+        code, path = item[:2].decode(), item[3:].decode("utf-8", "surrogateescape")
+        if "D" in code:
+            changed[path] = None
+        else:
+            present.append(path)
+        if len(changed) + len(present) > cap:
+            return None
+    if present:
+        ids = git(root, "hash-object", "--stdin-paths", input="\n".join(present).encode("utf-8", "surrogateescape"))
+        changed.update(zip(present, ids.split()))
+    return dict(sorted(changed.items()))
+
+
+def blob_ids(root: Path, commit: str, paths: list[str]) -> dict[str, str | None]:
+    """The blob id of each path in `commit` (None where the commit lacks it)."""
+    if not paths:
+        return {}
+    out = git(root, "ls-tree", "-z", "--full-tree", commit, "--", *paths)
+    found = {}
+    for entry in out.split("\0"):
+        if "\t" in entry:
+            meta, path = entry.split("\t", 1)
+            found[path] = meta.split()[2]
+    return {p: found.get(p) for p in paths}
+
+
 # --- finding records by trailer ----------------------------------------------
 
 @dataclass

@@ -8,6 +8,7 @@ from pathlib import Path
 from .config import CONFIG_FILE, LogbookConfig, load_config
 from .errors import RefusedError
 from .fsutil import atomic_write_text
+from .gitbind import check_repo_state, commit_file
 from .project import find_git_root
 
 
@@ -17,6 +18,8 @@ class InitResult:
     config_path: Path
     entries: Path
     created: bool
+    committed: str | None = None
+    """The commit that added logbook.yaml, when this call created it."""
 
 
 def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> InitResult:
@@ -34,10 +37,16 @@ def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> Ini
             )
     cfg_path = root / CONFIG_FILE
     created = not cfg_path.exists()
+    committed = None
     if created:
         cfg = LogbookConfig(entries_dir=entries_dir)
         cfg.validate()
-        atomic_write_text(cfg_path, cfg.to_yaml())
+        # Committed at once, alone (the user's index and work stay as they are):
+        # a preregistration made next binds to a commit that already has the
+        # logbook's settings, so the run's snapshot shows no false code change.
+        state = check_repo_state(root)
+        message = f"Start a logbook\n\nSettings in {CONFIG_FILE}; records under {entries_dir}/.\n"
+        committed = commit_file(root, CONFIG_FILE, cfg.to_yaml().encode("utf-8"), message, state).commit
     else:
         cfg = load_config(cfg_path)
     entries = root / cfg.entries_dir
@@ -49,4 +58,4 @@ def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> Ini
             "# Logbook\n\nPreregistrations, run logs and the dated chronicle live here.\n"
             "The event logs under `runs/` are the source of truth; the dated Markdown is rendered from them.\n",
         )
-    return InitResult(root=root, config_path=cfg_path, entries=entries, created=created)
+    return InitResult(root=root, config_path=cfg_path, entries=entries, created=created, committed=committed)

@@ -316,7 +316,7 @@ def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts)
         if a.kind == "deviation":
             out.append({"kind": "amendment", "entry": None, "step": None,
                         "text": f"amendment {a.n} ({a.created}) was made after results were seen: {a.reason}"})
-    diff = code_diff(project, prereg.base_commit, _snapshot_commit(rec, facts))
+    diff = code_diff(project, prereg.base_commit, _snapshot_commit(rec, facts), prereg.front.get("uncommitted"))
     if diff.get("text"):
         out.append({"kind": "code", "entry": None, "step": None, "text": diff["summary"]})
     return out, diff.get("text", "")
@@ -328,8 +328,14 @@ def _snapshot_commit(rec: RunRecord | None, facts: RunFacts) -> str | None:
     return facts.snapshot_commit
 
 
-def code_diff(project: Project, base: str | None, snapshot: str | None) -> dict[str, str]:
-    """`git diff --stat base snapshot`, leaving the logbook folder out; {} when nothing changed."""
+def code_diff(project: Project, base: str | None, snapshot: str | None,
+              uncommitted: dict[str, str | None] | None = None) -> dict[str, str]:
+    """`git diff --stat base snapshot`, leaving the logbook folder out; {} when nothing changed.
+
+    `uncommitted` is what the working tree held beyond `base` when the
+    preregistration was made (path -> blob id, None if deleted): a file the run's
+    snapshot holds exactly so is the code that was preregistered, not a change.
+    """
     from . import gitbind
 
     if not base or not snapshot:
@@ -341,10 +347,13 @@ def code_diff(project: Project, base: str | None, snapshot: str | None) -> dict[
                     f"the code cannot be compared: commit {c[:12]} is not in this repository"}
     entries = project.entries.relative_to(root).as_posix()
     spec = ["--", ".", f":(exclude){entries}"]
-    stat = gitbind.git(root, "diff", "--stat=100", base, snapshot, *spec).rstrip()
-    if not stat:
+    files = [f for f in gitbind.git(root, "diff", "--name-only", "--no-renames", base, snapshot, *spec).splitlines() if f]
+    if uncommitted and isinstance(uncommitted, dict):
+        now = gitbind.blob_ids(root, snapshot, [f for f in files if f in uncommitted])
+        files = [f for f in files if f not in now or now[f] != uncommitted[f]]
+    if not files:
         return {}
-    files = [f for f in gitbind.git(root, "diff", "--name-only", base, snapshot, *spec).splitlines() if f]
+    stat = gitbind.git(root, "diff", "--stat=100", "--no-renames", base, snapshot, "--", *files).rstrip()
     shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
     return {"text": stat, "summary": f"the code changed between the preregistration's commit {base[:7]} and the "
                                      f"run's snapshot {snapshot[:7]}: {len(files)} file(s) ({shown})"}

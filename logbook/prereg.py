@@ -156,6 +156,11 @@ def create_prereg(project: Project, inp: PreregInput, *, now: datetime | None = 
              **{k: fields[k] for k in ("hypothesis", "rationale", "assumptions", "predictions",
                                        "contingency", "config", "budget")},
              "base_commit": state.head}
+    # What the working tree held beyond the base commit (an untracked config, an
+    # edit not yet committed): a run that trains this very code is no deviation.
+    uncommitted = gitbind.uncommitted_blobs(project.root, _relpath(project, project.entries))
+    if uncommitted:
+        front["uncommitted"] = uncommitted
     body = render_body(front)
     digest = hash_as_written(front, body)
     message = gitbind.format_message(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -141,7 +142,8 @@ def _user_view(repo: Path) -> tuple[bytes, ...]:
 
 def test_snapshot_captures_dirty_and_untracked_files_without_touching_anything(logbook_repo):
     repo = logbook_repo
-    (repo / "logbook.yaml").write_text((repo / "logbook.yaml").read_text() + "snapshot_max_file_mb: 0.001\n")
+    settings = repo / "logbook.yaml"
+    settings.write_text(re.sub(r"(?m)^snapshot_max_file_mb:.*$", "snapshot_max_file_mb: 0.001", settings.read_text()))
     git(repo, "commit", "-q", "-am", "small snapshot cap")
     (repo / ".gitignore").write_text("*.log\n")
     git(repo, "add", ".gitignore")

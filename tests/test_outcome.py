@@ -270,3 +270,24 @@ def test_one_guard_incident_is_one_deviation_however_many_events_carry_it_out(lo
     assert devs[0]["entries"] == ["g:0", "g:1", "g:2"] and devs[0]["text"].endswith("carried out as: rollback, lr scaled")
     assert devs[1]["entry"] == "g:6" and "carried out as" not in devs[1]["text"]
     assert devs[3]["entry"] == "g:8"  # a skip after a live change is a new incident
+
+
+def test_following_the_readme_records_no_false_code_change_and_a_real_one_is_named(repo, cli, story_clock):
+    """init, prereg --config with an untracked config and helper, run: the run trains what was preregistered."""
+    assert cli("init").exit_code == 0  # commits logbook.yaml itself
+    assert "logbook.yaml" in git(repo, "ls-files")
+    (repo / "configs").mkdir()
+    (repo / "configs" / "x.yaml").write_text("train: {steps: 5}\n")
+    (repo / "tool.py").write_text("print('helper, never committed')\n")
+    (repo / "README.md").write_text("experiments, edited but not committed\n")
+    project = project_of(repo)
+    pid = make_prereg(project, ["loss@final < 4"], config="configs/x.yaml")
+    snap = gitbind.snapshot_worktree(project, "story")["commit"]
+    story_run(project, story_clock, "story", pid, snapshot=snap)
+    assert not [d for d in evaluate(project, "story").deviations if d["kind"] == "code"]
+
+    (repo / "tool.py").write_text("print('changed after the preregistration')\n")
+    snap = gitbind.snapshot_worktree(project, "again")["commit"]
+    story_run(project, story_clock, "again", pid, snapshot=snap)
+    (code,) = [d for d in evaluate(project, "again").deviations if d["kind"] == "code"]
+    assert "1 file(s) (tool.py)" in code["text"]

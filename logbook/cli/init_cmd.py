@@ -11,7 +11,7 @@ from ._app import app, err
 def init_cmd(
     entries_dir: str = typer.Option("entries", "--entries", help="Folder for the logbook, relative to the repository root."),
 ) -> None:
-    """Set up a logbook in this git repository: writes logbook.yaml and entries/.
+    """Set up a logbook in this git repository: commits logbook.yaml (alone) and creates entries/.
 
     Example: logbook init
     """
@@ -19,4 +19,5 @@ def init_cmd(
 
     res = init_logbook(entries_dir=entries_dir)
     verb = "Created" if res.created else "Found existing"
-    err(f"{verb} {res.config_path.relative_to(res.root)}; logbook folder: {res.entries.relative_to(res.root)}/")
+    done = f" (committed as {res.committed[:10]})" if res.committed else ""
+    err(f"{verb} {res.config_path.relative_to(res.root)}{done}; logbook folder: {res.entries.relative_to(res.root)}/")
