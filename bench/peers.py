@@ -28,7 +28,7 @@ the reason. `--step-only` adds the model + AdamW step alone, in this process:
 the project's model with and without its stabilisers against nanoGPT's.
 
     python3 bench/peers.py --nanogpt ~/src/nanoGPT [--olmo-python V/bin/python] [--rounds 3] [--steps 60]
-        [--warmup 10] [--compile off|on|both] [--step-only] [--quick]
+        [--warmup 10] [--compile off|on|both] [--step-only | --profile] [--quick]
 """
 
 from __future__ import annotations
@@ -226,6 +226,33 @@ def step_only(checkout: Path, rounds: int, block: int) -> None:
     """ms per model + AdamW step: the project's model with and without stabilisers, against nanoGPT's."""
     import torch
 
+    contenders = _step_contenders(checkout)
+    s = SHAPE
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(0, 256, (s["batch"], s["block"]), generator=g) for _ in range(2))
+    ms: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for name, (m, opt, loss_of) in contenders.items():
+            for i in range(block + 1):
+                if i == 1:
+                    t0 = time.perf_counter()  # the first step of a block warms the caches
+                loss_of(x, y).backward()
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            ms[name].append((time.perf_counter() - t0) / block * 1000)
+    print("\nmodel + AdamW step alone (ms; ratio = nanoGPT's time / this one's)")
+    for name, v in ms.items():
+        ratio = statistics.median(a / b for a, b in zip(ms["nanoGPT"], v))
+        print(f"  {name:28s} {statistics.median(v):7.1f} ms   {ratio:.3f}")
+        if name != "nanoGPT":
+            result(f"step alone: {name} vs nanoGPT", round(ratio, 3), "ratio", "-", None)
+
+
+def _step_contenders(checkout: Path) -> dict:
+    """name -> (model, optimizer, loss function of (x, y)) for the project's model with and without stabilisers, and nanoGPT's."""
+    import torch
+
     from trainer.config import load_train_config
     from trainer.model import GPT
     from trainer.optim import build_optimizer
@@ -251,26 +278,28 @@ def step_only(checkout: Path, rounds: int, block: int) -> None:
                                 n_embd=s["width"], dropout=0.0, bias=False))
         return m, m.configure_optimizers(0.1, 3e-3, (0.9, 0.95), "cpu"), lambda x, y: m(x, y)[1]
 
-    contenders = {"project, QK-norm + z-loss": ours(True), "project, without them": ours(False), "nanoGPT": nanogpt()}
+    return {"project, QK-norm + z-loss": ours(True), "project, without them": ours(False), "nanoGPT": nanogpt()}
+
+
+def profile_step(checkout: Path, steps: int = 10, rows: int = 14) -> None:
+    """torch.profiler's top operators (self CPU time) of the model + AdamW step, the project's and nanoGPT's."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    contenders = _step_contenders(checkout)
     g = torch.Generator().manual_seed(0)
-    x, y = (torch.randint(0, 256, (s["batch"], s["block"]), generator=g) for _ in range(2))
-    ms: dict[str, list[float]] = {k: [] for k in contenders}
-    for _ in range(rounds):
-        for name, (m, opt, loss_of) in contenders.items():
-            for i in range(block + 1):
-                if i == 1:
-                    t0 = time.perf_counter()  # the first step of a block warms the caches
-                loss_of(x, y).backward()
-                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            ms[name].append((time.perf_counter() - t0) / block * 1000)
-    print("\nmodel + AdamW step alone (ms; ratio = nanoGPT's time / this one's)")
-    for name, v in ms.items():
-        ratio = statistics.median(a / b for a, b in zip(ms["nanoGPT"], v))
-        print(f"  {name:28s} {statistics.median(v):7.1f} ms   {ratio:.3f}")
-        if name != "nanoGPT":
-            result(f"step alone: {name} vs nanoGPT", round(ratio, 3), "ratio", "-", None)
+    x, y = (torch.randint(0, 256, (SHAPE["batch"], SHAPE["block"]), generator=g) for _ in range(2))
+    for name in ("project, QK-norm + z-loss", "nanoGPT"):
+        m, opt, loss_of = contenders[name]
+        step = lambda: (loss_of(x, y).backward(), torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0),  # noqa: E731
+                        opt.step(), opt.zero_grad(set_to_none=True))
+        for _ in range(3):
+            step()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+        print(f"\n{name}: {steps} steps under torch.profiler")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
 def main() -> int:
@@ -281,7 +310,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=60, help="steps per contender per round")
     ap.add_argument("--warmup", type=int, default=10, help="first steps left out of each throughput")
     ap.add_argument("--compile", choices=("off", "on", "both"), default="both")
-    ap.add_argument("--step-only", action="store_true", help="also time the model + AdamW step alone")
+    ap.add_argument("--step-only", action="store_true", help="only time the model + AdamW step alone, in this process")
+    ap.add_argument("--profile", action="store_true", help="only print torch.profiler's top operators of that step")
     ap.add_argument("--quick", action="store_true", help="2 rounds of 40 steps, eager only")
     args = ap.parse_args()
     if args.quick:
@@ -292,6 +322,12 @@ def main() -> int:
         print(f"skipped: {why}; get it with `git clone https://github.com/karpathy/nanoGPT` and pass its path "
               "with --nanogpt PATH or NANOGPT_DIR=PATH")
         result("logbook vs nanoGPT", "skipped", "ratio", ">= 1.0", None)
+        return 0
+    if args.profile:
+        profile_step(checkout)
+        return 0
+    if args.step_only:
+        step_only(checkout, rounds=max(5, 3 * args.rounds), block=3)
         return 0
     skipped = {}
     problem = olmo_problem(args.olmo_python)
@@ -307,8 +343,6 @@ def main() -> int:
             contenders.append(OlmoCore(work, args.olmo_python, data, args.steps))
         tps = measure(contenders, modes, args.rounds, args.warmup)
     report(tps, skipped)
-    if args.step_only:
-        step_only(checkout, rounds=max(5, 3 * args.rounds), block=3)
     return 0
 
 

@@ -48,7 +48,7 @@ def cache_env(state_dir: Path) -> dict[str, str]:
 class CompileCache:
     """Sets `cache_env` for the life of an attempt; `close()` puts the environment back as it was."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, device_type: str = "cpu") -> None:
         self.env = cache_env(state_dir)
         self._before = {k: os.environ.get(k) for k in self.env}
         Path(self.env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
@@ -58,14 +58,28 @@ class CompileCache:
         import torch._functorch.config as functorch_config
         import torch._inductor.config as inductor_config
 
+        self._config_before = (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
+                               inductor_config.cpp.vec_isa_ok)
         inductor_config.fx_graph_cache = True
         functorch_config.enable_autograd_cache = True
+        if device_type == "cpu":
+            # Otherwise every process start builds a test library per SIMD level and
+            # dlopens each in a Python subprocess (several seconds of a restart on a
+            # busy machine). The CPU's own flags name the levels it has; the probe only
+            # guards against a compiler that cannot target them. Set in every attempt,
+            # since inductor's cache keys include it.
+            inductor_config.cpp.vec_isa_ok = True
 
     @property
     def path(self) -> Path:
         return Path(self.env["TORCHINDUCTOR_CACHE_DIR"])
 
     def close(self) -> None:
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as inductor_config
+
+        (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
+         inductor_config.cpp.vec_isa_ok) = self._config_before
         for k, v in self._before.items():
             if v is None:
                 os.environ.pop(k, None)

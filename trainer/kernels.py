@@ -8,7 +8,7 @@ cross-entropy plus a z-loss read the logits twice (`log_softmax`, then
 cost about a fifth of the step.
 
 - `rms_norm`: an autograd function with its own backward: three passes
-  forward, five backward, with the gain's gradient reduced over whichever
+  forward, five backward (one a matrix-vector product), with the gain's gradient reduced over whichever
   dimensions it was broadcast along (so the per-head QK-norm gains fit too).
 - `cross_entropy_z`: one log-sum-exp serves both terms; backward is one
   softmax scaled row by row, minus the targets.
@@ -44,12 +44,22 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         xhat, rstd, weight = ctx.saved_tensors
-        gw = g * weight
-        # d/dx of x * rstd: rstd * (gw - xhat * mean(gw * xhat)).
-        dot = torch.linalg.vecdot(gw, xhat, dim=-1).unsqueeze(-1).div_(xhat.shape[-1])
-        dx = gw.addcmul_(xhat, dot, value=-1.0).mul_(rstd)
-        dw = (g * xhat).sum_to_size(weight.shape) if ctx.needs_input_grad[1] else None
+        gx = g * xhat
+        dw = gx.sum_to_size(weight.shape) if ctx.needs_input_grad[1] else None
+        # d/dx of x * rstd: rstd * (g w - xhat * mean(g w xhat)); the mean is a
+        # matrix-vector product of g * xhat with the gain, one kernel and no temporary.
+        dot = _row_dot(gx, weight).div_(xhat.shape[-1])
+        dx = (g * weight).addcmul_(xhat, dot, value=-1.0).mul_(rstd)
         return dx, dw, None
+
+
+def _row_dot(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """sum(a * w, -1, keepdim=True) for a gain `w` broadcast along `a`, as a matmul where its shape allows."""
+    if w.dim() == 1:
+        return torch.matmul(a, w).unsqueeze(-1)
+    if w.shape[-2] == 1:  # a gain per head, shared by every position: [..., 1, d]
+        return torch.matmul(a, w.transpose(-1, -2))
+    return (a * w).sum(-1, keepdim=True)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:

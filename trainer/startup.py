@@ -90,7 +90,7 @@ def build(t: Trainer) -> None:
     if train.parallel == "fsdp":
         dist.wrap_model(t.raw_model, t.dist, "fsdp")  # shards in place, before compile and the optimizer
     if train.compile:
-        t.compile_cache = CompileCache(t.project.state_dir)  # before anything compiles
+        t.compile_cache = CompileCache(t.project.state_dir, t.device.type)  # before anything compiles
         t.model = compile_model(t.raw_model)
     else:
         t.model = t.raw_model
