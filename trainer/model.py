@@ -2,7 +2,8 @@
 
 RMSNorm everywhere, QK-norm with per-head gains (so QK-clip can rescale one
 head), a z-loss reported apart from the cross-entropy, no biases, SDPA
-attention, optional tied embeddings. Every parameter has a role (embedding,
+attention, optional tied embeddings. RMSNorm and the loss run on single-pass
+kernels of their own on CPU (trainer/kernels.py). Every parameter has a role (embedding,
 norm, hidden, head) from which the optimizer builds its groups: embeddings and
 norms never get weight decay, and Muon only sees hidden matrices.
 """
