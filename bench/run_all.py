@@ -22,6 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     "trainer_vs_bare.py",
+    "peers.py",
     "guard_overhead.py",
     "telemetry_overhead.py",
     "background_save.py",

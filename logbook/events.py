@@ -13,7 +13,9 @@ Payload (`data`) fields per kind. Producers add fields freely; readers must
 tolerate missing ones. Times are seconds (float), steps and tokens integers.
 
 - run_started: config_hash, config_path, world_size, prereg_id, exploratory,
-  snapshot_commit, total_steps, tokens_per_step, device, resumed_from_step
+  snapshot_commit, total_steps, tokens_per_step, device, resumed_from_step,
+  restore_s, compiled, compile_s (torch.compile before the first step; a
+  cache load on a restart)
 - restart: cause (exception | signal | preempted | hang | unknown), detail,
   prev_attempt, next_attempt, resumed_from_step, failed_at_step, steps_lost, seconds_lost,
   downtime_s, exception_type, exception_message, signal

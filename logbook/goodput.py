@@ -4,7 +4,11 @@ Wall time runs from the start of the first attempt to the last sign of life
 of the latest one. It is split into categories that do not overlap:
 
 - start-up: from an attempt's process start to its first training step,
-  less any restore time an attempt reports (`restore_s` in `run_started`);
+  less any restore and compile time an attempt reports (`restore_s` and
+  `compile_s` in `run_started`);
+- compiling: `torch.compile` of the training step before the first step
+  (`compile_s` in `run_started`: the full compile on a run's first attempt,
+  a cache load on a restart);
 - restore: restore seconds reported by `run_started` or `rollback` payloads;
 - checkpoint save: the blocking seconds of every `checkpoint_saved`;
 - lost to disruptions: `seconds_lost` of each `restart` (work done after the
@@ -38,8 +42,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-CATEGORIES = ("startup_s", "restore_s", "checkpoint_save_s", "lost_s", "downtime_s", "data_s", "productive_s")
-LABELS = {"startup_s": "start-up", "restore_s": "restore", "checkpoint_save_s": "checkpoint saves",
+CATEGORIES = ("startup_s", "compile_s", "restore_s", "checkpoint_save_s", "lost_s", "downtime_s", "data_s", "productive_s")
+LABELS = {"startup_s": "start-up", "compile_s": "compiling", "restore_s": "restore", "checkpoint_save_s": "checkpoint saves",
           "lost_s": "progress lost to disruptions", "downtime_s": "downtime between attempts",
           "data_s": "data loading", "productive_s": "productive training"}
 
@@ -71,7 +75,9 @@ class GoodputReport:
     productive_s: float = 0.0
     """Wall time less every badput category."""
     startup_s: float = 0.0
-    """Process start to first training step, every attempt (restore excluded)."""
+    """Process start to first training step, every attempt (restore and compiling excluded)."""
+    compile_s: float = 0.0
+    """torch.compile of the training step before each attempt's first step."""
     restore_s: float = 0.0
     """Loading checkpoints, where attempts or rollbacks report it."""
     checkpoint_save_s: float = 0.0
@@ -243,9 +249,13 @@ def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str,
         rep.downtime_s += max(0.0, att.start - prev.end)
     for att in attempts:
         restore = number(_data(att.started).get("restore_s")) or 0.0
+        compiling = number(_data(att.started).get("compile_s")) or 0.0
         span = max(0.0, (att.first_step or att.start) - att.start)
-        rep.restore_s += min(restore, span)
-        rep.startup_s += span - min(restore, span)
+        restore = min(restore, span)
+        compiling = min(compiling, span - restore)
+        rep.restore_s += restore
+        rep.compile_s += compiling
+        rep.startup_s += span - restore - compiling
     _losses(events, attempts, step_s, rep)
     for e in events:
         d = _data(e)
@@ -255,7 +265,7 @@ def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str,
             rep.restore_s += number(d.get("restore_s")) or 0.0
     rep.data_s = _data_seconds(events, metrics)
     rep.wall_s = max(0.0, attempts[-1].end - attempts[0].start)
-    bad = rep.startup_s + rep.restore_s + rep.checkpoint_save_s + rep.lost_s + rep.downtime_s + rep.data_s
+    bad = rep.startup_s + rep.compile_s + rep.restore_s + rep.checkpoint_save_s + rep.lost_s + rep.downtime_s + rep.data_s
     rep.productive_s = max(0.0, rep.wall_s - bad)
     return rep
 

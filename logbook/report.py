@@ -164,7 +164,7 @@ def compute(project: Project, facts: RunFacts, rec: RunRecord | None, atts: list
     skipped = len(facts.of_kind("step_skipped")) * (per_step or 0.0)
     parts = {
         "lost_restarts": rep.lost_restart_s, "downtime": rep.downtime_s, "lost_rollbacks": rep.lost_rollback_s,
-        "skipped": skipped, "startup": rep.startup_s + rep.restore_s, "checkpoints": rep.checkpoint_save_s,
+        "skipped": skipped, "startup": rep.startup_s + rep.compile_s + rep.restore_s, "checkpoints": rep.checkpoint_save_s,
         "data": rep.data_s, "productive": rep.productive_s,
     }
     failed_s = sum(a["seconds"] or 0.0 for a in atts if not a["finished"])

@@ -127,3 +127,24 @@ def test_goodput_of_run_reads_the_stored_logs(tmp_path):
     # The log stamps its own (current) times, so only what does not depend on them is exact.
     assert rep.attempts == 2 and rep.restarts == 1 and rep.rollbacks == 1
     assert rep.checkpoint_save_s == pytest.approx(2.0) and rep.median_step_s == pytest.approx(1.0)
+
+
+def test_compile_time_reported_by_run_started_is_its_own_badput():
+    events, metrics = _two_attempt_run()
+    events[0]["data"]["compile_s"] = 7.0  # attempt 1 compiled from scratch: 0 -> 12 s of start-up
+    events[3]["data"]["compile_s"] = 2.0  # attempt 2 loaded the cached kernels
+    rep = goodput_report(events, metrics)
+    assert rep.compile_s == pytest.approx(9.0)
+    assert rep.startup_s == pytest.approx(12.0 + 8.0 - 9.0)
+    assert rep.restore_s == pytest.approx(3.0)
+    assert rep.productive_s == pytest.approx(62.0 - 38.5)  # carved out of start-up, not added to badput
+    assert sum(rep.fractions().values()) == pytest.approx(1.0)
+    assert "compiling" in rep.sentence()
+
+
+def test_compile_time_never_exceeds_the_attempts_start_up():
+    events, metrics = _two_attempt_run()
+    events[0]["data"]["compile_s"] = 500.0  # a clock gone wrong must not eat productive time
+    rep = goodput_report(events, metrics)
+    assert rep.compile_s == pytest.approx(12.0) and rep.startup_s == pytest.approx(8.0)
+    assert rep.productive_s == pytest.approx(62.0 - 38.5)

@@ -201,7 +201,7 @@ class TrainLoopConfig:
     dtype: str = "float32"
     """float32 | bfloat16 (autocast for the forward and backward)."""
     compile: bool = False
-    """torch.compile the model (GPU runs)."""
+    """torch.compile the model (CPU or GPU); its kernels are cached under .logbook/compile-cache/ so a restart does not compile again."""
     threads: int = 0
     """CPU threads for torch; 0 keeps torch's default. Fix it to compare runs bit for bit across machines."""
     deterministic: bool = True

@@ -36,6 +36,7 @@ from . import dist
 from .attempts import Heartbeat
 from .callbacks import Action, Callback, CallbackList
 from .checkpoint import Checkpointer
+from .compiling import CompileCache, warm_up
 from .config import TrainConfig
 from .faults import InjectedFault
 from .optim import lr_factor, qk_clip
@@ -94,6 +95,9 @@ class Trainer:
         self.saved_config: dict[str, Any] | None = None
         """The config the resumed checkpoint was trained with, as a dict."""
         self.restore_s = 0.0
+        self.compile_s = 0.0
+        """Seconds spent compiling the training step before the first step (train.compile)."""
+        self.compile_cache: CompileCache | None = None
         self._stop_signal: int | None = None
         self._old_handlers: dict[int, Any] = {}
         self.callbacks: CallbackList | None = None
@@ -126,6 +130,8 @@ class Trainer:
             resume(self)
             if self._already_finished():
                 return TrainResult(self.attempt, self.step, self.tokens, None, None)
+            if self.cfg.train.compile:
+                self.compile_s = warm_up(self)  # compiled (or loaded from the cache) before the first step, timed
             announce(self)
             self.callbacks.pre_train()
             self._train()
@@ -365,6 +371,8 @@ class Trainer:
             self.metrics.close()
         if self.heartbeat is not None:
             self.heartbeat.close()
+        if self.compile_cache is not None:
+            self.compile_cache.close()
         if self.dist is not None:
             dist.shutdown(self.dist)
         if self._torch_before is not None:

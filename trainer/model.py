@@ -2,7 +2,8 @@
 
 RMSNorm everywhere, QK-norm with per-head gains (so QK-clip can rescale one
 head), a z-loss reported apart from the cross-entropy, no biases, SDPA
-attention, optional tied embeddings. Every parameter has a role (embedding,
+attention, optional tied embeddings. RMSNorm and the loss run on single-pass
+kernels of their own on CPU (trainer/kernels.py). Every parameter has a role (embedding,
 norm, hidden, head) from which the optimizer builds its groups: embeddings and
 norms never get weight decay, and Muon only sees hidden matrices.
 """
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .kernels import cross_entropy_z, rms_norm
 
 # Caps the transient logits tensor of the max-logit probe at 16M elements.
 _PROBE_ELEMS = 1 << 24
@@ -55,13 +57,13 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
         if self.qk_norm:
-            q = F.rms_norm(q, (self.head_dim,)) * self.q_gain[None, :, None, :]
-            k = F.rms_norm(k, (self.head_dim,)) * self.k_gain[None, :, None, :]
+            q = rms_norm(q, self.q_gain[:, None, :])
+            k = rms_norm(k, self.k_gain[:, None, :])
         if self.track_max_logit:
             self.max_logit = _max_logit_per_head(q.detach(), k.detach())
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return F.dropout(self.proj(y), self.dropout, self.training)
+        return _dropout(self.proj(y), self.dropout, self.training)
 
     @torch.no_grad()
     def clip_qk(self, factor: torch.Tensor) -> None:
@@ -77,6 +79,11 @@ class Attention(nn.Module):
         w[C : 2 * C].view(self.n_head, hd, C).mul_(s[:, None, None])
 
 
+def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    # F.dropout with p=0 still makes a mask and a copy in training mode.
+    return F.dropout(x, p, training) if p and training else x
+
+
 def _max_logit_per_head(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """The largest causal attention logit of each head over the batch: shape [n_head]."""
     B, H, T, hd = q.shape
@@ -90,6 +97,13 @@ def _max_logit_per_head(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return out
 
 
+class RMSNorm(nn.RMSNorm):
+    """nn.RMSNorm (same parameters, same state dict) on the single-pass kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -98,15 +112,15 @@ class MLP(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
+        return _dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
 
 
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.norm1 = nn.RMSNorm(cfg.n_embd)
+        self.norm1 = RMSNorm(cfg.n_embd)
         self.attn = Attention(cfg)
-        self.norm2 = nn.RMSNorm(cfg.n_embd)
+        self.norm2 = RMSNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -120,9 +134,8 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
-        self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.norm_f = nn.RMSNorm(cfg.n_embd)
+        self.norm_f = RMSNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
@@ -142,7 +155,7 @@ class GPT(nn.Module):
         if T > self.cfg.block_size:
             raise ValueError(f"sequence of {T} tokens exceeds block_size {self.cfg.block_size}")
         pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
+        x = _dropout(self.wte(idx) + self.wpe(pos), self.cfg.dropout, self.training)
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.norm_f(x))
@@ -150,9 +163,10 @@ class GPT(nn.Module):
             return ModelOutput(logits=logits)
         # The loss in float32 even under bf16 autocast: the log-partition of
         # a 50k vocabulary loses too much in 8 bits of mantissa.
+        # `.float()` is free when the logits already are float32. One log-sum-exp
+        # serves the cross-entropy and the z-loss (trainer/kernels.py).
         flat = logits.float().view(-1, logits.size(-1))
-        ce = F.cross_entropy(flat, targets.reshape(-1))
-        z = self.cfg.z_loss * torch.logsumexp(flat, dim=-1).pow(2).mean() if self.cfg.z_loss else torch.zeros((), device=ce.device)
+        ce, z = cross_entropy_z(flat, targets.reshape(-1), self.cfg.z_loss)
         return ModelOutput(logits=logits, loss=ce + z, ce_loss=ce.detach(), z_loss=z.detach())
 
     # --- what the optimizer and the telemetry need -------------------------

@@ -2,7 +2,8 @@
 
 `open_logbook` opens the run's event log, metrics and heartbeat and numbers
 the attempt after every attempt before it. `build` makes the data stream, the
-model (wrapped for DDP or FSDP2, compiled if asked), the optimizer, the
+model (wrapped for DDP or FSDP2, compiled if asked, with its compile cache
+under .logbook/: trainer/compiling.py), the optimizer, the
 checkpointer and the callbacks, on the trainer; `default_callbacks` is where
 components register. `announce` writes, after the restore, a `restart` for
 every earlier attempt whose end is not yet recorded and this attempt's
@@ -29,6 +30,7 @@ from .advice_cb import AdviceCallback
 from .attempts import Heartbeat, RunHistory, classify_restart
 from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
+from .compiling import CompileCache, compile_model
 from .config import TrainConfig, config_hash, config_to_dict
 from .control import ControlCallback
 from .data import DataStream, load_corpus
@@ -87,7 +89,11 @@ def build(t: Trainer) -> None:
     torch.manual_seed(train.seed + 1 + t.dist.rank)  # per-rank dropout streams
     if train.parallel == "fsdp":
         dist.wrap_model(t.raw_model, t.dist, "fsdp")  # shards in place, before compile and the optimizer
-    t.model = torch.compile(t.raw_model) if train.compile else t.raw_model
+    if train.compile:
+        t.compile_cache = CompileCache(t.project.state_dir, t.device.type)  # before anything compiles
+        t.model = compile_model(t.raw_model)
+    else:
+        t.model = t.raw_model
     if train.parallel == "ddp":
         t.model = dist.wrap_model(t.model, t.dist, "ddp")
     t.optimizer = build_optimizer(t.raw_model, cfg.optim, t.device.type)
@@ -174,7 +180,8 @@ def announce(t: Trainer) -> None:
         torchelastic_restart_count=int(t.env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
         threads=torch.get_num_threads(), dtype=t.cfg.train.dtype, n_params=t.raw_model.num_params(),
         flops_per_token=t.raw_model.flops_per_token(), data_fingerprints=t.data.fingerprints(),
-        started_at=t.started_at, restore_s=round(t.restore_s, 6),
+        started_at=t.started_at, restore_s=round(t.restore_s, 6), compiled=t.cfg.train.compile,
+        compile_s=round(t.compile_s, 6),
         config_changed=_changed_keys(t.saved_config, config_to_dict(t.cfg)) if t.saved_config else [],
     )
     if t.dist.rank == 0:

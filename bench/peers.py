@@ -1,0 +1,350 @@
+"""Tokens per second of this trainer against the trainers a user would pick instead, side by side.
+
+Contenders, at one shape (4 layers, 4 heads, 128 wide, block 128, batch 16,
+vocabulary 256), on the same data (the standard library's source as bytes),
+in float32, one thread each (`OMP_NUM_THREADS=1` and `torch.set_num_threads(1)`):
+
+- logbook: `logbook run --exploratory` (the library call behind it, so
+  torchrun, the event log, metrics every step, heartbeat, guard, live
+  control, telemetry, progress and background checkpoints every 50 steps are
+  all on), the tiny CPU config at that shape with QK-norm and z-loss;
+- nanoGPT: `train.py` of a checkout of github.com/karpathy/nanoGPT, given
+  with `--nanogpt PATH` (or `NANOGPT_DIR`). Nothing of it is copied here: its
+  data files and a link to its configurator go into a temporary folder, and
+  it runs with command-line overrides (cpu, float32, no evaluation after the
+  first, no checkpoints, no W&B). Get it with
+  `git clone https://github.com/karpathy/nanoGPT`;
+- OLMo-core: its OLMo 2 transformer (QK-norm, z-loss) at the same shape with
+  AdamW (`bench/_olmo_peer.py`), run by the Python of a virtual environment
+  where `ai2-olmo-core` is installed, given with `--olmo-python PATH` (or
+  `OLMO_PYTHON`): `python3 -m venv --system-site-packages V && V/bin/pip install ai2-olmo-core`.
+
+Each round runs every contender once as a fresh process, eager and (with
+`--compile on|both`) under torch.compile, one after another, so a busy
+machine slows them alike; a contender's throughput is its steady state
+(the steps after `--warmup`, checkpoints included), and each ratio is the
+median over rounds of the per-round ratios. A missing peer is skipped with
+the reason. `--step-only` adds the model + AdamW step alone, in this process:
+the project's model with and without its stabilisers against nanoGPT's.
+
+    python3 bench/peers.py --nanogpt ~/src/nanoGPT [--olmo-python V/bin/python] [--rounds 3] [--steps 60]
+        [--warmup 10] [--compile off|on|both] [--step-only | --profile] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pickle
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench._result import result  # noqa: E402
+
+SHAPE = {"layers": 4, "heads": 4, "width": 128, "block": 128, "batch": 16}
+GOALS = {("nanogpt", False, False): 1.0, ("nanogpt", True, False): 1.2, ("nanogpt", True, True): 1.0,
+         ("olmo", False, False): 1.0, ("olmo", True, True): 1.0}
+"""(peer, logbook compiled, peer compiled) -> the least ratio logbook/peer the issue asks for."""
+
+
+def stdlib_bytes() -> np.ndarray:
+    """The training bytes the project's stdlib source yields (8 MB, the tiny config's)."""
+    from trainer.config import load_train_config
+    from trainer.data import load_corpus
+
+    cfg = load_train_config(ROOT / "configs" / "tiny-cpu.yaml", [])
+    return load_corpus(cfg.data.sources[0], ROOT, cfg.data).train
+
+
+def one_thread_env(cache: Path) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache),
+            "PYTHONPATH": str(ROOT)}
+
+
+# --- the contenders ---------------------------------------------------------------------
+
+
+class Logbook:
+    name = "logbook"
+
+    def __init__(self, work: Path, steps: int) -> None:
+        from bench.recovery_time import scratch_repo
+
+        self.repo = scratch_repo(self._mkdir(work / "logbook"))
+        self.steps = steps
+        self.runs = 0
+
+    @staticmethod
+    def _mkdir(p: Path) -> Path:
+        p.mkdir(parents=True)
+        return p
+
+    def config(self, compiled: bool) -> Path:
+        cfg = yaml.safe_load((ROOT / "configs" / "tiny-cpu.yaml").read_text())
+        cfg["model"].update(n_layer=SHAPE["layers"], n_head=SHAPE["heads"], n_embd=SHAPE["width"],
+                            block_size=SHAPE["block"])
+        cfg["train"].update(steps=self.steps, batch_size=SHAPE["batch"], eval_every=0, threads=1, compile=compiled)
+        path = self.repo / f"peers-{'compiled' if compiled else 'eager'}.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return path
+
+    def step_seconds(self, compiled: bool, warmup: int) -> list[float]:
+        from logbook.launch import launch_run
+        from logbook.project import open_project
+        from logbook.sink import read_metrics
+
+        self.runs += 1
+        run_id = f"peers-{self.runs}"
+        os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        res = launch_run(open_project(self.repo), self.config(compiled), [], exploratory=True, max_restarts=0,
+                         run_id=run_id)
+        if res.status != "finished":
+            raise RuntimeError(f"logbook run {run_id} ended {res.status}: {res.reason}")
+        rows = sorted((r for r in read_metrics(self.repo / "entries" / "runs" / run_id) if "loss" in r),
+                      key=lambda r: r["step"])
+        times = [r["time"] for r in rows if r["step"] >= warmup]
+        return [b - a for a, b in zip(times, times[1:])]
+
+
+class NanoGPT:
+    name = "nanogpt"
+
+    def __init__(self, work: Path, checkout: Path, data: np.ndarray, steps: int) -> None:
+        self.checkout, self.steps = checkout, steps
+        self.dir = work / "nanogpt"
+        (self.dir / "data" / "stdlib").mkdir(parents=True)
+        # train.py reads `configurator.py` and `data/<dataset>/` from its working folder.
+        (self.dir / "configurator.py").symlink_to(checkout / "configurator.py")
+        data.astype(np.uint16).tofile(self.dir / "data" / "stdlib" / "train.bin")
+        data[: 1 << 20].astype(np.uint16).tofile(self.dir / "data" / "stdlib" / "val.bin")
+        with open(self.dir / "data" / "stdlib" / "meta.pkl", "wb") as f:
+            pickle.dump({"vocab_size": 256}, f)
+
+    def step_seconds(self, compiled: bool, warmup: int) -> list[float]:
+        s = SHAPE
+        args = [f"--out_dir={self.dir / 'out'}", "--dataset=stdlib", "--device=cpu", "--dtype=float32",
+                f"--compile={compiled}", f"--n_layer={s['layers']}", f"--n_head={s['heads']}", f"--n_embd={s['width']}",
+                f"--block_size={s['block']}", f"--batch_size={s['batch']}", "--gradient_accumulation_steps=1",
+                f"--max_iters={self.steps - 1}", f"--lr_decay_iters={self.steps}", "--eval_interval=1000000",
+                "--eval_iters=1", "--log_interval=1", "--always_save_checkpoint=False", "--dropout=0.0",
+                "--bias=False", "--learning_rate=3e-3", "--min_lr=3e-4", "--warmup_iters=20", "--wandb_log=False"]
+        proc = subprocess.run([sys.executable, str(self.checkout / "train.py"), *args], cwd=self.dir,
+                              env=one_thread_env(self.dir / "inductor"), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"nanoGPT train.py exited {proc.returncode}: {proc.stderr[-1500:]}")
+        found = re.findall(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms", proc.stdout, re.M)
+        return [float(ms) / 1000 for it, ms in found if int(it) > warmup]
+
+
+class OlmoCore:
+    name = "olmo"
+
+    def __init__(self, work: Path, python: str, data: np.ndarray, steps: int) -> None:
+        self.python, self.steps = python, steps
+        self.dir = work / "olmo"
+        self.dir.mkdir()
+        self.data = self.dir / "train.npy"
+        np.save(self.data, data)
+
+    def step_seconds(self, compiled: bool, warmup: int) -> list[float]:
+        s = SHAPE
+        cmd = [self.python, str(ROOT / "bench" / "_olmo_peer.py"), "--data", str(self.data), "--steps", str(self.steps),
+               *[a for k, v in s.items() for a in (f"--{k}", str(v))], *(["--compile"] if compiled else [])]
+        proc = subprocess.run(cmd, cwd=self.dir, env=one_thread_env(self.dir / "inductor"), capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"OLMo-core exited {proc.returncode}: {proc.stderr[-1500:]}")
+        ms = [float(m) for m in re.findall(r"^STEP_MS ([\d.]+)", proc.stdout, re.M)]
+        return [m / 1000 for m in ms[warmup:]]
+
+
+def olmo_problem(python: str | None) -> str | None:
+    """Why OLMo-core cannot run (None: it can)."""
+    if not python:
+        return "no --olmo-python (or OLMO_PYTHON): " + __doc__.split("`OLMO_PYTHON`): ")[1].split("\n\n")[0].strip()
+    probe = subprocess.run([python, "-c", "import olmo_core.nn.transformer"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"{python} cannot import olmo_core: {probe.stderr.strip().splitlines()[-1] if probe.stderr else '?'}"
+    return None
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+def measure(contenders: list, modes: list[bool], rounds: int, warmup: int) -> dict[tuple[str, bool], list[float]]:
+    """tokens/s per (contender, compiled), one sample per round; contenders alternate within each round."""
+    tokens = SHAPE["batch"] * SHAPE["block"]
+    tps: dict[tuple[str, bool], list[float]] = {}
+    for r in range(rounds):
+        for compiled in modes:
+            for c in contenders:
+                t0 = time.perf_counter()
+                steps = c.step_seconds(compiled, warmup)
+                tps.setdefault((c.name, compiled), []).append(tokens * len(steps) / sum(steps))
+                print(f"round {r + 1} {c.name:8s} {'compiled' if compiled else 'eager   '} "
+                      f"{tps[(c.name, compiled)][-1]:8,.0f} tok/s  ({time.perf_counter() - t0:.0f} s)",
+                      file=sys.stderr, flush=True)
+    return tps
+
+
+def report(tps: dict[tuple[str, bool], list[float]], skipped: dict[str, str]) -> None:
+    label = {False: "eager", True: "compiled"}
+    print(f"\n{'contender':10s} {'mode':9s} {'median tok/s':>13s}")
+    for (name, compiled), v in sorted(tps.items()):
+        print(f"{name:10s} {label[compiled]:9s} {statistics.median(v):13,.0f}")
+    print()
+    for (peer, ours_c, peer_c), goal in GOALS.items():
+        figure = f"logbook {label[ours_c]} vs {peer} {label[peer_c]}"
+        if peer in skipped:
+            print(f"{figure}: skipped ({skipped[peer]})")
+            result(figure, "skipped", "ratio", f">= {goal}", None)
+            continue
+        ours, theirs = tps.get(("logbook", ours_c)), tps.get((peer, peer_c))
+        if not ours or not theirs:
+            continue  # that mode was not measured
+        ratio = statistics.median(a / b for a, b in zip(ours, theirs))
+        print(f"{figure}: {ratio:.3f} (goal >= {goal})")
+        result(figure, round(ratio, 3), "ratio", f">= {goal}", ratio >= goal)
+
+
+# --- the model + AdamW step alone ----------------------------------------------------------------
+
+
+def step_only(checkout: Path, rounds: int, block: int) -> None:
+    """ms per model + AdamW step: the project's model with and without stabilisers, against nanoGPT's."""
+    import torch
+
+    contenders = _step_contenders(checkout)
+    s = SHAPE
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(0, 256, (s["batch"], s["block"]), generator=g) for _ in range(2))
+    ms: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for name, (m, opt, loss_of) in contenders.items():
+            for i in range(block + 1):
+                if i == 1:
+                    t0 = time.perf_counter()  # the first step of a block warms the caches
+                loss_of(x, y).backward()
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            ms[name].append((time.perf_counter() - t0) / block * 1000)
+    print("\nmodel + AdamW step alone (ms; ratio = nanoGPT's time / this one's)")
+    for name, v in ms.items():
+        ratio = statistics.median(a / b for a, b in zip(ms["nanoGPT"], v))
+        print(f"  {name:28s} {statistics.median(v):7.1f} ms   {ratio:.3f}")
+        if name != "nanoGPT":
+            result(f"step alone: {name} vs nanoGPT", round(ratio, 3), "ratio", "-", None)
+
+
+def _step_contenders(checkout: Path) -> dict:
+    """name -> (model, optimizer, loss function of (x, y)) for the project's model with and without stabilisers, and nanoGPT's."""
+    import torch
+
+    from trainer.config import load_train_config
+    from trainer.model import GPT
+    from trainer.optim import build_optimizer
+
+    torch.set_num_threads(1)
+    spec = importlib.util.spec_from_file_location("nanogpt_model", checkout / "model.py")
+    ng = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ng)
+    s = SHAPE
+    shape = [f"model.n_layer={s['layers']}", f"model.n_head={s['heads']}", f"model.n_embd={s['width']}",
+             f"model.block_size={s['block']}"]
+
+    def ours(stabilisers: bool):
+        cfg = load_train_config(ROOT / "configs" / "tiny-cpu.yaml",
+                                shape + [f"model.qk_norm={str(stabilisers).lower()}", f"model.z_loss={1e-4 if stabilisers else 0}"])
+        torch.manual_seed(0)
+        m = GPT(cfg.model)
+        return m, build_optimizer(m, cfg.optim, "cpu"), lambda x, y: m(x, y).loss
+
+    def nanogpt():
+        torch.manual_seed(0)
+        m = ng.GPT(ng.GPTConfig(block_size=s["block"], vocab_size=256, n_layer=s["layers"], n_head=s["heads"],
+                                n_embd=s["width"], dropout=0.0, bias=False))
+        return m, m.configure_optimizers(0.1, 3e-3, (0.9, 0.95), "cpu"), lambda x, y: m(x, y)[1]
+
+    return {"project, QK-norm + z-loss": ours(True), "project, without them": ours(False), "nanoGPT": nanogpt()}
+
+
+def profile_step(checkout: Path, steps: int = 10, rows: int = 14) -> None:
+    """torch.profiler's top operators (self CPU time) of the model + AdamW step, the project's and nanoGPT's."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    contenders = _step_contenders(checkout)
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(0, 256, (SHAPE["batch"], SHAPE["block"]), generator=g) for _ in range(2))
+    for name in ("project, QK-norm + z-loss", "nanoGPT"):
+        m, opt, loss_of = contenders[name]
+        step = lambda: (loss_of(x, y).backward(), torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0),  # noqa: E731
+                        opt.step(), opt.zero_grad(set_to_none=True))
+        for _ in range(3):
+            step()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+        print(f"\n{name}: {steps} steps under torch.profiler")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nanogpt", default=os.environ.get("NANOGPT_DIR"), help="a checkout of karpathy/nanoGPT")
+    ap.add_argument("--olmo-python", default=os.environ.get("OLMO_PYTHON"), help="Python with ai2-olmo-core installed")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=60, help="steps per contender per round")
+    ap.add_argument("--warmup", type=int, default=10, help="first steps left out of each throughput")
+    ap.add_argument("--compile", choices=("off", "on", "both"), default="both")
+    ap.add_argument("--step-only", action="store_true", help="only time the model + AdamW step alone, in this process")
+    ap.add_argument("--profile", action="store_true", help="only print torch.profiler's top operators of that step")
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 40 steps, eager only")
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.steps, args.compile = 2, 40, "off"
+    checkout = Path(args.nanogpt).expanduser() if args.nanogpt else None
+    if checkout is None or not (checkout / "train.py").is_file():
+        why = (f"no nanoGPT checkout at {checkout}" if checkout else "no --nanogpt (or NANOGPT_DIR)")
+        print(f"skipped: {why}; get it with `git clone https://github.com/karpathy/nanoGPT` and pass its path "
+              "with --nanogpt PATH or NANOGPT_DIR=PATH")
+        result("logbook vs nanoGPT", "skipped", "ratio", ">= 1.0", None)
+        return 0
+    if args.profile:
+        profile_step(checkout)
+        return 0
+    if args.step_only:
+        step_only(checkout, rounds=max(5, 3 * args.rounds), block=3)
+        return 0
+    skipped = {}
+    problem = olmo_problem(args.olmo_python)
+    if problem:
+        skipped["olmo"] = problem
+        print(f"OLMo-core skipped: {problem}", file=sys.stderr)
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.compile]
+    data = stdlib_bytes()
+    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
+        work = Path(tmp)
+        contenders = [Logbook(work, args.steps), NanoGPT(work, checkout, data, args.steps)]
+        if "olmo" not in skipped:
+            contenders.append(OlmoCore(work, args.olmo_python, data, args.steps))
+        tps = measure(contenders, modes, args.rounds, args.warmup)
+    report(tps, skipped)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

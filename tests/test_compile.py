@@ -1,0 +1,149 @@
+"""`train.compile`: the compiled trainer, killed for real, resumes bit for bit and does not compile again.
+
+One compiled run is the reference. A second run of the same config is
+SIGKILLed by a drill and relaunched, as torchrun would. Both carry what the
+compiled step must keep working: QK-clip (its max-logit probe runs inside the
+compiled forward), a live change submitted before the start, a loss spike the
+guard answers with a rollback. Every step's loss and the final weights must
+match bit for bit, the restart must find its kernels in the run's compile
+cache under .logbook/ instead of compiling again, and `run_started` must say
+what compiling cost.
+
+The first compile of the micro model takes tens of seconds on a CPU: slow.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+from logbook.control import new_request, write_request
+from logbook.events import iter_events
+from logbook.init import init_logbook
+from logbook.project import open_project
+from logbook.sink import read_metrics
+
+pytestmark = pytest.mark.slow
+
+MICRO = ROOT / "configs" / "micro-test.yaml"
+STEPS = 16
+COMMON = [f"train.steps={STEPS}", "train.eval_every=0", "checkpoint.every=4", "checkpoint.background=false",
+          "optim.qk_clip_tau=0.5", "guard.warmup=4", "guard.cooldown=2", "guard.rollback_after=1",
+          "guard.skip_batches=2", "train.compile=true"]
+
+
+class Repo:
+    def __init__(self, root: Path, home: Path) -> None:
+        self.root = root
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home), "CI": "true",
+                    "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"), "GIT_CONFIG_NOSYSTEM": "1"}
+        for key in ("TORCHELASTIC_ERROR_FILE", "TORCHINDUCTOR_CACHE_DIR"):
+            self.env.pop(key, None)
+
+    def train(self, run: str, *overrides: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "trainer", "--project", str(self.root), "--run", run, str(MICRO), *overrides]
+        return subprocess.run(cmd, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=600)
+
+    def ask_for_change(self, run: str) -> None:
+        """A live change waiting before the run starts, so both runs take it at the same step."""
+        request = new_request(run, {"lr": 2e-3, "grad_clip": 0.5}, "test: a change under compile", "Ada Tester")
+        write_request(open_project(self.root).control_dir(run), request)
+
+    def events(self, run: str) -> list[dict]:
+        return list(iter_events(self.root / "entries" / "runs" / run / "events.jsonl"))
+
+    def losses(self, run: str) -> dict[int, float]:
+        return {r["step"]: r["loss"] for r in read_metrics(self.root / "entries" / "runs" / run) if "loss" in r}
+
+    def weights(self, run: str) -> dict[str, torch.Tensor]:
+        path = self.root / ".logbook" / "checkpoints" / run / f"step_{STEPS:06d}" / "model.pt"
+        return torch.load(path, weights_only=True)
+
+    def cache_files(self) -> set[str]:
+        cache = self.root / ".logbook" / "compile-cache"
+        return {str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Repo:
+    root = tmp_path_factory.mktemp("compiled") / "repo"
+    home = root.parent / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = Ada Tester\n\temail = ada@example.org\n")
+    root.mkdir()
+    r = Repo(root, home)
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "initial"]):
+        subprocess.run(["git", *args], cwd=root, env=r.env, check=True)
+    old = os.environ.get("GIT_CONFIG_GLOBAL")
+    os.environ["GIT_CONFIG_GLOBAL"] = r.env["GIT_CONFIG_GLOBAL"]
+    try:
+        init_logbook(start=root)
+    finally:
+        if old is None:
+            os.environ.pop("GIT_CONFIG_GLOBAL", None)
+        else:
+            os.environ["GIT_CONFIG_GLOBAL"] = old
+    return r
+
+
+@pytest.fixture(scope="module")
+def runs(repo) -> dict:
+    """The reference (spike at step 10), and the same run killed after step 6 then relaunched (spike in attempt 2)."""
+    repo.ask_for_change("reference")
+    ref = repo.train("reference", *COMMON, "faults=[{kind: spike, step: 10, factor: 50}]")
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    cache_after_reference = repo.cache_files()
+    repo.ask_for_change("killed")
+    drills = "faults=[{kind: sigkill, step: 6}, {kind: spike, step: 10, factor: 50, attempt: 2}]"
+    first = repo.train("killed", *COMMON, drills)
+    cache_after_kill = repo.cache_files()
+    second = repo.train("killed", *COMMON, drills)
+    assert second.returncode == 0, second.stderr[-3000:]
+    return {"codes": [first.returncode, second.returncode], "cache_after_reference": cache_after_reference,
+            "cache_after_kill": cache_after_kill, "cache_after_resume": repo.cache_files()}
+
+
+def test_a_killed_compiled_run_resumes_bit_for_bit_through_qk_clip_a_live_change_and_a_rollback(repo, runs):
+    assert runs["codes"] == [-signal.SIGKILL, 0]
+    expected = repo.losses("reference")
+    assert sorted(expected) == list(range(1, STEPS + 1))
+    assert repo.losses("killed") == expected
+    ref_w, got_w = repo.weights("reference"), repo.weights("killed")
+    assert ref_w.keys() == got_w.keys() and all(torch.equal(ref_w[k], got_w[k]) for k in ref_w)
+    for run in ("reference", "killed"):
+        kinds = [e["kind"] for e in repo.events(run)]
+        assert "rollback" in kinds and "hparam_change" in kinds, kinds
+    # QK-clip acted: the probe inside the compiled forward reported, and some head gains shrank.
+    assert any(r.get("max_logit", 0) > 0.5 for r in read_metrics(repo.root / "entries" / "runs" / "killed"))
+    assert any((v < 1).any() for k, v in got_w.items() if k.endswith("q_gain"))
+
+
+def test_the_restart_finds_its_kernels_in_the_cache_under_dot_logbook(runs):
+    assert runs["cache_after_reference"], "the compiled run left no cache under .logbook/compile-cache"
+    assert any(name.startswith("inductor/fxgraph/") for name in runs["cache_after_reference"])
+    # The killed run has the reference's code and shapes: neither of its attempts generated a new graph.
+    new_graphs = {n for n in runs["cache_after_resume"] - runs["cache_after_reference"] if "fxgraph" in n}
+    assert new_graphs == set()
+
+
+def test_run_started_says_the_run_was_compiled_and_what_compiling_cost(repo, runs):
+    for run in ("reference", "killed"):
+        started = [e["data"] for e in repo.events(run) if e["kind"] == "run_started"]
+        assert started and all(d["compiled"] is True and d["compile_s"] > 0 for d in started)
+
+
+def test_the_compiled_step_computes_what_the_eager_step_computes_to_float_rounding(repo):
+    overrides = [f"train.steps=3", "train.eval_every=0", "checkpoint.every=3", "train.threads=1"]
+    for run, extra in (("eager3", []), ("compiled3", ["train.compile=true"])):
+        res = repo.train(run, *overrides, *extra)
+        assert res.returncode == 0, res.stderr[-3000:]
+    eager, compiled = repo.losses("eager3"), repo.losses("compiled3")
+    assert sorted(eager) == sorted(compiled) == [1, 2, 3]
+    assert all(compiled[s] == pytest.approx(eager[s], rel=1e-4) for s in eager)

@@ -1,0 +1,120 @@
+"""`train.compile`: torch.compile with a cache that outlives the attempt, paid before the first step.
+
+A compiled run that is killed would otherwise compile again on every restart
+(tens of seconds on a CPU, minutes for a large model on a GPU), in the
+middle of the downtime the run is trying to keep short. Two things keep it
+to once per run:
+
+- `CompileCache` points inductor's on-disk caches (FX graphs, AOT autograd
+  graphs, generated kernels; Triton's kernels live under inductor's folder)
+  at `.logbook/compile-cache/` for the attempt. A restart of the run, and any
+  later run of the same code and shapes, finds its kernels there instead of
+  generating them again. Inductor's cache keys hold the graph, the torch
+  version, the device and its own config, so a changed model is compiled
+  afresh, never run with stale kernels.
+- `warm_up` runs the compiled forward and backward once before the first step
+  and times it, so `run_started` can say what compiling cost (`compile_s`) and
+  goodput can count it as its own badput. It leaves no trace: the random
+  generators are restored and the gradients dropped, so the run computes
+  bit for bit what it would have computed without it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from .rng import get_rng_state, set_rng_state
+
+if TYPE_CHECKING:
+    from .loop import Trainer
+
+CACHE_FOLDER = "compile-cache"
+
+
+def cache_env(state_dir: Path) -> dict[str, str]:
+    """The environment that puts inductor's caches under the project's state folder."""
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": str(Path(state_dir) / CACHE_FOLDER / "inductor"),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+    }
+
+
+class CompileCache:
+    """Sets `cache_env` for the life of an attempt; `close()` puts the environment back as it was."""
+
+    def __init__(self, state_dir: Path, device_type: str = "cpu") -> None:
+        self.env = cache_env(state_dir)
+        self._before = {k: os.environ.get(k) for k in self.env}
+        Path(self.env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
+        os.environ.update(self.env)
+        # The two flags are read once, when inductor's config is first imported; a
+        # process that imported it before (tests, benchmarks) needs them set here.
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as inductor_config
+
+        self._config_before = (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
+                               inductor_config.cpp.vec_isa_ok)
+        inductor_config.fx_graph_cache = True
+        functorch_config.enable_autograd_cache = True
+        if device_type == "cpu":
+            # Otherwise every process start builds a test library per SIMD level and
+            # dlopens each in a Python subprocess (several seconds of a restart on a
+            # busy machine). The CPU's own flags name the levels it has; the probe only
+            # guards against a compiler that cannot target them. Set in every attempt,
+            # since inductor's cache keys include it.
+            inductor_config.cpp.vec_isa_ok = True
+
+    @property
+    def path(self) -> Path:
+        return Path(self.env["TORCHINDUCTOR_CACHE_DIR"])
+
+    def close(self) -> None:
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as inductor_config
+
+        (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
+         inductor_config.cpp.vec_isa_ok) = self._config_before
+        for k, v in self._before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def compile_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The model under torch.compile (inductor, static shapes: every training batch has one shape)."""
+    return torch.compile(model, dynamic=False)
+
+
+def warm_up(t: Trainer) -> float:
+    """Compile the training step ahead of the first step; returns the seconds it took.
+
+    Runs forward and backward on the batch the run trains on next, once for
+    each max-logit tracking state the loop will use (each is its own graph),
+    then drops the gradients and restores every random generator.
+    """
+    cfg = t.cfg
+    track = cfg.optim.qk_clip_tau > 0
+    states = sorted({track and micro == cfg.train.grad_accum - 1 for micro in range(cfg.train.grad_accum)})
+    rng = get_rng_state()
+    start = time.perf_counter()
+    try:
+        for tracking in states:
+            x, y = t.data.batch(t.data.next_batch, 0)
+            t.raw_model.set_max_logit_tracking(tracking)
+            with t.autocast:
+                out = t.model(x, y)
+            out.loss.backward()
+            t.optimizer.zero_grad(set_to_none=True)
+        if t.device.type == "cuda":
+            torch.cuda.synchronize(t.device)
+    finally:
+        t.raw_model.set_max_logit_tracking(False)
+        set_rng_state(rng)
+    return time.perf_counter() - start
