@@ -70,17 +70,28 @@ def print_scorecard(card, root: Path) -> None:
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("#", "prediction", "measured", "threshold", "status", "how"):
         table.add_column(col, overflow="fold", no_wrap=col in ("#", "status"))
+    from ..forecasts import describe_scores, run_summary, summary_text
+
     for i, p in enumerate(card.predictions, start=1):
-        thr = f"{p.op} {_shortest(p.threshold)}" + (f" ± {_shortest(p.tolerance)}" if p.tolerance else "")
+        f = p.forecast or {}
+        if f.get("kind") == "point":
+            thr = f"≈ {_shortest(p.threshold)} [{_shortest(f['lo'])}, {_shortest(f['hi'])}] {f['level'] * 100:g}%"
+        else:
+            thr = f"{p.op} {_shortest(p.threshold)}" + (f" ± {_shortest(p.tolerance)}" if p.tolerance else "")
         status = p.status + (" (within tolerance)" if p.within_tolerance else "")
-        how = p.reason or p.rule
-        if p.source != "original":
+        how = "; ".join(x for x in (p.reason or p.rule, describe_scores(p.to_dict())) if x)
+        if p.late:
+            how = f"[{p.source}, LATE forecast: {p.late}] {how}"
+        elif p.source != "original":
             how = f"[{p.source}] {how}"
         table.add_row(Text(str(i)), Text(p.text), Text(_value(p)), Text(thr),
                       Text(status, style=_STATUS_STYLE.get(p.status, "")), Text(how))
     con.print(table)
     c = card.counts
     con.print(f"{c['confirmed']} confirmed · {c['refuted']} refuted · {c['inconclusive']} inconclusive")
+    forecasts = summary_text(run_summary([p.to_dict() for p in card.predictions]))
+    if forecasts:
+        con.print(Text(forecasts))
     if card.deviations:
         con.print(f"Deviations ({len(card.deviations)}):")
         for d in card.deviations:
