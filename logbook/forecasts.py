@@ -32,9 +32,8 @@ def run_start_time(facts: RunFacts) -> float | None:
     return None
 
 
-def late_sources(prereg, facts: RunFacts) -> dict[str, str]:
-    """`amend-<n>` -> why its forecasts are late for this run; on-time amendments are absent."""
-    start = run_start_time(facts)
+def late_sources(prereg, start: float | None) -> dict[str, str]:
+    """`amend-<n>` -> why its forecasts are late for a run that started at `start`; on-time ones are absent."""
     out: dict[str, str] = {}
     for a in prereg.amendments:
         created = parse_ts(a.created)
@@ -102,6 +101,41 @@ def curves(forecasts: list[tuple[Prediction, str]], total_steps: int | None,
         first = members[0][0]
         label = f"forecast {first.metric}" + (f" ({src})" if src != "original" else "")
         out.append(Curve(first.metric, label, float(first.confidence), tuple(sorted(pts)), src in late))
+    return out
+
+
+def run_curves(project, run_id: str, metrics: tuple[str, ...] = ("loss", "val_loss")) -> list[Curve]:
+    """The forecast curves of a run's preregistration (none for an exploratory or unreadable one)."""
+    from .chain import iter_records
+    from .errors import LogbookError
+    from .prereg import load_prereg
+
+    started = next((e for e in iter_records(project.run_dir(run_id) / "events.jsonl")
+                    if e.get("kind") == "run_started"), None)
+    data = started.get("data") if started and isinstance(started.get("data"), dict) else {}
+    pid = data.get("prereg_id")
+    if not isinstance(pid, str) or not pid:
+        return []
+    try:
+        prereg = load_prereg(project, pid)
+    except LogbookError:  # an unreadable record is `verify`'s to report; the plot goes without its forecast
+        return []
+    total = data.get("total_steps") if isinstance(data.get("total_steps"), int) else None
+    late = late_sources(prereg, parse_ts(started.get("ts")))
+    return curves(prereg.all_predictions(), total, late, metrics)
+
+
+def forecast_standings(prereg, facts: RunFacts, step: int) -> list[dict[str, Any]]:
+    """Where the run stands against each forecast curve at `step` (for a progress note)."""
+    if prereg is None:
+        return []
+    late = late_sources(prereg, run_start_time(facts))
+    metrics = tuple(sorted({p.metric for p, _ in prereg.all_predictions() if p.op == POINT_OP}))
+    out = []
+    for c in curves(prereg.all_predictions(), facts.total_steps, late, metrics):
+        s = standing_against(c, facts, step)
+        if s is not None:
+            out.append({**s, "label": c.label})
     return out
 
 

@@ -390,9 +390,9 @@ def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Sc
                      final=facts.state in ("finished", "failed", "aborted"), last_step=facts.last_step,
                      total_steps=facts.total_steps, verify_ok=report.ok,
                      verify_problems=[f.message for f in report.problems])
-    from .forecasts import late_sources
+    from .forecasts import late_sources, run_start_time
 
-    late = late_sources(prereg, facts)
+    late = late_sources(prereg, run_start_time(facts))
     card.predictions = [score(p, src, facts, late.get(src)) for p, src in prereg.all_predictions()]
     card.deviations, card.code_diff = deviations(project, rec, prereg, facts)
     card.computed_at = utc_now()
