@@ -123,3 +123,19 @@ def test_the_calibration_command_prints_scores_warns_and_draws_the_plot(logbook_
     assert data["late"]["count"] == 2 and data["forecasts"]["probability"] == 3
     assert [b["n"] for b in data["forecasts"]["reliability"]] == [1, 2]
     assert cli("calibration", "--plot", str(tmp_path)).exit_code == 2
+
+
+def test_the_report_scores_the_run_s_forecasts_and_shows_calibration_with_its_plot(logbook_repo, story_clock, cli):
+    project = _forecasting_lab(logbook_repo, story_clock)
+    assert cli("report", "bo-1").exit_code == 0
+    md = (project.entries / "reports" / "bo-1.md").read_text()
+
+    assert "### Forecasts" in md and "## Calibration across runs" in md
+    assert "| `loss@final < 3.5 (80%)` | 80% | held | 0.040 | -0.223 |" in md
+    assert "| `loss@25% ≈ 4.4 [4.3, 4.6] 50%` (trajectory) | 25 | 4.4 | [4.3, 4.6] 50% | 4.5 | +0.1 | +2.2% | held | 0.3 |" in md
+    assert "| `loss@final ≈ 3.2 [3.1, 3.3] 50%` (trajectory) | 100 | 3.2 | [3.1, 3.3] 50% | 3 | -0.2 | -6.7% | **missed** | 0.6 |" in md
+    assert "`val_loss@final < 2.6 (90%)` (late, amend-1)" in md and "Late forecasts were made after the run started" in md
+    assert "Stated confidences:** 3 forecasts, Brier 0.057" in md and "50% intervals:** 1 of 2 held" in md
+    assert "(assets/bo-1/report-calibration.png)" in md.replace("../", "")
+    assert (project.assets_dir / "bo-1" / "report-calibration.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Warning: only 3 forecast(s) with a stated confidence" in md
