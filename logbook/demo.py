@@ -187,7 +187,8 @@ def copy_config(st: DemoState) -> None:
 
 
 def preregister(st: DemoState) -> None:
-    """A hypothesis, three predictions and a contingency rule, committed before the run."""
+    """A hypothesis, predictions and forecasts (a stated confidence, a point forecast with its interval, a
+    trajectory of the training loss) and a contingency rule, committed before the run."""
     from .prereg import create_prereg
     from .prereg_input import PreregInput
 
@@ -196,7 +197,9 @@ def preregister(st: DemoState) -> None:
         hypothesis=("A 2-layer GPT trained on the Python standard library's source learns byte statistics, "
                     "resumes from its last checkpoint after a SIGKILL, and gets past two loss spikes by "
                     "skipping and rolling back as planned."),
-        predictions=["val_loss@final < 3.0", "restarts@final <= 1"],
+        predictions=["val_loss@final < 3.0 (85%)", "restarts@final <= 1",
+                     "val_loss@final ≈ 2.75 [2.5, 3.0] 80%",
+                     "loss ≈ {25%: 3.3 [3.0, 3.7], 50%: 2.9 [2.6, 3.2], 75%: 2.75 [2.5, 3.0], final: 2.7 [2.45, 2.95]} 80%"],
         contingency=["spike > 4σ twice within 50 steps -> rollback 5 steps, skip 10 batches, lr × 0.9"],
         config=str(st.config),
         budget=f"{st.steps} steps",
