@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from logbook.errors import UsageError
 from logbook.predictions import (At, Prediction, Trajectory, flatten, forecast_from_dict, parse_prediction)
@@ -163,3 +165,30 @@ def test_prereg_records_a_trajectory_and_scores_it_as_its_points(logbook_repo, c
     assert "forecast 2.25, 80% interval [2.2, 2.3]" not in p.body and "a forecast at 2 points" in p.body
     bad = cli("prereg", "--title", "bad", "--hypothesis", "h", "--predict", "val_loss@final ≈ 2.25 [2.3, 2.2] 80%")
     assert bad.exit_code == 2 and "inverted" in bad.output and "Traceback" not in bad.output
+
+
+_positive = st.floats(min_value=0.001, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_positive, _positive, _positive, st.integers(1, 99))
+def test_any_valid_point_forecast_reads_back_to_itself_through_its_canonical_text(a, b, c, level):
+    lo, value, hi = sorted((a, b, c))
+    try:
+        p = parse_prediction(f"loss@final ≈ {value!r} [{lo!r}, {hi!r}] {level}%")
+    except UsageError as e:  # only a zero-width interval of a continuous metric is refused
+        assert lo == hi and "never holds" in e.message
+        return
+    assert (p.lo, p.threshold, p.hi, p.confidence) == (lo, value, hi, level / 100)
+    assert parse_prediction(p.to_text()) == p and Prediction.from_dict(p.to_dict()) == p
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="loss@≈~{}[],:%0123456789. final step", max_size=80))
+def test_text_made_of_forecast_tokens_is_parsed_or_refused_with_a_usage_error(text):
+    try:
+        p = parse_prediction(text)
+    except UsageError as e:
+        assert e.message
+        return
+    assert parse_prediction(p.to_text()) == p
