@@ -152,7 +152,8 @@ def standing_against(curve: Curve, facts: RunFacts, step: int) -> dict[str, Any]
                 "forecast": None, "next_point": None if nxt is None else {"step": nxt[0], "forecast": nxt[1]}}
     f, lo, hi = here
     return {"metric": curve.metric, "step": at, "value": value, "level": curve.level, "late": curve.late,
-            "forecast": f, "lo": lo, "hi": hi, "off": value - f, "rel_off": (value - f) / abs(f) if f else None,
+            # Relative to the value, as the outcome's relative error is, so the note and the scorecard agree.
+            "forecast": f, "lo": lo, "hi": hi, "off": value - f, "rel_off": (value - f) / abs(value) if value else None,
             "inside": lo <= value <= hi}
 
 

@@ -268,8 +268,8 @@ class Trajectory:
 
     def describe(self) -> str:
         m = METRICS[self.metric]
-        return (f"{m.description} along the run: a forecast at {len(self.points)} points, "
-                f"{_level_text(self.level)} intervals")
+        shown = ", ".join(f"{p._interval_text()} at {p.at.to_text()}" for p in self.points)
+        return (f"{m.description} along the run, {_level_text(self.level)} intervals: {shown}")
 
 
 Forecast = Prediction | Trajectory

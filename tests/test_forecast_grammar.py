@@ -162,7 +162,7 @@ def test_prereg_records_a_trajectory_and_scores_it_as_its_points(logbook_repo, c
     assert isinstance(p.predictions[0], Trajectory) and p.predictions[1].confidence == 0.7
     assert [x.to_text() for x, _ in p.all_predictions()] == [
         "val_loss@50% ≈ 2.6 [2.4, 2.8] 80%", "val_loss@final ≈ 2.25 [2.2, 2.3] 80%", "loss@final < 4 (70%)"]
-    assert "forecast 2.25, 80% interval [2.2, 2.3]" not in p.body and "a forecast at 2 points" in p.body
+    assert "along the run, 80% intervals: 2.6 [2.4, 2.8] at 50%, 2.25 [2.2, 2.3] at final" in p.body
     bad = cli("prereg", "--title", "bad", "--hypothesis", "h", "--predict", "val_loss@final ≈ 2.25 [2.3, 2.2] 80%")
     assert bad.exit_code == 2 and "inverted" in bad.output and "Traceback" not in bad.output
 

@@ -48,7 +48,7 @@ def test_a_progress_note_says_how_far_off_the_forecast_the_run_is_and_draws_the_
     v = got["val_loss"]  # 4.0 at step 50; forecast halfway from 4.3 to 3.6 = 3.95, band [3.75, 4.15]
     assert (v["step"], v["value"], v["forecast"], v["lo"], v["hi"]) == (
         50, pytest.approx(4.0), pytest.approx(3.95), pytest.approx(3.75), pytest.approx(4.15))
-    assert v["off"] == pytest.approx(0.05) and v["rel_off"] == pytest.approx(0.05 / 3.95) and v["inside"]
+    assert v["off"] == pytest.approx(0.05) and v["rel_off"] == pytest.approx(0.05 / 4.0) and v["inside"]
     assert got["loss"]["forecast"] is None and got["loss"]["next_point"] == {"step": 100, "forecast": 3}
 
     EventSink(project.run_dir("story"), "story", 2).emit(
@@ -56,7 +56,7 @@ def test_a_progress_note_says_how_far_off_the_forecast_the_run_is_and_draws_the_
         forecasts=forecast_standings(load_prereg(project, pid), facts, 50))
     render_chronicle(project, make_plots=False)
     text = day_path(project, "2026-11-30").read_text("utf-8")
-    assert ("- Forecast of `val_loss`: 4 at step 50, 0.05 (1.3%) above the forecast 3.95 there; "
+    assert ("- Forecast of `val_loss`: 4 at step 50, 0.05 (1.2%) above the forecast 3.95 there; "
             "inside the 80% band [3.75, 4.15].") in text, text
     assert "- Forecast of `loss`: 4 at step 50; the forecast starts at step 100 (3)." in text
 
