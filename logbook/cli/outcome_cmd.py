@@ -210,14 +210,20 @@ def _print_forecasts(cal) -> None:
                       title_justify="left")
         for col in (name, "confidences", "Brier", "intervals", "coverage", "mean |rel. error|"):
             table.add_column(col, no_wrap=True)
+        few = False
         for key, fc in groups.items():
             d = fc.to_dict()
             cov = sum(c for _, c in fc.intervals)
+            small = bool(fc.warnings())
+            few = few or small
             table.add_row(*(Text(x) for x in (
-                key, str(d["probability"]), f"{d['murphy']['brier']:.3f}" if d["murphy"] else "–",
+                key + (" *" if small else ""), str(d["probability"]),
+                f"{d['murphy']['brier']:.3f}" if d["murphy"] else "–",
                 str(len(fc.intervals)), f"{cov}/{len(fc.intervals)}" if fc.intervals else "–",
                 _rate(d["errors"]["mean_abs_rel_error"]) if d["errors"]["n"] else "–")))
         con.print(table)
+        if few:
+            con.print(Text("  * too few forecasts in this group to say anything about its calibration"))
     if cal.late_count:
         late = cal.late.to_dict()
         parts = [f"{cal.late_count} late prediction(s), made after their run started, scored apart"]
