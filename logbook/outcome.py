@@ -236,6 +236,10 @@ def judge(p: Prediction, m: Measurement) -> tuple[str, bool, str]:
     if not m.partial:
         return ("refuted" if verdict == "refuted" else "confirmed"), verdict == "within_tolerance", ""
     # A count that only grows: some verdicts cannot change any more.
+    if p.is_point:
+        if m.value > p.hi:
+            return "refuted", False, f"already {m.value:g} before the point, above the interval, and counts only grow"
+        return "inconclusive", False, m.missing or ""
     exceeded = m.value > p.threshold + p.tolerance
     if p.op in ("<", "<=", "==") and verdict == "refuted" and exceeded:
         return "refuted", False, f"already {m.value:g} before the point, and counts only grow"

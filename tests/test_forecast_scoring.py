@@ -127,3 +127,14 @@ def test_the_scorecard_shows_each_forecast_score_and_their_sum(logbook_repo, sto
         "2 point forecast(s): 1 of 2 intervals held, mean |relative error| 5.3%.")
     table = cli("outcome", "story").stdout
     assert "Forecasts: 2 with a stated confidence" in table and "Brier" in table
+
+
+def test_a_count_already_above_its_interval_is_refuted_before_the_point(logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["spikes@final ≈ 0 [0, 0] 70%", "restarts@final ≈ 2 [1, 3] 80%"], now=BEFORE_RUN)
+    story_run(project, story_clock, "going", pid, finish=False)  # one spike and one restart so far, still running
+    by = {p.text: p for p in evaluate(project, "going").predictions}
+    spikes, restarts = by["spikes@final ≈ 0 [0, 0] 70%"], by["restarts@final ≈ 2 [1, 3] 80%"]
+    assert spikes.status == "refuted" and "above the interval" in spikes.reason
+    assert spikes.forecast["covered"] is False and spikes.forecast["error"] == 1.0
+    assert restarts.status == "inconclusive" and "error" not in restarts.forecast  # 1 so far: may still land anywhere
