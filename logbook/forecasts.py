@@ -63,11 +63,13 @@ class Curve:
 
     metric: str
     label: str
-    """For a legend: the forecast's text, shortened."""
+    """For a legend: `forecast <metric>`, with the amendment it came from."""
     level: float
+    """The level of its intervals, in (0, 1)."""
     points: tuple[tuple[int, float, float, float], ...]
     """(step, forecast, lo, hi), by step."""
     late: bool = False
+    """Made after the run started (see `late_sources`)."""
 
     def at(self, step: int) -> tuple[float, float, float] | None:
         """(forecast, lo, hi) at `step`, interpolated linearly between points; None outside them."""
@@ -90,7 +92,7 @@ def curves(forecasts: list[tuple[Prediction, str]], total_steps: int | None,
         if p.op == POINT_OP and p.metric in metrics:
             groups.setdefault((src, p.curve or p.to_text()), []).append((p, src))
     out = []
-    for (src, key), members in groups.items():
+    for (src, _key), members in groups.items():
         pts = []
         for p, _ in members:
             s = at_step(p.at, total_steps)
