@@ -83,7 +83,7 @@ def test_outcome_scores_confident_thresholds_point_forecasts_and_trajectories(lo
     assert "forecast" not in by["spikes@final == 0"].to_dict() and "late" not in by["spikes@final == 0"].to_dict()
 
 
-def test_a_forecast_amended_after_the_run_started_is_scored_apart_as_late(logbook_repo, story_clock):
+def test_a_forecast_amended_after_the_run_started_is_scored_apart_as_late(logbook_repo, story_clock, cli):
     from logbook.prereg import amend_prereg
 
     project = project_of(logbook_repo)
@@ -104,6 +104,8 @@ def test_a_forecast_amended_after_the_run_started_is_scored_apart_as_late(logboo
     # The original is still scored as the original, on its own interval.
     assert card.predictions[0].status == "refuted" and card.predictions[0].forecast["covered"] is False
     assert card.predictions[2].status == "confirmed"
+    shown = cli("outcome", "story").stdout
+    assert shown.count("LATE") == 2 and "2 late forecast(s) scored apart" in " ".join(shown.split())
 
 
 def test_the_scorecard_shows_each_forecast_score_and_their_sum(logbook_repo, story_clock, cli):
