@@ -17,7 +17,9 @@ forecasts are scored properly as well (`Forecasts`):
   binned decomposition is exact only when the forecasts within each bin are
   equal; otherwise the gap (within-bin variance and covariance terms) is
   reported as `residual`. Lower reliability is better calibrated, higher
-  resolution tells outcomes apart better. The reliability diagram lists each
+  resolution tells outcomes apart better; the Brier skill score
+  1 - Brier / uncertainty compares with always stating the base rate (above
+  0 beats it). The reliability diagram lists each
   bin's mean stated confidence against the observed frequency, with a 95%
   Wilson interval for the frequency.
 - **Intervals**: coverage at each nominal level against that level (an 80%
@@ -157,9 +159,15 @@ class Murphy:
     residual: float
     """brier - (reliability - resolution + uncertainty): 0 when forecasts within each bin are equal."""
     base_rate: float
+    """Share of the forecasts' predictions that held."""
+
+    @property
+    def skill(self) -> float | None:
+        """Brier skill score against always stating the base rate: 1 - brier / uncertainty (None if it is 0)."""
+        return 1 - self.brier / self.uncertainty if self.uncertainty > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "skill": self.skill}
 
 
 def murphy(pairs: list[tuple[float, int]], bins: int = BINS) -> Murphy | None:

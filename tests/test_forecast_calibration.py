@@ -41,6 +41,8 @@ def test_the_murphy_decomposition_matches_hand_computed_values():
     # Forecasts within each bin are equal, so the binned decomposition is exact.
     assert m.residual == pytest.approx(0, abs=1e-12)
     assert m.reliability - m.resolution + m.uncertainty == pytest.approx(m.brier)
+    # Skill against always stating the base rate 4/7: 1 - (1.43/7) / (12/49) = 1 - 10.01/12
+    assert m.skill == pytest.approx(1 - 10.01 / 12)
 
 
 def test_the_binned_decomposition_reports_its_residual_when_a_bin_mixes_forecasts():
@@ -51,6 +53,7 @@ def test_the_binned_decomposition_reports_its_residual_when_a_bin_mixes_forecast
         pytest.approx(0.4141), pytest.approx(0.1225), pytest.approx(0), pytest.approx(0.25))
     assert m.residual == pytest.approx(0.0416)
     assert murphy([]) is None
+    assert murphy([(0.8, 1), (0.9, 1)]).skill is None  # every prediction held: no uncertainty to beat
 
 
 def test_wilson_intervals_match_the_textbook_values():

@@ -182,7 +182,9 @@ def _print_forecasts(cal) -> None:
         con.print(Text(f"Stated confidences: {m['n']} forecast(s), Brier {m['brier']:.3f} = reliability "
                        f"{m['reliability']:.3f} - resolution {m['resolution']:.3f} + uncertainty "
                        f"{m['uncertainty']:.3f}" + (f" + {m['residual']:.3f} within bins" if abs(m['residual']) > 5e-4
-                                                    else "") + f"; mean log score {f['mean_log']:.3f}"))
+                                                    else "") + f"; mean log score {f['mean_log']:.3f}"
+                       + (f"; skill {m['skill']:+.2f} against always stating the base rate {m['base_rate'] * 100:.0f}%"
+                          if m["skill"] is not None else "")))
         table = Table(box=None, pad_edge=False, show_edge=False, title="reliability diagram", title_justify="left")
         for col in ("stated", "n", "mean stated", "held", "95% interval"):
             table.add_column(col, no_wrap=True)
