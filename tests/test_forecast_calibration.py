@@ -119,7 +119,8 @@ def test_the_calibration_command_prints_scores_warns_and_draws_the_plot(logbook_
     out = " ".join(res.stdout.split())
     assert "Stated confidences: 3 forecast(s), Brier 0.057 = reliability" in out
     assert "reliability diagram" in out and "interval coverage" in out and "forecasts by author" in out
-    assert "Ada Tester * 2 0.065 1 1/1 4%" in out  # Brier (0.04 + 0.09) / 2; |rel| 0.1 / 2.5
+    assert "Ada Tester * 2 0.065 1 1/1 4.0%" in out  # Brier (0.04 + 0.09) / 2; |rel| 0.1 / 2.5
+    assert "forecasts by month month confidences" in out
     assert "* too few forecasts in this group to say anything about its calibration" in out
     assert "Late forecasts: 2 late prediction(s), made after their run started, scored apart" in out
     assert "warning: only 3 forecast(s) with a stated confidence" in " ".join(res.stderr.split())

@@ -208,9 +208,9 @@ def _print_forecasts(cal) -> None:
     for name, groups in cal.forecasts_by.items():
         if not groups:
             continue
-        table = Table(box=None, pad_edge=False, show_edge=False, title=f"forecasts by {cal.period if name == 'period' else name}",
-                      title_justify="left")
-        for col in (name, "confidences", "Brier", "intervals", "coverage", "mean |rel. error|"):
+        label = cal.period if name == "period" else name
+        table = Table(box=None, pad_edge=False, show_edge=False, title=f"forecasts by {label}", title_justify="left")
+        for col in (label, "confidences", "Brier", "intervals", "coverage", "mean |rel. error|"):
             table.add_column(col, no_wrap=True)
         few = False
         for key, fc in groups.items():
@@ -222,7 +222,7 @@ def _print_forecasts(cal) -> None:
                 key + (" *" if small else ""), str(d["probability"]),
                 f"{d['murphy']['brier']:.3f}" if d["murphy"] else "–",
                 str(len(fc.intervals)), f"{cov}/{len(fc.intervals)}" if fc.intervals else "–",
-                _rate(d["errors"]["mean_abs_rel_error"]) if d["errors"]["n"] else "–")))
+                f"{d['errors']['mean_abs_rel_error'] * 100:.1f}%" if d["errors"]["n"] else "–")))
         con.print(table)
         if few:
             con.print(Text("  * too few forecasts in this group to say anything about its calibration"))
