@@ -332,6 +332,11 @@ def score_and_report(st: DemoState) -> None:
     c = card.counts
     st.say(f"  outcome ({card.label.lower()}): {c['confirmed']} confirmed, {c['refuted']} refuted, "
            f"{c['inconclusive']} inconclusive, {len(card.deviations)} deviation(s)")
+    from .forecasts import run_summary, summary_text
+
+    forecasts = summary_text(run_summary([p.to_dict() for p in card.predictions]))
+    if forecasts:
+        st.say(f"  {forecasts}")
     for fmt in ("md", "pdf"):
         st.say(f"  report: {write_report(_project(st), st.result.run_id, fmt=fmt).path}")
 

@@ -60,6 +60,7 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert all("error" in p["forecast"] for p in card["predictions"] if p.get("forecast", {}).get("kind") == "point")
     report = (where / "entries" / "reports" / f"{run_id}.md").read_text()
     assert "### Forecasts" in report and "(trajectory)" in report and "## Calibration across runs" in report
+    assert "Forecasts: 1 with a stated confidence: mean Brier" in res.stderr and "5 point forecast(s)" in res.stderr
     assert (where / "entries" / "assets" / run_id / "report-calibration.png").read_bytes()[:4] == b"\x89PNG"
     # A real repository: the preregistration is committed, the user's tree is clean but for the run.
     assert "Preregister " + out["prereg_id"] in git(where, "log", "--format=%s")
