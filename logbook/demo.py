@@ -189,7 +189,8 @@ def copy_config(st: DemoState) -> None:
 
 
 def preregister(st: DemoState) -> None:
-    """A hypothesis, three predictions and a contingency rule, committed before the run."""
+    """A hypothesis, predictions and forecasts (a stated confidence, a point forecast with its interval, a
+    trajectory of the training loss) and a contingency rule, committed before the run."""
     from .prereg import create_prereg
     from .prereg_input import PreregInput
 
@@ -198,7 +199,9 @@ def preregister(st: DemoState) -> None:
         hypothesis=("A 2-layer GPT trained on the Python standard library's source learns byte statistics, "
                     "resumes from its last checkpoint after a SIGKILL, and gets past two loss spikes by "
                     "skipping and rolling back as planned."),
-        predictions=["val_loss@final < 3.0", "restarts@final <= 1"],
+        predictions=["val_loss@final < 3.0 (85%)", "restarts@final <= 1",
+                     "val_loss@final ≈ 2.75 [2.5, 3.0] 80%",
+                     "loss ≈ {25%: 3.3 [3.0, 3.7], 50%: 2.9 [2.6, 3.2], 75%: 2.75 [2.5, 3.0], final: 2.7 [2.45, 2.95]} 80%"],
         contingency=["spike > 4σ twice within 50 steps -> rollback 5 steps, skip 10 batches, lr × 0.9"],
         config=str(st.config),
         budget=f"{st.steps} steps",
@@ -331,6 +334,11 @@ def score_and_report(st: DemoState) -> None:
     c = card.counts
     st.say(f"  outcome ({card.label.lower()}): {c['confirmed']} confirmed, {c['refuted']} refuted, "
            f"{c['inconclusive']} inconclusive, {len(card.deviations)} deviation(s)")
+    from .forecasts import run_summary, summary_text
+
+    forecasts = summary_text(run_summary([p.to_dict() for p in card.predictions]))
+    if forecasts:
+        st.say(f"  {forecasts}")
     for fmt in ("md", "pdf"):
         st.say(f"  report: {write_report(_project(st), st.result.run_id, fmt=fmt).path}")
 

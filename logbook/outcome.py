@@ -82,9 +82,18 @@ class PredictionResult:
     rule: str
     reason: str = ""
     within_tolerance: bool = False
+    forecast: dict[str, Any] | None = None
+    """Scores of a forecast (`scoring_rules.forecast_scores`); None for a plain threshold."""
+    late: str | None = None
+    """Why this prediction is a late forecast (made after the run started), else None."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        # Keys a plain, on-time prediction does not need are left out, so its record reads as before.
+        for key in ("forecast", "late"):
+            if d[key] is None:
+                del d[key]
+        return d
 
 
 @dataclass
@@ -228,6 +237,10 @@ def judge(p: Prediction, m: Measurement) -> tuple[str, bool, str]:
     if not m.partial:
         return ("refuted" if verdict == "refuted" else "confirmed"), verdict == "within_tolerance", ""
     # A count that only grows: some verdicts cannot change any more.
+    if p.is_point:
+        if m.value > p.hi:
+            return "refuted", False, f"already {m.value:g} before the point, above the interval, and counts only grow"
+        return "inconclusive", False, m.missing or ""
     exceeded = m.value > p.threshold + p.tolerance
     if p.op in ("<", "<=", "==") and verdict == "refuted" and exceeded:
         return "refuted", False, f"already {m.value:g} before the point, and counts only grow"
@@ -238,12 +251,15 @@ def judge(p: Prediction, m: Measurement) -> tuple[str, bool, str]:
     return "inconclusive", False, m.missing or ""
 
 
-def score(p: Prediction, source: str, facts: RunFacts) -> PredictionResult:
+def score(p: Prediction, source: str, facts: RunFacts, late: str | None = None) -> PredictionResult:
+    from .scoring_rules import forecast_scores
+
     m = measure(p, facts)
     status, within, reason = judge(p, m)
     return PredictionResult(text=p.to_text(), metric=p.metric, source=source, op=p.op, threshold=p.threshold,
                             tolerance=p.tolerance, status=status, value=m.value, at_step=m.step, rule=m.rule,
-                            reason=reason, within_tolerance=within)
+                            reason=reason, within_tolerance=within, forecast=forecast_scores(p, status, m.value),
+                            late=late)
 
 
 # --- the run, its preregistration, its deviations -------------------------------------------
@@ -388,7 +404,10 @@ def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Sc
                      final=facts.state in ("finished", "failed", "aborted"), last_step=facts.last_step,
                      total_steps=facts.total_steps, verify_ok=report.ok,
                      verify_problems=[f.message for f in report.problems])
-    card.predictions = [score(p, src, facts) for p, src in prereg.all_predictions()]
+    from .forecasts import late_sources, run_start_time
+
+    late = late_sources(prereg, run_start_time(facts))
+    card.predictions = [score(p, src, facts, late.get(src)) for p, src in prereg.all_predictions()]
     card.deviations, card.code_diff = deviations(project, rec, prereg, facts)
     card.computed_at = utc_now()
     return card

@@ -113,15 +113,20 @@ def progress_figure(project: Project, run_id: str, upto_step: int, *, upto_seq: 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from .forecasts import run_curves
+
     run_dir = project.run_dir(run_id)
     steps, losses, val = _curve(read_metrics(run_dir), upto_step, max_attempt)
     marks = _marks(run_dir / "events.jsonl", upto_step, upto_seq)
+    forecasts = run_curves(project, run_id)
 
     fig = Figure(figsize=(8, 3.4), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     _draw_loss(ax, steps, losses, val)
-    _draw_marks(ax, marks, _loss_range(losses, val))
+    _draw_forecasts(ax, forecasts)
+    band = [y for c in forecasts for _, _, lo, hi in c.points for y in (lo, hi)]
+    _draw_marks(ax, marks, _loss_range(losses + band, val))
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(title or f"run {run_id}: loss to step {fmt_int(upto_step)}", fontsize=10)
@@ -159,6 +164,23 @@ def _draw_loss(ax, steps: list[int], losses: list[float], val: list[tuple[int, f
         ax.plot(xs, mean, lw=0.8, color="#1f4e79", label="train loss (mean)")
     if val:
         ax.plot([s for s, _ in val], [v for _, v in val], "o-", ms=3, lw=0.8, color="#7f3f98", label="val loss")
+
+
+_FORECAST_COLOURS = {"loss": "#1f4e79", "val_loss": "#7f3f98"}
+
+
+def _draw_forecasts(ax, curves) -> None:
+    """Each forecast as a dashed line through its points with its interval as a band (late ones in grey)."""
+    for c in curves:
+        colour = "#999999" if c.late else _FORECAST_COLOURS.get(c.metric, "#555555")
+        xs = [s for s, *_ in c.points]
+        ax.fill_between(xs, [lo for *_, lo, _hi in c.points], [hi for *_, hi in c.points], color=colour,
+                        alpha=0.13, lw=0, step=None)
+        label = f"{c.label}, {c.level * 100:g}% band" + (" (late)" if c.late else "")
+        ys = [f for _, f, _, _ in c.points]
+        # Error bars show each point's interval; a lone point forecast has no band to fill.
+        ax.errorbar(xs, ys, yerr=[[f - lo for _, f, lo, _ in c.points], [hi - f for _, f, _, hi in c.points]],
+                    fmt="--D", ms=3.5, lw=1.0, elinewidth=0.8, capsize=3, color=colour, label=label)
 
 
 def _loss_range(losses: list[float], val: list[tuple[int, float]]) -> tuple[float, float] | None:

@@ -26,7 +26,7 @@ from typing import Any
 from . import gitbind
 from .contingency import ContingencyRule
 from .errors import NotFoundError, RefusedError, TamperedError, UsageError
-from .predictions import Prediction
+from .predictions import Forecast, Prediction, flatten, forecast_from_dict
 from .prereg_format import SCHEMA, SEEN, hash_as_written, read_record, render_amendment_body, render_body, render_record
 from .prereg_input import (ID_RE, PreregInput, check_contingency, check_id, check_predictions, check_text, slugify,
                            validate_input)
@@ -48,7 +48,7 @@ class Amendment:
     reason: str
     seen: str
     """nothing | run-started | results: what had been seen when it was made."""
-    predictions: list[Prediction]
+    predictions: list[Forecast]
     contingency: list[ContingencyRule]
     runs_started: list[str]
     path: Path
@@ -73,7 +73,8 @@ class Prereg:
     hypothesis: str
     rationale: str
     assumptions: list[str]
-    predictions: list[Prediction]
+    predictions: list[Forecast]
+    """As written: predictions, point forecasts and trajectories (see `all_predictions` for what is scored)."""
     contingency: list[ContingencyRule]
     config: dict[str, Any] | None
     """{"path", "sha256"} of the training config, or None."""
@@ -86,10 +87,10 @@ class Prereg:
     amendments: list[Amendment] = field(default_factory=list)
 
     def all_predictions(self) -> list[tuple[Prediction, str]]:
-        """Every prediction with where it came from: `original` or `amend-<n>`."""
-        out = [(p, "original") for p in self.predictions]
+        """Every prediction with where it came from: `original` or `amend-<n>`; trajectories as their points."""
+        out = [(p, "original") for p in flatten(self.predictions)]
         for a in self.amendments:
-            out += [(p, f"amend-{a.n}") for p in a.predictions]
+            out += [(p, f"amend-{a.n}") for p in flatten(a.predictions)]
         return out
 
     def all_contingency(self) -> list[ContingencyRule]:
@@ -231,7 +232,7 @@ def _load_amendment(project: Project, prereg_id: str, path: Path) -> Amendment:
         return Amendment(
             prereg_id=prereg_id, n=int(front["n"]), created=str(front["created"]), author=str(front["author"]),
             reason=str(front["reason"]), seen=str(front["seen"]),
-            predictions=[Prediction.from_dict(d) for d in front.get("predictions") or []],
+            predictions=[forecast_from_dict(d) for d in front.get("predictions") or []],
             contingency=[ContingencyRule.from_dict(d) for d in front.get("contingency") or []],
             runs_started=list(front.get("runs_started") or []), path=path, sha256=digest, front=front, body=body)
     except (KeyError, TypeError, ValueError, AttributeError, UsageError) as e:
@@ -262,7 +263,7 @@ def load_prereg(project: Project, prereg_id: str) -> Prereg:
             id=str(front["id"]), title=str(front["title"]), created=str(front["created"]),
             author=str(front["author"]), hypothesis=str(front["hypothesis"]),
             rationale=str(front.get("rationale") or ""), assumptions=list(front.get("assumptions") or []),
-            predictions=[Prediction.from_dict(d) for d in front["predictions"]],
+            predictions=[forecast_from_dict(d) for d in front["predictions"]],
             contingency=[ContingencyRule.from_dict(d) for d in front.get("contingency") or []],
             config=front.get("config"), budget=front.get("budget"), base_commit=str(front.get("base_commit", "")),
             path=path, sha256=digest, front=front, body=body)

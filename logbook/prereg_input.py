@@ -16,7 +16,7 @@ from typing import Any
 
 from .contingency import ContingencyRule, parse_rule
 from .errors import UsageError, did_you_mean
-from .predictions import Prediction, parse_prediction
+from .predictions import Forecast, parse_prediction
 from .project import Project
 
 ID_RE = re.compile(r"^\d{4}-\d{2}-\d{2}-[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -152,6 +152,9 @@ def input_from_mapping(data: Any, source: str) -> PreregInput:
             return []
         if isinstance(v, (str, int, float)):
             return [str(v)]
+        if key == "predictions" and isinstance(v, list):
+            # A trajectory may be given as a small table or a CSV file instead of one long line.
+            v = [trajectory_line(x, source) if isinstance(x, dict) else x for x in v]
         if not isinstance(v, list) or any(isinstance(x, (dict, list)) or x is None for x in v):
             raise UsageError(f"{source}: `{key}` must be a list of lines")
         return [str(x) for x in v]
@@ -161,9 +164,67 @@ def input_from_mapping(data: Any, source: str) -> PreregInput:
                        budget=text("budget") or None, rationale=text("rationale"), assumptions=items("assumptions"))
 
 
+_TRAJECTORY_KEYS = ("trajectory", "level", "points", "file")
+
+
+def trajectory_line(d: dict[str, Any], source: str) -> str:
+    """A trajectory written as a table in a YAML file, as the one line the grammar reads.
+
+        - trajectory: val_loss            # the metric
+          level: 80%                      # the level of every interval
+          points:                         # point, forecast, lower, upper
+            - [25%, 3.1, 2.9, 3.3]
+            - [final, 2.25, 2.2, 2.3]
+          # or instead of points: file: forecasts/val_loss.csv (columns point,value,lo,hi; relative to the YAML file)
+    """
+    unknown = [k for k in d if k not in _TRAJECTORY_KEYS]
+    if unknown:
+        raise UsageError(f"{source}: unknown key `{unknown[0]}` in a trajectory",
+                         hint=f"a trajectory has {', '.join(_TRAJECTORY_KEYS)}")
+    metric, level = d.get("trajectory"), d.get("level")
+    if not isinstance(metric, str) or not metric.strip():
+        raise UsageError(f"{source}: a trajectory needs `trajectory: <metric>`")
+    if level is None:
+        raise UsageError(f"{source}: trajectory {metric}: give the level of its intervals (`level: 80%`)")
+    if ("points" in d) == ("file" in d):
+        raise UsageError(f"{source}: trajectory {metric}: give either `points` or `file`")
+    rows = _points_from_file(d["file"], source) if "file" in d else d["points"]
+    if not isinstance(rows, list) or not rows:
+        raise UsageError(f"{source}: trajectory {metric}: `points` must be a list of [point, value, lo, hi] rows")
+    cells = []
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row, (list, tuple)) or len(row) != 4 or any(isinstance(c, (dict, list)) for c in row):
+            raise UsageError(f"{source}: trajectory {metric}, point {i}: expected [point, value, lo, hi], got {row!r}",
+                             hint="missing interval bounds? every point needs its forecast and both bounds")
+        at, value, lo, hi = (str(c).strip() for c in row)
+        cells.append(f"{at}: {value} [{lo}, {hi}]")
+    level_text = str(level).strip()
+    if not level_text.endswith("%"):
+        raise UsageError(f"{source}: trajectory {metric}: the level is a percentage such as `80%`, got {level!r}")
+    return f"{metric.strip()} ≈ {{{', '.join(cells)}}} {level_text}"
+
+
+def _points_from_file(name: Any, source: str) -> list[list[str]]:
+    """Rows of a CSV file `point,value,lo,hi` (a header line is optional), next to the YAML file."""
+    import csv
+    import io
+
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError(f"{source}: a trajectory's `file` must be a path")
+    path = Path(name) if Path(name).is_absolute() else Path(source).parent / name
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{source}: cannot read the trajectory file {name}: {e}") from None
+    rows = [[c.strip() for c in r] for r in csv.reader(io.StringIO(text)) if any(c.strip() for c in r)]
+    if rows and rows[0] and rows[0][0].lower() == "point":
+        rows = rows[1:]
+    return rows
+
+
 # --- checking all of it ------------------------------------------------------
 
-def check_predictions(texts: list[str]) -> list[Prediction]:
+def check_predictions(texts: list[str]) -> list[Forecast]:
     """Parse each prediction, numbered from 1 in messages; the same prediction twice is refused."""
     out = []
     for i, raw in enumerate(texts, start=1):

@@ -2,7 +2,9 @@
 
 Assembled from the logbook alone: the preregistration, the lineage of
 attempts, every incident with its action and cost, the scorecard (the recorded
-outcome, else a provisional one), the reviewers' sign-offs, and the
+outcome, else a provisional one) with its forecasts scored, the calibration
+of every scored forecast so far across runs (with its plot), the reviewers'
+sign-offs, and the
 disclosures public reports tend to leave out: compute spent on failed
 attempts and lost work (device-hours = world_size x seconds / 3600), every
 hyperparameter change with who and why, the data mixture over time, manual
@@ -340,7 +342,29 @@ def report_data(project: Project, run_id: str) -> dict[str, Any]:
         "mixture": mixture(project, facts, rec), "interventions": interventions(facts),
         "goodput": _goodput(facts), "first_ts": facts.events[0].get("ts") if facts.events else None,
         "last_ts": facts.events[-1].get("ts") if facts.events else None,
+        "forecasts": forecast_rows(card), "calibration": _calibration(project),
     }
+
+
+def forecast_rows(card: dict[str, Any] | None) -> dict[str, Any]:
+    """The scorecard's forecasts for the report: probability forecasts, point forecasts, and their sum."""
+    from .forecasts import run_summary, summary_text
+
+    preds = [p for p in (card or {}).get("predictions") or [] if isinstance(p, dict) and p.get("forecast")]
+    prob = [p for p in preds if p["forecast"].get("kind") == "probability"]
+    points = [p for p in preds if p["forecast"].get("kind") == "point"]
+    return {"probability": prob, "points": points, "summary": summary_text(run_summary(preds)),
+            "late": [p for p in preds if p.get("late")]}
+
+
+def _calibration(project: Project) -> dict[str, Any] | None:
+    """Calibration across every scored run, when any forecast was scored (None otherwise)."""
+    from .calibration import calibration
+
+    cal = calibration(project)
+    if cal.forecasts.empty and cal.late.empty:
+        return None
+    return cal.to_dict()
 
 
 def _prereg(project: Project, rec: RunRecord | None, facts: RunFacts) -> dict[str, Any] | None:
@@ -415,6 +439,19 @@ def _plot(project: Project, data: dict[str, Any], warnings: list[str]) -> Path |
         return None
 
 
+def _calibration_plot(project: Project, data: dict[str, Any], warnings: list[str]) -> Path | None:
+    from .calibration import calibration
+    from .calibration_plot import write_calibration_plot
+
+    if not data.get("calibration"):
+        return None
+    try:
+        return write_calibration_plot(calibration(project), project.assets_dir / data["run"] / "report-calibration.png")
+    except Exception as e:  # a missing plot must not cost the report; say so
+        warnings.append(f"could not draw the calibration plot: {type(e).__name__}: {e}")
+        return None
+
+
 def write_report(project: Project, run_id: str, *, fmt: str = "md", out: Path | None = None) -> ReportResult:
     """Write the retrospective of `run_id` as Markdown or PDF; returns where."""
     if fmt not in ("md", "pdf"):
@@ -425,11 +462,14 @@ def write_report(project: Project, run_id: str, *, fmt: str = "md", out: Path | 
         raise UsageError(f"{out} is a folder; give a file name", hint=f"e.g. --out {out / (run_id + '.' + fmt)}")
     res = ReportResult(out, fmt)
     res.plot = _plot(project, data, res.warnings)
+    cal_plot = _calibration_plot(project, data, res.warnings)
     if fmt == "md":
         link = Path(os.path.relpath(res.plot, out.parent)).as_posix() if res.plot else None
+        data["calibration_plot"] = Path(os.path.relpath(cal_plot, out.parent)).as_posix() if cal_plot else None
         atomic_write_text(out, render_markdown(project, data, plot_link=link))
         return res
     link = res.plot.relative_to(project.entries).as_posix() if res.plot else None
+    data["calibration_plot"] = cal_plot.relative_to(project.entries).as_posix() if cal_plot else None
     md = render_markdown(project, data, plot_link=link, pdf=True)
     atomic_write_bytes(out, _compile_pdf(project, data, md))
     return res

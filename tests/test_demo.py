@@ -50,6 +50,18 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert any("restart" in line for line in out["restart_entry"])
     (day,) = out["chronicle"]
     assert f"run {run_id}" in open(day).read()
+    # Its forecasts (a stated confidence, a point forecast, a trajectory) are scored, plotted and reported.
+    from logbook.outcome import load_outcome
+    from logbook.project import open_project
+
+    card = load_outcome(open_project(where), run_id)
+    kinds = [p["forecast"]["kind"] for p in card["predictions"] if p.get("forecast")]
+    assert kinds.count("point") == 5 and kinds.count("probability") == 1
+    assert all("error" in p["forecast"] for p in card["predictions"] if p.get("forecast", {}).get("kind") == "point")
+    report = (where / "entries" / "reports" / f"{run_id}.md").read_text()
+    assert "### Forecasts" in report and "(trajectory)" in report and "## Calibration across runs" in report
+    assert "Forecasts: 1 with a stated confidence: mean Brier" in res.stderr and "5 point forecast(s)" in res.stderr
+    assert (where / "entries" / "assets" / run_id / "report-calibration.png").read_bytes()[:4] == b"\x89PNG"
     # A real repository: the preregistration is committed, the user's tree is clean but for the run.
     assert "Preregister " + out["prereg_id"] in git(where, "log", "--format=%s")
 

@@ -5,7 +5,8 @@ After every step, and once right after resuming, the callback asks
 fraction across restarts: the fractions already in the event log are read
 once per attempt, then kept in memory) and writes one `milestone` event each:
 step, tokens, elapsed time and ETA, loss, throughput, goodput so far, what
-happened since the last note, and where each preregistered prediction stands.
+happened since the last note, where each preregistered prediction stands, and
+how far the run is from each forecast curve right now.
 
 The event is written at once; its loss-curve plot is drawn by a daemon
 thread (joined at `close`), so training never waits for matplotlib. A plot
@@ -21,6 +22,7 @@ import time
 import traceback
 from typing import Any
 
+from logbook.forecasts import forecast_standings
 from logbook.milestones import due_milestones, emitted_milestones, milestone_step
 from logbook.plots import plot_ref, progress_plot_path, write_progress_plot
 
@@ -105,6 +107,7 @@ class MilestoneNotes(Callback):
             val_step=val[0] if val else None, tokens_per_s=self._throughput(step, metrics),
             mfu=metrics.get("mfu"), goodput=None if rep.goodput is None else round(rep.goodput, 4),
             plot=plot_ref(tr.project, path), predictions=self._standings(facts),
+            forecasts=forecast_standings(self._prereg, facts, step),
             since_last=since_last(facts.events),
         )
         seq = rec.get("seq") if isinstance(rec, dict) else None

@@ -70,17 +70,28 @@ def print_scorecard(card, root: Path) -> None:
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("#", "prediction", "measured", "threshold", "status", "how"):
         table.add_column(col, overflow="fold", no_wrap=col in ("#", "status"))
+    from ..forecasts import describe_scores, run_summary, summary_text
+
     for i, p in enumerate(card.predictions, start=1):
-        thr = f"{p.op} {_shortest(p.threshold)}" + (f" ± {_shortest(p.tolerance)}" if p.tolerance else "")
+        f = p.forecast or {}
+        if f.get("kind") == "point":
+            thr = f"≈ {_shortest(p.threshold)} [{_shortest(f['lo'])}, {_shortest(f['hi'])}] {f['level'] * 100:g}%"
+        else:
+            thr = f"{p.op} {_shortest(p.threshold)}" + (f" ± {_shortest(p.tolerance)}" if p.tolerance else "")
         status = p.status + (" (within tolerance)" if p.within_tolerance else "")
-        how = p.reason or p.rule
-        if p.source != "original":
+        how = "; ".join(x for x in (p.reason or p.rule, describe_scores(p.to_dict())) if x)
+        if p.late:
+            how = f"[{p.source}, LATE forecast: {p.late}] {how}"
+        elif p.source != "original":
             how = f"[{p.source}] {how}"
         table.add_row(Text(str(i)), Text(p.text), Text(_value(p)), Text(thr),
                       Text(status, style=_STATUS_STYLE.get(p.status, "")), Text(how))
     con.print(table)
     c = card.counts
     con.print(f"{c['confirmed']} confirmed · {c['refuted']} refuted · {c['inconclusive']} inconclusive")
+    forecasts = summary_text(run_summary([p.to_dict() for p in card.predictions]))
+    if forecasts:
+        con.print(Text(forecasts))
     if card.deviations:
         con.print(f"Deviations ({len(card.deviations)}):")
         for d in card.deviations:
@@ -98,14 +109,21 @@ def print_scorecard(card, root: Path) -> None:
 @app.command("calibration")
 def calibration_cmd(
     period: str = typer.Option("month", "--period", help="Group time by month or week (of the preregistration)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="PNG",
+                                        help="Also draw the reliability diagram, interval coverage and scores over time."),
     as_json: bool = _JSON,
 ) -> None:
-    """How often predictions held, over every run with a recorded outcome: per author, over time, per metric.
+    """How well predictions and forecasts did, over every run with a recorded outcome: per author, over time, per metric.
 
     A prediction held when it was confirmed (within tolerance counts);
-    inconclusive ones are counted apart and left out of the rate.
+    inconclusive ones are counted apart and left out of the rate. Forecasts
+    are scored properly: the Brier score of stated confidences with its
+    reliability and resolution (binned Murphy decomposition) and a
+    reliability diagram, interval coverage against the nominal level, and the
+    mean relative error of point forecasts. Late forecasts (made after their
+    run started) are counted apart. Small samples are called out.
 
-    Example: logbook calibration --period week
+    Example: logbook calibration --period week --plot calibration.png
     """
     from ..calibration import calibration
     from ..project import open_project
@@ -113,13 +131,24 @@ def calibration_cmd(
     if period not in ("month", "week"):
         raise UsageError(f"--period must be month or week, got {period!r}")
     cal = calibration(open_project(), period=period)
+    if plot is not None:
+        from ..calibration_plot import write_calibration_plot
+
+        if plot.is_dir():
+            raise UsageError(f"{plot} is a folder; give a file name", hint=f"e.g. --plot {plot / 'calibration.png'}")
+        write_calibration_plot(cal, plot)
     if as_json:
         print_json(cal.to_dict())
         return
-    if not cal.overall.total:
+    if not cal.overall.total and not cal.late_count:
         err("No recorded outcomes yet: score a finished run with `logbook outcome RUN`.")
         return
     _print_calibration(cal)
+    _print_forecasts(cal)
+    for w in cal.warnings:
+        err(f"warning: {w}")
+    if plot is not None:
+        err(f"Plot written to {plot}.")
 
 
 def _print_calibration(cal) -> None:
@@ -138,6 +167,74 @@ def _print_calibration(cal) -> None:
             table.add_row(*(Text(x) for x in (key, str(grp.confirmed), str(grp.refuted), str(grp.inconclusive),
                                               _rate(grp.rate))))
         con.print(table)
+
+
+def _print_forecasts(cal) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..calibration import reliability_bins
+
+    con = stdout_console()
+    f = cal.forecasts.to_dict()
+    m = f["murphy"]
+    if m:
+        con.print(Text(f"Stated confidences: {m['n']} forecast(s), Brier {m['brier']:.3f} = reliability "
+                       f"{m['reliability']:.3f} - resolution {m['resolution']:.3f} + uncertainty "
+                       f"{m['uncertainty']:.3f}" + (f" + {m['residual']:.3f} within bins" if abs(m['residual']) > 5e-4
+                                                    else "") + f"; mean log score {f['mean_log']:.3f}"
+                       + (f"; skill {m['skill']:+.2f} against always stating the base rate {m['base_rate'] * 100:.0f}%"
+                          if m["skill"] is not None else "")))
+        table = Table(box=None, pad_edge=False, show_edge=False, title="reliability diagram", title_justify="left")
+        for col in ("stated", "n", "mean stated", "held", "95% interval"):
+            table.add_column(col, no_wrap=True)
+        for b in reliability_bins(cal.forecasts.probability):
+            table.add_row(*(Text(x) for x in (f"{b.lo * 100:.0f}–{b.hi * 100:.0f}%", str(b.n), _rate(b.mean_forecast),
+                                              _rate(b.observed) + (" (few)" if b.few else ""),
+                                              f"{b.ci[0] * 100:.0f}–{b.ci[1] * 100:.0f}%")))
+        con.print(table)
+    if f["coverage"]:
+        table = Table(box=None, pad_edge=False, show_edge=False, title="interval coverage", title_justify="left")
+        for col in ("nominal", "intervals", "held", "coverage", "95% interval"):
+            table.add_column(col, no_wrap=True)
+        for c in f["coverage"]:
+            table.add_row(*(Text(x) for x in (_rate(c["level"]), str(c["n"]), str(c["covered"]), _rate(c["rate"]),
+                                              f"{c['ci'][0] * 100:.0f}–{c['ci'][1] * 100:.0f}%")))
+        con.print(table)
+    e = f["errors"]
+    if e["n"]:
+        con.print(Text(f"Point forecasts: {e['n']}, mean relative error {e['mean_rel_error'] * 100:+.1f}% "
+                       f"(mean |relative error| {e['mean_abs_rel_error'] * 100:.1f}%)"))
+    for name, groups in cal.forecasts_by.items():
+        if not groups:
+            continue
+        label = cal.period if name == "period" else name
+        table = Table(box=None, pad_edge=False, show_edge=False, title=f"forecasts by {label}", title_justify="left")
+        for col in (label, "confidences", "Brier", "intervals", "coverage", "mean |rel. error|"):
+            table.add_column(col, no_wrap=True)
+        few = False
+        for key, fc in groups.items():
+            d = fc.to_dict()
+            cov = sum(c for _, c in fc.intervals)
+            small = bool(fc.warnings())
+            few = few or small
+            table.add_row(*(Text(x) for x in (
+                key + (" *" if small else ""), str(d["probability"]),
+                f"{d['murphy']['brier']:.3f}" if d["murphy"] else "–",
+                str(len(fc.intervals)), f"{cov}/{len(fc.intervals)}" if fc.intervals else "–",
+                f"{d['errors']['mean_abs_rel_error'] * 100:.1f}%" if d["errors"]["n"] else "–")))
+        con.print(table)
+        if few:
+            con.print(Text("  * too few forecasts in this group to say anything about its calibration"))
+    if cal.late_count:
+        late = cal.late.to_dict()
+        parts = [f"{cal.late_count} late prediction(s), made after their run started, scored apart"]
+        if late["murphy"]:
+            parts.append(f"Brier {late['murphy']['brier']:.3f} over {late['probability']}")
+        if late["coverage"]:
+            parts.append(f"{sum(c['covered'] for c in late['coverage'])} of {sum(c['n'] for c in late['coverage'])} "
+                         "intervals held")
+        con.print(Text("Late forecasts: " + "; ".join(parts) + "."))
 
 
 def _rate(r: float | None) -> str:

@@ -17,8 +17,9 @@ from ._app import JSON_OPTION, app, command_group, err, print_json
 prereg_app = command_group("prereg")
 
 _JSON = JSON_OPTION
-_PREDICT_HELP = ("Machine-checkable prediction `metric@point op threshold [± tol]`; repeatable. "
-                 "Points: final, step:N (or N), P%. Example: 'val_loss@final < 1.45 ± 0.02'.")
+_PREDICT_HELP = ("Machine-checkable prediction `metric@point op threshold [± tol] [(C%)]`, or a forecast "
+                 "`metric@point ≈ value [lo, hi] L%` or `metric ≈ {point: value [lo, hi], ...} L%`; repeatable. "
+                 "Points: final, step:N (or N), P%. Example: 'val_loss@final < 1.45 ± 0.02 (80%)'.")
 _RULE_HELP = "Contingency rule `IF condition -> THEN actions`; repeatable. Example: 'loss spike > 4 sigma twice in 500 steps -> rollback 100 steps, lr × 0.9'."
 
 
@@ -106,12 +107,17 @@ def _template() -> str:
 title:
 hypothesis: |
 
-# Machine-checkable predictions: metric@point op threshold [± tolerance]
+# Machine-checkable predictions: metric@point op threshold [± tolerance] [(confidence%)]
 #   points: final, step:5000 (or 5000), 50%    comparators: < <= > >= == !=
 #   metrics: {known_metrics_text()}
+# Forecasts: a point with its interval, or a trajectory of points (each interval at the same level)
 predictions:
-#  - val_loss@final < 1.45 ± 0.02
+#  - val_loss@final < 1.45 ± 0.02 (80%)
 #  - spikes@final == 0
+#  - val_loss@final ≈ 2.25 [2.20, 2.30] 80%
+#  - trajectory: val_loss
+#    level: 80%
+#    points: [[25%, 3.1, 2.9, 3.3], [50%, 2.6, 2.45, 2.75], [final, 2.25, 2.2, 2.3]]
 # If-then rules the run follows, e.g.
 #  - loss spike > 4 sigma twice within 500 steps -> rollback 100 steps, skip 300 batches, lr × 0.9
 contingency:
