@@ -100,14 +100,15 @@ class VerifyReport:
         if self.problems:
             first = self.problems[0]
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            raise TamperedError(f"{first.message}{more}", hint=self._hint(first))
+            raise TamperedError(f"{first.message}{more}", hint=self.hint_for(first))
         if self.unverifiable:
             names = ", ".join(f.path for f in self.unverifiable[:3])
             raise RefusedError(f"git ignores {len(self.unverifiable)} record(s), so they cannot be verified: {names}",
                                hint=f"remove the ignore rule (`git check-ignore -v {self.unverifiable[0].path}` "
                                     "names it), then `logbook commit`")
 
-    def _hint(self, f: Finding) -> str:
+    def hint_for(self, f: Finding) -> str:
+        """How to fix `f`; while a merge or rebase is under way, first how to finish or abort it."""
         if self.in_progress:
             return f"{self.in_progress}, then run the command again"
         return fix_hint(f)
@@ -170,14 +171,8 @@ def verify_project(project: Project, prereg_id: str | None = None) -> VerifyRepo
 
 
 def _in_progress(root: Path) -> str | None:
-    try:
-        gitbind.check_repo_state(root)
-    except gitbind.GitError:
-        return None
-    except RefusedError as e:
-        if "in progress" in e.message:
-            return f"{e.message.split(' in ')[0]}: {e.hint}"
-    return None
+    busy = gitbind.operation_in_progress(root)
+    return None if busy is None else f"{busy[0]}: {busy[1]}"
 
 
 def _head_blobs(project: Project) -> dict[str, str]:

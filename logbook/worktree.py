@@ -6,9 +6,8 @@ checks the last step, from HEAD to the files a command is about to read:
 - a ``record`` HEAD holds must be on disk with the same bytes (else edited, named
   by line, or deleted);
 - a ``log`` HEAD holds must still start with every complete line HEAD has;
-- nothing under the entries folder may be a symlink (file or folder): a record
-  read through one could be any file on the machine, and a renderer writing
-  through one would write outside the logbook;
+- no record or log (nor a folder on the way to one) may be a symlink: a record
+  read through one could be any file on the machine;
 - a record or log that git ignores can never be committed, so it can never be
   verified: it is listed (`ignored`) so `verify` and `commit` can say so.
 
@@ -99,7 +98,8 @@ def _symlinks(project: Project, folder: str) -> list[WorkFinding]:
     for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
         for name in sorted(dirnames + filenames):
             p = Path(dirpath) / name
-            if p.is_symlink():
+            # Derived files (plots, day files) may be links: the renderers only follow those that stay inside.
+            if p.is_symlink() and classify(p.relative_to(top).as_posix()) != "derived":
                 found.append(_linked(project.root, p))
     return found
 

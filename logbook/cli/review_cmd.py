@@ -30,12 +30,14 @@ def review_cmd(
 
     Example: logbook review && logbook review approve qknorm:17 --comment "restart cost matches the drill"
     """
-    if ctx.invoked_subcommand is not None:
-        return
     from ..project import open_project
     from ..review import review_queue, review_status
+    from ..trust import require_intact
 
     project = open_project()
+    require_intact(project, "review", run=run)
+    if ctx.invoked_subcommand is not None:
+        return
     if status:
         rows = review_status(project)
         if as_json:
