@@ -224,6 +224,8 @@ def verify_cmd(
     if as_json:
         print_json(report.to_dict())
     else:
+        if report.in_progress:
+            err(f"note: {report.in_progress}; verified HEAD as it stands")
         for w in report.warnings:
             err(f"warning: {w.message}")
         for p in report.problems:
