@@ -47,7 +47,7 @@ def check_worktree(project: Project) -> list[WorkFinding]:
     linked = {f.path for f in found}
     if gitbind.head_commit(project.root) is not None:
         found += [f for f in _against_head(project, folder) if f.path not in linked]
-    found += _ignored(project, folder)
+    found += ignored_records(project)
     return found
 
 
@@ -114,7 +114,9 @@ def _linked(root: Path, p: Path) -> WorkFinding:
                                        "plain files inside its folder")
 
 
-def _ignored(project: Project, folder: str) -> list[WorkFinding]:
+def ignored_records(project: Project) -> list[WorkFinding]:
+    """Records and logs under the entries folder that git ignores (never committable, never verifiable)."""
+    folder = project.config.entries_dir.strip("/")
     out = gitbind.git_bytes(project.root, "--literal-pathspecs", "ls-files", "-z", "--others", "--ignored",
                             "--exclude-standard", "--", folder)
     paths = [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]

@@ -202,3 +202,26 @@ def test_prereg_amend_on_a_changed_record_gives_the_fix_not_a_pointer_to_verify(
     assert "logbook verify" not in res.stderr
     res = cli("verify")
     assert "prereg amend" not in res.output
+
+
+# --- records git ignores ------------------------------------------------------------
+
+@pytest.mark.parametrize("rule", ["entries/\n", "*.jsonl\n"])
+def test_ignored_records_are_named_commit_refuses_and_verify_is_not_intact(logbook_repo, cli, rule):
+    _synthetic_run(logbook_repo)
+    (logbook_repo / ".gitignore").write_text(rule)
+    commit_all(logbook_repo, "ignore rule")
+    res = cli("commit")
+    assert res.exit_code == 3, res.output
+    assert "git ignores" in res.stderr and "entries/runs/r1/events.jsonl" in res.stderr
+    assert "hint: `git check-ignore -v entries/runs/r1/events.jsonl` names the rule" in res.stderr
+    res = cli("verify")
+    assert res.exit_code == 3, res.output
+    assert "Intact" not in res.stdout
+    assert "IGNORED  entries/runs/r1/events.jsonl is ignored by git" in res.stdout
+    assert not json.loads(cli("verify", "--json").stdout)["ok"]
+    # The hint's step works: without the rule, the run is committed and verifies.
+    (logbook_repo / ".gitignore").write_text("")
+    git(logbook_repo, "commit", "-q", "-m", "no ignore rule", "--", ".gitignore")
+    assert cli("commit").exit_code == 0
+    assert cli("verify").exit_code == 0
