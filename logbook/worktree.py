@@ -92,16 +92,25 @@ def _compare(root: Path, path: str, kind: str, status: str, old: bytes) -> WorkF
 
 def _symlinks(project: Project, folder: str) -> list[WorkFinding]:
     top = project.root / folder
-    found = []
     if top.is_symlink():
         return [_linked(project.root, top)]
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        for name in sorted(dirnames + filenames):
-            p = Path(dirpath) / name
-            # Derived files (plots, day files) may be links: the renderers only follow those that stay inside.
-            if p.is_symlink() and classify(p.relative_to(top).as_posix()) != "derived":
-                found.append(_linked(project.root, p))
-    return found
+    found: list[WorkFinding] = []
+    stack = [(str(top), "")]
+    while stack:  # os.scandir: the entry type comes with the listing, no stat per file
+        path, rel = stack.pop()
+        try:
+            entries = list(os.scandir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for e in entries:
+            sub = f"{rel}{e.name}"
+            if e.is_symlink():
+                # Derived files (plots, day files) may be links: the renderers only follow those that stay inside.
+                if classify(sub) != "derived":
+                    found.append(_linked(project.root, Path(e.path)))
+            elif e.is_dir():
+                stack.append((e.path, sub + "/"))
+    return sorted(found, key=lambda f: f.path)
 
 
 def _linked(root: Path, p: Path) -> WorkFinding:
