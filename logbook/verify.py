@@ -143,17 +143,18 @@ class _Record:
         return "preregistration" if self.n == 0 else f"amendment {self.n}"
 
 
-def verify_project(project: Project, prereg_id: str | None = None) -> VerifyReport:
+def verify_project(project: Project, prereg_id: str | None = None, *, full: bool = False) -> VerifyReport:
     """Check history, the working tree, the remotes' copies, every preregistration and every log.
 
     With `prereg_id`, only findings about that preregistration, its amendments
-    and the runs that answer to it are reported.
+    and the runs that answer to it are reported. With `full`, the cache of
+    verified commits is neither read nor written: every commit is read again.
     """
     root = project.root
     report = VerifyReport(in_progress=_in_progress(root))
     if prereg_id is not None:
         check_id(prereg_id)
-    hist = history.check_history(project)
+    hist = history.check_history(project, use_cache=not full)
     report.commits_checked = hist.commits_checked
     report.problems += [Finding(b.path, b.kind, b.message, had=b.had, lost=b.lost) for b in hist.breaks]
     for w in worktree.check_worktree(project):

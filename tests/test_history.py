@@ -265,3 +265,13 @@ def test_a_cached_clean_history_does_not_hide_a_later_rewrite(team, cli):
     lost = commit_all(alice, "edit")
     _out, problems = _tampered(cli)
     assert [(p["path"], p["lost"]) for p in problems] == [("entries/notes/n-1.json", lost)]
+
+
+def test_verify_full_reads_every_commit_again_without_trusting_the_cache(team, cli):
+    alice = team.found(cli, "alice")
+    write_record(alice, "notes/n-1.json", {"i": 1})
+    commit_all(alice, "note")
+    assert _verify(cli)["commits_checked"] == 3
+    res = cli("verify", "--full", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["commits_checked"] == 3
+    assert _verify(cli)["commits_checked"] == 0

@@ -196,6 +196,7 @@ def amend_cmd(
 @app.command("verify")
 def verify_cmd(
     prereg_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="Check only this preregistration."),
+    full: bool = typer.Option(False, "--full", help="Read every commit again, ignoring (and not updating) the cache."),
     as_json: bool = _JSON,
 ) -> None:
     """Check that every record and log is as first committed, over the whole history of HEAD.
@@ -207,7 +208,8 @@ def verify_cmd(
     each preregistration (committed before the runs that answer to it, its
     amendment chain) and every hash-chained log line by line. Rebases,
     cherry-picks and squash-merges that keep the bytes verify. Commits already
-    verified are remembered under .logbook/, so a second run is quick.
+    verified are remembered under .logbook/, so a second run is quick
+    (--full reads them all again).
 
     Exit 0 when everything is as written; exit 4 naming what changed; exit 3
     when git ignores records (they can never be committed, so never verified).
@@ -220,7 +222,7 @@ def verify_cmd(
 
     project = open_project()
     pid = None if prereg_id is None else (resolve_prereg_id(project, prereg_id) or prereg_id)
-    report = verify_project(project, pid)
+    report = verify_project(project, pid, full=full)
     if as_json:
         print_json(report.to_dict())
     else:
