@@ -284,7 +284,13 @@ def _hash_bytes(data: bytes) -> str | None:
 
 
 def _check_order(project: Project, records: list[_Record], hist: history.HistoryCheck, report: VerifyReport) -> None:
-    """A run answers to a preregistration only if the preregistration was committed first."""
+    """A run answers to a preregistration only if the preregistration was committed first.
+
+    Provable from history: some commit that added the preregistration is an
+    ancestor of a commit that added the run's record. When both arrived in one
+    commit (a squash-merge of a branch that carried both), history cannot order
+    them, so the two records' own committed timestamps are compared instead.
+    """
     entries = project.entries.relative_to(project.root).as_posix()
     runs = runs_referencing(project)
     for rec in records:
@@ -295,11 +301,27 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
             started = hist.introduced.get(f"runs/{run}/run.json", [])
             if not made or not started:
                 continue  # the run is not committed yet, or the record is reported as uncommitted
-            if not any(history.is_ancestor(project.root, m, s) for m in made for s in started):
-                report.problems.append(Finding(f"{entries}/runs/{run}/run.json", "prereg_after_run", (
-                    f"run {run} answers to {rec.prereg_id}, but the preregistration was first committed in "
-                    f"{made[0][:7]}, which is not before {started[0][:7]}, where the run was first committed"),
-                    had=made[0], lost=started[0]))
+            strictly = any(m != s and history.is_ancestor(project.root, m, s) for m in made for s in started)
+            together = set(made) & set(started)
+            if strictly or (together and _created_in_order(project, rec, run)):
+                continue
+            report.problems.append(Finding(f"{entries}/runs/{run}/run.json", "prereg_after_run", (
+                f"run {run} answers to {rec.prereg_id}, but the preregistration was first committed in "
+                f"{made[0][:7]}, which is not before {started[0][:7]}, where the run was first committed"
+                + (" (both arrived in one commit, and the preregistration's `created` is later than the run's)"
+                   if together else "")), had=made[0], lost=started[0]))
+
+
+def _created_in_order(project: Project, rec: _Record, run: str) -> bool:
+    import json
+
+    try:
+        front, _ = split_record((project.root / rec.relpath).read_text("utf-8"), rec.relpath)
+        run_rec = json.loads((project.run_dir(run) / "run.json").read_text("utf-8"))
+    except (OSError, ValueError, TamperedError):
+        return False
+    made, started = str(front.get("created") or ""), str(run_rec.get("created") or "")
+    return bool(made) and bool(started) and made[:19] <= started[:19]  # to the second: one has no fraction
 
 
 def _check_chains(project: Project, records: list[_Record], hashes: dict, report: VerifyReport) -> None:

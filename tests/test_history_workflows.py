@@ -225,3 +225,25 @@ def test_ignored_records_are_named_commit_refuses_and_verify_is_not_intact(logbo
     git(logbook_repo, "commit", "-q", "-m", "no ignore rule", "--", ".gitignore")
     assert cli("commit").exit_code == 0
     assert cli("verify").exit_code == 0
+
+
+@pytest.mark.parametrize("run_created, ok", [("2099-01-01T00:00:00.000000Z", True),
+                                             ("2020-01-01T00:00:00.000000Z", False)])
+def test_a_squash_of_a_preregistration_and_its_run_in_one_commit_is_ordered_by_their_timestamps(
+        team, cli, run_created, ok):
+    alice = team.found(cli, "alice")
+    git(alice, "switch", "-q", "-c", "exp")
+    pid = _prereg(cli)
+    write_run_record(open_project(alice), RunRecord(run_id="r1", created=run_created, config_path="c.yaml",
+                                                    config_hash="0" * 64, prereg_id=pid))
+    commit_all(alice, "run r1")
+    git(alice, "switch", "-q", "main")
+    git(alice, "merge", "-q", "--squash", "exp")
+    git(alice, "commit", "-q", "-m", "Preregistration and run (#2)")
+    git(alice, "branch", "-q", "-D", "exp")
+    if ok:
+        assert _verify(cli)["ok"]
+    else:
+        out, problems = _tampered(cli)
+        assert [p["kind"] for p in problems] == ["prereg_after_run"]
+        assert "both arrived in one commit" in out
