@@ -8,9 +8,11 @@ last fetched) is compared with HEAD:
 
 - a record both hold with different bytes is a problem (`remote_differs`);
 - a log both hold must agree: one must start with the other's complete lines;
-- records the remote has and HEAD lacks are one warning per branch
-  (`remote_missing`): not yet pulled, or dropped here; git alone cannot tell
-  which, so a person is told.
+- a record the remote has, HEAD lacks and an earlier HEAD of this clone held
+  (its reflog, the last 200 moves) was dropped here by a reset or a rewrite:
+  a problem (`remote_dropped`);
+- other records the remote has and HEAD lacks are one warning per branch
+  (`remote_missing`): most likely not pulled yet.
 
 Nothing is fetched: this reads what the last `git fetch`/`git pull` brought.
 """
@@ -24,6 +26,8 @@ from . import gitbind
 from .project import Project
 from .recordkinds import classify
 
+_REFLOG_DEPTH = 200  # earlier HEADs looked at for a record dropped here
+
 
 @dataclass(frozen=True)
 class RemoteFinding:
@@ -32,7 +36,7 @@ class RemoteFinding:
     path: str
     """Relative to the repository root."""
     kind: str
-    """remote_differs | remote_missing"""
+    """remote_differs | remote_dropped | remote_missing"""
     had: str
     """The remote-tracking branch, e.g. `origin/main`."""
     lost: str
@@ -57,12 +61,36 @@ def check_remotes(project: Project) -> list[RemoteFinding]:
         differ = [p for p, blob in theirs.items() if p in mine and mine[p] != blob]
         found += _differing(root, name, differ, mine, theirs, folder)
         missing = sorted(p for p in theirs if p not in mine and classify(p[len(folder) + 1:]) != "derived")
+        dropped = _held_before(root, {p: theirs[p] for p in missing})
+        for p, old in dropped.items():
+            found.append(RemoteFinding(p, "remote_dropped", name, "HEAD", (
+                f"{p} is in {name} and this clone had it ({old[:7]}, in the reflog), but HEAD does not: "
+                "it was dropped here by a reset or a rewrite")))
+        missing = [p for p in missing if p not in dropped]
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             found.append(RemoteFinding(missing[0], "remote_missing", name, "HEAD", (
                 f"{name} has {len(missing)} record(s) HEAD does not: {', '.join(missing[:3])}{more} "
                 f"(not pulled yet, or dropped here: `git pull` brings them)")))
     return found
+
+
+def _held_before(root: Path, wanted: dict[str, str]) -> dict[str, str]:
+    """Paths whose exact blob an earlier HEAD of this clone (its reflog) held: path -> that commit."""
+    if not wanted:
+        return {}
+    earlier = gitbind.git(root, "reflog", "--format=%H", "-n", str(_REFLOG_DEPTH), check=False).split()
+    earlier = list(dict.fromkeys(earlier))  # one look per commit, newest first
+    specs = [f"{c}:{p}" for c in earlier for p in wanted]
+    if not specs:
+        return {}
+    out = gitbind.git(root, "cat-file", "--batch-check=%(objectname)", input="".join(s + "\n" for s in specs).encode())
+    held: dict[str, str] = {}
+    for spec, line in zip(specs, out.splitlines()):
+        commit, path = spec.split(":", 1)
+        if path not in held and line.strip() == wanted[path]:
+            held[path] = commit
+    return held
 
 
 def _remote_refs(root: Path) -> list[tuple[str, str]]:

@@ -59,7 +59,7 @@ class Finding:
     """edited | deleted | uncommitted | hash_mismatch | chain_broken | prereg_after_run | symlink | ignored |
     log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
-    log_deleted | log_dropped | remote_differs)"""
+    log_deleted | log_dropped | remote_differs | remote_dropped)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
@@ -123,6 +123,8 @@ def fix_hint(f: Finding) -> str:
         return f"restore it from git (`git checkout HEAD -- {f.path}`); a correction is a new record, never an edit"
     if f.kind == "symlink" or f.kind == "record_symlink":
         return f"replace {f.path} by the plain file git has for it (`git checkout HEAD -- {f.path}`)"
+    if f.kind == "remote_dropped":
+        return f"take it back from {f.had} (`git checkout {f.had} -- {f.path}`) and commit, or `git pull`"
     if f.kind == "remote_differs":
         return f"take the remote's version back (`git checkout {f.had} -- {f.path}`) and commit"
     if f.kind == "uncommitted":

@@ -275,3 +275,24 @@ def test_verify_full_reads_every_commit_again_without_trusting_the_cache(team, c
     res = cli("verify", "--full", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["commits_checked"] == 3
     assert _verify(cli)["commits_checked"] == 0
+
+
+def test_a_pulled_record_this_clone_then_reset_away_is_reported_and_the_hint_restores_it(team, cli):
+    team.found(cli, "alice")
+    bob = team.clone("bob")
+    write_record(bob, "notes/n-bob-1.json", {"author": "Bob", "text": "x"})
+    commit_all(bob, "bob's note")
+    git(bob, "push", "-q", "origin", "main")
+    alice = team.at("alice")
+    git(alice, "pull", "-q", "--ff-only")
+    git(alice, "reset", "-q", "--hard", "HEAD~1")  # the pull is undone: Bob's note is gone from this branch
+    write_record(alice, "notes/n-alice-1.json", {"author": "Alice", "text": "y"})
+    commit_all(alice, "alice's note")
+    res = cli("verify")
+    assert res.exit_code == 4, res.output
+    assert "entries/notes/n-bob-1.json is in origin/main and this clone had it" in res.stdout
+    assert "hint: take it back from origin/main (`git checkout origin/main -- entries/notes/n-bob-1.json`)" \
+        in res.stderr
+    git(alice, "checkout", "origin/main", "--", "entries/notes/n-bob-1.json")
+    git(alice, "commit", "-q", "-m", "Bob's note back")
+    assert _verify(cli)["ok"]
