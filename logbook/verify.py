@@ -7,7 +7,8 @@ Three layers, each asking `recordkinds` which files are records, logs or derived
   (incremental: commits verified before are not read again);
 - `worktree`: the files on disk against HEAD, symlinks, and records git ignores;
 - `remote`: a record a remote-tracking branch holds that HEAD holds with other
-  bytes, or (a warning) that HEAD lacks.
+  bytes, or lacks although an earlier HEAD of this clone held it (a warning
+  when HEAD simply has not pulled it yet).
 
 Then, for preregistrations and amendments (working-tree files, plus records
 whose `Logbook-Prereg` commits HEAD contains):
@@ -19,13 +20,17 @@ whose `Logbook-Prereg` commits HEAD contains):
 - amendments must be numbered 1..n and each must link the hash of the record
   before it (else: amendment chain broken);
 - a run that answers to it must have been committed after it: some commit that
-  added the preregistration is an ancestor of (or is) a commit that added the
-  run's `run.json` (else: prereg_after_run).
+  added the preregistration is a strict ancestor of a commit that added the
+  run's `run.json`, or, when one commit added both (a squash), the record's
+  `created` is not later than the run's (else: prereg_after_run).
 
 What is proven is content and order, not commit ids: a rebase, cherry-pick,
 merge commit or squash-merge that carries the same bytes verifies on every
 clone, with nothing but what `git push`/`git pull` carry. A `Logbook-Prereg`
-trailer is corroboration where it survives, never a requirement.
+trailer is corroboration where it survives, never a requirement. What is not
+provable from one clone: that the first committed version was honest, or that
+history was not rewritten from before a record and never pushed; the remote
+check and pushing soon narrow that window.
 
 Every hash-chained log on disk (runs/*/events.jsonl, notes/notes.jsonl,
 reviews/reviews.jsonl) is checked line by line with `chain.verify_log`. A torn
