@@ -24,7 +24,8 @@ that was forged from an honest one, nor a history rewritten from its root:
 that is what `remote_breaks` is for (a record the remote has seen, changed or
 missing here) and why a record should be pushed soon after it is made.
 Commit ids play no part in the proof, so a rebase, a cherry-pick or a
-squash-merge that carries the same bytes passes.
+squash-merge that carries the same bytes passes. In a shallow clone, history
+starts at the shallow boundary: what lies before it is not checked here.
 """
 
 from __future__ import annotations
