@@ -214,7 +214,8 @@ def _check_log_prefixes(root: Path, pairs: list[tuple[str, str | None, _Change]]
             continue
         old_n, new_n = complete.count(b"\n"), new.count(b"\n")
         line = _first_differing_line(complete, new)
-        what = (f"lost lines {new_n + 1}-{old_n} of the {old_n} committed" if new_n < old_n and complete.startswith(new)
+        span = f"line {old_n}" if new_n + 1 == old_n else f"lines {new_n + 1}-{old_n}"
+        what = (f"lost {span} of the {old_n} committed" if new_n < old_n and complete.startswith(new)
                 else f"was rewritten from line {line}")
         res.breaks.append(_break(ch.path, "log_rewritten", p or c, c,
                                  f"(log, {old_n} lines in {(p or c)[:7]}) {what} in {c[:7]}"))

@@ -296,3 +296,20 @@ def test_a_pulled_record_this_clone_then_reset_away_is_reported_and_the_hint_res
     git(alice, "checkout", "origin/main", "--", "entries/notes/n-bob-1.json")
     git(alice, "commit", "-q", "-m", "Bob's note back")
     assert _verify(cli)["ok"]
+
+
+@pytest.mark.parametrize("which", ["notes/notes.jsonl", "reviews/reviews.jsonl"])
+def test_lines_cut_from_a_committed_notes_or_reviews_log_are_caught(team, cli, which):
+    from logbook.chain import ChainedLog
+
+    alice = team.found(cli, "alice")
+    log = ChainedLog(alice / "entries" / which)
+    for i in range(4):
+        log.append({"kind": "note", "data": {"i": i}})
+    had = commit_all(alice, "four lines")
+    log.path.write_text("".join(log.path.read_text().splitlines(keepends=True)[:3]))
+    lost = commit_all(alice, "three lines")
+    out, problems = _tampered(cli)
+    assert [(p["path"], p["kind"], p["had"], p["lost"]) for p in problems] == \
+        [(f"entries/{which}", "log_rewritten", had, lost)]
+    assert f"lost line 4 of the 4 committed in {lost[:7]}" in out
