@@ -30,6 +30,7 @@ SCRIPTS = [
     "goodput_vs_optimum.py",
     "cli_latency.py",
     "render_scaling.py",
+    "verify_history.py",
     "gpu_mfu.py",
     "fault_matrix.py",
     "chaos_long.py",

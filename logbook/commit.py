@@ -146,6 +146,7 @@ def commit_logbook(project: Project, message: str | None = None) -> CommitResult
     root = project.root
     folder = project.config.entries_dir.strip("/")
     branch, head, git_dir = _check_state(root)
+    _refuse_ignored_records(project)
     with tempfile.TemporaryDirectory(prefix="logbook-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git(root, "read-tree", "HEAD", env=env)
@@ -171,6 +172,18 @@ def commit_logbook(project: Project, message: str | None = None) -> CommitResult
     _sync_index(root, commit, res.paths)
     res.commit, res.message = commit, subject + ("\n\n" + body if body else "")
     return res
+
+
+def _refuse_ignored_records(project: Project) -> None:
+    """`git add` skips ignored files without a word: a note or a run log would silently never be committed."""
+    from .worktree import ignored_records
+
+    ignored = ignored_records(project)
+    if ignored:
+        names = ", ".join(f.path for f in ignored[:3]) + (f" and {len(ignored) - 3} more" if len(ignored) > 3 else "")
+        raise RefusedError(f"git ignores {len(ignored)} logbook record(s), so they cannot be committed: {names}",
+                           hint=f"`git check-ignore -v {ignored[0].path}` names the rule; remove it from that "
+                                "file, then run `logbook commit` again")
 
 
 def _commit_tree(root: Path, args: list[str]) -> str:

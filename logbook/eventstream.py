@@ -25,6 +25,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .errors import TamperedError
 from .project import Project
 
 NOTES_SOURCE = "note"
@@ -80,7 +81,19 @@ def sources(project: Project, runs: Iterable[str] | None = None, notes: bool = T
     out = [(r, run_log_path(project, r)) for r in (list_event_runs(project) if runs is None else sorted(runs))]
     if notes and project.notes_log.is_file():
         out.append((NOTES_SOURCE, project.notes_log))
+    for _, path in out:
+        _refuse_if_linked(project, path)
     return out
+
+
+def _refuse_if_linked(project: Project, path: Path) -> None:
+    """A log reached through a symlink could be any file: reading it as empty would make a renderer
+    drop the days it held, so it is refused instead."""
+    inside = project.entries.resolve()
+    if path.is_symlink() or (path.exists() and not path.resolve().is_relative_to(inside)):
+        rel = path.relative_to(project.root).as_posix()
+        raise TamperedError(f"{rel} is a symlink or leads outside the logbook, so it is not read",
+                            hint=f"put the plain file back from git (`git checkout HEAD -- {rel}`)")
 
 
 def valid_ts(ts: Any) -> bool:

@@ -97,6 +97,17 @@ def head_commit(root: Path) -> str | None:
     return out or None
 
 
+def operation_in_progress(root: Path) -> tuple[str, str] | None:
+    """(what, how to finish or abort it) when a merge, rebase, cherry-pick, revert or bisect is under way."""
+    out = git(root, "rev-parse", "--absolute-git-dir", check=False).strip()
+    if not out:
+        return None
+    for name, what, hint in _IN_PROGRESS:
+        if (Path(out) / name).exists():
+            return what, hint
+    return None
+
+
 def check_repo_state(root: Path) -> RepoState:
     """Refuse states in which committing a record would be wrong or surprising."""
     # One call: the git dir, the commit HEAD names, and the branch ("HEAD" when detached).

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import gitbind
 from .chain import utc_now
 from .errors import RefusedError, UsageError
 from .launch_watch import EXIT_PREEMPTED, RunResult, StderrPump, Watcher, next_seq, outcome
@@ -249,6 +250,10 @@ def _checked_prereg(project: Project, prereg_id: str | None, exploratory: bool) 
         return None
     from .prereg import load_prereg, resolve_prereg_id
 
+    busy = gitbind.operation_in_progress(project.root)
+    if busy is not None:
+        # The working tree is half of one history and half of another: nothing in it proves anything yet.
+        raise RefusedError(f"{busy[0]}: a preregistered run starts from a finished history", hint=busy[1])
     prereg = load_prereg(project, resolve_prereg_id(project, prereg_id) or prereg_id)
     _verify_prereg(project, prereg.id)
     return prereg

@@ -194,9 +194,10 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
     rules, warnings = check_contingency(list(contingency or []))
     prereg = load_prereg(project, prereg_id)
     report = verify_project(project, prereg_id)
-    if not report.ok:
-        raise TamperedError(f"preregistration {prereg_id} does not verify: {report.problems[0].message}",
-                            hint="run `logbook verify` for the full list; an amendment cannot build on a changed record")
+    if report.problems:
+        # The same hint `verify` gives: what fixes the record, never "go run the other command".
+        raise TamperedError(f"preregistration {prereg_id} does not verify, so it cannot be amended: "
+                            f"{report.problems[0].message}", hint=report.hint_for(report.problems[0]))
     runs = runs_referencing(project).get(prereg_id, [])
     if seen == "nothing" and runs:
         raise RefusedError(f"run {runs[0]} already answers to {prereg_id}, so `--seen nothing` is not true",

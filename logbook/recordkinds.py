@@ -7,10 +7,12 @@ or commits asks this module which:
 - ``record``: written once by one writer, never edited or deleted once committed
   (preregistrations and their amendments, run records, notes, reviews,
   scorecards). A correction is a new record that supersedes the old one.
-- ``log``: append-only, single writer (a run's event log, its committed metrics).
-  A later version must start with every byte of an earlier one.
+- ``log``: append-only, single writer (a run's event log, its committed metrics,
+  the torn lines a log repair set aside). A later version must start with every
+  byte of an earlier one.
 - ``derived``: rendered from records and logs (the dated chronicle, plots,
-  indexes). Regenerated, never reconciled by hand, not covered by tamper checks.
+  indexes, reports). Regenerated, never reconciled by hand, not covered by
+  tamper checks.
 
 Paths are POSIX paths relative to the entries folder.
 """
@@ -23,9 +25,10 @@ from typing import Literal
 Kind = Literal["record", "log", "derived"]
 
 # The dated chronicle (YYYY/MM/DD.md and anything beside it in a day's folder),
-# the plots, and generated indexes: all rebuilt by `logbook render`.
-_DERIVED = re.compile(r"^(\d{4}/\d{2}/\d{2}(\.md|/.*)|\d{4}/(\d{2}/)?index\.md|assets/.*|index\.md|README\.md|\.gitattributes|\.gitignore)$")
-_LOG = re.compile(r"^.*\.jsonl$")
+# the plots, the reports, and generated indexes: all rebuilt by `logbook render`.
+_DERIVED = re.compile(r"^(\d{4}/\d{2}/\d{2}(\.md|/.*)|\d{4}/(\d{2}/)?index\.md|assets/.*|reports/.*|index\.md|README\.md"
+                      r"|\.gitattributes|\.gitignore)$")
+_LOG = re.compile(r"^.*\.jsonl(\.torn)?$")
 
 
 def classify(rel: str) -> Kind:

@@ -1,34 +1,51 @@
-"""`verify`: prove that preregistrations, amendments and logs are as they were written.
+"""`verify`: prove that every record and log is as it was first committed, on any clone.
 
-For each preregistration and amendment (working-tree files, plus records whose
-commits HEAD contains) the commit is found by its trailer on any ref, then:
+Three layers, each asking `recordkinds` which files are records, logs or derived:
 
-- the file must still exist (else: deleted),
-- a commit must carry its trailer (else: commit missing: amended or rebased away),
-- that commit must contain the file, change nothing else, and sit on the commit
-  recorded as `base_commit` (else: rewritten by amend, rebase or cherry-pick),
-- the committed file must hash to the trailer's `Logbook-Sha256` (else: hash mismatch),
-- the working file must equal the committed one byte for byte (else: edited,
-  naming the first lines that changed),
+- `history`: every commit in HEAD's history, against each of its parents, keeps
+  every committed record byte for byte and every committed log as a prefix
+  (incremental: commits verified before are not read again);
+- `worktree`: the files on disk against HEAD, symlinks, and records git ignores;
+- `remote`: a record a remote-tracking branch holds that HEAD holds with other
+  bytes, or lacks although an earlier HEAD of this clone held it (a warning
+  when HEAD simply has not pulled it yet).
+
+Then, for preregistrations and amendments (working-tree files, plus records
+whose `Logbook-Prereg` commits HEAD contains):
+
+- the record must be in HEAD's history (else: uncommitted; a warning when
+  another branch has exactly these bytes);
+- where a commit with its trailer is in HEAD's history, the record must hash to
+  that trailer's `Logbook-Sha256` (else: hash mismatch, the commit was amended);
 - amendments must be numbered 1..n and each must link the hash of the record
-  before it (else: amendment chain broken).
+  before it (else: amendment chain broken);
+- a run that answers to it must have been committed after it: some commit that
+  added the preregistration is a strict ancestor of a commit that added the
+  run's `run.json`, or, when one commit added both (a squash), the record's
+  `created` is not later than the run's (else: prereg_after_run).
 
-Every hash-chained log under the entries folder (runs/*/events.jsonl,
-notes/notes.jsonl, reviews/reviews.jsonl) is checked with `chain.verify_log`,
-and, where HEAD holds a committed version, that version must still be a prefix
-of the file (logs are append-only). A torn last line is a warning, not tampering.
+What is proven is content and order, not commit ids: a rebase, cherry-pick,
+merge commit or squash-merge that carries the same bytes verifies on every
+clone, with nothing but what `git push`/`git pull` carry. A `Logbook-Prereg`
+trailer is corroboration where it survives, never a requirement. What is not
+provable from one clone: that the first committed version was honest, or that
+history was not rewritten from before a record and never pushed; the remote
+check and pushing soon narrow that window.
+
+Every hash-chained log on disk (runs/*/events.jsonl, notes/notes.jsonl,
+reviews/reviews.jsonl) is checked line by line with `chain.verify_log`. A torn
+last line is a warning, not tampering.
 """
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gitbind
+from . import gitbind, history, remote, worktree
 from .chain import verify_log
-from .errors import NotFoundError, TamperedError
+from .errors import NotFoundError, RefusedError, TamperedError
 from .prereg import AMEND_RE, runs_referencing
 from .prereg_format import record_hash, split_record
 from .prereg_input import ID_RE, check_id
@@ -44,10 +61,17 @@ class Finding:
     path: str
     """File, relative to the repository root."""
     kind: str
-    """edited | deleted | commit_missing | rewritten | hash_mismatch | chain_broken |
-    log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere"""
+    """edited | deleted | uncommitted | hash_mismatch | chain_broken | prereg_after_run | symlink | ignored |
+    log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
+    history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
+    log_deleted | log_dropped | remote_differs | remote_dropped)"""
     message: str
     line: int | None = None
+    """First line that differs, where there is one."""
+    had: str | None = None
+    """The commit (or remote ref) that held the version that was lost, for history findings."""
+    lost: str | None = None
+    """The commit that lost it (or `HEAD`), for history findings."""
 
 
 @dataclass
@@ -59,22 +83,60 @@ class VerifyReport:
     logs: list[str] = field(default_factory=list)
     problems: list[Finding] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
+    unverifiable: list[Finding] = field(default_factory=list)
+    """Records git ignores: they can never be committed, so they can never be verified."""
+    commits_checked: int = 0
+    """Commits whose changes were read in this call (the rest were verified before)."""
+    in_progress: str | None = None
+    """A merge, rebase, cherry-pick... under way, with how to finish or abort it."""
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.unverifiable
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "preregs": self.preregs, "amendments": self.amendments, "logs": self.logs,
-                "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings]}
+                "commits_checked": self.commits_checked, "in_progress": self.in_progress,
+                "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings],
+                "unverifiable": [asdict(f) for f in self.unverifiable]}
 
     def raise_if_tampered(self) -> None:
+        """TamperedError (exit 4) for a changed record; RefusedError (exit 3) for ignored ones only."""
         if self.problems:
-            first = self.problems[0].message
+            first = self.problems[0]
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            raise TamperedError(f"{first}{more}",
-                                hint="records are never edited: restore them from git (`git checkout -- <file>`) "
-                                     "and record changes with `logbook prereg amend`")
+            raise TamperedError(f"{first.message}{more}", hint=self.hint_for(first))
+        if self.unverifiable:
+            names = ", ".join(f.path for f in self.unverifiable[:3])
+            raise RefusedError(f"git ignores {len(self.unverifiable)} record(s), so they cannot be verified: {names}",
+                               hint=f"remove the ignore rule (`git check-ignore -v {self.unverifiable[0].path}` "
+                                    "names it), then `logbook commit`")
+
+    def hint_for(self, f: Finding) -> str:
+        """How to fix `f`; while a merge or rebase is under way, first how to finish or abort it."""
+        if self.in_progress:
+            return f"{self.in_progress}, then run the command again"
+        return fix_hint(f)
+
+
+def fix_hint(f: Finding) -> str:
+    """What to do about one finding: steps that work, and never `run logbook verify` (it sent you here)."""
+    if f.had and f.lost and f.had != f.lost and not f.kind.startswith("remote"):
+        return (f"restore it as {f.had[:7]} had it (`git checkout {f.had[:7]} -- {f.path}`) and commit; "
+                "a record is never edited: a correction is a new record that supersedes it")
+    if f.kind in ("edited", "deleted", "log_lines_missing", "log_deleted", "log_edited"):
+        return f"restore it from git (`git checkout HEAD -- {f.path}`); a correction is a new record, never an edit"
+    if f.kind == "symlink" or f.kind == "record_symlink":
+        return f"replace {f.path} by the plain file git has for it (`git checkout HEAD -- {f.path}`)"
+    if f.kind == "remote_dropped":
+        return f"take it back from {f.had} (`git checkout {f.had} -- {f.path}`) and commit, or `git pull`"
+    if f.kind == "remote_differs":
+        return f"take the remote's version back (`git checkout {f.had} -- {f.path}`) and commit"
+    if f.kind == "uncommitted":
+        return "preregister with `logbook prereg`, which commits the record; a hand-written file proves nothing"
+    if f.kind == "prereg_after_run":
+        return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+    return "restore the record from git; a correction is a new record that supersedes it, never an edit"
 
 
 @dataclass
@@ -88,34 +150,87 @@ class _Record:
         return "preregistration" if self.n == 0 else f"amendment {self.n}"
 
 
-def verify_project(project: Project, prereg_id: str | None = None) -> VerifyReport:
-    """Check every preregistration (or one, with its amendments and runs) and every log."""
+def verify_project(project: Project, prereg_id: str | None = None, *, full: bool = False) -> VerifyReport:
+    """Check history, the working tree, the remotes' copies, every preregistration and every log.
+
+    With `prereg_id`, only findings about that preregistration, its amendments
+    and the runs that answer to it are reported. With `full`, the cache of
+    verified commits is neither read nor written: every commit is read again.
+    """
     root = project.root
-    report = VerifyReport()
-    has_head = gitbind.head_commit(root) is not None
+    report = VerifyReport(in_progress=_in_progress(root))
+    if prereg_id is not None:
+        check_id(prereg_id)
+    hist = history.check_history(project, use_cache=not full)
+    report.commits_checked = hist.commits_checked
+    report.problems += [Finding(b.path, b.kind, b.message, had=b.had, lost=b.lost) for b in hist.breaks]
+    for w in worktree.check_worktree(project):
+        finding = Finding(w.path, w.kind, w.message, w.line)
+        (report.unverifiable if w.kind == "ignored" else report.problems).append(finding)
+    for r in remote.check_remotes(project):
+        finding = Finding(r.path, r.kind, r.message, had=r.had, lost=r.lost)
+        (report.warnings if r.kind == "remote_missing" else report.problems).append(finding)
+    head_files = _head_blobs(project)
+    _check_preregs(project, prereg_id, hist, head_files, report)
+    _check_logs(project, prereg_id, report)
+    if prereg_id is not None:
+        _keep_scope(project, prereg_id, report)
+    return report
+
+
+def _in_progress(root: Path) -> str | None:
+    busy = gitbind.operation_in_progress(root)
+    return None if busy is None else f"{busy[0]}: {busy[1]}"
+
+
+def _head_blobs(project: Project) -> dict[str, str]:
+    """Repository-relative path -> blob id, for everything HEAD holds under the prereg folder."""
+    if gitbind.head_commit(project.root) is None:
+        return {}
+    folder = project.prereg_dir.relative_to(project.root).as_posix()
+    out = gitbind.git_bytes(project.root, "ls-tree", "-r", "-z", "HEAD", "--", folder)
+    blobs = {}
+    for entry in out.split(b"\0"):
+        if entry:
+            meta, _, path = entry.partition(b"\t")
+            blobs[path.decode("utf-8", "surrogateescape")] = meta.split()[2].decode()
+    return blobs
+
+
+def _keep_scope(project: Project, prereg_id: str, report: VerifyReport) -> None:
+    entries = project.entries.relative_to(project.root).as_posix()
+    runs = runs_referencing(project).get(prereg_id, [])
+    prefixes = (f"{entries}/prereg/{prereg_id}.", *(f"{entries}/runs/{r}/" for r in runs))
+    for name in ("problems", "warnings", "unverifiable"):
+        setattr(report, name, [f for f in getattr(report, name) if f.path.startswith(prefixes)])
+
+
+def _check_preregs(project: Project, prereg_id: str | None, hist: history.HistoryCheck,
+                   head_files: dict[str, str], report: VerifyReport) -> None:
+    root = project.root
+    has_head = hist.head is not None
     commits = gitbind.trailer_commits(root, TRAILER) if has_head else []
     on_head = gitbind.reachable_from_head(root, TRAILER) if has_head else set()
     by_key: dict[tuple[str, int], list[gitbind.TrailerCommit]] = {}
     for tc in commits:
         key = (tc.trailers.get(TRAILER, ""), _amend_no(tc.trailers.get("Logbook-Amendment")))
         by_key.setdefault(key, []).append(tc)
-    records = _records(project, by_key, on_head)
+    records = _records(project, head_files)
     if prereg_id is not None:
-        check_id(prereg_id)
         records = [r for r in records if r.prereg_id == prereg_id]
         if not records:
             raise NotFoundError(f"unknown preregistration {prereg_id!r}", hint="see `logbook ls`")
+    blobs = gitbind.read_blobs(root, [head_files[r.relpath] for r in records if r.relpath in head_files]
+                               + [f"{c.commit}:{r.relpath}" for r in records if r.relpath not in head_files
+                                  for c in by_key.get((r.prereg_id, r.n), [])])
     hashes: dict[tuple[str, int], str | None] = {}
-    blobs = gitbind.read_blobs(root, [f"{c.commit}:{r.relpath}" for r in records
-                                      for c in by_key.get((r.prereg_id, r.n), [])])
     for rec in records:
-        hashes[(rec.prereg_id, rec.n)] = _check_record(project, rec, by_key.get((rec.prereg_id, rec.n), []),
-                                                       on_head, blobs, report)
+        cands = by_key.get((rec.prereg_id, rec.n), [])
+        hashes[(rec.prereg_id, rec.n)] = _check_record(project, rec, cands, on_head, head_files, blobs, report)
     _check_chains(project, records, hashes, report)
+    _check_order(project, records, hist, report)
     report.preregs = sorted({r.prereg_id for r in records})
     report.amendments = sum(1 for r in records if r.n)
-    _check_logs(project, prereg_id, report)
-    return report
 
 
 def _amend_no(value: str | None) -> int:
@@ -125,52 +240,46 @@ def _amend_no(value: str | None) -> int:
         return -1
 
 
-def _records(project: Project, by_key: dict, on_head: set[str]) -> list[_Record]:
-    """Records in the working tree, plus those HEAD's history committed (to catch deletions)."""
+def _records(project: Project, head_files: dict[str, str]) -> list[_Record]:
+    """Records in the working tree plus those HEAD holds (a deleted one is reported by `worktree`)."""
     base = project.prereg_dir.relative_to(project.root).as_posix()
+    names = {p.name for p in project.prereg_dir.iterdir()} if project.prereg_dir.is_dir() else set()
+    names |= {path.rsplit("/", 1)[-1] for path in head_files}
     keys: set[tuple[str, int]] = set()
-    if project.prereg_dir.is_dir():
-        for p in project.prereg_dir.iterdir():
-            m = AMEND_RE.match(p.name)
-            if m and ID_RE.match(m.group("id")):
-                keys.add((m.group("id"), int(m.group("n"))))
-            elif p.suffix == ".md" and ID_RE.match(p.stem):
-                keys.add((p.stem, 0))
-    for key, tcs in by_key.items():
-        if ID_RE.match(key[0]) and key[1] >= 0 and any(tc.commit in on_head for tc in tcs):
-            keys.add(key)
+    for name in names:
+        m = AMEND_RE.match(name)
+        if m and ID_RE.match(m.group("id")):
+            keys.add((m.group("id"), int(m.group("n"))))
+        elif name.endswith(".md") and ID_RE.match(name[:-3]):
+            keys.add((name[:-3], 0))
     return [_Record(i, n, f"{base}/{i}.md" if n == 0 else f"{base}/{i}.amend-{n}.md") for i, n in sorted(keys)]
 
 
 def _check_record(project: Project, rec: _Record, candidates: list[gitbind.TrailerCommit], on_head: set[str],
-                  blobs: dict[str, bytes | None], report: VerifyReport) -> str | None:
-    """Check one record; returns its hash as committed (None when it cannot be trusted)."""
-    path = project.root / rec.relpath
-    reachable = [c for c in candidates if c.commit in on_head]
-    if not path.exists():
-        if reachable:
-            report.problems.append(Finding(rec.relpath, "deleted",
-                                           f"{rec.relpath} ({rec.label}) was deleted; it was committed in {reachable[0].commit[:7]}"))
+                  head_files: dict[str, str], blobs: dict[str, bytes | None], report: VerifyReport) -> str | None:
+    """Check one preregistration or amendment; returns its hash as committed (None when it cannot be trusted)."""
+    committed = blobs.get(head_files[rec.relpath]) if rec.relpath in head_files else None
+    if committed is None:
+        path = project.root / rec.relpath
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        if data is not None and any(blobs.get(f"{c.commit}:{rec.relpath}") == data for c in candidates):
+            report.warnings.append(Finding(rec.relpath, "elsewhere", (
+                f"{rec.relpath} ({rec.label}) is committed on another branch, not in HEAD's history")))
+            return _hash_bytes(data)
+        if data is not None:
+            report.problems.append(Finding(rec.relpath, "uncommitted", (
+                f"{rec.relpath} ({rec.label}) is in no commit of HEAD's history, so nothing proves when it was written")))
         return None
-    data = path.read_bytes()
-    if not candidates:
-        report.problems.append(Finding(rec.relpath, "commit_missing", (
-            f"{rec.relpath} ({rec.label}): no commit on any branch carries `{TRAILER}: {rec.prereg_id}`"
-            + (f" with `Logbook-Amendment: {rec.n}`" if rec.n else "")
-            + " (the commit was amended or rebased away, or the file was never committed by logbook)")))
-        return None
-    best: list[Finding] | None = None
-    for c in reachable or candidates:
-        found = _check_against(rec, c, data, blobs.get(f"{c.commit}:{rec.relpath}"))
-        if best is None or len(found) < len(best):
-            best = found
-        if not found:
-            break
-    report.problems.extend(best or [])
-    if not reachable and not best:
-        report.warnings.append(Finding(rec.relpath, "elsewhere", (
-            f"{rec.relpath} matches commit {candidates[0].commit[:7]}, which is on another branch, not in HEAD's history")))
-    return _hash_bytes(data) if not best else None
+    actual = _hash_bytes(committed)
+    for c in candidates:
+        claimed = c.trailers.get("Logbook-Sha256", "")
+        if c.commit in on_head and claimed and actual != claimed:
+            report.problems.append(Finding(rec.relpath, "hash_mismatch", (
+                f"{rec.relpath} ({rec.label}) hashes to {(actual or 'nothing readable')[:12]}, but commit "
+                f"{c.commit[:7]} that made it says Logbook-Sha256 {claimed[:12]} (the commit was amended)"),
+                had=c.commit, lost="HEAD"))
+            return None
+    return actual
 
 
 def _hash_bytes(data: bytes) -> str | None:
@@ -181,67 +290,45 @@ def _hash_bytes(data: bytes) -> str | None:
         return None
 
 
-def _check_against(rec: _Record, c: gitbind.TrailerCommit, data: bytes, blob: bytes | None) -> list[Finding]:
-    where, short = rec.relpath, c.commit[:7]
-    if blob is None:
-        return [Finding(where, "rewritten", f"{where} ({rec.label}): commit {short} carries its trailer "
-                                            "but does not contain the file (rewritten)")]
-    out: list[Finding] = []
-    claimed = c.trailers.get("Logbook-Sha256", "")
-    actual = _hash_bytes(blob)
-    if actual != claimed:
-        out.append(Finding(where, "hash_mismatch", (
-            f"{where} ({rec.label}): the file in commit {short} hashes to {(actual or 'nothing readable')[:12]}, "
-            f"but the commit's Logbook-Sha256 says {claimed[:12]} (the commit was rewritten)")))
-    others = [f for f in c.files if f != rec.relpath]
-    if others:
-        out.append(Finding(where, "rewritten", f"{where} ({rec.label}): commit {short} also changes "
-                                               f"{', '.join(others[:3])} (the commit was amended)"))
-    base = _base_commit(blob)
-    parent = c.parents[0] if c.parents else ""
-    if base and parent != base:
-        out.append(Finding(where, "rewritten", (
-            f"{where} ({rec.label}): commit {short} sits on {parent[:7] or 'no parent'}, but the record was made "
-            f"on {base[:7]} (the commit was rebased or cherry-picked)")))
-    if data != blob:
-        line, what = _first_change(blob, data)
-        out.append(Finding(where, "edited", f"{where} ({rec.label}) was edited after commit {short}: {what}", line))
-    return out
+def _check_order(project: Project, records: list[_Record], hist: history.HistoryCheck, report: VerifyReport) -> None:
+    """A run answers to a preregistration only if the preregistration was committed first.
 
-
-def _base_commit(blob: bytes) -> str:
-    try:
-        front, _ = split_record(blob.decode("utf-8"), "record")
-    except (TamperedError, UnicodeDecodeError):
-        return ""
-    return str(front.get("base_commit") or "")
-
-
-def _first_change(old: bytes, new: bytes) -> tuple[int, str]:
-    """The first changed line, in words: `line 12 changed: 'a' -> 'b'`."""
-    a = old.decode("utf-8", "replace").splitlines()
-    b = new.decode("utf-8", "replace").splitlines()
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
+    Provable from history: some commit that added the preregistration is an
+    ancestor of a commit that added the run's record. When both arrived in one
+    commit (a squash-merge of a branch that carried both), history cannot order
+    them, so the two records' own committed timestamps are compared instead.
+    """
+    entries = project.entries.relative_to(project.root).as_posix()
+    runs = runs_referencing(project)
+    for rec in records:
+        if rec.n:
             continue
-        if tag == "replace":
-            return j1 + 1, f"line {j1 + 1} changed: {_clip(a[i1])} -> {_clip(b[j1])}"
-        if tag == "delete":
-            return j1 + 1, f"{_span(i1, i2)} removed: {_first_text(a[i1:i2])}"
-        return j1 + 1, f"{_span(j1, j2)} added: {_first_text(b[j1:j2])}"
-    return 1, "the line endings or the final newline changed"
+        made = hist.introduced.get(rec.relpath[len(entries) + 1:], [])
+        for run in runs.get(rec.prereg_id, []):
+            started = hist.introduced.get(f"runs/{run}/run.json", [])
+            if not made or not started:
+                continue  # the run is not committed yet, or the record is reported as uncommitted
+            strictly = any(m != s and history.is_ancestor(project.root, m, s) for m in made for s in started)
+            together = set(made) & set(started)
+            if strictly or (together and _created_in_order(project, rec, run)):
+                continue
+            report.problems.append(Finding(f"{entries}/runs/{run}/run.json", "prereg_after_run", (
+                f"run {run} answers to {rec.prereg_id}, but the preregistration was first committed in "
+                f"{made[0][:7]}, which is not before {started[0][:7]}, where the run was first committed"
+                + (" (both arrived in one commit, and the preregistration's `created` is later than the run's)"
+                   if together else "")), had=made[0], lost=started[0]))
 
 
-def _span(start: int, end: int) -> str:
-    return f"line {start + 1} was" if end - start == 1 else f"lines {start + 1}-{end} were"
+def _created_in_order(project: Project, rec: _Record, run: str) -> bool:
+    import json
 
-
-def _first_text(lines: list[str]) -> str:
-    return _clip(next((ln for ln in lines if ln.strip()), lines[0]))
-
-
-def _clip(s: str, n: int = 80) -> str:
-    return repr(s if len(s) <= n else s[:n] + "…")
+    try:
+        front, _ = split_record((project.root / rec.relpath).read_text("utf-8"), rec.relpath)
+        run_rec = json.loads((project.run_dir(run) / "run.json").read_text("utf-8"))
+    except (OSError, ValueError, TamperedError):
+        return False
+    made, started = str(front.get("created") or ""), str(run_rec.get("created") or "")
+    return bool(made) and bool(started) and made[:19] <= started[:19]  # to the second: one has no fraction
 
 
 def _check_chains(project: Project, records: list[_Record], hashes: dict, report: VerifyReport) -> None:
@@ -287,62 +374,25 @@ def _check_link(pid: str, r: _Record, path: Path, prev_hash: str | None, origina
 # --- logs --------------------------------------------------------------------
 
 def _log_paths(project: Project, prereg_id: str | None) -> list[str]:
-    """Logs to check, relative to the root: present ones plus those HEAD has committed."""
+    """Hash-chained logs on disk to check line by line, relative to the root."""
     root = project.root
-    entries = project.entries.relative_to(root).as_posix()
     if prereg_id is None:
         present = [p for p in project.runs_dir.glob("*/events.jsonl")] if project.runs_dir.is_dir() else []
         present += [p for p in (project.notes_log, project.reviews_log) if p.exists()]
-        rels = {p.relative_to(root).as_posix() for p in present}
-        if gitbind.head_commit(root):
-            tracked = gitbind.git(root, "ls-tree", "-r", "--name-only", "-z", "HEAD", "--", entries).split("\0")
-            rels |= {t for t in tracked if _is_log(entries, t)}
-        return sorted(rels)
+        return sorted(p.relative_to(root).as_posix() for p in present if p.is_file() and not p.is_symlink())
     runs = runs_referencing(project).get(prereg_id, [])
-    return [f"{entries}/runs/{r}/events.jsonl" for r in runs if (project.run_dir(r) / "events.jsonl").exists()]
-
-
-def _is_log(entries: str, rel: str) -> bool:
-    if rel in (f"{entries}/notes/notes.jsonl", f"{entries}/reviews/reviews.jsonl"):
-        return True
-    parts = rel.split("/")
-    return rel.startswith(f"{entries}/runs/") and len(parts) == len(entries.split("/")) + 3 \
-        and parts[-1] == "events.jsonl"
+    entries = project.entries.relative_to(root).as_posix()
+    paths = [f"{entries}/runs/{r}/events.jsonl" for r in runs]
+    return [p for p in paths if (root / p).is_file() and not (root / p).is_symlink()]
 
 
 def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport) -> None:
-    rels = _log_paths(project, prereg_id)
-    committed = gitbind.read_blobs(project.root, [f"HEAD:{r}" for r in rels]) \
-        if rels and gitbind.head_commit(project.root) else {}
-    for rel in rels:
-        path = project.root / rel
+    for rel in _log_paths(project, prereg_id):
         report.logs.append(rel)
-        if not path.exists():
-            report.problems.append(Finding(rel, "log_deleted", f"{rel} was deleted; HEAD has it committed"))
-            continue
-        problems = verify_log(path)
-        for p in problems:
+        for p in verify_log(project.root / rel):
             kind = "log_torn_tail" if p.kind == "torn_tail" else "log_edited"
             finding = Finding(rel, kind, f"{rel}: {p.message}", p.line)
             (report.warnings if kind == "log_torn_tail" else report.problems).append(finding)
-        if any(p.kind != "torn_tail" for p in problems):
-            continue
-        old = committed.get(f"HEAD:{rel}")
-        if old:
-            _check_prefix(rel, old, path.read_bytes(), report)
-
-
-def _check_prefix(rel: str, old: bytes, new: bytes, report: VerifyReport) -> None:
-    """Append-only: the lines HEAD committed must all still be there, unchanged, first."""
-    complete = old[: old.rfind(b"\n") + 1]
-    if new.startswith(complete):
-        return
-    old_lines, new_lines = complete.splitlines(), new.splitlines()
-    line = next((i + 1 for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b),
-                min(len(old_lines), len(new_lines)) + 1)
-    report.problems.append(Finding(rel, "log_lines_missing", (
-        f"{rel}: HEAD committed {len(old_lines)} lines, the file now has {len(new_lines)}; "
-        f"they differ from line {line} (lines were removed or replaced)"), line))
 
 
 def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyReport:
@@ -350,4 +400,3 @@ def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyRep
     report = verify_project(project, prereg_id)
     report.raise_if_tampered()
     return report
-

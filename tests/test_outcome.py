@@ -160,18 +160,20 @@ def test_deviations_list_live_changes_off_plan_actions_config_and_code(logbook_r
     assert not any("data.weights" in d["text"] for d in card.deviations)  # a scheduled change is in the plan
 
 
-def test_a_preregistration_that_fails_verify_is_said_first_and_still_scored(logbook_repo, story_clock, cli):
+def test_a_preregistration_that_fails_verify_stops_the_outcome_and_nothing_is_written(logbook_repo, story_clock, cli):
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["loss@final < 4"])
-    story_run(project, story_clock, "story", pid)
+    run_dir = story_run(project, story_clock, "story", pid)
+    before = sha256_of(run_dir / "events.jsonl")
     path = project.prereg_dir / f"{pid}.md"
     path.write_text(path.read_text().replace("QK-norm keeps", "QK-norm surely keeps"))
     res = cli("outcome", "story")
-    assert res.exit_code == 0, res.output
-    assert res.stdout.startswith(f"WARNING: preregistration {pid} fails")
-    assert res.stdout.index("was edited") < res.stdout.index("FINAL outcome of run story")
-    assert "confirmed" in next(line for line in res.stdout.splitlines() if "loss@final < 4" in line)
-    assert json.loads(outcome_path(project, "story").read_text())["verify"]["ok"] is False
+    assert res.exit_code == 4, res.output
+    assert f"`logbook outcome` will not build on entries/prereg/{pid}.md, which fails its check" in res.stderr
+    assert "was edited after HEAD committed it" in res.stderr and "Traceback" not in res.output
+    assert sha256_of(run_dir / "events.jsonl") == before and not outcome_path(project, "story").exists()
+    # The library still scores it, flagged, for whoever asks it directly.
+    assert evaluate(project, "story").verify_ok is False
 
 
 def test_an_exploratory_run_is_refused_and_nothing_is_written(logbook_repo, story_clock, cli):

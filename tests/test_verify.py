@@ -66,10 +66,10 @@ def test_edited_body_is_named_by_line(logbook_repo, cli):
     lines[n] = "QK-norm keeps attention logits bounded, mostly.\n"
     path.write_text("".join(lines))
     out, problems = _tampered(cli)
-    assert f"{path.relative_to(logbook_repo)} (preregistration) was edited after commit" in out
+    assert f"{path.relative_to(logbook_repo)} was edited after HEAD committed it" in out
     assert f"line {n + 1} changed: 'QK-norm keeps attention logits bounded.' -> " in out
     assert problems == [{"path": str(path.relative_to(logbook_repo)), "kind": "edited", "line": n + 1,
-                         "message": problems[0]["message"]}]
+                         "message": problems[0]["message"], "had": None, "lost": None}]
 
 
 def test_edited_front_matter_is_named_by_line(logbook_repo, cli):
@@ -87,17 +87,20 @@ def test_deleted_prereg_is_reported(logbook_repo, cli):
     pid = _prereg(cli)
     _path(logbook_repo, pid).unlink()
     out, problems = _tampered(cli)
-    assert f"{pid}.md (preregistration) was deleted; it was committed in" in out
+    assert f"{pid}.md was deleted from the working tree; HEAD has it committed" in out
     out, _ = _tampered(cli, pid)
     assert "was deleted" in out
 
 
 def test_deleted_and_committed_removal_is_still_reported(logbook_repo, cli):
     pid = _prereg(cli)
+    made = git(logbook_repo, "rev-parse", "HEAD").strip()
     git(logbook_repo, "rm", "-q", str(_path(logbook_repo, pid)))
     git(logbook_repo, "commit", "-q", "-m", "tidy up")
-    _out, problems = _tampered(cli)
-    assert [p["kind"] for p in problems] == ["deleted"]
+    lost = git(logbook_repo, "rev-parse", "HEAD").strip()
+    out, problems = _tampered(cli)
+    assert [(p["kind"], p["had"], p["lost"]) for p in problems] == [("record_deleted", made, lost)]
+    assert f"{pid}.md (record, committed in {made[:7]}) was deleted in {lost[:7]}" in out
 
 
 def test_commit_amended_with_new_content_is_a_hash_mismatch(logbook_repo, cli):
@@ -106,49 +109,37 @@ def test_commit_amended_with_new_content_is_a_hash_mismatch(logbook_repo, cli):
     path.write_text(path.read_text().replace("spikes@final == 0", "spikes@final <= 3"))
     git(logbook_repo, "commit", "-q", "--amend", "--no-edit", "-a")
     out, problems = _tampered(cli)
-    assert "hash_mismatch" in {p["kind"] for p in problems}
-    assert "Logbook-Sha256 says" in out and "(the commit was rewritten)" in out
+    assert [p["kind"] for p in problems] == ["hash_mismatch"]
+    assert "says Logbook-Sha256" in out and "(the commit was amended)" in out
 
 
-def test_commit_amended_to_carry_another_file_is_rewritten(logbook_repo, cli):
+def test_commit_amended_to_carry_another_file_still_verifies(logbook_repo, cli):
+    """The record's bytes are what is proven; a commit that also carries code is what a squash-merge makes."""
     _prereg(cli)
     (logbook_repo / "train.py").write_text("x = 1\n")
     git(logbook_repo, "add", "train.py")
     git(logbook_repo, "commit", "-q", "--amend", "--no-edit")
-    out, problems = _tampered(cli)
-    assert [p["kind"] for p in problems] == ["rewritten"]
-    assert "also changes train.py (the commit was amended)" in out
+    res = cli("verify")
+    assert res.exit_code == 0, res.output
 
 
-def test_commit_rebased_onto_another_parent_is_rewritten(logbook_repo, cli):
+def test_commit_rebased_onto_another_parent_still_verifies(logbook_repo, cli):
     git(logbook_repo, "checkout", "-q", "-b", "exp")
     _prereg(cli)
     git(logbook_repo, "checkout", "-q", "main")
     git(logbook_repo, "commit", "-q", "--allow-empty", "-m", "meanwhile on main")
     git(logbook_repo, "checkout", "-q", "exp")
     git(logbook_repo, "rebase", "-q", "main")
-    out, problems = _tampered(cli)
-    assert [p["kind"] for p in problems] == ["rewritten"]
-    assert "(the commit was rebased or cherry-picked)" in out
+    res = cli("verify")
+    assert res.exit_code == 0, res.output
 
 
-def test_commit_whose_trailers_were_lost_is_missing(logbook_repo, cli):
-    pid = _prereg(cli)
-    git(logbook_repo, "commit", "-q", "--amend", "-m", "a plain message")
-    out, problems = _tampered(cli)
-    assert [p["kind"] for p in problems] == ["commit_missing"]
-    assert f"no commit on any branch carries `Logbook-Prereg: {pid}`" in out
-
-
-def test_a_rewritten_commit_is_still_found_by_trailer_when_the_original_survives_elsewhere(logbook_repo, cli):
-    """A branch made before the rewrite still holds the original: verify finds it, HEAD's copy is reported."""
+def test_commit_whose_trailers_were_lost_still_verifies(logbook_repo, cli):
+    """A squash-merge may drop the trailers; the bytes in HEAD's history are the proof."""
     _prereg(cli)
-    git(logbook_repo, "branch", "backup")
-    (logbook_repo / "other.txt").write_text("x\n")
-    git(logbook_repo, "add", "other.txt")
-    git(logbook_repo, "commit", "-q", "--amend", "--no-edit")
-    _out, problems = _tampered(cli)
-    assert [p["kind"] for p in problems] == ["rewritten"]
+    git(logbook_repo, "commit", "-q", "--amend", "-m", "a plain message")
+    res = cli("verify")
+    assert res.exit_code == 0, res.output
 
 
 def test_record_committed_only_on_another_branch_is_a_warning(logbook_repo, cli):
@@ -170,7 +161,7 @@ def _forge(repo: Path, path: Path, front: dict, body: str, pid: str, n: int) -> 
     git(repo, "commit", "-q", "-m", msg)
 
 
-def test_forged_amendment_breaks_the_chain(logbook_repo, cli):
+def test_forged_amendment_is_caught(logbook_repo, cli):
     pid = _prereg(cli)
     for reason in ("first", "second"):
         assert cli("prereg", "amend", pid, "--reason", reason, "--seen", "nothing").exit_code == 0
@@ -183,8 +174,8 @@ def test_forged_amendment_breaks_the_chain(logbook_repo, cli):
     front["base_commit"] = git(logbook_repo, "rev-parse", "HEAD").strip()
     _forge(logbook_repo, a1, front, body, pid, 1)
     out, problems = _tampered(cli)
-    assert "chain_broken" in {p["kind"] for p in problems}
-    assert f"links {pid}.amend-1.md by hash" in out and "the amendment chain is broken" in out
+    assert {p["kind"] for p in problems} == {"record_deleted", "hash_mismatch"}
+    assert f"{pid}.amend-1.md (amendment 1) hashes to" in out
 
 
 def test_missing_amendment_in_the_middle_breaks_the_chain(logbook_repo, cli):
@@ -222,8 +213,9 @@ def test_uncommitted_hand_written_prereg_has_no_commit(logbook_repo, cli):
     text = _path(logbook_repo, pid).read_text()
     fake = _path(logbook_repo, "2026-12-01-hand-made-abcd")
     fake.write_text(text)
-    _out, problems = _tampered(cli)
-    assert [p["kind"] for p in problems] == ["commit_missing"]
+    out, problems = _tampered(cli)
+    assert [p["kind"] for p in problems] == ["uncommitted"]
+    assert "2026-12-01-hand-made-abcd.md (preregistration) is in no commit of HEAD's history" in out
 
 
 # --- logs --------------------------------------------------------------------

@@ -44,15 +44,15 @@ def stdout_console():
     return _Console(highlight=False, soft_wrap=False)
 
 
-def checked_out_path(out: Path | None) -> Path | None:
-    """An --out file whose folder exists: a typo in a path must not create folders anywhere."""
+def checked_out_path(out: Path | None, option: str = "--out") -> Path | None:
+    """An output file whose folder exists: a typo in a path must not create folders anywhere."""
     if out is None:
         return None
     parent = out.expanduser().absolute().parent
     if not parent.is_dir():
-        raise UsageError(f"--out {out}: the folder {parent} does not exist", hint=f"create it first (mkdir -p {parent})")
+        raise UsageError(f"{option} {out}: the folder {parent} does not exist", hint=f"create it first (mkdir -p {parent})")
     if out.is_dir():
-        raise UsageError(f"--out {out} is a folder; give a file name")
+        raise UsageError(f"{option} {out} is a folder; give a file name")
     return out
 
 

@@ -68,12 +68,14 @@ def render_cmd(
     """
     from ..chronicle import check_chronicle, render_chronicle, render_markdown_file
     from ..project import open_project
+    from ..trust import require_intact
 
     if fmt not in ("md", "pdf"):
         raise UsageError(f"--format must be md or pdf, got {fmt!r}")
     out = checked_out_path(out)
     project = open_project()
     root = project.root.resolve()
+    require_intact(project, "render")
     if check:
         if fmt != "md" or out is not None:
             raise UsageError("--check compares the dated Markdown files; it takes neither --out nor --format pdf")

@@ -31,8 +31,10 @@ def outcome_cmd(
     """
     from ..outcome import record_outcome
     from ..project import open_project
+    from ..trust import require_intact
 
     project = open_project()
+    require_intact(project, "outcome", run=run)
     card = record_outcome(project, run)
     for w in card.warnings:
         err(f"warning: {w}")
@@ -127,16 +129,17 @@ def calibration_cmd(
     """
     from ..calibration import calibration
     from ..project import open_project
+    from ..trust import require_intact
 
     if period not in ("month", "week"):
         raise UsageError(f"--period must be month or week, got {period!r}")
-    cal = calibration(open_project(), period=period)
+    project = open_project()
+    require_intact(project, "calibration")
+    cal = calibration(project, period=period)
     if plot is not None:
         from ..calibration_plot import write_calibration_plot
 
-        if plot.is_dir():
-            raise UsageError(f"{plot} is a folder; give a file name", hint=f"e.g. --plot {plot / 'calibration.png'}")
-        write_calibration_plot(cal, plot)
+        write_calibration_plot(cal, checked_out_path(plot, "--plot"))
     if as_json:
         print_json(cal.to_dict())
         return
@@ -259,11 +262,14 @@ def report_cmd(
     """
     from ..project import open_project
     from ..report import write_report
+    from ..trust import require_intact
 
     if fmt not in ("md", "pdf"):
         raise UsageError(f"--format must be md or pdf, got {fmt!r}")
     project = open_project()
-    res = write_report(project, run, fmt=fmt, out=checked_out_path(out))
+    out = checked_out_path(out)
+    require_intact(project, "report", run=run)
+    res = write_report(project, run, fmt=fmt, out=out)
     if as_json:
         print_json(res.to_dict())
         return

@@ -202,13 +202,23 @@ def amend_cmd(
 @app.command("verify")
 def verify_cmd(
     prereg_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="Check only this preregistration."),
+    full: bool = typer.Option(False, "--full", help="Read every commit again, ignoring (and not updating) the cache."),
     as_json: bool = _JSON,
 ) -> None:
-    """Check preregistrations against their commits, and every hash-chained log.
+    """Check that every record and log is as first committed, over the whole history of HEAD.
 
-    Exit 0 when everything is as written; exit 4 naming what changed otherwise
-    (edited lines, deleted files, rewritten commits, broken amendment chains,
-    edited or deleted log lines).
+    Every commit is checked against each of its parents: a committed record
+    that a later commit edits, deletes or drops in a merge, or a log that loses
+    lines, is named with the commit that had it and the commit that lost it.
+    Then the working tree against HEAD, the remote-tracking branches' copies,
+    each preregistration (committed before the runs that answer to it, its
+    amendment chain) and every hash-chained log line by line. Rebases,
+    cherry-picks and squash-merges that keep the bytes verify. Commits already
+    verified are remembered under .logbook/, so a second run is quick
+    (--full reads them all again).
+
+    Exit 0 when everything is as written; exit 4 naming what changed; exit 3
+    when git ignores records (they can never be committed, so never verified).
 
     Example: logbook verify
     """
@@ -218,14 +228,18 @@ def verify_cmd(
 
     project = open_project()
     pid = None if prereg_id is None else (resolve_prereg_id(project, prereg_id) or prereg_id)
-    report = verify_project(project, pid)
+    report = verify_project(project, pid, full=full)
     if as_json:
         print_json(report.to_dict())
     else:
+        if report.in_progress:
+            err(f"note: {report.in_progress}; verified HEAD as it stands")
         for w in report.warnings:
             err(f"warning: {w.message}")
         for p in report.problems:
             typer.echo(f"CHANGED  {p.message}")
+        for u in report.unverifiable:
+            typer.echo(f"IGNORED  {u.message}")
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")

@@ -32,10 +32,9 @@ def review_cmd(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ..project import open_project
     from ..review import review_queue, review_status
 
-    project = open_project()
+    project = _checked_project(run)
     if status:
         rows = review_status(project)
         if as_json:
@@ -51,6 +50,16 @@ def review_cmd(
         err("Nothing needs review." if not all_ else "No reviewable entries yet.")
         return
     _print_queue(items)
+
+
+def _checked_project(run: str | None = None):
+    """The project, once `verify` passes for what a review reads (exit 4 naming the record otherwise)."""
+    from ..project import open_project
+    from ..trust import require_intact
+
+    project = open_project()
+    require_intact(project, "review", run=run)
+    return project
 
 
 def _plain(*cells: str):
@@ -121,10 +130,9 @@ def comment_cmd(
 
     Example: logbook review comment qknorm:17 "was the OOM killer involved?"
     """
-    from ..project import open_project
     from ..review import add_review
 
-    _done(add_review(open_project(), entry, "comment", text), as_json, "commented on")
+    _done(add_review(_checked_project(), entry, "comment", text), as_json, "commented on")
 
 
 @review_app.command("approve")
@@ -137,10 +145,9 @@ def approve_cmd(
 
     Example: logbook review approve qknorm:17 --comment "cost matches the drill"
     """
-    from ..project import open_project
     from ..review import add_review
 
-    _done(add_review(open_project(), entry, "approve", comment), as_json, "approved")
+    _done(add_review(_checked_project(), entry, "approve", comment), as_json, "approved")
 
 
 @review_app.command("request-changes")
@@ -153,7 +160,6 @@ def request_changes_cmd(
 
     Example: logbook review request-changes qknorm:23 "the reason for the clip change is missing"
     """
-    from ..project import open_project
     from ..review import add_review
 
-    _done(add_review(open_project(), entry, "request_changes", text), as_json, "asked for changes on")
+    _done(add_review(_checked_project(), entry, "request_changes", text), as_json, "asked for changes on")

@@ -1,0 +1,223 @@
+"""`logbook verify` over a logbook the size of Llama 3 405B's run: from cold, and after one new commit.
+
+A synthetic logbook is written straight into git with `git fast-import` (the
+records' bytes are what verify reads, not how they were made): 54 days, one
+run of ~1M steps with 419 restarts and ~1,800 checkpoints in its hash-chained
+event log, a downsampled metrics log (one line per 100 steps), one
+preregistration, and 40 people writing notes and reviews as one file per record,
+all spread over a few hundred commits by 40 identities. Every commit appends to
+the run's logs, so every commit changes a log that verify must check as a
+prefix of the next version.
+
+For each size (a fraction of the commits) it prints, measured in one run:
+`verify` from cold (no cache, a fresh `python3 -m logbook verify`), `verify`
+again with nothing new, and `verify` after one more commit (a note and more
+events). Goals, from issue #12: cold <= 30 s, after one commit <= 1 s.
+
+    python3 bench/verify_history.py [--commits 300] [--sizes 0.25,0.5,1] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench._result import result  # noqa: E402
+from logbook.chain import GENESIS, canonical, record_hash  # noqa: E402
+from logbook.prereg_format import render_record  # noqa: E402
+
+DAYS = 54
+STEPS = 1_000_000
+RESTARTS = 419
+CHECKPOINTS = 1_800
+PEOPLE = 40
+PID = "2026-01-01-llama-scale-run-abcd"
+DAY0 = 1_767_225_600  # 2026-01-01T00:00:00Z
+
+
+def _ts(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".000000Z"
+
+
+class _Log:
+    """A hash-chained log built in memory, line by line, as `ChainedLog` writes it."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.prev = GENESIS
+
+    def add(self, t: float, kind: str, step: int, **data) -> None:
+        rec = {"v": 1, "ts": _ts(t), "run": "llama", "attempt": 0, "rank": 0, "step": step, "kind": kind,
+               "data": data, "seq": len(self.lines), "prev": self.prev}
+        rec["hash"] = record_hash(rec)
+        self.prev = rec["hash"]
+        self.lines.append((canonical(rec) + "\n").encode())
+
+
+def _timeline(rng: random.Random) -> list[tuple[float, str, int, dict]]:
+    """(time, kind, step, data) of the run's events over 54 days, in order."""
+    span = DAYS * 86400
+    evs = [(DAY0 + 60, "run_started", 0, {"world_size": 16384})]
+    for i in range(CHECKPOINTS):
+        f = (i + 1) / (CHECKPOINTS + 1)
+        evs.append((DAY0 + f * span, "checkpoint_saved", int(f * STEPS), {"path": f"ckpt/{i}", "seconds": 38.0}))
+    for i in range(RESTARTS):
+        f = rng.random()
+        evs.append((DAY0 + f * span, "restart", int(f * STEPS), {"cause": rng.choice(["signal", "exception"]),
+                                                                "next_attempt": i + 2}))
+    for p in (10, 25, 50, 75, 100):
+        evs.append((DAY0 + p / 100 * span, "milestone", p * STEPS // 100, {"fraction": p / 100}))
+    return sorted(evs, key=lambda e: e[0])
+
+
+def _prereg() -> bytes:
+    front = {"schema": 1, "id": PID, "title": "405B at scale", "created": "2026-01-01T00:00:00Z",
+             "author": "Lead <lead@lab.example>", "predictions": [], "contingency": []}
+    return render_record(front, "# 405B at scale\n\nThe run finishes.\n").encode()
+
+
+def _fast_import(repo: Path, commits: int, seed: int = 0) -> None:
+    """Write the whole history in one `git fast-import` stream."""
+    rng = random.Random(seed)
+    events, metrics = _Log(), []
+    timeline = _timeline(rng)
+    span = DAYS * 86400
+    out = bytearray()
+
+    def blob(data: bytes) -> None:
+        out.extend(b"data %d\n" % len(data) + data + b"\n")
+
+    run = {"run_id": "llama", "created": _ts(DAY0), "prereg_id": PID, "config_path": "configs/405b.yaml",
+           "config_hash": "0" * 64, "status": "running", "deviations": []}
+    k = 0
+    for c in range(commits):
+        t_end = DAY0 + (c + 1) / commits * span
+        who = c % PEOPLE
+        out.extend(f"commit refs/heads/main\ncommitter P{who} <p{who}@lab.example> {int(t_end)} +0000\n".encode())
+        msg = f"logbook: day {int((t_end - DAY0) // 86400) + 1}".encode()
+        out.extend(b"data %d\n%s\n" % (len(msg), msg))
+        if c == 0:
+            out.extend(b"M 100644 inline logbook.yaml\n")
+            blob(b"entries_dir: entries\n")
+            out.extend(f"M 100644 inline entries/prereg/{PID}.md\n".encode())
+            blob(_prereg())
+            out.extend(b"M 100644 inline entries/runs/llama/run.json\n")
+            blob((json.dumps(run, indent=2, sort_keys=True) + "\n").encode())
+        while k < len(timeline) and timeline[k][0] <= t_end:
+            t, kind, step, data = timeline[k]
+            events.add(t, kind, step, **data)
+            k += 1
+        last = int((c + 1) / commits * STEPS)
+        metrics.extend(b'{"step":%d,"loss":%.4f}\n' % (s, 2 + 8 / (1 + s / 1e4)) for s in
+                       range(len(metrics) * 100, last, 100))
+        for name, lines in (("events", events.lines), ("metrics", metrics)):
+            out.extend(f"M 100644 inline entries/runs/llama/{name}.jsonl\n".encode())
+            blob(b"".join(lines))
+        for j in range(40):  # notes and reviews by the 40 people: one immutable file each
+            kind = "notes" if j % 2 else "reviews"
+            author = rng.randrange(PEOPLE)
+            rec = {"author": f"P{author} <p{author}@lab.example>", "ts": _ts(t_end - j), "about": f"llama:{k}",
+                   "text": "checked the restart cost against the drill; matches within 5%" * 2}
+            out.extend(f"M 100644 inline entries/{kind}/{c:04d}-{j:02d}-p{author}.json\n".encode())
+            blob((json.dumps(rec, indent=2, sort_keys=True) + "\n").encode())
+        out.extend(b"\n")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=bytes(out), check=True)
+    subprocess.run(["git", "reset", "-q", "--hard", "main"], cwd=repo, check=True)
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"), "CI": "1"}
+    env.pop("LOGBOOK_DEBUG", None)
+    return env
+
+
+def _verify(repo: Path, env: dict[str, str]) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "logbook", "verify", "--json"], cwd=repo, env=env,
+                          capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    report = json.loads(proc.stdout or "{}")
+    if proc.returncode != 0 or not report.get("ok"):
+        raise SystemExit(f"verify failed ({proc.returncode}): {proc.stderr[-800:]} {proc.stdout[-800:]}")
+    return elapsed, report
+
+
+def _one_more_commit(repo: Path, env: dict[str, str]) -> None:
+    note = repo / "entries" / "notes" / "zz-new.json"
+    note.write_text('{"author": "P1", "text": "one more"}\n')
+    log = repo / "entries" / "runs" / "llama" / "events.jsonl"
+    last = json.loads(log.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    rec = {"v": 1, "ts": _ts(DAY0 + DAYS * 86400 + 1), "run": "llama", "attempt": 0, "rank": 0, "step": STEPS,
+           "kind": "run_finished", "data": {}, "seq": last["seq"] + 1, "prev": last["hash"]}
+    rec["hash"] = record_hash(rec)
+    with open(log, "a") as f:
+        f.write(canonical(rec) + "\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, env=env, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "one more"], cwd=repo, env=env, check=True)
+
+
+def measure(base: Path, commits: int) -> dict:
+    home = base / "home"
+    home.mkdir(parents=True)
+    (home / ".gitconfig").write_text("[user]\n\tname = Bench\n\temail = bench@example.org\n")
+    env = _env(home)
+    repo = base / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, env=env, check=True)
+    t0 = time.perf_counter()
+    _fast_import(repo, commits)
+    built = time.perf_counter() - t0
+    files = int(subprocess.run(["git", "ls-files", "entries"], cwd=repo, capture_output=True, text=True,
+                               check=True).stdout.count("\n"))
+    size = sum(p.stat().st_size for p in (repo / "entries").rglob("*") if p.is_file())
+    cold, report = _verify(repo, env)
+    warm, again = _verify(repo, env)
+    _one_more_commit(repo, env)
+    one, after = _verify(repo, env)
+    assert report["commits_checked"] == commits and again["commits_checked"] == 0 and after["commits_checked"] == 1
+    return {"commits": commits, "files": files, "mb": size / 1e6, "events": len(report["logs"]) and
+            sum(1 for _ in open(repo / "entries/runs/llama/events.jsonl", "rb")),
+            "build_s": built, "cold_s": cold, "warm_s": warm, "one_commit_s": one}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--commits", type=int, default=300, help="commits at full size (a few hundred)")
+    ap.add_argument("--sizes", default="0.25,0.5,1", help="fractions of --commits to measure")
+    ap.add_argument("--quick", action="store_true", help="60 commits, one size")
+    args = ap.parse_args()
+    sizes = [1.0] if args.quick else [float(x) for x in args.sizes.split(",")]
+    full = 60 if args.quick else args.commits
+    rows = []
+    for frac in sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+            rows.append(measure(Path(tmp), max(2, int(full * frac))))
+        r = rows[-1]
+        print(f"{r['commits']:>5} commits  {r['files']:>6} files  {r['mb']:7.1f} MB  {r['events']:>5} events  "
+              f"cold {r['cold_s']:6.2f} s  nothing new {r['warm_s']:5.2f} s  one commit {r['one_commit_s']:5.2f} s"
+              f"  (built in {r['build_s']:.1f} s)", flush=True)
+    big = rows[-1]
+    result(f"verify from cold, {big['commits']} commits, {big['files']} files", round(big["cold_s"], 2), "s",
+           "<= 30", big["cold_s"] <= 30)
+    result(f"verify after one new commit, {big['commits']} commits", round(big["one_commit_s"], 2), "s",
+           "<= 1", big["one_commit_s"] <= 1)
+    if len(rows) > 1:
+        small = rows[0]
+        growth = (big["cold_s"] / small["cold_s"]) / (big["commits"] / small["commits"])
+        result("verify cold time growth per commit growth (1.0 = linear)", round(growth, 2), "ratio", "-", None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
