@@ -241,7 +241,7 @@ def test_verify_reads_each_commit_once_and_keeps_its_cache_outside_the_entries_f
     for i in range(3):
         write_record(alice, f"notes/n-{i}.json", {"i": i})
         commit_all(alice, f"note {i}")
-    assert _verify(cli)["commits_checked"] == 5  # the first commit, `logbook init`, three notes
+    assert _verify(cli)["commits_checked"] == 6  # the first commit, logbook.yaml (init), the entries folder, three notes
     assert (alice / ".logbook" / CACHE_FILE).is_file()
     assert _verify(cli)["commits_checked"] == 0
     write_record(alice, "notes/n-3.json", {"i": 3})
@@ -271,9 +271,9 @@ def test_verify_full_reads_every_commit_again_without_trusting_the_cache(team, c
     alice = team.found(cli, "alice")
     write_record(alice, "notes/n-1.json", {"i": 1})
     commit_all(alice, "note")
-    assert _verify(cli)["commits_checked"] == 3
+    assert _verify(cli)["commits_checked"] == 4
     res = cli("verify", "--full", "--json")
-    assert res.exit_code == 0 and json.loads(res.stdout)["commits_checked"] == 3
+    assert res.exit_code == 0 and json.loads(res.stdout)["commits_checked"] == 4
     assert _verify(cli)["commits_checked"] == 0
 
 
