@@ -1,8 +1,9 @@
 """Turn log records into the plain dicts the chronicle templates read.
 
-Ids are stable and citable: `<run>:<seq>` for a run event and `note:<seq>` for
-a note (the `seq` of the hash-chained log never changes). Each id has an
-anchor in the Markdown (`run-<run>-<seq>`, `note-<seq>`); routine events that
+Ids are stable and citable: `<run>:<seq>` for a run event (the `seq` of the
+hash-chained log never changes) and `note:<record id>` for a note (its file
+name, the same on every clone). Each id has an anchor in the Markdown
+(`run-<run>-<seq>`, `note-<record id>`); routine events that
 are summarised share their day's summary line anchor (`routine-<run>-<day>`).
 """
 
@@ -39,6 +40,8 @@ def routine_anchor(run: str, day: str) -> str:
 
 
 def _seq(item: Item) -> Any:
+    if item.source == NOTES_SOURCE and item.rec and isinstance(item.rec.get("id"), str):
+        return item.rec["id"]
     seq = item.rec.get("seq") if item.rec else None
     return seq if isinstance(seq, int) else f"L{item.line}"
 
@@ -115,7 +118,14 @@ def _note_fields(rec: dict[str, Any], r: MarkdownRenderer) -> dict[str, Any]:
         # entries after it.
         "text": Raw(text), "quoted": Raw(_blockquote(text)),
         "about": about if isinstance(about, str) else None, "about_link": link,
+        "clock_warnings": clock_warning_list(rec),
     }
+
+
+def clock_warning_list(rec: dict[str, Any]) -> list[str]:
+    """The clock warnings a person's record carries (`clockskew`), as plain strings."""
+    w = rec.get("clock_warnings")
+    return [str(x) for x in w] if isinstance(w, list) else []
 
 
 def _blockquote(text: str) -> str:

@@ -5,18 +5,22 @@ a restart, a divergence, a rollback, an abort, a hand-made or advised
 hyperparameter change (scheduled ones were in the config), a progress note,
 or a scored outcome. Entries are the run events' stable ids `<run>:<seq>`.
 
-Review records live in `entries/reviews/reviews.jsonl`, a hash-chained log
-(`chain.ChainedLog`), one record per action:
+Review records are one immutable file per action, `entries/reviews/<record id>.json`
+(`records.py`), so reviews written on several clones on the same day merge
+without conflict:
 
     {"kind": "review", "entry": "qknorm:17", "action": "approve" | "request_changes" | "comment",
      "text": "...", "reviewer": "Ada Tester", "email": "ada@example.org",
-     "run": "qknorm", "entry_kind": "restart", "entry_ts": "..."}
+     "run": "qknorm", "entry_kind": "restart", "entry_ts": "...", "id": "...", "ts": "...", "hash": "..."}
 
 The reviewer is git's `user.name <user.email>`. Nothing is ever edited: a
 reviewer who asked for changes and is now satisfied approves, which replaces
-their earlier verdict. An entry is approved when `review_approvals` reviewers
-(logbook.yaml) have approved it as their latest verdict and none has changes
-requested as theirs.
+their earlier verdict (records are ordered by time, then id). An entry is
+approved when `review_approvals` distinct reviewers (logbook.yaml, counted by
+email) have approved it as their latest verdict and none has changes requested
+as theirs. The same approval merged in from two clones is one file, so it
+counts once. By default the person who launched a run cannot approve its
+entries (`review_self_approval` in logbook.yaml).
 """
 
 from __future__ import annotations
@@ -31,11 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .chain import ChainedLog, iter_records, read_log
+from . import chain
+from .chain import iter_records
+from .clockskew import clock_warnings
 from .errors import NotFoundError, RefusedError, TamperedError, UsageError
 from .eventstream import list_event_runs, run_log_path
 from .fsutil import exclusive
 from .project import Project
+from .records import damaged_records, iter_folder, write_record
 from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, signal_name
 
 REVIEW_KINDS = ("restart", "divergence_detected", "rollback", "run_aborted", "hparam_change", "milestone", "outcome")
@@ -254,9 +261,14 @@ class _Verdicts:
     comments: int = 0
 
 
+def review_records(project: Project) -> list[dict[str, Any]]:
+    """Every readable review record, in (time, id) order."""
+    return sorted(iter_folder(project.reviews_dir), key=lambda r: (str(r.get("ts")), str(r.get("id"))))
+
+
 def _verdicts(project: Project) -> dict[str, _Verdicts]:
     out: dict[str, _Verdicts] = {}
-    for rec in iter_records(project.reviews_log):
+    for rec in review_records(project):
         entry, action = rec.get("entry"), rec.get("action")
         if not isinstance(entry, str) or action not in ACTIONS:
             continue
@@ -280,20 +292,21 @@ def _apply_verdicts(item: QueueItem, v: _Verdicts | None) -> None:
 def reviews_for(project: Project) -> dict[str, list[dict[str, Any]]]:
     """Entry id -> its review records in order, as the chronicle templates read them.
 
-    Each record: `id` (`review:<seq>`), `action`, `verb` (approved, asked for
-    changes, commented), `reviewer`, `email`, `text`, `ts`, `date`, `time`.
+    Each record: `id` (`review:<record id>`), `action`, `verb` (approved, asked for
+    changes, commented), `reviewer`, `email`, `text`, `ts`, `date`, `time`, `clock_warnings`.
     """
     verbs = {"approve": "approved", "request_changes": "asked for changes", "comment": "commented"}
     out: dict[str, list[dict[str, Any]]] = {}
-    for rec in iter_records(project.reviews_log):
+    for rec in review_records(project):
         entry, action, ts = rec.get("entry"), rec.get("action"), rec.get("ts")
         if not isinstance(entry, str) or action not in ACTIONS or not isinstance(ts, str):
             continue
         out.setdefault(entry, []).append({
-            "id": f"review:{rec.get('seq')}", "action": action, "verb": verbs[action],
+            "id": f"review:{rec.get('id')}", "action": action, "verb": verbs[action],
             "reviewer": str(rec.get("reviewer") or "unknown"), "email": rec.get("email"),
             "text": rec.get("text") if isinstance(rec.get("text"), str) else "",
             "ts": ts, "date": ts[:10], "time": ts[11:16],
+            "clock_warnings": [str(w) for w in rec.get("clock_warnings") or [] if isinstance(w, str)],
         })
     return out
 
@@ -362,17 +375,38 @@ def rerender_days(project: Project, days: list[str]) -> list[str]:
     return list(res.warnings)
 
 
-def _check_log_intact(project: Project) -> None:
-    problems = [p for p in read_log(project.reviews_log).problems if p.kind != "torn_tail"]
-    if problems:
-        rel = project.reviews_log.relative_to(project.root).as_posix()
-        raise TamperedError(f"{rel}: {problems[0].message}",
-                            hint="review records are append-only: restore the file from git (`git checkout -- " + rel + "`)")
+def _check_records_intact(project: Project) -> None:
+    damaged = damaged_records(project.reviews_dir, project.root)
+    if damaged:
+        raise TamperedError(f"{damaged[0]}; a review record changed after it was written",
+                            hint="review records are immutable: `logbook verify` lists every damaged record "
+                                 "and the commit that still holds it as written")
+
+
+def _run_author_email(project: Project, run: str) -> str | None:
+    from .runs import load_run_record
+
+    try:
+        author = load_run_record(project, run).author
+    except (NotFoundError, ValueError, TypeError):
+        return None
+    m = re.search(r"<([^<>]+)>\s*$", author or "")
+    return m.group(1).lower() if m else None
+
+
+def _check_self_approval(project: Project, item: QueueItem, reviewer: Reviewer) -> None:
+    if project.config.review_self_approval:
+        return
+    if _run_author_email(project, item.run) == reviewer.key:
+        raise RefusedError(
+            f"{reviewer.name} launched run {item.run} and cannot approve its entries; nothing was recorded",
+            hint=f"ask a teammate to approve {item.id}; you can still comment "
+                 f"(`logbook review comment {item.id} TEXT`); `review_self_approval: true` in logbook.yaml allows it")
 
 
 def add_review(project: Project, entry_id: str, action: str, text: str | None = None, *,
                render: bool = True) -> ReviewResult:
-    """Append one review record (signed with git's identity); refuse what would change nothing.
+    """Write one review record (signed with git's identity); refuse what would change nothing.
 
     With `render`, the day file of the reviewed entry is re-rendered, as a note's is.
     """
@@ -381,16 +415,26 @@ def add_review(project: Project, entry_id: str, action: str, text: str | None = 
     text = check_review_text(text, required=action in ("comment", "request_changes"))
     reviewer = reviewer_identity(project.root)
     item = find_reviewable(project, entry_id)
+    if action == "approve":
+        _check_self_approval(project, item, reviewer)
     # Two reviews at once from one person (two terminals, a script) must not both pass the check below.
     with exclusive(project.state_dir / "reviews.lock"):
-        _check_log_intact(project)
+        _check_records_intact(project)
         latest = _verdicts(project).get(item.id, _Verdicts()).latest.get(reviewer.key)
         if action == "approve" and latest is not None and latest[0] == "approve":
             raise RefusedError(f"{reviewer.name} has already approved {item.id}; nothing was recorded",
                                hint=f"to add a remark, use `logbook review comment {item.id} TEXT`")
-        rec = {"kind": "review", "entry": item.id, "action": action, "text": text, "reviewer": reviewer.name,
-               "email": reviewer.email, "run": item.run, "entry_kind": item.kind, "entry_ts": item.ts}
-        written = ChainedLog(project.reviews_log).append(rec)
+        rec: dict[str, Any] = {"kind": "review", "entry": item.id, "action": action, "text": text,
+                               "reviewer": reviewer.name, "email": reviewer.email, "run": item.run,
+                               "entry_kind": item.kind, "entry_ts": item.ts}
+        now = chain.utc_now()
+        from .notes import note_records
+
+        existing = [*note_records(project), *((f"review:{r.get('id')}", r) for r in review_records(project))]
+        warnings = clock_warnings(now, reviewer.email, existing)
+        if warnings:
+            rec["clock_warnings"] = warnings
+        written = write_record(project.reviews_dir, rec, ts=now)
     warnings = rerender_days(project, [item.ts[:10]]) if render else []
     return ReviewResult(written, find_reviewable(project, item.id), warnings)
 

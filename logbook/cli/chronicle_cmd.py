@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ._app import app, err, print_json
+from ._app import app, err, open_for_writing, print_json
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -37,7 +37,7 @@ def note_cmd(
     from ..notes import add_note
     from ..project import open_project
 
-    project = open_project()
+    project = open_for_writing()
     body: str | bytes = sys.stdin.buffer.read() if text == "-" else text
     res = add_note(project, body, run=run, step=step, about=about)
     if as_json:

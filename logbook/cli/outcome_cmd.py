@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ._app import JSON_OPTION, app, err, print_json, stdout_console
+from ._app import JSON_OPTION, app, err, open_for_writing, print_json, stdout_console
 
 _JSON = JSON_OPTION
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
@@ -32,7 +32,7 @@ def outcome_cmd(
     from ..outcome import record_outcome
     from ..project import open_project
 
-    project = open_project()
+    project = open_for_writing()
     card = record_outcome(project, run)
     for w in card.warnings:
         err(f"warning: {w}")

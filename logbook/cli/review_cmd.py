@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ._app import JSON_OPTION, command_group, err, print_json, stdout_console
+from ._app import JSON_OPTION, command_group, err, open_for_writing, print_json, stdout_console
 
 review_app = command_group("review")
 
@@ -106,7 +106,7 @@ def _done(res, as_json: bool, verb: str) -> None:
         print_json(res.to_dict())
         return
     item = res.item
-    typer.echo(f"review:{res.record['seq']}")
+    typer.echo(f"review:{res.record['id']}")
     err(f"{res.record['reviewer']} {verb} {item.id} ({item.kind.replace('_', ' ')}): "
         f"{len(item.approvals)}/{item.needed} approvals, {item.state}.")
 
@@ -124,7 +124,7 @@ def comment_cmd(
     from ..project import open_project
     from ..review import add_review
 
-    _done(add_review(open_project(), entry, "comment", text), as_json, "commented on")
+    _done(add_review(open_for_writing(), entry, "comment", text), as_json, "commented on")
 
 
 @review_app.command("approve")
@@ -140,7 +140,7 @@ def approve_cmd(
     from ..project import open_project
     from ..review import add_review
 
-    _done(add_review(open_project(), entry, "approve", comment), as_json, "approved")
+    _done(add_review(open_for_writing(), entry, "approve", comment), as_json, "approved")
 
 
 @review_app.command("request-changes")
@@ -156,4 +156,4 @@ def request_changes_cmd(
     from ..project import open_project
     from ..review import add_review
 
-    _done(add_review(open_project(), entry, "request_changes", text), as_json, "asked for changes on")
+    _done(add_review(open_for_writing(), entry, "request_changes", text), as_json, "asked for changes on")

@@ -1,0 +1,136 @@
+"""A team shares one logbook through git: three clones, a bare origin, `git pull` by merge and by rebase."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scoring_helpers import story_clock, story_run  # noqa: F401  (story_clock is a fixture)
+from team import make_team
+
+from logbook.project import open_project
+
+
+def _entries_conflict_free(*clones) -> None:
+    for c in clones:
+        assert [p for p in c.conflicts() if p.startswith("entries/")] == [], c.name
+
+
+def _checks_pass(c) -> None:
+    c.ok("verify")
+    c.ok("render", "--check")
+
+
+@pytest.mark.parametrize("mode", ["merge", "rebase"])
+def test_same_day_notes_on_two_clones_merge_without_conflict_and_both_keep_their_ids(tmp_path, story_clock, mode):
+    team = make_team(tmp_path, ["ada", "bo", "cy"])
+    ada, bo, cy = team["ada"], team["bo"], team["cy"]
+    a_id = ada.ok("note", "loss looks flat after the warm-up").stdout.strip()
+    b_id = bo.ok("note", "node 7 is flaky again").stdout.strip()
+    assert a_id != b_id and a_id.startswith("note:") and b_id.startswith("note:")
+    ada.commit()
+    ada.push()
+    bo.commit()
+    r = bo.pull(mode)
+    assert r.returncode == 0, r.stderr
+    _entries_conflict_free(bo)
+    _checks_pass(bo)  # the post-merge / post-rewrite hook re-rendered the shared day
+    day = next((bo.entries() / "2026" / "11").glob("*.md")).read_text()
+    assert "loss looks flat" in day and "node 7 is flaky" in day
+    bo.commit()
+    bo.push()
+    assert cy.pull(mode).returncode == 0
+    _checks_pass(cy)
+    # An erratum about bo's note, written on another clone, names bo's note and nothing else.
+    cy.ok("note", "--about", b_id, "it was the PSU, not the node")
+    cy.commit()
+    cy.push()
+    assert ada.pull(mode).returncode == 0
+    _checks_pass(ada)
+    text = (ada.entries() / "2026" / "11" / "30.md").read_text()
+    anchor_a, anchor_b = a_id.replace(":", "-"), b_id.replace(":", "-")
+    a_entry = text.split(f'<a id="{anchor_a}"></a>')[1].split("### ")[0]
+    b_entry = text.split(f'<a id="{anchor_b}"></a>')[1].split("### ")[0]
+    assert "Erratum" in b_entry and "Erratum" not in a_entry
+
+
+def test_a_merge_in_a_clone_without_logbook_set_up_has_no_conflict_under_entries(tmp_path, story_clock):
+    """A hosting service's merge button runs no hook and no custom driver: only what is committed counts."""
+    team = make_team(tmp_path, ["ada", "bo"])
+    ada, bo = team["ada"], team["bo"]
+    ada.git("switch", "-q", "-c", "ada-notes")
+    ada.ok("note", "from ada's branch")
+    ada.commit()
+    ada.git("push", "-q", "origin", "ada-notes")
+    bo.ok("note", "from main")
+    bo.commit()
+    bo.push()
+    host = team.join("host", setup=False)  # stands in for the service: no `logbook init`, no hooks
+    host.git("fetch", "-q", "origin")
+    r = host.git("merge", "--no-edit", "origin/ada-notes", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    _entries_conflict_free(host)
+    day = (host.entries() / "2026" / "11" / "30.md").read_text()
+    assert "from ada's branch" in day and "from main" in day  # still readable where the repository is browsed
+    host.ok("verify")
+    res = host.cli("render", "--check")  # stale until rendered, and the clone says what to run
+    assert res.exit_code == 3 and "logbook render" in res.stderr
+    host.ok("render")
+    _checks_pass(host)
+
+
+def test_init_in_a_fresh_clone_sets_it_up_once_and_says_what_it_did(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada"])
+    bo = team.join("bo", setup=False)
+    warned = bo.cli("note", "before set-up")
+    assert warned.exit_code == 0 and "not set up" in warned.stderr and "logbook init" in warned.stderr
+    first = bo.ok("init")
+    assert "post-merge hook" in first.stderr and "post-rewrite hook" in first.stderr
+    again = bo.ok("init")
+    assert "already set up" in again.stderr and "installed" not in again.stderr
+    assert "not set up" not in bo.cli("note", "after set-up").stderr
+
+
+def test_a_hook_of_ones_own_is_left_alone_and_init_says_what_to_add(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada"])
+    bo = team.join("bo", setup=False)
+    hook = bo.path / ".git" / "hooks" / "post-merge"
+    hook.write_text("#!/bin/sh\necho mine\n")
+    res = bo.ok("init")
+    assert hook.read_text() == "#!/bin/sh\necho mine\n"
+    assert "to do:" in res.stderr and "post-merge" in res.stderr and "-m logbook render" in res.stderr
+
+
+def _record_files(c, folder: str) -> list[str]:
+    return sorted(p.name for p in (c.entries() / folder).glob("*.json"))
+
+
+def test_reviews_from_two_clones_both_count_once_and_the_author_cannot_approve(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada", "bo", "cy"])
+    ada, bo, cy = team["ada"], team["bo"], team["cy"]
+    project = open_project(ada.path)
+    story_run(project, story_clock, "qknorm", None, author="Ada <ada@lab.example>")
+    (ada.path / "logbook.yaml").write_text((ada.path / "logbook.yaml").read_text().replace(
+        "review_approvals: 1", "review_approvals: 2"))
+    ada.git("commit", "-q", "-am", "two approvals per entry")
+    ada.commit()
+    ada.push()
+    for c in (bo, cy):
+        assert c.pull("rebase").returncode == 0
+    entry = "qknorm:2"  # the spike at step 30
+    own = ada.cli("review", "approve", entry)
+    assert own.exit_code == 3 and "launched run qknorm" in own.stderr and "teammate" in own.stderr
+    assert _record_files(ada, "reviews") == []
+    bo.ok("review", "approve", entry)
+    cy.ok("review", "approve", entry)
+    for c, mode in ((bo, "merge"), (cy, "rebase")):
+        c.commit()
+        assert c.pull(mode).returncode == 0
+        _entries_conflict_free(c)
+        c.push()
+    assert ada.pull("merge").returncode == 0
+    _checks_pass(ada)
+    assert len(_record_files(ada, "reviews")) == 2
+    item = json.loads(ada.ok("review", "--all", "--json").stdout)
+    spike = next(i for i in item if i["id"] == entry)
+    assert spike["state"] == "approved" and sorted(spike["approvals"]) == ["Bo", "Cy"]
