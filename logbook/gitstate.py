@@ -56,3 +56,15 @@ def in_progress(gdir: Path | None) -> InProgress | None:
 def state_of(root: Path) -> InProgress | None:
     """The half-done git operation in the clone at `root`, or None."""
     return in_progress(git_dir(root))
+
+
+def restore_hint(root: Path | None, rel: str) -> str:
+    """How to put a record back as committed, in the git state the clone is in."""
+    op = state_of(root) if root is not None else None
+    plain = f"restore it as committed: `git restore --source=HEAD --staged --worktree -- {rel}`"
+    if op is None:
+        return plain
+    if op.what == "a merge":
+        return (f"a merge is in progress: {plain} (for a record that came with the merge, "
+                f"`--source=MERGE_HEAD`), then finish the merge: {op.recovery}")
+    return f"{op.what} is in progress: first {op.recovery}; then {plain}"

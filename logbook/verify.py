@@ -68,13 +68,14 @@ class VerifyReport:
         return {"ok": self.ok, "preregs": self.preregs, "amendments": self.amendments, "logs": self.logs,
                 "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings]}
 
-    def raise_if_tampered(self) -> None:
+    def raise_if_tampered(self, root: Path | None = None) -> None:
         if self.problems:
             first = self.problems[0].message
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            raise TamperedError(f"{first}{more}",
-                                hint="records are never edited: restore them from git (`git checkout -- <file>`) "
-                                     "and record changes with `logbook prereg amend`")
+            from .gitstate import restore_hint
+
+            raise TamperedError(f"{first}{more}", hint=restore_hint(root, self.problems[0].path)
+                                + "; record changes as new records (`logbook prereg amend`, `logbook note --about`)")
 
 
 @dataclass
@@ -115,7 +116,31 @@ def verify_project(project: Project, prereg_id: str | None = None) -> VerifyRepo
     report.preregs = sorted({r.prereg_id for r in records})
     report.amendments = sum(1 for r in records if r.n)
     _check_logs(project, prereg_id, report)
+    if prereg_id is None:
+        _check_record_files(project, report)
     return report
+
+
+def _check_record_files(project: Project, report: VerifyReport) -> None:
+    """One-file records (notes, reviews, scorecards): each as written, and none that HEAD holds missing."""
+    from .records import damaged_records
+
+    root = project.root
+    folders = [project.notes_dir, project.reviews_dir]
+    folders += sorted(project.runs_dir.glob("*/outcomes")) if project.runs_dir.is_dir() else []
+    for folder in folders:
+        for sentence in damaged_records(folder, root):
+            rel = sentence.split(":", 1)[0]
+            report.problems.append(Finding(rel, "edited", sentence))
+    if not gitbind.head_commit(root):
+        return
+    entries = project.entries.relative_to(root).as_posix()
+    tracked = gitbind.git(root, "ls-tree", "-r", "--name-only", "-z", "HEAD", "--",
+                          f"{entries}/notes", f"{entries}/reviews", f"{entries}/runs").split("\0")
+    for rel in tracked:
+        if rel.endswith(".json") and ("/notes/" in rel or "/reviews/" in rel or "/outcomes/" in rel) \
+                and not (root / rel).exists():
+            report.problems.append(Finding(rel, "deleted", f"{rel} was deleted; HEAD has it committed"))
 
 
 def _amend_no(value: str | None) -> int:
@@ -348,6 +373,6 @@ def _check_prefix(rel: str, old: bytes, new: bytes, report: VerifyReport) -> Non
 def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyReport:
     """`verify_project`, raising TamperedError when anything changed."""
     report = verify_project(project, prereg_id)
-    report.raise_if_tampered()
+    report.raise_if_tampered(project.root)
     return report
 
