@@ -378,9 +378,11 @@ def rerender_days(project: Project, days: list[str]) -> list[str]:
 def _check_records_intact(project: Project) -> None:
     damaged = damaged_records(project.reviews_dir, project.root)
     if damaged:
+        from .gitstate import restore_hint
+
+        rel = damaged[0].split(":", 1)[0]
         raise TamperedError(f"{damaged[0]}; a review record changed after it was written",
-                            hint="review records are immutable: `logbook verify` lists every damaged record "
-                                 "and the commit that still holds it as written")
+                            hint=f"review records are never edited: {restore_hint(project.root, rel)}")
 
 
 def _run_author_email(project: Project, run: str) -> str | None:
