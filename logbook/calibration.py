@@ -1,6 +1,6 @@
 """`logbook calibration`: how often preregistered predictions held, across every scored run.
 
-Read from each run's recorded outcome (`runs/<run>/outcome.json`, final ones
+Read from each run's recorded outcome (the newest `runs/<run>/outcomes/*.json`, final ones
 only), one outcome file in memory at a time. A prediction *held* when it was
 confirmed (within its tolerance counts) and *failed* when refuted;
 inconclusive ones are counted apart and left out of the held rate, since

@@ -39,6 +39,15 @@ def routine_anchor(run: str, day: str) -> str:
     return f"routine-{run}-{day}"
 
 
+def item_id(item: Item) -> tuple[str, str]:
+    """(citable id, anchor) of an entry: `run:seq`, `note:<record id>` or `outcome:<record id>`."""
+    rec = item.rec or {}
+    if item.rank == 2 and isinstance(rec.get("id"), str):  # a scorecard record (eventstream.stream_outcomes)
+        return f"outcome:{rec['id']}", f"outcome-{rec['id']}"
+    seq = _seq(item)
+    return entry_id(item.source, seq), entry_anchor(item.source, seq, rec.get("kind"), item.day)
+
+
 def _seq(item: Item) -> Any:
     if item.source == NOTES_SOURCE and item.rec and isinstance(item.rec.get("id"), str):
         return item.rec["id"]
@@ -68,11 +77,10 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
     """
     rec = item.rec or {}
     kind = rec.get("kind") if isinstance(rec.get("kind"), str) else "unknown"
-    seq = _seq(item)
-    eid = entry_id(item.source, seq)
+    eid, anchor = item_id(item)
     ts = rec.get("ts", item.ts)
     e: dict[str, Any] = View({
-        "id": eid, "anchor": entry_anchor(item.source, seq, kind, item.day), "kind": kind,
+        "id": eid, "anchor": anchor, "kind": kind,
         "ts": ts, "day": item.day, "time": ts[11:16], "source": item.source,
         "run": item.source if item.source != NOTES_SOURCE else rec.get("run"),
         "attempt": rec.get("attempt"), "step": rec.get("step"), "tokens": rec.get("tokens"),

@@ -84,19 +84,29 @@ def sources(project: Project, runs: Iterable[str] | None = None) -> list[tuple[s
     return [(r, run_log_path(project, r)) for r in (list_event_runs(project) if runs is None else sorted(runs))]
 
 
-def stream_notes(project: Project, *, since: str | None = None, until: str | None = None) -> Iterator[Item]:
-    """The notes written on days in [since, until], each at its own timestamp, in (time, id) order."""
+def _stream_folder(folder: Path, source: str, rank: int, since: str | None, until: str | None) -> Iterator[Item]:
+    """One-file records of `folder` written on days in [since, until], each at its own time, in (time, id) order."""
     from .records import iter_folder
 
     one_day = since if since and since == until else None  # the file names say the day: read only that day's
     items = []
-    for n, rec in enumerate(iter_folder(project.notes_dir, day=one_day)):
+    for n, rec in enumerate(iter_folder(folder, day=one_day)):
         ts = rec.get("ts")
         if not valid_ts(ts) or (since and ts[:10] < since) or (until and ts[:10] > until):
             continue
-        items.append(Item(ts, 1, NOTES_SOURCE, n, rec))
+        items.append(Item(ts, rank, source, n, rec))
     items.sort(key=lambda it: (it.ts, str(it.rec.get("id"))))
     return iter([it._replace(line=i) for i, it in enumerate(items)])
+
+
+def stream_notes(project: Project, *, since: str | None = None, until: str | None = None) -> Iterator[Item]:
+    """The notes written on days in [since, until], each at its own timestamp, in (time, id) order."""
+    return _stream_folder(project.notes_dir, NOTES_SOURCE, 1, since, until)
+
+
+def stream_outcomes(project: Project, run: str, *, since: str | None = None, until: str | None = None) -> Iterator[Item]:
+    """A run's scorecard records on days in [since, until]: entries of the run, after its own events at one instant."""
+    return _stream_folder(project.run_dir(run) / "outcomes", run, 2, since, until)
 
 
 def valid_ts(ts: Any) -> bool:
@@ -239,6 +249,7 @@ def merged(project: Project, *, runs: Iterable[str] | None = None, notes: bool =
            since: str | None = None, until: str | None = None) -> Iterator[Item]:
     """All logs' items in effective-time order."""
     streams = [stream_log(s, p, since=since, until=until) for s, p in sources(project, runs)]
+    streams += [stream_outcomes(project, s, since=since, until=until) for s, _ in sources(project, runs)]
     if notes:
         streams.append(stream_notes(project, since=since, until=until))
     return heapq.merge(*streams)

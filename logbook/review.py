@@ -49,7 +49,8 @@ REVIEW_KINDS = ("restart", "divergence_detected", "rollback", "run_aborted", "hp
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
 ACTIONS = ("comment", "approve", "request_changes")
 MAX_TEXT_CHARS = 4000
-ID_HINT = "entry ids look like `qknorm:17` (run:seq); `logbook review` lists those that need review"
+ID_HINT = ("entry ids look like `qknorm:17` (run:seq) or `outcome:<record id>`; "
+           "`logbook review` lists those that need review")
 _ID_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}):(\d{1,12})$")
 
 NEEDS_REVIEW = "needs review"
@@ -221,15 +222,26 @@ _SUMMARIES = {"restart": _sum_restart, "divergence_detected": _sum_divergence, "
 
 
 def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> Iterable[tuple[str, dict[str, Any]]]:
+    from .outcome import outcome_records
+
     for run in (list_event_runs(project) if runs is None else runs):
         for rec in iter_records(run_log_path(project, run)):
             if isinstance(rec.get("seq"), int) and needs_review(rec):
                 yield run, rec
+        yield from ((run, rec) for rec in outcome_records(project, run))
+
+
+def _entry_id(run: str, rec: dict[str, Any]) -> str:
+    """`run:seq` for a run event, `outcome:<record id>` for a scorecard record."""
+    if rec.get("kind") == "outcome" and isinstance(rec.get("id"), str) and "seq" not in rec:
+        return f"outcome:{rec['id']}"
+    return f"{run}:{rec['seq']}"
 
 
 def _item(run: str, rec: dict[str, Any], needed: int) -> QueueItem:
+    seq = rec["seq"] if isinstance(rec.get("seq"), int) else -1
     return QueueItem(
-        id=f"{run}:{rec['seq']}", run=run, seq=rec["seq"], ts=str(rec.get("ts", "")), kind=str(rec.get("kind")),
+        id=_entry_id(run, rec), run=run, seq=seq, ts=str(rec.get("ts", "")), kind=str(rec.get("kind")),
         step=rec.get("step") if isinstance(rec.get("step"), int) else None,
         attempt=rec.get("attempt") if isinstance(rec.get("attempt"), int) else None,
         drill=rec.get("drill") is True, summary=summarize(rec), needed=needed)
@@ -327,11 +339,19 @@ def check_review_text(text: str | None, *, required: bool) -> str:
 
 def find_reviewable(project: Project, entry_id: str) -> QueueItem:
     """The reviewable entry with this id, or a refusal that suggests close ids."""
+    needed = project.config.review_approvals
+    if (entry_id or "").startswith("outcome:"):
+        for r, rec in _reviewable_events(project):
+            if rec.get("kind") == "outcome" and _entry_id(r, rec) == entry_id:
+                item = _item(r, rec, needed)
+                _apply_verdicts(item, _verdicts(project).get(item.id))
+                return item
+        raise NotFoundError(f"no scorecard {entry_id} here", hint="pull first if a teammate scored the run (`git pull`); "
+                            "`logbook review` lists what needs review")
     m = _ID_RE.match(entry_id or "")
     if not m:
         raise NotFoundError(f"{entry_id!r} is not an entry id", hint=ID_HINT)
     run, seq = m.group(1), int(m.group(2))
-    needed = project.config.review_approvals
     if run_log_path(project, run).is_file():
         for rec in iter_records(run_log_path(project, run)):
             if rec.get("seq") != seq:
@@ -343,7 +363,7 @@ def find_reviewable(project: Project, entry_id: str) -> QueueItem:
             item = _item(run, rec, needed)
             _apply_verdicts(item, _verdicts(project).get(item.id))
             return item
-    ids = [f"{r}:{rec['seq']}" for r, rec in _reviewable_events(project)]
+    ids = [_entry_id(r, rec) for r, rec in _reviewable_events(project)]
     close = difflib.get_close_matches(entry_id, ids, n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise NotFoundError(f"no entry {entry_id} needs review here", hint=hint + ID_HINT)
@@ -454,7 +474,7 @@ class RunReviewStatus:
     approved: int
     changes_requested: int
     outcome: bool
-    """True when a final outcome is recorded (runs/<run>/outcome.json)."""
+    """True when a final outcome is recorded (runs/<run>/outcomes/)."""
     open_ids: list[str] = field(default_factory=list)
 
     @property
@@ -467,7 +487,7 @@ class RunReviewStatus:
 
 def review_status(project: Project) -> list[RunReviewStatus]:
     """One line per run with an event log: counts of entries by review state, and the outcome."""
-    from .outcome import outcome_path
+    from .outcome import outcome_records
 
     items = review_queue(project, include_approved=True)
     out = []
@@ -478,7 +498,7 @@ def review_status(project: Project) -> list[RunReviewStatus]:
             needs_review=sum(1 for i in mine if i.state == NEEDS_REVIEW),
             approved=sum(1 for i in mine if i.state == APPROVED),
             changes_requested=sum(1 for i in mine if i.state == CHANGES_REQUESTED),
-            outcome=outcome_path(project, run).is_file(),
+            outcome=bool(outcome_records(project, run)),
             open_ids=[i.id for i in mine if i.state != APPROVED])
         out.append(st)
     return out

@@ -58,7 +58,7 @@ def make_prereg(project: Project, predictions: list[str], *, title: str = "qk-no
 def write_record(project: Project, run: str, prereg_id: str | None, *, status: str = "finished",
                  snapshot: str | None = None, config_hash: str = "c" * 64, prereg_config_hash: str | None = None,
                  deviations: list[str] | None = None, exploratory: bool = False,
-                 author: str = "Ada Tester <ada@example.org>") -> RunRecord:
+                 author: str = "Lin Launcher <lin@example.org>") -> RunRecord:
     rec = RunRecord(run_id=run, created="2026-11-30T08:00:00Z", config_path="configs/story.yaml",
                     config_hash=config_hash, prereg_id=prereg_id, exploratory=exploratory,
                     prereg_config_hash=prereg_config_hash, snapshot={"commit": snapshot} if snapshot else {},

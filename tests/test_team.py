@@ -134,3 +134,63 @@ def test_reviews_from_two_clones_both_count_once_and_the_author_cannot_approve(t
     item = json.loads(ada.ok("review", "--all", "--json").stdout)
     spike = next(i for i in item if i["id"] == entry)
     assert spike["state"] == "approved" and sorted(spike["approvals"]) == ["Bo", "Cy"]
+
+
+def _shared_run(team, clock, run="qknorm", predictions=("loss@final < 4", "spikes@final == 0")):
+    """ada preregisters and runs; everyone pulls the run."""
+    from scoring_helpers import make_prereg
+
+    ada = team["ada"]
+    project = open_project(ada.path)
+    pid = make_prereg(project, list(predictions))
+    story_run(project, clock, run, pid, author="Ada <ada@lab.example>")
+    ada.commit()
+    ada.push()
+    for c in team.clones.values():
+        if c is not ada:
+            assert c.pull("rebase").returncode == 0
+    return pid
+
+
+@pytest.mark.parametrize("mode", ["merge", "rebase"])
+def test_outcomes_scored_on_two_clones_both_survive_and_the_log_is_untouched(tmp_path, story_clock, mode):
+    team = make_team(tmp_path, ["ada", "bo", "cy"])
+    ada, bo, cy = team["ada"], team["bo"], team["cy"]
+    _shared_run(team, story_clock)
+    log = "entries/runs/qknorm/events.jsonl"
+    before = (bo.path / log).read_bytes()
+    bo.ok("outcome", "qknorm")
+    cy.ok("outcome", "qknorm")
+    assert (bo.path / log).read_bytes() == before
+    bo.commit()
+    bo.push()
+    cy.commit()
+    assert cy.pull(mode).returncode == 0
+    _entries_conflict_free(cy)
+    _checks_pass(cy)
+    scored = _record_files(cy, "runs/qknorm/outcomes")
+    assert len(scored) == 2  # neither side's record was dropped
+    text = (cy.entries() / "2026" / "11" / "30.md").read_text()
+    assert all(f'<a id="outcome-{name[:-5]}"></a>' in text for name in scored)
+    status = json.loads(cy.ok("review", "--status", "--json").stdout)
+    assert status[0]["outcome"] is True
+
+
+def test_one_reviewer_approving_on_two_clones_counts_once(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada", "bo", "laptop"])
+    _shared_run(team, story_clock)
+    bo, laptop = team["bo"], team["laptop"]
+    laptop.git("config", "user.name", "Bo")
+    laptop.git("config", "user.email", bo.email)  # the same person on a second machine
+    cfg = bo.path / "logbook.yaml"
+    cfg.write_text(cfg.read_text().replace("review_approvals: 1", "review_approvals: 2"))
+    bo.ok("review", "approve", "qknorm:2")
+    laptop.ok("review", "approve", "qknorm:2")
+    laptop.commit()
+    laptop.push()
+    bo.commit()
+    assert bo.pull("merge").returncode == 0
+    assert len(_record_files(bo, "reviews")) == 2
+    items = json.loads(bo.ok("review", "--json").stdout)
+    spike = next(i for i in items if i["id"] == "qknorm:2")
+    assert spike["approvals"] == ["Bo"] and spike["state"] == "needs review"  # one person, one approval

@@ -24,8 +24,9 @@ def outcome_cmd(
     Lists every deviation from the plan: live changes, contingency actions
     that differed from it, a config other than the preregistered one, code
     changed since the preregistration. A finished (or failed) run's outcome is
-    written to runs/<run>/outcome.json and to its event log; a run still going
-    gets a PROVISIONAL scorecard that is not written.
+    written as a new record, runs/<run>/outcomes/<id>.json (the newest one
+    supersedes the earlier ones; the run's event log is never touched); a run
+    still going gets a PROVISIONAL scorecard that is not written.
 
     Example: logbook outcome qknorm-3f9a
     """
@@ -92,7 +93,7 @@ def print_scorecard(card, root: Path) -> None:
     if card.final:
         rel = f"{card.event}" + (" (already recorded; nothing written)" if card.already_recorded else "")
         err(f"Recorded as {rel}" + (f", superseding {card.supersedes}" if card.supersedes and not card.already_recorded else "")
-            + f"; runs/{card.run}/outcome.json.")
+            + f"; runs/{card.run}/outcomes/{str(card.event).split(':', 1)[-1]}.json.")
 
 
 @app.command("calibration")
