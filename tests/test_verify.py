@@ -322,6 +322,7 @@ def test_verify_id_checks_the_logs_of_its_runs(logbook_repo, cli):
     log = _run_log(logbook_repo)
     proj = open_project()
     rec = json.loads((proj.run_dir("r1") / "run.json").read_text())
+    (proj.run_dir("r1") / "run.json").unlink()  # set up a run of this preregistration (run.json is write-once)
     write_run_record(proj, RunRecord(**{**rec, "prereg_id": pid}))
     assert json.loads(cli("verify", pid, "--json").stdout)["logs"] == ["entries/runs/r1/events.jsonl"]
     log.write_text("".join(log.read_text().splitlines(keepends=True)[1:]))

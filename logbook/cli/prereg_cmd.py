@@ -329,9 +329,10 @@ def _print_markdown(text: str) -> None:
 
 def _show_run(project, run_id: str, as_json: bool) -> None:
     from ..events import read_events
-    from ..runs import load_run_record
+    from ..runs import load_run_record, run_status
 
     record = load_run_record(project, run_id)
+    record.status = run_status(project, run_id, record)  # run.json says how it started; the log, how it stands
     log = read_events(project.run_dir(run_id) / "events.jsonl")
     if as_json:
         print_json({"run": record.to_dict(), "events": log.records})
