@@ -302,6 +302,7 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         status="running",
     )
     if prereg is not None:
+        rec.amendments = [a.key for a in prereg.amendments]  # the promise as it stands at the start
         rec.prereg_config_hash = _prereg_config_hash(prereg)
         rec.deviations = _deviations(rec)
         for d in rec.deviations:

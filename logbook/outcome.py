@@ -325,8 +325,13 @@ def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts)
     if rec and want and rec.config_hash != want and not any(d["kind"] == "config" for d in out):
         out.append({"kind": "config", "entry": None, "step": None,
                     "text": f"config {rec.config_path} has sha256 {rec.config_hash[:12]}, the preregistration recorded {want[:12]}"})
+    in_force = {a.key for a in prereg.in_force(rec.amendments if rec is not None else None)}
     for a in prereg.amendments:
-        if a.kind == "deviation":
+        if a.key not in in_force:
+            out.append({"kind": "amendment", "entry": None, "step": None,
+                        "text": f"amendment {a.n} ({a.created}, {a.author}) was made after the run started, "
+                                f"so the run is not scored against it: {a.reason}"})
+        elif a.kind == "deviation":
             out.append({"kind": "amendment", "entry": None, "step": None,
                         "text": f"amendment {a.n} ({a.created}) was made after results were seen: {a.reason}"})
     diff = code_diff(project, prereg.base_commit, _snapshot_commit(rec, facts))
@@ -392,7 +397,8 @@ def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Sc
                      final=facts.state in ("finished", "failed", "aborted"), last_step=facts.last_step,
                      total_steps=facts.total_steps, verify_ok=report.ok,
                      verify_problems=[f.message for f in report.problems])
-    card.predictions = [score(p, src, facts) for p, src in prereg.all_predictions()]
+    in_force = rec.amendments if rec is not None else None
+    card.predictions = [score(p, src, facts) for p, src in prereg.all_predictions(in_force)]
     card.deviations, card.code_diff = deviations(project, rec, prereg, facts)
     card.computed_at = chain.utc_now()
     return card

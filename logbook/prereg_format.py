@@ -119,7 +119,8 @@ def _render_rules(rules: list[dict[str, Any]]) -> str:
 
 
 def render_amendment_body(front: dict[str, Any], title: str) -> str:
-    parts = [f"# Amendment {front['n']} to {title}",
+    name = front["n"] if "n" in front else front.get("id")  # older amendments were numbered
+    parts = [f"# Amendment {name} to {title}",
              "\n".join([f"- **Amends:** `{front['amends']}` (previous record `{front['previous']['file']}`, "
                         f"sha256 `{front['previous']['sha256'][:12]}…`)",
                         f"- **Created:** {front['created']}", f"- **Author:** `{front['author']}`",

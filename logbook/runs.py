@@ -52,6 +52,9 @@ class RunRecord:
     """Preregistration the run answers to; None for exploratory runs."""
     exploratory: bool = False
     """True when launched with `--exploratory` (no preregistration)."""
+    amendments: list[str] | None = None
+    """Keys of the preregistration's amendments in force when the run started (None in records older than this
+    field: every amendment counts). Later amendments are deviations for this run, not its promise."""
     prereg_config_hash: str | None = None
     """Config hash stored in the preregistration, for the deviation check."""
     snapshot: dict[str, Any] = field(default_factory=dict)

@@ -10,13 +10,16 @@ commits HEAD contains) the commit is found by its trailer on any ref, then:
 - the committed file must hash to the trailer's `Logbook-Sha256` (else: hash mismatch),
 - the working file must equal the committed one byte for byte (else: edited,
   naming the first lines that changed),
-- amendments must be numbered 1..n and each must link the hash of the record
-  before it (else: amendment chain broken).
+- each amendment must link, by hash, the preregistration and a record of it that
+  is present (two amendments made at once on two clones may link the same one;
+  else: amendment chain broken).
 
-Every hash-chained log under the entries folder (runs/*/events.jsonl,
-notes/notes.jsonl, reviews/reviews.jsonl) is checked with `chain.verify_log`,
-and, where HEAD holds a committed version, that version must still be a prefix
-of the file (logs are append-only). A torn last line is a warning, not tampering.
+Every hash-chained log under the entries folder (runs/*/events.jsonl, and the
+notes/reviews logs of older logbooks) is checked with `chain.verify_log`, and,
+where HEAD holds a committed version, that version must still be a prefix of
+the file (logs are append-only). A torn last line is a warning, not tampering.
+One-file records (notes, reviews, scorecards) must match their own hash and
+none that HEAD holds may be missing.
 """
 
 from __future__ import annotations
@@ -81,12 +84,12 @@ class VerifyReport:
 @dataclass
 class _Record:
     prereg_id: str
-    n: int  # 0 for the preregistration itself
+    key: str  # "" for the preregistration itself; an amendment's record id (a number in older logbooks)
     relpath: str
 
     @property
     def label(self) -> str:
-        return "preregistration" if self.n == 0 else f"amendment {self.n}"
+        return "preregistration" if not self.key else f"amendment {self.key}"
 
 
 def verify_project(project: Project, prereg_id: str | None = None) -> VerifyReport:
@@ -96,9 +99,9 @@ def verify_project(project: Project, prereg_id: str | None = None) -> VerifyRepo
     has_head = gitbind.head_commit(root) is not None
     commits = gitbind.trailer_commits(root, TRAILER) if has_head else []
     on_head = gitbind.reachable_from_head(root, TRAILER) if has_head else set()
-    by_key: dict[tuple[str, int], list[gitbind.TrailerCommit]] = {}
+    by_key: dict[tuple[str, str], list[gitbind.TrailerCommit]] = {}
     for tc in commits:
-        key = (tc.trailers.get(TRAILER, ""), _amend_no(tc.trailers.get("Logbook-Amendment")))
+        key = (tc.trailers.get(TRAILER, ""), tc.trailers.get("Logbook-Amendment", "").strip())
         by_key.setdefault(key, []).append(tc)
     records = _records(project, by_key, on_head)
     if prereg_id is not None:
@@ -106,15 +109,15 @@ def verify_project(project: Project, prereg_id: str | None = None) -> VerifyRepo
         records = [r for r in records if r.prereg_id == prereg_id]
         if not records:
             raise NotFoundError(f"unknown preregistration {prereg_id!r}", hint="see `logbook ls`")
-    hashes: dict[tuple[str, int], str | None] = {}
+    hashes: dict[tuple[str, str], str | None] = {}
     blobs = gitbind.read_blobs(root, [f"{c.commit}:{r.relpath}" for r in records
-                                      for c in by_key.get((r.prereg_id, r.n), [])])
+                                      for c in by_key.get((r.prereg_id, r.key), [])])
     for rec in records:
-        hashes[(rec.prereg_id, rec.n)] = _check_record(project, rec, by_key.get((rec.prereg_id, rec.n), []),
-                                                       on_head, blobs, report)
+        hashes[(rec.prereg_id, rec.key)] = _check_record(project, rec, by_key.get((rec.prereg_id, rec.key), []),
+                                                         on_head, blobs, report)
     _check_chains(project, records, hashes, report)
     report.preregs = sorted({r.prereg_id for r in records})
-    report.amendments = sum(1 for r in records if r.n)
+    report.amendments = sum(1 for r in records if r.key)
     _check_logs(project, prereg_id, report)
     if prereg_id is None:
         _check_record_files(project, report)
@@ -143,28 +146,22 @@ def _check_record_files(project: Project, report: VerifyReport) -> None:
             report.problems.append(Finding(rel, "deleted", f"{rel} was deleted; HEAD has it committed"))
 
 
-def _amend_no(value: str | None) -> int:
-    try:
-        return int(value) if value else 0
-    except ValueError:
-        return -1
-
-
 def _records(project: Project, by_key: dict, on_head: set[str]) -> list[_Record]:
     """Records in the working tree, plus those HEAD's history committed (to catch deletions)."""
     base = project.prereg_dir.relative_to(project.root).as_posix()
-    keys: set[tuple[str, int]] = set()
+    keys: set[tuple[str, str]] = set()
     if project.prereg_dir.is_dir():
         for p in project.prereg_dir.iterdir():
             m = AMEND_RE.match(p.name)
             if m and ID_RE.match(m.group("id")):
-                keys.add((m.group("id"), int(m.group("n"))))
+                keys.add((m.group("id"), m.group("n")))
             elif p.suffix == ".md" and ID_RE.match(p.stem):
-                keys.add((p.stem, 0))
-    for key, tcs in by_key.items():
-        if ID_RE.match(key[0]) and key[1] >= 0 and any(tc.commit in on_head for tc in tcs):
-            keys.add(key)
-    return [_Record(i, n, f"{base}/{i}.md" if n == 0 else f"{base}/{i}.amend-{n}.md") for i, n in sorted(keys)]
+                keys.add((p.stem, ""))
+    for (pid, key), tcs in by_key.items():
+        well_formed = ID_RE.match(pid) and (not key or AMEND_RE.match(f"{pid}.amend-{key}.md"))
+        if well_formed and any(tc.commit in on_head for tc in tcs):
+            keys.add((pid, key))
+    return [_Record(i, k, f"{base}/{i}.md" if not k else f"{base}/{i}.amend-{k}.md") for i, k in sorted(keys)]
 
 
 def _check_record(project: Project, rec: _Record, candidates: list[gitbind.TrailerCommit], on_head: set[str],
@@ -181,7 +178,7 @@ def _check_record(project: Project, rec: _Record, candidates: list[gitbind.Trail
     if not candidates:
         report.problems.append(Finding(rec.relpath, "commit_missing", (
             f"{rec.relpath} ({rec.label}): no commit on any branch carries `{TRAILER}: {rec.prereg_id}`"
-            + (f" with `Logbook-Amendment: {rec.n}`" if rec.n else "")
+            + (f" with `Logbook-Amendment: {rec.key}`" if rec.key else "")
             + " (the commit was amended or rebased away, or the file was never committed by logbook)")))
         return None
     best: list[Finding] | None = None
@@ -270,43 +267,48 @@ def _clip(s: str, n: int = 80) -> str:
 
 
 def _check_chains(project: Project, records: list[_Record], hashes: dict, report: VerifyReport) -> None:
+    """Each amendment links the original, and a record of the same preregistration, by their hashes.
+
+    Amendments made on two clones at once may link the same earlier record:
+    that is a fork, not a break. A link to a record that is not there is.
+    """
     by_id: dict[str, list[_Record]] = {}
     for r in records:
         by_id.setdefault(r.prereg_id, []).append(r)
     for pid, recs in by_id.items():
-        numbers = sorted(r.n for r in recs if r.n)
-        for expected, r in enumerate((r for r in sorted(recs, key=lambda r: r.n) if r.n), start=1):
-            if r.n != expected:
-                report.problems.append(Finding(r.relpath, "chain_broken", (
-                    f"{pid}: amendment {expected} is missing before amendment {r.n} (amendments {numbers})")))
-                break
+        files = {Path(r.relpath).name: r for r in recs}
+        for r in recs:
             path = project.root / r.relpath
-            if not path.exists():
-                continue
-            _check_link(pid, r, path, hashes.get((pid, r.n - 1)), hashes.get((pid, 0)), report)
+            if r.key and path.exists():
+                _check_link(pid, r, path, files, hashes, report)
 
 
-def _check_link(pid: str, r: _Record, path: Path, prev_hash: str | None, original_hash: str | None,
+def _check_link(pid: str, r: _Record, path: Path, files: dict[str, _Record], hashes: dict,
                 report: VerifyReport) -> None:
     try:
         front, _ = split_record(path.read_bytes().decode("utf-8"), r.relpath)
     except (TamperedError, UnicodeDecodeError):
         return  # already reported as edited
     prev = front.get("previous") if isinstance(front.get("previous"), dict) else {}
-    expected_file = f"{pid}.md" if r.n == 1 else f"{pid}.amend-{r.n - 1}.md"
-    if front.get("amends") != pid or front.get("n") != r.n or prev.get("file") != expected_file:
+    original = front.get("original") if isinstance(front.get("original"), dict) else {}
+    named = front.get("n") if r.key.isdigit() else front.get("id")
+    if front.get("amends") != pid or str(named) != r.key:
         report.problems.append(Finding(r.relpath, "chain_broken", (
-            f"{r.relpath}: says it is amendment {front.get('n')} of {front.get('amends')} after "
-            f"{prev.get('file')}, expected amendment {r.n} of {pid} after {expected_file}")))
-    elif prev_hash is not None and prev.get("sha256") != prev_hash:
-        report.problems.append(Finding(r.relpath, "chain_broken", (
-            f"{r.relpath}: links {expected_file} by hash {str(prev.get('sha256'))[:12]}, "
-            f"but that record hashes to {prev_hash[:12]}: the amendment chain is broken")))
-    elif original_hash is not None and isinstance(front.get("original"), dict) \
-            and front["original"].get("sha256") != original_hash:
-        report.problems.append(Finding(r.relpath, "chain_broken", (
-            f"{r.relpath}: links the preregistration by hash {str(front['original'].get('sha256'))[:12]}, "
-            f"but it hashes to {original_hash[:12]}: the amendment chain is broken")))
+            f"{r.relpath}: says it is amendment {named} of {front.get('amends')}, "
+            f"but its file name makes it amendment {r.key} of {pid}")))
+        return
+    for what, link in (("the record before it", prev), ("the preregistration", original)):
+        target = files.get(str(link.get("file")))
+        if target is None or target is r:
+            report.problems.append(Finding(r.relpath, "chain_broken", (
+                f"{r.relpath}: links {what} as {link.get('file')}, which is not among {pid}'s records: "
+                "the amendment chain is broken")))
+            continue
+        have = hashes.get((pid, target.key))
+        if have is not None and link.get("sha256") != have:
+            report.problems.append(Finding(r.relpath, "chain_broken", (
+                f"{r.relpath}: links {link.get('file')} by hash {str(link.get('sha256'))[:12]}, "
+                f"but that record hashes to {have[:12]}: the amendment chain is broken")))
 
 
 # --- logs --------------------------------------------------------------------

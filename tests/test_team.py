@@ -194,3 +194,43 @@ def test_one_reviewer_approving_on_two_clones_counts_once(tmp_path, story_clock)
     items = json.loads(bo.ok("review", "--json").stdout)
     spike = next(i for i in items if i["id"] == "qknorm:2")
     assert spike["approvals"] == ["Bo"] and spike["state"] == "needs review"  # one person, one approval
+
+
+@pytest.mark.parametrize("mode", ["merge", "rebase"])
+def test_competing_amendments_both_survive_in_one_order_and_a_run_is_scored_against_those_it_saw(
+        tmp_path, story_clock, mode):
+    from scoring_helpers import make_prereg
+
+    from logbook.prereg import load_prereg
+
+    team = make_team(tmp_path, ["ada", "bo", "cy"])
+    ada, bo, cy = team["ada"], team["bo"], team["cy"]
+    pid = make_prereg(open_project(ada.path), ["loss@final < 4"])  # committed by logbook itself
+    ada.push()
+    for c in (bo, cy):
+        assert c.pull(mode).returncode == 0
+    ada.ok("prereg", "amend", pid, "--seen", "nothing", "--reason", "add a restart budget",
+           "--predict", "restarts@final <= 3")
+    bo.ok("prereg", "amend", pid, "--seen", "nothing", "--reason", "add a spike budget",
+          "--predict", "spikes@final == 0")
+    ada.push()
+    r = bo.pull(mode)
+    assert r.returncode == 0, r.stderr
+    _entries_conflict_free(bo)
+    bo.push()
+    assert ada.pull(mode).returncode == 0
+    orders = [[(a.key, a.reason) for a in load_prereg(open_project(c.path), pid).amendments] for c in (ada, bo)]
+    assert orders[0] == orders[1] and len(orders[0]) == 2  # both kept, one order on every clone
+    if mode == "merge":  # a rebased amendment's commit proof is #12 part B (proofs over content and order)
+        for c in (ada, bo):
+            c.ok("verify")
+    # cy launches a run having pulled only the original; both amendments arrive later.
+    project = open_project(cy.path)
+    story_run(project, story_clock, "qknorm", pid, author="Cy <cy@lab.example>")
+    assert json.loads((cy.entries() / "runs" / "qknorm" / "run.json").read_text())["amendments"] == []
+    cy.commit()
+    assert cy.pull(mode).returncode == 0
+    card = json.loads(cy.ok("outcome", "qknorm", "--json").stdout)
+    assert [p["text"] for p in card["predictions"]] == ["loss@final < 4"]
+    later = [d["text"] for d in card["deviations"] if d["kind"] == "amendment"]
+    assert len(later) == 2 and all("after the run started" in t for t in later)

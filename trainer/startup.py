@@ -135,7 +135,7 @@ def _contingency_rules(t: Trainer) -> list[Any]:
         return []
     from logbook.prereg import load_prereg
 
-    return list(load_prereg(t.project, rec.prereg_id).all_contingency())
+    return list(load_prereg(t.project, rec.prereg_id).all_contingency(rec.amendments))
 
 
 def _checkpoint_emitter(t: Trainer) -> Callable[..., None]:

@@ -183,13 +183,13 @@ def amend_cmd(
                            contingency=list(contingency or []))
     for w in written.warnings:
         err(f"warning: {w}")
-    n, kind = written.front["n"], written.front["kind"]
+    key, kind = written.front["id"], written.front["kind"]
     if kind == "deviation":
         err("note: results had been seen, so this is recorded as a deviation from the preregistration")
     if as_json:
-        print_json({**written.to_dict(), "n": n, "kind": kind})
+        print_json({**written.to_dict(), "amendment": key, "kind": kind})
         return
-    typer.echo(f"Amended {written.id}: {kind} {n}  (commit {written.commit[:7]}, sha256 {written.sha256[:8]}…)")
+    typer.echo(f"Amended {written.id}: {kind} {key}  (commit {written.commit[:7]}, sha256 {written.sha256[:8]}…)")
     _echo_plan(written.front)
 
 
