@@ -403,9 +403,14 @@ def check_chronicle(project: Project, *, run: str | None = None, since: str | No
                 res.differing.append((p, "has no records in the logs"))
     if res.differing:
         names = "; ".join(f"{p.relative_to(project.root).as_posix()} ({why})" for p, why in res.differing)
+        from .gitstate import state_of
+
+        op = state_of(project.root)
+        first = f"{op.what} is in progress: {op.recovery}; then " if op else ""
         raise RefusedError(
             f"{len(res.differing)} day file(s) do not match the logs: {names}",
-            hint="the logs are the source of truth: run `logbook render` to regenerate the day files",
+            hint=f"the records are the source of truth: {first}run `logbook render` to regenerate the day files "
+                 "(after a `git pull`, the hooks `logbook init` installs do this)",
         )
     return res
 

@@ -63,6 +63,13 @@ def _out(root: Path, *args: str, **kw) -> str:
 def _check_state(root: Path) -> tuple[str, str, Path]:
     """(branch ref, HEAD commit, git dir), or a refusal for states where a commit would surprise."""
     git_dir = Path(_out(root, "rev-parse", "--absolute-git-dir"))
+    # A rebase detaches HEAD: name the rebase first, since `git switch` would walk away from it.
+    from .gitstate import in_progress
+
+    op = in_progress(git_dir)
+    if op is not None:
+        raise RefusedError(f"{op.what} is in progress: committing the logbook now would mix into it",
+                           hint=f"{op.recovery}; then run `logbook commit`")
     r = _git(root, "symbolic-ref", "-q", "HEAD", check=False)
     if r.returncode != 0:
         raise RefusedError("HEAD is detached: a logbook commit needs a branch to land on",
@@ -71,12 +78,6 @@ def _check_state(root: Path) -> tuple[str, str, Path]:
     head = _git(root, "rev-parse", "-q", "--verify", "HEAD^{commit}", check=False)
     if head.returncode != 0:
         raise RefusedError("the branch has no commits yet", hint="make a first commit, then run `logbook commit`")
-    from .gitstate import in_progress
-
-    op = in_progress(git_dir)
-    if op is not None:
-        raise RefusedError(f"{op.what} is in progress: committing the logbook now would mix into it",
-                           hint=f"{op.recovery}; then run `logbook commit`")
     return branch, head.stdout.decode().strip(), git_dir
 
 

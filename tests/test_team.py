@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from chronicle_helpers import clock  # noqa: F401  (a fixture)
 from scoring_helpers import story_clock, story_run  # noqa: F401  (story_clock is a fixture)
 from team import make_team
 
@@ -234,3 +235,107 @@ def test_competing_amendments_both_survive_in_one_order_and_a_run_is_scored_agai
     assert [p["text"] for p in card["predictions"]] == ["loss@final < 4"]
     later = [d["text"] for d in card["deviations"] if d["kind"] == "amendment"]
     assert len(later) == 2 and all("after the run started" in t for t in later)
+
+
+def test_a_clock_a_day_ahead_misfiles_only_its_own_notes_and_the_skew_is_recorded_and_shown(tmp_path, clock):
+    team = make_team(tmp_path, ["ada", "bo"])
+    ada, bo = team["ada"], team["bo"]
+    clock.set("2026-12-02T12:00:00")  # ada's laptop runs 26 h ahead
+    fast = ada.ok("note", "written on a fast clock").stdout.strip()
+    ada.commit()
+    ada.push()
+    assert bo.pull("merge").returncode == 0
+    clock.set("2026-12-01T10:00:00")
+    mine = bo.ok("note", "written at the right time").stdout.strip()
+    today = (bo.entries() / "2026" / "12" / "01.md").read_text()
+    tomorrow = (bo.entries() / "2026" / "12" / "02.md").read_text()
+    assert "written at the right time" in today and "written at the right time" not in tomorrow
+    assert "written on a fast clock" in tomorrow
+    entry = today.split(f'<a id="{mine.replace(":", "-")}"></a>')[1]
+    assert f"⏱ Clock: {fast} by Ada is dated 26.0 h after this writer's clock" in entry
+    bo.commit()
+    bo.push()
+    assert ada.pull("rebase").returncode == 0
+    _checks_pass(ada)
+
+
+def test_a_writers_clock_that_went_back_is_recorded_on_the_later_note(tmp_path, clock):
+    team = make_team(tmp_path, ["ada"])
+    ada = team["ada"]
+    clock.set("2026-12-01T10:00:00")
+    first = ada.ok("note", "first").stdout.strip()
+    clock.set("2026-12-01T09:00:00")  # NTP stepped the clock back an hour
+    second = ada.ok("note", "second").stdout.strip()
+    rec = json.loads((ada.entries() / "notes" / f"{second.split(':', 1)[1]}.json").read_text())
+    assert rec["clock_warnings"] == [f"written at 2026-12-01T09:00:00Z, 1.0 h before this writer's previous record "
+                                     f"{first}: this writer's clock went back"]
+    assert "this writer's clock went back" in (ada.entries() / "2026" / "12" / "01.md").read_text()
+    _checks_pass(ada)
+
+
+def _clash_outside_entries(team):
+    """ada and bo each change README.md and write a note: the pull stops on README.md alone."""
+    ada, bo = team["ada"], team["bo"]
+    for c in (ada, bo):
+        (c.path / "README.md").write_text(f"{c.name}'s readme\n")
+        c.git("commit", "-q", "-am", f"{c.name} edits the readme")
+        c.ok("note", f"a note from {c.name}")
+        c.commit()
+    ada.push()
+
+
+def test_a_merge_stopped_by_a_conflict_elsewhere_gets_recovery_steps_that_work(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada", "bo"])
+    bo = team["bo"]
+    _clash_outside_entries(team)
+    assert bo.pull("merge").returncode != 0
+    assert bo.conflicts() == ["README.md"]  # nothing under entries/
+    bo.ok("verify")  # every record merged cleanly
+    refused = bo.cli("commit")
+    assert refused.exit_code == 3 and "a merge is in progress" in refused.stderr
+    assert "git merge --abort" in refused.stderr and "then run `logbook commit`" in refused.stderr
+    stale = bo.cli("render", "--check")
+    assert stale.exit_code == 3 and "a merge is in progress" in stale.stderr
+    # Follow the steps: resolve, add, commit; then the logbook's own commands work again.
+    (bo.path / "README.md").write_text("both readmes\n")
+    bo.git("add", "README.md")
+    bo.git("commit", "-q", "--no-edit")
+    bo.ok("render")
+    bo.commit()
+    _checks_pass(bo)
+    bo.push()
+
+
+def test_a_rebase_stopped_by_a_conflict_elsewhere_gets_recovery_steps_that_work(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada", "bo"])
+    bo = team["bo"]
+    _clash_outside_entries(team)
+    assert bo.pull("rebase").returncode != 0
+    assert bo.conflicts() == ["README.md"]
+    refused = bo.cli("commit")
+    assert refused.exit_code == 3 and "a rebase is in progress" in refused.stderr
+    assert "git rebase --continue" in refused.stderr
+    (bo.path / "README.md").write_text("both readmes\n")
+    bo.git("add", "README.md")
+    r = bo.git("-c", "core.editor=true", "rebase", "--continue", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    _entries_conflict_free(bo)
+    _checks_pass(bo)  # the post-rewrite hook re-rendered after the rebase finished
+    bo.push()
+
+
+def test_a_damaged_record_during_a_merge_gets_a_restore_step_that_works_mid_merge(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada", "bo"])
+    bo = team["bo"]
+    _clash_outside_entries(team)
+    assert bo.pull("merge").returncode != 0
+    (note,) = [p for p in (bo.entries() / "notes").glob("*.json")
+               if "a note from ada" in p.read_text()]  # came with the merge
+    note.write_text(note.read_text().replace("from ada", "from nobody"))
+    res = bo.cli("verify")
+    assert res.exit_code == 4 and "a merge is in progress" in res.stderr
+    step = res.stderr.split("(for a record that came with the merge, `")[1].split("`")[0]
+    assert step == "--source=MERGE_HEAD"
+    rel = note.relative_to(bo.path).as_posix()
+    bo.git("restore", "--source=MERGE_HEAD", "--staged", "--worktree", "--", rel)
+    bo.ok("verify")

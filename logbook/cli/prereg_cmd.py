@@ -223,7 +223,7 @@ def verify_cmd(
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")
-    report.raise_if_tampered()
+    report.raise_if_tampered(project.root)
 
 
 def _count(n: int, word: str) -> str:
