@@ -84,7 +84,8 @@ def sources(project: Project, runs: Iterable[str] | None = None) -> list[tuple[s
     return [(r, run_log_path(project, r)) for r in (list_event_runs(project) if runs is None else sorted(runs))]
 
 
-def _stream_folder(folder: Path, source: str, rank: int, since: str | None, until: str | None) -> Iterator[Item]:
+def _stream_folder(folder: Path, source: str, rank: int, since: str | None, until: str | None,
+                   skip_migrated: bool = False) -> Iterator[Item]:
     """One-file records of `folder` written on days in [since, until], each at its own time, in (time, id) order."""
     from .records import iter_folder
 
@@ -94,6 +95,8 @@ def _stream_folder(folder: Path, source: str, rank: int, since: str | None, unti
         ts = rec.get("ts")
         if not valid_ts(ts) or (since and ts[:10] < since) or (until and ts[:10] > until):
             continue
+        if skip_migrated and rec.get("migrated_from"):
+            continue  # the old layout's event it was copied from is in the run's log and shows already
         items.append(Item(ts, rank, source, n, rec))
     items.sort(key=lambda it: (it.ts, str(it.rec.get("id"))))
     return iter([it._replace(line=i) for i, it in enumerate(items)])
@@ -106,7 +109,7 @@ def stream_notes(project: Project, *, since: str | None = None, until: str | Non
 
 def stream_outcomes(project: Project, run: str, *, since: str | None = None, until: str | None = None) -> Iterator[Item]:
     """A run's scorecard records on days in [since, until]: entries of the run, after its own events at one instant."""
-    return _stream_folder(project.run_dir(run) / "outcomes", run, 2, since, until)
+    return _stream_folder(project.run_dir(run) / "outcomes", run, 2, since, until, skip_migrated=True)
 
 
 def valid_ts(ts: Any) -> bool:

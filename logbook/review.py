@@ -228,7 +228,8 @@ def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> I
         for rec in iter_records(run_log_path(project, run)):
             if isinstance(rec.get("seq"), int) and needs_review(rec):
                 yield run, rec
-        yield from ((run, rec) for rec in outcome_records(project, run))
+        # A scorecard migrated from the old layout is reviewed through the `outcome` event it came from.
+        yield from ((run, rec) for rec in outcome_records(project, run) if not rec.get("migrated_from"))
 
 
 def _entry_id(run: str, rec: dict[str, Any]) -> str:

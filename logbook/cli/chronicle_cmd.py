@@ -132,3 +132,28 @@ def commit_cmd(
         return
     typer.echo(res.commit)
     err(f"[{res.branch.removeprefix('refs/heads/')} {res.commit[:10]}] {res.message.splitlines()[0]} ({len(res.paths)} file(s))")
+
+
+@app.command("migrate")
+def migrate_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print what was migrated as JSON."),
+) -> None:
+    """Copy a logbook's shared logs (notes.jsonl, reviews.jsonl, outcome.json) into one file per record.
+
+    Nothing is deleted or edited: the old files stay as committed and are no
+    longer read. Running it again copies nothing twice. Afterwards, run
+    `logbook render` and `logbook commit`.
+
+    Example: logbook migrate && logbook render && logbook commit -m "one file per record"
+    """
+    from ..migrate import migrate
+
+    project = open_for_writing()
+    res = migrate(project)
+    if as_json:
+        print_json({"notes": res.notes, "reviews": res.reviews, "outcomes": res.outcomes, "skipped": res.skipped,
+                    "remapped": res.remapped})
+        return
+    err(f"Migrated {res.notes} note(s), {res.reviews} review(s) and {res.outcomes} scorecard(s)"
+        + (f"; {res.skipped} already migrated" if res.skipped else "")
+        + ". Now run `logbook render` and `logbook commit`.")
