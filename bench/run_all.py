@@ -29,6 +29,7 @@ SCRIPTS = [
     "goodput_vs_optimum.py",
     "cli_latency.py",
     "render_scaling.py",
+    "team_scale.py",
     "gpu_mfu.py",
     "fault_matrix.py",
     "chaos_long.py",
