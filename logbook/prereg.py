@@ -111,8 +111,8 @@ class Prereg:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.front, "path": str(self.path), "sha256": self.sha256,
-                "amendments": [{**a.front, "kind": a.kind, "path": str(a.path), "sha256": a.sha256}
-                               for a in self.amendments]}
+                "amendments": [{**a.front, "n": a.n, "key": a.key, "kind": a.kind, "path": str(a.path),
+                                "sha256": a.sha256} for a in self.amendments]}
 
 
 @dataclass
