@@ -125,7 +125,14 @@ def clone_is_set_up(root: Path) -> bool:
 
 
 def setup_warning(project: Project) -> str | None:
-    """A sentence for a clone that is not set up, or None."""
+    """A sentence for a clone that is not set up, or for a logbook still in the shared-log layout; else None."""
+    if project.notes_log.is_file() or project.reviews_log.is_file():
+        from .records import iter_folder
+
+        if not any(isinstance(r.get("legacy"), str) for r in iter_folder(project.notes_dir)) and \
+                not any(isinstance(r.get("legacy"), str) for r in iter_folder(project.reviews_dir)):
+            return ("this logbook still keeps notes or reviews in shared logs (notes.jsonl, reviews.jsonl), "
+                    "which are no longer read: run `logbook migrate` once, then `logbook commit`")
     if clone_is_set_up(project.root):
         return None
     return ("this clone is not set up for a shared logbook: after a `git pull` its day files stay stale "

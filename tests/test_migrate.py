@@ -62,3 +62,11 @@ def test_migrate_copies_every_record_keeps_the_old_files_and_verify_passes(logbo
     assert text.count("scored against") == 1  # the old outcome event shows once, not twice
     again = json.loads(cli("migrate", "--json").stdout)
     assert (again["notes"], again["reviews"], again["outcomes"], again["skipped"]) == (0, 0, 0, 5)
+
+
+def test_a_logbook_in_the_old_layout_says_to_migrate_until_it_is(logbook_repo, story_clock, cli):
+    _old_layout(logbook_repo, story_clock)
+    before = cli("note", "a new note")
+    assert before.exit_code == 0 and "run `logbook migrate` once" in before.stderr
+    assert cli("migrate").exit_code == 0
+    assert "logbook migrate" not in cli("note", "another").stderr

@@ -35,7 +35,6 @@ def note_cmd(
     Example: logbook note --about qknorm:17 "Batches 47,000-47,300 are a forum dump; see data issue #88"
     """
     from ..notes import add_note
-    from ..project import open_project
 
     project = open_for_writing()
     body: str | bytes = sys.stdin.buffer.read() if text == "-" else text

@@ -31,7 +31,6 @@ def outcome_cmd(
     Example: logbook outcome qknorm-3f9a
     """
     from ..outcome import record_outcome
-    from ..project import open_project
 
     project = open_for_writing()
     card = record_outcome(project, run)

@@ -48,9 +48,8 @@ def prereg_cmd(
     if ctx.invoked_subcommand is not None:
         return
     from ..prereg import create_prereg
-    from ..project import open_project
 
-    project = open_project()
+    project = _app.open_for_writing()
     inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
                         config=config, budget=budget, rationale=rationale, assume=assume, from_file=from_file)
     written = create_prereg(project, inp)
@@ -175,9 +174,8 @@ def amend_cmd(
     Example: logbook prereg amend 2026-11-30-qknorm-removes-spikes-3f9a --seen nothing --reason "budget halved" --predict "restarts@final <= 2"
     """
     from ..prereg import amend_prereg, resolve_prereg_id
-    from ..project import open_project
 
-    project = open_project()
+    project = _app.open_for_writing()
     pid = resolve_prereg_id(project, prereg_id) or prereg_id
     written = amend_prereg(project, pid, reason=reason, seen=seen, predictions=list(predict or []),
                            contingency=list(contingency or []))

@@ -121,7 +121,6 @@ def comment_cmd(
 
     Example: logbook review comment qknorm:17 "was the OOM killer involved?"
     """
-    from ..project import open_project
     from ..review import add_review
 
     _done(add_review(open_for_writing(), entry, "comment", text), as_json, "commented on")
@@ -137,7 +136,6 @@ def approve_cmd(
 
     Example: logbook review approve qknorm:17 --comment "cost matches the drill"
     """
-    from ..project import open_project
     from ..review import add_review
 
     _done(add_review(open_for_writing(), entry, "approve", comment), as_json, "approved")
@@ -153,7 +151,6 @@ def request_changes_cmd(
 
     Example: logbook review request-changes qknorm:23 "the reason for the clip change is missing"
     """
-    from ..project import open_project
     from ..review import add_review
 
     _done(add_review(open_for_writing(), entry, "request_changes", text), as_json, "asked for changes on")
