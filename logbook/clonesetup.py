@@ -14,7 +14,11 @@ day both change that day's file. The design, in two layers:
   a `git pull`, `post-rewrite` after a rebase or `git pull --rebase`) run
   `logbook render`, so the day files match the records again as soon as git has
   brought new ones in, and `logbook render --check` passes without hand edits.
-  Commit the re-rendered files with `logbook commit`.
+  Commit the re-rendered files with `logbook commit`. And refspecs, so that the
+  code snapshots runs record (`refs/logbook/snapshots/<run>`) travel with
+  `git fetch` and `git push` like branches do: without them a teammate's clone
+  could not compare a run's code with its preregistration, and would score the
+  run differently.
 
 A clone that is not set up still merges without conflict; its day files are
 then stale until someone runs `logbook render`, and every logbook command there
@@ -37,6 +41,8 @@ SETUP_KEY = "logbook.clonesetup"
 """git config key a set-up clone carries; its value is the set-up's version."""
 SETUP_VERSION = "1"
 HOOKS = ("post-merge", "post-rewrite")
+LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
+"""Code snapshots (`gitbind.SNAPSHOT_REF_PREFIX`) are neither fetched nor pushed by default."""
 HOOK_MARK = "# logbook: re-render the chronicle after git brought in records"
 
 GITATTRIBUTES = """\
@@ -114,10 +120,30 @@ def set_up_clone(project: Project) -> SetupResult:
         res.already.append("entries/.gitattributes")
     for name in HOOKS:
         _install_hook(project.root, name, res)
+    for remote in [r for r in _git(project.root, "remote").stdout.split() if r]:
+        _add_refspecs(project.root, remote, res)
     if _git(project.root, "config", "--get", SETUP_KEY).stdout.strip() != SETUP_VERSION:
         _git(project.root, "config", SETUP_KEY, SETUP_VERSION)
         res.done.append(f"marked this clone as set up (git config {SETUP_KEY})")
     return res
+
+
+def _add_refspecs(root: Path, remote: str, res: SetupResult) -> None:
+    """Fetch and push refs/logbook/* with `remote`; a push list of one's own keeps its entries."""
+    fetch = _git(root, "config", "--get-all", f"remote.{remote}.fetch").stdout.split()
+    if LOGBOOK_REFSPEC not in fetch:
+        _git(root, "config", "--add", f"remote.{remote}.fetch", LOGBOOK_REFSPEC)
+        res.done.append(f"`git fetch {remote}` now also brings the runs' code snapshots (refs/logbook/*)")
+    push = _git(root, "config", "--get-all", f"remote.{remote}.push").stdout.split()
+    if LOGBOOK_REFSPEC in push:
+        res.already.append(f"refspecs for {remote}")
+        return
+    if not push:
+        # A configured push list replaces git's default, so the current branch goes first in it.
+        _git(root, "config", "--add", f"remote.{remote}.push", "HEAD")
+    _git(root, "config", "--add", f"remote.{remote}.push", LOGBOOK_REFSPEC)
+    res.done.append(f"`git push {remote}` now pushes the current branch and the runs' code snapshots "
+                    f"(remote.{remote}.push)")
 
 
 def clone_is_set_up(root: Path) -> bool:

@@ -79,7 +79,7 @@ class Clone:
     def pull(self, mode: str = "merge") -> subprocess.CompletedProcess:
         """`git pull` by merge or by rebase; returns git's result (check it: a conflict is a failure)."""
         flag = "--rebase" if mode == "rebase" else "--no-rebase"
-        return self.git("pull", "-q", flag, "origin", "main", check=False)
+        return self.git("pull", "-q", flag, check=False)  # no refspec: the configured ones fetch refs/logbook/* too
 
     def push(self) -> None:
         self.git("push", "-q", "origin", "HEAD:main")
@@ -137,6 +137,7 @@ def make_team(tmp_path: Path, names: list[str]) -> Team:
     founder.git("remote", "add", "origin", str(origin))
     founder.push()
     founder.git("branch", "-q", "--set-upstream-to=origin/main")
+    founder.ok("init")  # again, now that there is a remote: its refspecs are per clone
     team = Team(origin, {names[0]: founder})
     for name in names[1:]:
         team.join(name)

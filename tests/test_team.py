@@ -339,3 +339,16 @@ def test_a_damaged_record_during_a_merge_gets_a_restore_step_that_works_mid_merg
     rel = note.relative_to(bo.path).as_posix()
     bo.git("restore", "--source=MERGE_HEAD", "--staged", "--worktree", "--", rel)
     bo.ok("verify")
+
+
+def test_code_snapshots_travel_with_plain_git_push_and_pull_once_init_has_run(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada", "bo"])
+    ada, bo = team["ada"], team["bo"]
+    ada.git("update-ref", "refs/logbook/snapshots/qknorm", "HEAD")  # what `logbook run` records
+    ada.ok("note", "launched qknorm")
+    ada.commit()
+    ada.git("push", "-q")  # plain: the current branch and the snapshots
+    assert ada.git("ls-remote", "origin").stdout.count("refs/heads/main") == 1
+    assert bo.pull("merge").returncode == 0
+    assert bo.git("rev-parse", "refs/logbook/snapshots/qknorm").stdout.strip() == ada.git("rev-parse", "HEAD~1").stdout.strip()
+    assert "launched qknorm" in next((bo.entries() / "2026" / "11").glob("*.md")).read_text()
