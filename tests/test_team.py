@@ -55,7 +55,8 @@ def test_same_day_notes_on_two_clones_merge_without_conflict_and_both_keep_their
     assert "Erratum" in b_entry and "Erratum" not in a_entry
 
 
-def test_a_merge_in_a_clone_without_logbook_set_up_has_no_conflict_under_entries(tmp_path, story_clock):
+@pytest.mark.parametrize("button", ["merge", "squash"])
+def test_a_merge_in_a_clone_without_logbook_set_up_has_no_conflict_under_entries(tmp_path, story_clock, button):
     """A hosting service's merge button runs no hook and no custom driver: only what is committed counts."""
     team = make_team(tmp_path, ["ada", "bo"])
     ada, bo = team["ada"], team["bo"]
@@ -68,16 +69,22 @@ def test_a_merge_in_a_clone_without_logbook_set_up_has_no_conflict_under_entries
     bo.push()
     host = team.join("host", setup=False)  # stands in for the service: no `logbook init`, no hooks
     host.git("fetch", "-q", "origin")
-    r = host.git("merge", "--no-edit", "origin/ada-notes", check=False)
+    r = host.git("merge", *(["--squash"] if button == "squash" else ["--no-edit"]), "origin/ada-notes", check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     _entries_conflict_free(host)
+    if button == "squash":
+        host.git("commit", "-q", "-m", "Squashed: ada's notes")
     day = (host.entries() / "2026" / "11" / "30.md").read_text()
     assert "from ada's branch" in day and "from main" in day  # still readable where the repository is browsed
     host.ok("verify")
     res = host.cli("render", "--check")  # stale until rendered, and the clone says what to run
     assert res.exit_code == 3 and "logbook render" in res.stderr
-    host.ok("render")
-    _checks_pass(host)
+    host.git("push", "-q", "origin", "HEAD:main")  # the service updates main with the merge as it is
+    ada.git("switch", "-q", "main")
+    for mode, c in (("merge", ada), ("rebase", bo)):  # set-up clones that only fast-forward re-render too
+        r = c.pull(mode)
+        assert r.returncode == 0, r.stderr
+        _checks_pass(c)
 
 
 def test_init_in_a_fresh_clone_sets_it_up_once_and_says_what_it_did(tmp_path, story_clock):
