@@ -52,6 +52,7 @@ GITATTRIBUTES = """\
 # installs in each clone) then makes them match the records again.
 /[0-9][0-9][0-9][0-9]/** merge=union
 /index.md merge=union
+/reports/*.md merge=union
 """
 
 

@@ -23,8 +23,10 @@ from typing import Literal
 Kind = Literal["record", "log", "derived"]
 
 # The dated chronicle (YYYY/MM/DD.md and anything beside it in a day's folder),
-# the plots, and generated indexes: all rebuilt by `logbook render`.
-_DERIVED = re.compile(r"^(\d{4}/\d{2}/\d{2}(\.md|/.*)|\d{4}/(\d{2}/)?index\.md|assets/.*|index\.md|README\.md|\.gitattributes|\.gitignore)$")
+# the plots, and generated indexes: all rebuilt by `logbook render`. Reports
+# (`reports/<run>.md|pdf`) are rebuilt by `logbook report` from the records.
+_DERIVED = re.compile(r"^(\d{4}/\d{2}/\d{2}(\.md|/.*)|\d{4}/(\d{2}/)?index\.md|assets/.*|reports/.*|index\.md|README\.md"
+                      r"|\.gitattributes|\.gitignore)$")
 _LOG = re.compile(r"^.*\.jsonl$")
 
 

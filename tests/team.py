@@ -142,3 +142,27 @@ def make_team(tmp_path: Path, names: list[str]) -> Team:
     for name in names[1:]:
         team.join(name)
     return team
+
+
+def kind_violations(c: Clone, entries: str = "entries") -> list[str]:
+    """Every commit of every branch, against each of its parents: a record changed or deleted, or a log that did
+    not only grow. Empty when every file under the entries folder obeyed its class (`logbook.recordkinds`)."""
+    from logbook.recordkinds import classify
+
+    out = []
+    for line in c.git("rev-list", "--all", "--parents").stdout.splitlines():
+        commit, *parents = line.split()
+        for parent in parents:
+            diff = c.git("diff-tree", "-r", "--no-renames", "--name-status", parent, commit, "--", entries).stdout
+            for row in diff.splitlines():
+                status, path = row.split("\t", 1)
+                kind = classify(path[len(entries) + 1:])
+                if kind == "record" and status in ("M", "D"):
+                    out.append(f"{commit[:7]}: record {path} {'changed' if status == 'M' else 'deleted'}")
+                elif kind == "log" and status == "D":
+                    out.append(f"{commit[:7]}: log {path} deleted")
+                elif kind == "log" and status == "M":
+                    old = c.git("cat-file", "blob", f"{parent}:{path}").stdout
+                    if not c.git("cat-file", "blob", f"{commit}:{path}").stdout.startswith(old):
+                        out.append(f"{commit[:7]}: log {path} did not only grow")
+    return out

@@ -7,7 +7,7 @@ import json
 import pytest
 from chronicle_helpers import clock  # noqa: F401  (a fixture)
 from scoring_helpers import story_clock, story_run  # noqa: F401  (story_clock is a fixture)
-from team import make_team
+from team import kind_violations, make_team
 
 from logbook.project import open_project
 
@@ -53,6 +53,7 @@ def test_same_day_notes_on_two_clones_merge_without_conflict_and_both_keep_their
     a_entry = text.split(f'<a id="{anchor_a}"></a>')[1].split("### ")[0]
     b_entry = text.split(f'<a id="{anchor_b}"></a>')[1].split("### ")[0]
     assert "Erratum" in b_entry and "Erratum" not in a_entry
+    assert kind_violations(ada) == []  # no record ever changed, no log did anything but grow
 
 
 @pytest.mark.parametrize("button", ["merge", "squash"])
@@ -142,6 +143,7 @@ def test_reviews_from_two_clones_both_count_once_and_the_author_cannot_approve(t
     item = json.loads(ada.ok("review", "--all", "--json").stdout)
     spike = next(i for i in item if i["id"] == entry)
     assert spike["state"] == "approved" and sorted(spike["approvals"]) == ["Bo", "Cy"]
+    assert kind_violations(ada) == []
 
 
 def _shared_run(team, clock, run="qknorm", predictions=("loss@final < 4", "spikes@final == 0")):
@@ -182,6 +184,8 @@ def test_outcomes_scored_on_two_clones_both_survive_and_the_log_is_untouched(tmp
     assert all(f'<a id="outcome-{name[:-5]}"></a>' in text for name in scored)
     status = json.loads(cy.ok("review", "--status", "--json").stdout)
     assert status[0]["outcome"] is True
+    cy.push()
+    assert kind_violations(cy) == []
 
 
 def test_one_reviewer_approving_on_two_clones_counts_once(tmp_path, story_clock):
@@ -242,6 +246,8 @@ def test_competing_amendments_both_survive_in_one_order_and_a_run_is_scored_agai
     assert [p["text"] for p in card["predictions"]] == ["loss@final < 4"]
     later = [d["text"] for d in card["deviations"] if d["kind"] == "amendment"]
     assert len(later) == 2 and all("after the run started" in t for t in later)
+    cy.commit()
+    assert kind_violations(cy) == []
 
 
 def test_a_clock_a_day_ahead_misfiles_only_its_own_notes_and_the_skew_is_recorded_and_shown(tmp_path, clock):
