@@ -32,6 +32,7 @@ from logbook.chain import GENESIS, SCHEMA_VERSION, canonical, record_hash  # noq
 from logbook.chronicle import render_chronicle  # noqa: E402
 from logbook.init import init_logbook  # noqa: E402
 from logbook.project import open_project  # noqa: E402
+from logbook.records import write_record  # noqa: E402
 from logbook.sink import EventSink  # noqa: E402
 
 RUNS = ["alpha", "beta", "gamma", "delta"]
@@ -103,7 +104,8 @@ def build(root: Path, n: int, seed: int = 7) -> None:
                           "run": run, "step": step})
     for run, recs in per_run.items():
         _write_log(project.run_dir(run) / "events.jsonl", recs)
-    _write_log(project.notes_log, notes)
+    for note in notes:  # one file per note, as `logbook note` writes them
+        write_record(project.notes_dir, {k: v for k, v in note.items() if k != "ts"}, ts=note["ts"])
 
 
 def _time(fn) -> tuple[float, float]:

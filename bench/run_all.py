@@ -31,6 +31,7 @@ SCRIPTS = [
     "cli_latency.py",
     "render_scaling.py",
     "verify_history.py",
+    "team_scale.py",
     "gpu_mfu.py",
     "fault_matrix.py",
     "chaos_long.py",

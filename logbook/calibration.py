@@ -1,12 +1,12 @@
 """`logbook calibration`: how well preregistered predictions and forecasts did, across every scored run.
 
-Read from each run's recorded outcome (final ones only), one outcome file in
-memory at a time. A prediction *held* when it was confirmed (within its
-tolerance counts) and *failed* when refuted; inconclusive ones are counted
-apart and left out of the held rate, since nothing was learned from them.
-Groups: the preregistration's author, the month or ISO week in which the
-preregistration was made (when the prediction was committed to, not when it
-was scored), and the metric.
+Read from each run's recorded outcome (the newest `runs/<run>/outcomes/*.json`,
+final ones only), one outcome file in memory at a time. A prediction *held*
+when it was confirmed (within its tolerance counts) and *failed* when refuted;
+inconclusive ones are counted apart and left out of the held rate, since
+nothing was learned from them. Groups: the preregistration's author, the month
+or ISO week in which the preregistration was made (when the prediction was
+committed to, not when it was scored), and the metric.
 
 A held rate says little on its own (timid thresholds always hold), so the
 forecasts are scored properly as well (`Forecasts`):

@@ -1,6 +1,6 @@
 """The dated chronicle: `entries/YYYY/MM/DD.md`, one file per UTC day, rendered from the logs.
 
-The event logs and the notes log are the source of truth. A day file is a pure
+The event logs and the note records are the source of truth. A day file is a pure
 function of the records of that day (plus the errata notes that point into it),
 rendered through the templates: no clock, no randomness, a fixed order. So
 `render_chronicle` can rewrite any day at any time, `check_chronicle` can prove
@@ -40,13 +40,15 @@ def day_path(project: Project, day: str) -> Path:
 def errata_index(project: Project) -> dict[str, list[dict[str, Any]]]:
     """Entry id -> the later notes that attach a warning to it (`logbook note --about`)."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for rec in iter_records(project.notes_log):
-        about, ts, seq = rec.get("about"), rec.get("ts"), rec.get("seq")
-        if not isinstance(about, str) or not isinstance(ts, str) or not isinstance(seq, int):
+    from .records import iter_folder
+
+    for rec in iter_folder(project.notes_dir):
+        about, ts, rid = rec.get("about"), rec.get("ts"), rec.get("id")
+        if not isinstance(about, str) or not isinstance(ts, str) or not isinstance(rid, str):
             continue
         out.setdefault(about, []).append({
-            "date": ts[:10], "author": rec.get("author") or "unknown", "note_id": f"note:{seq}",
-            "note_day": ts[:10], "note_anchor": entry_anchor(NOTES_SOURCE, seq, "note", ts[:10]),
+            "date": ts[:10], "author": rec.get("author") or "unknown", "note_id": f"note:{rid}",
+            "note_day": ts[:10], "note_anchor": entry_anchor(NOTES_SOURCE, rid, "note", ts[:10]),
         })
     return out
 
@@ -395,9 +397,14 @@ def check_chronicle(project: Project, *, run: str | None = None, since: str | No
                 res.differing.append((p, "has no records in the logs"))
     if res.differing:
         names = "; ".join(f"{p.relative_to(project.root).as_posix()} ({why})" for p, why in res.differing)
+        from .gitstate import state_of
+
+        op = state_of(project.root)
+        first = f"{op.what} is in progress: {op.recovery}; then " if op else ""
         raise RefusedError(
             f"{len(res.differing)} day file(s) do not match the logs: {names}",
-            hint="the logs are the source of truth: run `logbook render` to regenerate the day files",
+            hint=f"the records are the source of truth: {first}run `logbook render` to regenerate the day files "
+                 "(after a `git pull`, the hooks `logbook init` installs do this)",
         )
     return res
 

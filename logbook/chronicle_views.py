@@ -1,8 +1,9 @@
 """Turn log records into the plain dicts the chronicle templates read.
 
-Ids are stable and citable: `<run>:<seq>` for a run event and `note:<seq>` for
-a note (the `seq` of the hash-chained log never changes). Each id has an
-anchor in the Markdown (`run-<run>-<seq>`, `note-<seq>`); routine events that
+Ids are stable and citable: `<run>:<seq>` for a run event (the `seq` of the
+hash-chained log never changes) and `note:<record id>` for a note (its file
+name, the same on every clone). Each id has an anchor in the Markdown
+(`run-<run>-<seq>`, `note-<record id>`); routine events that
 are summarised share their day's summary line anchor (`routine-<run>-<day>`).
 """
 
@@ -38,7 +39,18 @@ def routine_anchor(run: str, day: str) -> str:
     return f"routine-{run}-{day}"
 
 
+def item_id(item: Item) -> tuple[str, str]:
+    """(citable id, anchor) of an entry: `run:seq`, `note:<record id>` or `outcome:<record id>`."""
+    rec = item.rec or {}
+    if item.rank == 2 and isinstance(rec.get("id"), str):  # a scorecard record (eventstream.stream_outcomes)
+        return f"outcome:{rec['id']}", f"outcome-{rec['id']}"
+    seq = _seq(item)
+    return entry_id(item.source, seq), entry_anchor(item.source, seq, rec.get("kind"), item.day)
+
+
 def _seq(item: Item) -> Any:
+    if item.source == NOTES_SOURCE and item.rec and isinstance(item.rec.get("id"), str):
+        return item.rec["id"]
     seq = item.rec.get("seq") if item.rec else None
     return seq if isinstance(seq, int) else f"L{item.line}"
 
@@ -65,11 +77,10 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
     """
     rec = item.rec or {}
     kind = rec.get("kind") if isinstance(rec.get("kind"), str) else "unknown"
-    seq = _seq(item)
-    eid = entry_id(item.source, seq)
+    eid, anchor = item_id(item)
     ts = rec.get("ts", item.ts)
     e: dict[str, Any] = View({
-        "id": eid, "anchor": entry_anchor(item.source, seq, kind, item.day), "kind": kind,
+        "id": eid, "anchor": anchor, "kind": kind,
         "ts": ts, "day": item.day, "time": ts[11:16], "source": item.source,
         "run": item.source if item.source != NOTES_SOURCE else rec.get("run"),
         "attempt": rec.get("attempt"), "step": rec.get("step"), "tokens": rec.get("tokens"),
@@ -115,7 +126,14 @@ def _note_fields(rec: dict[str, Any], r: MarkdownRenderer) -> dict[str, Any]:
         # entries after it.
         "text": Raw(text), "quoted": Raw(_blockquote(text)),
         "about": about if isinstance(about, str) else None, "about_link": link,
+        "clock_warnings": clock_warning_list(rec),
     }
+
+
+def clock_warning_list(rec: dict[str, Any]) -> list[str]:
+    """The clock warnings a person's record carries (`clockskew`), as plain strings."""
+    w = rec.get("clock_warnings")
+    return [str(x) for x in w] if isinstance(w, list) else []
 
 
 def _blockquote(text: str) -> str:

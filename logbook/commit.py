@@ -63,6 +63,13 @@ def _out(root: Path, *args: str, **kw) -> str:
 def _check_state(root: Path) -> tuple[str, str, Path]:
     """(branch ref, HEAD commit, git dir), or a refusal for states where a commit would surprise."""
     git_dir = Path(_out(root, "rev-parse", "--absolute-git-dir"))
+    # A rebase detaches HEAD: name the rebase first, since `git switch` would walk away from it.
+    from .gitstate import in_progress
+
+    op = in_progress(git_dir)
+    if op is not None:
+        raise RefusedError(f"{op.what} is in progress: committing the logbook now would mix into it",
+                           hint=f"{op.recovery}; then run `logbook commit`")
     r = _git(root, "symbolic-ref", "-q", "HEAD", check=False)
     if r.returncode != 0:
         raise RefusedError("HEAD is detached: a logbook commit needs a branch to land on",
@@ -71,11 +78,6 @@ def _check_state(root: Path) -> tuple[str, str, Path]:
     head = _git(root, "rev-parse", "-q", "--verify", "HEAD^{commit}", check=False)
     if head.returncode != 0:
         raise RefusedError("the branch has no commits yet", hint="make a first commit, then run `logbook commit`")
-    for name, what in (("MERGE_HEAD", "a merge"), ("CHERRY_PICK_HEAD", "a cherry-pick"), ("REVERT_HEAD", "a revert"),
-                       ("rebase-merge", "a rebase"), ("rebase-apply", "a rebase or `git am`")):
-        if (git_dir / name).exists():
-            raise RefusedError(f"{what} is in progress: committing the logbook now would mix into it",
-                               hint="finish or abort it first, then run `logbook commit`")
     return branch, head.stdout.decode().strip(), git_dir
 
 
@@ -104,11 +106,14 @@ def _summarise(root: Path, folder: str, changed: list[tuple[str, str]], res: Com
         rel = path[len(folder) + 1 :]
         if rel.startswith("runs/"):
             runs.add(rel.split("/")[1])
-        kind = {"notes/notes.jsonl": "notes", "reviews/reviews.jsonl": "reviews"}.get(rel)
-        if kind is None and rel.startswith("runs/") and rel.endswith("/events.jsonl"):
-            kind = "events"
         if _DAY_FILE.search("/" + rel):
             res.days.append(rel[:10].replace("/", "-"))
+        record = {"notes": "notes", "reviews": "reviews"}.get(rel.split("/")[0])
+        if record and rel.endswith(".json") and status == "A":
+            setattr(res, record, getattr(res, record) + 1)
+            dates.append(f"{rel.split('/')[1][:4]}-{rel.split('/')[1][4:6]}-{rel.split('/')[1][6:8]}")
+            continue
+        kind = "events" if rel.startswith("runs/") and rel.endswith("/events.jsonl") else None
         if kind is None or status == "D":
             continue
         lines = _new_lines(root, path, status != "A")

@@ -28,6 +28,9 @@ class LogbookConfig:
     review_approvals: int = 1
     """Approvals an entry needs before review counts it as signed off."""
 
+    review_self_approval: bool = False
+    """Whether the person who launched a run may approve its entries (approvals count distinct reviewers)."""
+
     allow_unregistered_runs: bool = True
     """Whether `logbook run --exploratory` may start a run without a preregistration."""
 
@@ -48,6 +51,8 @@ class LogbookConfig:
             raise UsageError(f"{CONFIG_FILE}: milestones must be strictly increasing, got {self.milestones}")
         if isinstance(self.review_approvals, bool) or not isinstance(self.review_approvals, int) or self.review_approvals < 1:
             raise UsageError(f"{CONFIG_FILE}: review_approvals must be an integer >= 1")
+        if not isinstance(self.review_self_approval, bool):
+            raise UsageError(f"{CONFIG_FILE}: review_self_approval must be true or false")
         if not isinstance(self.allow_unregistered_runs, bool):
             raise UsageError(f"{CONFIG_FILE}: allow_unregistered_runs must be true or false")
         if isinstance(self.snapshot_max_file_mb, bool) or not isinstance(self.snapshot_max_file_mb, (int, float)) or self.snapshot_max_file_mb <= 0:
@@ -67,6 +72,7 @@ _FIELD_DOCS = {
     "entries_dir": "Folder that holds preregistrations, run logs and the dated chronicle.",
     "milestones": "Fractions of a run at which a progress note is written.",
     "review_approvals": "Approvals an entry needs before it counts as reviewed.",
+    "review_self_approval": "Let the person who launched a run approve its entries.",
     "allow_unregistered_runs": "Allow `logbook run --exploratory` without a preregistration.",
     "snapshot_max_file_mb": "Untracked files above this size stay out of code snapshots.",
 }

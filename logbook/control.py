@@ -36,7 +36,7 @@ from .errors import RefusedError, UsageError, did_you_mean
 from .events import iter_events
 from .fsutil import atomic_write_json, fsync_dir
 from .project import Project
-from .runs import RunRecord, check_run_id, load_run_record
+from .runs import RunRecord, check_run_id, load_run_record, run_status
 
 REQUEST_VERSION = 1
 MAX_REQUEST_BYTES = 256 * 1024
@@ -203,8 +203,9 @@ def check_reason(reason: Any) -> str:
 def run_accepts_changes(project: Project, run_id: str) -> RunRecord:
     """The run record if the run can still take a change; refuses unknown and ended runs."""
     rec = load_run_record(project, check_run_id(run_id))
-    if rec.status != "running":
-        raise RefusedError(f"run {run_id} is {rec.status}: it no longer takes changes",
+    status = run_status(project, run_id, rec)
+    if status != "running":
+        raise RefusedError(f"run {run_id} is {status}: it no longer takes changes",
                            hint="live changes go to a running run; start a new run to try other settings")
     last = last_lifecycle_event(project.run_dir(run_id) / "events.jsonl")
     if last is not None and last.get("kind") in TERMINAL_KINDS:

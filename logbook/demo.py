@@ -4,7 +4,9 @@ The demo is a list of small named steps over one `DemoState`: make a git
 repository, `logbook init`, copy the tiny config with its drills (a SIGKILL,
 then two loss spikes), preregister a hypothesis and a contingency rule, train
 under torchrun with restarts while a person's live change (`logbook set`)
-arrives after the first spike, verify, summarise. The divergence guard skips
+arrives after the first spike, verify, then share it the way a team does (a
+teammate's `git clone`, `logbook init`, a note on each side, `git pull`,
+`git push`: no conflict), summarise. The divergence guard skips
 the first spike and rolls back after the second, as the rule says; the live
 change is recorded with who, why, old and new. A later feature is one more
 step in `STEPS`.
@@ -33,6 +35,8 @@ DEFAULT_STEPS = 120
 """Training steps of the demo run: under a minute of training on 2 idle CPU cores."""
 MARKER = ".logbook-demo"
 """A file that marks a folder as a demo scratch folder (safe to replace)."""
+TEAM_DIR = ".team"
+"""Inside the scratch folder (and ignored there): the shared origin and a teammate's clone."""
 TINY_CONFIG = bundled_dir("configs") / "tiny-cpu.yaml"
 LIVE_CHANGE = {"lr_scale": 0.8}
 """What the demo asks the running run for, after its first spike."""
@@ -75,6 +79,7 @@ class DemoState:
     change_entry: list[str] = field(default_factory=list)
     verify_ok: bool | None = None
     verify_lines: list[str] = field(default_factory=list)
+    team_lines: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -100,6 +105,8 @@ class DemoResult:
     change_entry: list[str] = field(default_factory=list)
     """The chronicle's entry for the live change, as rendered."""
     live_change: dict[str, Any] | None = None
+    team_lines: list[str] = field(default_factory=list)
+    """The team workflow as it ran: clone, init, a note on each clone, pull, push."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "kept": self.kept, "seconds": round(self.seconds, 1),
@@ -108,7 +115,7 @@ class DemoResult:
                 "guard": self.guard_lines, "changes": self.change_lines, "live_change": self.live_change,
                 "spike_entry": self.spike_entry, "change_entry": self.change_entry,
                 "verify_ok": self.verify_ok,
-                "verify": self.verify_lines}
+                "verify": self.verify_lines, "team": self.team_lines}
 
 
 # --- the steps -----------------------------------------------------------------------
@@ -128,7 +135,7 @@ def make_repository(st: DemoState) -> None:
         _git(st.root, "config", "user.name", "Logbook Demo")
         _git(st.root, "config", "user.email", "demo@logbook.invalid")
     (st.root / "README.md").write_text("# A scratch research project made by `logbook demo`\n")
-    (st.root / ".gitignore").write_text(f"{MARKER}\n")
+    (st.root / ".gitignore").write_text(f"{MARKER}\n/{TEAM_DIR}/\n")
     _git(st.root, "add", "README.md", ".gitignore")
     _git(st.root, "commit", "-q", "-m", "Start a research project")
 
@@ -352,6 +359,43 @@ def verify(st: DemoState) -> None:
     st.verify_lines = [p.message for p in report.problems]
 
 
+def share(st: DemoState) -> None:
+    """A teammate clones and runs `logbook init`; both write a note; `git pull` and `git push` meet no conflict."""
+    from .commit import commit_logbook
+    from .init import init_logbook as init
+    from .notes import add_note
+
+    team = st.root / TEAM_DIR
+    origin, mate = team / "origin.git", team / "teammate"
+    _git(st.root, "init", "-q", "--bare", "-b", "main", str(origin))
+    commit_logbook(_project(st), "The demo's run")
+    _git(st.root, "remote", "add", "origin", str(origin))
+    _git(st.root, "push", "-q", "-u", "origin", "main")
+    _git(st.root, "clone", "-q", str(origin), str(mate))
+    _git(mate, "config", "user.name", "Demo Teammate")
+    _git(mate, "config", "user.email", "teammate@logbook.invalid")
+    done = init(start=mate).setup.done
+    theirs = add_note(open_project(mate), "Read the chronicle on my clone: the rollback looks right.").id
+    commit_logbook(open_project(mate))
+    _git(mate, "push", "-q", "origin", "main")
+    mine = add_note(_project(st), "Same day, another clone: no one coordinates note ids.").id
+    commit_logbook(_project(st))
+    _git(st.root, "pull", "-q", "--rebase", "origin", "main")  # the hook logbook init installed re-renders
+    conflicts = [p for p in _git(st.root, "diff", "--name-only", "--diff-filter=U").splitlines() if p]
+    try:
+        commit_logbook(_project(st), "Re-rendered after the pull")  # the day file both notes landed on
+    except RefusedError:
+        pass  # nothing to re-render: the pull brought nothing that shares a day file
+    _git(st.root, "push", "-q", "origin", "main")
+    st.team_lines = [
+        f"git clone {origin.name} && logbook init   # {len(done)} thing(s) set up in the clone",
+        f"logbook note ... (teammate: {theirs}) ; logbook note ... (you: {mine})",
+        f"logbook commit ; git pull --rebase ; logbook commit ; git push   # {len(conflicts)} conflict(s)",
+    ]
+    for line in st.team_lines:
+        st.say(f"  {line}")
+
+
 def _project(st: DemoState) -> Project:
     if st.project is None:
         raise RefusedError("the demo's logbook is not set up yet")
@@ -367,6 +411,7 @@ STEPS: list[tuple[str, Callable[[DemoState], None]]] = [
     ("score the outcome and write the report", score_and_report),
     ("render the chronicle", render),
     ("verify", verify),
+    ("share it: a teammate clones, both write notes, pull and push", share),
 ]
 
 
@@ -416,4 +461,5 @@ def run_demo(where: Path | None = None, *, steps: int = DEFAULT_STEPS, nproc: in
     return DemoResult(root=root, kept=keep, seconds=time.monotonic() - t0, run=st.result, prereg_id=st.prereg_id,
                       chronicle=st.chronicle, restart_entry=st.restart_entry, verify_ok=bool(st.verify_ok),
                       verify_lines=st.verify_lines, guard_lines=st.guard_lines, change_lines=st.change_lines,
-                      spike_entry=st.spike_entry, change_entry=st.change_entry, live_change=st.live_change)
+                      spike_entry=st.spike_entry, change_entry=st.change_entry, live_change=st.live_change,
+                      team_lines=st.team_lines)

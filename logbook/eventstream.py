@@ -1,4 +1,4 @@
-"""Stream every run's event log and the notes log in time order, one day at a time.
+"""Stream every run's event log and the team's notes in time order, one day at a time.
 
 The chronicle never loads all logs at once: each log is read line by line, the
 streams are merged by timestamp, and consumers see one UTC day's records at a
@@ -10,6 +10,10 @@ Ordering is by an *effective* timestamp: the running maximum of the `ts`
 values in that log, so a clock that stepped backwards between two attempts on
 different hosts can never split a day or reorder a log's own lines. Records
 keep their own `ts` for display.
+
+Notes are one file each, written by many people on many clocks: each is
+filed under its own timestamp (no running maximum across writers), so one
+clock that runs a day ahead misfiles only its own notes, never a teammate's.
 """
 
 from __future__ import annotations
@@ -76,14 +80,40 @@ def list_event_runs(project: Project) -> list[str]:
                   and p.name != NOTES_SOURCE)
 
 
-def sources(project: Project, runs: Iterable[str] | None = None, notes: bool = True) -> list[tuple[str, Path]]:
-    """(source name, log path) of every log the chronicle reads, in a fixed order."""
+def sources(project: Project, runs: Iterable[str] | None = None) -> list[tuple[str, Path]]:
+    """(run id, event log path) of every run log the chronicle reads, in a fixed order."""
     out = [(r, run_log_path(project, r)) for r in (list_event_runs(project) if runs is None else sorted(runs))]
-    if notes and project.notes_log.is_file():
-        out.append((NOTES_SOURCE, project.notes_log))
     for _, path in out:
         _refuse_if_linked(project, path)
     return out
+
+
+def _stream_folder(folder: Path, source: str, rank: int, since: str | None, until: str | None,
+                   skip_migrated: bool = False) -> Iterator[Item]:
+    """One-file records of `folder` written on days in [since, until], each at its own time, in (time, id) order."""
+    from .records import iter_folder
+
+    one_day = since if since and since == until else None  # the file names say the day: read only that day's
+    items = []
+    for n, rec in enumerate(iter_folder(folder, day=one_day)):
+        ts = rec.get("ts")
+        if not valid_ts(ts) or (since and ts[:10] < since) or (until and ts[:10] > until):
+            continue
+        if skip_migrated and rec.get("migrated_from"):
+            continue  # the old layout's event it was copied from is in the run's log and shows already
+        items.append(Item(ts, rank, source, n, rec))
+    items.sort(key=lambda it: (it.ts, str(it.rec.get("id"))))
+    return iter([it._replace(line=i) for i, it in enumerate(items)])
+
+
+def stream_notes(project: Project, *, since: str | None = None, until: str | None = None) -> Iterator[Item]:
+    """The notes written on days in [since, until], each at its own timestamp, in (time, id) order."""
+    return _stream_folder(project.notes_dir, NOTES_SOURCE, 1, since, until)
+
+
+def stream_outcomes(project: Project, run: str, *, since: str | None = None, until: str | None = None) -> Iterator[Item]:
+    """A run's scorecard records on days in [since, until]: entries of the run, after its own events at one instant."""
+    return _stream_folder(project.run_dir(run) / "outcomes", run, 2, since, until, skip_migrated=True)
 
 
 def _refuse_if_linked(project: Project, path: Path) -> None:
@@ -235,7 +265,10 @@ def torn_tail(source: str, path: Path) -> TornTail | None:
 def merged(project: Project, *, runs: Iterable[str] | None = None, notes: bool = True,
            since: str | None = None, until: str | None = None) -> Iterator[Item]:
     """All logs' items in effective-time order."""
-    streams = [stream_log(s, p, since=since, until=until) for s, p in sources(project, runs, notes)]
+    streams = [stream_log(s, p, since=since, until=until) for s, p in sources(project, runs)]
+    streams += [stream_outcomes(project, s, since=since, until=until) for s, _ in sources(project, runs)]
+    if notes:
+        streams.append(stream_notes(project, since=since, until=until))
     return heapq.merge(*streams)
 
 

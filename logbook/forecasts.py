@@ -32,8 +32,12 @@ def run_start_time(facts: RunFacts) -> float | None:
     return None
 
 
-def late_sources(prereg, start: float | None) -> dict[str, str]:
-    """`amend-<n>` -> why its forecasts are late for a run that started at `start`; on-time ones are absent."""
+def late_sources(prereg, start: float | None, in_force: list[str] | None = None) -> dict[str, str]:
+    """`amend-<n>` -> why its forecasts are late for a run that started at `start`; on-time ones are absent.
+
+    `in_force`: the amendment keys the run recorded at its start, where it did;
+    any other amendment came later, whatever its clock says.
+    """
     out: dict[str, str] = {}
     for a in prereg.amendments:
         created = parse_ts(a.created)
@@ -41,6 +45,8 @@ def late_sources(prereg, start: float | None) -> dict[str, str]:
             out[f"amend-{a.n}"] = f"amendment {a.n} was made after a run started ({a.seen} seen)"
         elif start is not None and created is not None and created > start:
             out[f"amend-{a.n}"] = f"amendment {a.n} ({a.created}) was made after this run started"
+        elif in_force is not None and a.key not in in_force:
+            out[f"amend-{a.n}"] = f"amendment {a.n} was not in force when this run started"
     return out
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .clonesetup import SetupResult, set_up_clone
 from .config import CONFIG_FILE, LogbookConfig, load_config
 from .errors import RefusedError
 from .fsutil import atomic_write_text
 from .gitbind import check_repo_state, commit_file
-from .project import find_git_root
+from .project import Project, find_git_root
 
 
 @dataclass
@@ -18,12 +19,18 @@ class InitResult:
     config_path: Path
     entries: Path
     created: bool
+    setup: SetupResult
+    """What was set up in this clone (hooks, git config) and the repository (entries/.gitattributes)."""
     committed: str | None = None
     """The commit that added logbook.yaml, when this call created it."""
 
 
 def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> InitResult:
-    """Write `logbook.yaml` and create the entries folder; idempotent."""
+    """Write `logbook.yaml`, create the entries folder and set this clone up for sharing; idempotent.
+
+    In a fresh clone of a repository that already has a logbook, this only does
+    the per-clone part (`clonesetup.set_up_clone`).
+    """
     root = find_git_root(start)
     if root is None:
         raise RefusedError("not inside a git repository", hint="run `git init`, commit something, then `logbook init`")
@@ -58,4 +65,6 @@ def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> Ini
             "# Logbook\n\nPreregistrations, run logs and the dated chronicle live here.\n"
             "The event logs under `runs/` are the source of truth; the dated Markdown is rendered from them.\n",
         )
-    return InitResult(root=root, config_path=cfg_path, entries=entries, created=created, committed=committed)
+    setup = set_up_clone(Project(root=root, config=cfg))
+    return InitResult(root=root, config_path=cfg_path, entries=entries, created=created, setup=setup,
+                      committed=committed)

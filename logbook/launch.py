@@ -36,7 +36,7 @@ from .errors import RefusedError, UsageError
 from .launch_watch import EXIT_PREEMPTED, RunResult, StderrPump, Watcher, next_seq, outcome
 from .project import Project
 from .runlock import RunLock
-from .runs import RunRecord, check_run_id, load_run_record, run_record_path, write_run_record
+from .runs import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from .yamlsafe import load_training_config
 
 __all__ = ["EXIT_PREEMPTED", "Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
@@ -293,8 +293,8 @@ def _resume_args(project: Project, resume: str, config_path, overrides, prereg_i
 def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory, nproc, max_restarts, rdzv, say) -> _Plan:
     check_run_id(run_id)
     if run_record_path(project, run_id).exists():
-        rec = load_run_record(project, run_id)
-        raise RefusedError(f"run {run_id} already exists (status {rec.status})",
+        status = run_status(project, run_id, load_run_record(project, run_id))
+        raise RefusedError(f"run {run_id} already exists (status {status})",
                            hint=f"resume it with `logbook run --resume {run_id}`, or choose another --run-id")
     from .gitbind import snapshot_worktree
 
@@ -307,6 +307,7 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         status="running",
     )
     if prereg is not None:
+        rec.amendments = [a.key for a in prereg.amendments]  # the promise as it stands at the start
         rec.prereg_config_hash = _prereg_config_hash(prereg)
         rec.deviations = _deviations(rec)
         for d in rec.deviations:
@@ -317,7 +318,7 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
 
 def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rendezvous) -> _Plan:
     rec = load_run_record(project, run_id)
-    if rec.status == "finished":
+    if run_status(project, run_id, rec) == "finished":
         raise RefusedError(f"run {run_id} already finished", hint="start a new run instead of resuming this one")
     config = (project.root / rec.config_path).resolve()
     digest = config_sha256(config)
@@ -326,11 +327,11 @@ def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rende
             f"the config {rec.config_path} changed since run {run_id} started (sha256 {rec.config_hash[:12]} -> {digest[:12]})",
             hint="a resumed run must train with the config it started with; restore the file or start a new run",
         )
+    # run.json is a record, written once: this launch's shape lives in memory, and the
+    # trainer's run_started event records the world size it actually ran with.
     rec.nproc = nproc or rec.nproc
     rec.max_restarts = rec.max_restarts if max_restarts is None else max_restarts
     rec.nnodes = rdzv.nnodes
-    rec.status = "running"
-    write_run_record(project, rec)
     return _Plan(record=rec, config=config, overrides=list(rec.overrides), resumed=True)
 
 

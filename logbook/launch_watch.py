@@ -26,7 +26,7 @@ from typing import IO, Any
 from .chain import iter_records
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
 from .project import Project
-from .runs import RunRecord, load_run_record, write_run_record
+from .runs import RunRecord
 from .sink import EventSink
 
 EXIT_PREEMPTED = 75
@@ -251,7 +251,7 @@ def next_seq(events_path: Path) -> int:
 
 def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[int], launch_dir: Path,
             first_seq: int = 0, record: bool = True) -> RunResult:
-    """Decide how the launch ended; with `record`, write run_failed and the status.
+    """Decide how the launch ended; with `record`, write run_failed into the run's event log.
 
     Only this launch's events (from `first_seq` on) say how it ended: an
     earlier launch of a resumed run may have been preempted or failed.
@@ -280,10 +280,6 @@ def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[
                 "run_failed", step=step, reason=reason, exit_code=torchrun_exit, attempts=last,
                 status=status, torchrun_attempts=len(_attempt_dirs(launch_dir)),
             )
-    if record:
-        fresh = load_run_record(project, rec.run_id)
-        fresh.status = status
-        write_run_record(project, fresh)
     last = max(last, max((int(e.get("attempt") or 0) for e in events), default=0))
     restarts = [e for e in events if e.get("kind") == "restart"]
     return RunResult(

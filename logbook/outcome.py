@@ -20,11 +20,14 @@ only grow, so an incomplete run can already refute `spikes == 0` or confirm
 `restarts >= 1`; anything else waits.
 
 A run that has not ended gets a PROVISIONAL scorecard, which is shown but
-never written. A final one is written to `runs/<run>/outcome.json` (atomic)
-and announced by an `outcome` event in the run's log, whose payload carries
-the scorecard and the deviations, so it appears in the chronicle and in the
-review queue. Scoring the same run again with the same result writes nothing;
-a different result (an amendment, a repaired log) supersedes the earlier one.
+never written. A final one is its own immutable record,
+`runs/<run>/outcomes/<record id>.json` (`records.py`), with the scorecard and
+the deviations; it appears in the chronicle and in the review queue as
+`outcome:<record id>`. The run's event log is never touched: the run is its
+only writer. Scoring again with the same result writes nothing; a different
+result (an amendment, a repaired log) is a new record that supersedes the
+earlier one. Two people scoring on two clones each keep their record; the
+newest, by (time, id), is the run's outcome on every clone.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .chain import canonical, iter_records, utc_now
+from . import chain
+from .chain import canonical
 from .errors import NotFoundError, RefusedError, TamperedError
-from .fsutil import atomic_write_json
+from .records import iter_folder, write_record
 from .predictions import Prediction
 from .project import Project
 from .runfacts import RunFacts, load_facts
@@ -49,8 +53,18 @@ _COUNTS = {"restarts", "spikes", "rollbacks", "skipped_steps", "lr_changes"}
 _SERIES = {"loss", "val_loss", "grad_norm", "lr", "tokens_per_s", "mfu", "tokens"}
 
 
-def outcome_path(project: Project, run_id: str) -> Path:
-    return project.run_dir(check_run_id(run_id)) / "outcome.json"
+OUTCOME_SOURCE = "outcome"
+"""Outcome records are cited as `outcome:<record id>`."""
+
+
+def outcomes_dir(project: Project, run_id: str) -> Path:
+    return project.run_dir(check_run_id(run_id)) / "outcomes"
+
+
+def outcome_records(project: Project, run_id: str) -> list[dict[str, Any]]:
+    """The run's scorecard records, oldest first by (time, id); the last one is the run's outcome."""
+    recs = [r for r in iter_folder(outcomes_dir(project, run_id)) if isinstance(r.get("scorecard"), dict)]
+    return sorted(recs, key=lambda r: (str(r.get("ts")), str(r.get("id"))))
 
 
 @dataclass
@@ -131,7 +145,8 @@ class Scorecard:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {s: sum(1 for p in self.predictions if p.status == s) for s in STATUSES}
+        """Statuses of the on-time predictions; late forecasts are scored apart and never counted here."""
+        return {s: sum(1 for p in self.predictions if p.status == s and not p.late) for s in STATUSES}
 
     def content(self) -> dict[str, Any]:
         """What the outcome says, without when and by whom it was computed (compared on a rescore)."""
@@ -328,8 +343,13 @@ def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts)
     if rec and want and rec.config_hash != want and not any(d["kind"] == "config" for d in out):
         out.append({"kind": "config", "entry": None, "step": None,
                     "text": f"config {rec.config_path} has sha256 {rec.config_hash[:12]}, the preregistration recorded {want[:12]}"})
+    in_force = {a.key for a in prereg.in_force(rec.amendments if rec is not None else None)}
     for a in prereg.amendments:
-        if a.kind == "deviation":
+        if a.key not in in_force:
+            out.append({"kind": "amendment", "entry": None, "step": None,
+                        "text": f"amendment {a.n} ({a.created}, {a.author}) was made after the run started, "
+                                f"so the run is not scored against it: {a.reason}"})
+        elif a.kind == "deviation":
             out.append({"kind": "amendment", "entry": None, "step": None,
                         "text": f"amendment {a.n} ({a.created}) was made after results were seen: {a.reason}"})
     diff = code_diff(project, prereg.base_commit, _snapshot_commit(rec, facts), prereg.front.get("uncommitted"))
@@ -406,22 +426,17 @@ def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Sc
                      verify_problems=[f.message for f in report.problems])
     from .forecasts import late_sources, run_start_time
 
-    late = late_sources(prereg, run_start_time(facts))
+    # Amendments made after the run started are scored too, but apart and
+    # labelled late (and listed as deviations): never as if preregistered.
+    in_force = rec.amendments if rec is not None else None
+    late = late_sources(prereg, run_start_time(facts), in_force)
     card.predictions = [score(p, src, facts, late.get(src)) for p, src in prereg.all_predictions()]
     card.deviations, card.code_diff = deviations(project, rec, prereg, facts)
-    card.computed_at = utc_now()
+    card.computed_at = chain.utc_now()
     return card
 
 
 # --- recording ------------------------------------------------------------------------------
-
-
-def _last_outcome_event(project: Project, run_id: str) -> dict[str, Any] | None:
-    last = None
-    for e in iter_records(project.run_dir(run_id) / "events.jsonl"):
-        if e.get("kind") == "outcome":
-            last = e
-    return last
 
 
 def _event_payload(card: Scorecard, rel: str) -> dict[str, Any]:
@@ -441,40 +456,35 @@ def _content_hash(card: Scorecard) -> str:
 
 
 def record_outcome(project: Project, run_id: str, *, render: bool = True) -> Scorecard:
-    """Score the run; write outcome.json and an `outcome` event when it is final and new.
+    """Score the run; write a new scorecard record when it is final and says something new.
 
-    With `render`, the chronicle's day file that shows the new `outcome` entry is re-rendered.
+    With `render`, the chronicle's day file that shows the new outcome entry is re-rendered.
     """
     from .review import reviewer_identity
 
     card = evaluate(project, run_id)
     if not card.final:
         return card
-    path = outcome_path(project, run_id)
-    rel = path.relative_to(project.root).as_posix()
-    prev = _last_outcome_event(project, run_id)
-    prev_data = prev.get("data") if prev and isinstance(prev.get("data"), dict) else {}
-    if prev is not None and prev_data.get("content_sha256") == _content_hash(card):
-        card.event, card.already_recorded = f"{run_id}:{prev.get('seq')}", True
-        card.supersedes = prev_data.get("supersedes")
-        card.computed_at, card.computed_by = str(prev.get("ts")), prev_data.get("computed_by")
-        if not path.is_file():
-            atomic_write_json(path, card.to_dict())
+    folder = outcomes_dir(project, run_id)
+    previous = outcome_records(project, run_id)
+    prev = previous[-1] if previous else None
+    if prev is not None and prev.get("data", {}).get("content_sha256") == _content_hash(card):
+        card.event, card.already_recorded = f"{OUTCOME_SOURCE}:{prev.get('id')}", True
+        card.supersedes = prev["scorecard"].get("supersedes")
+        card.computed_at, card.computed_by = str(prev.get("ts")), prev["scorecard"].get("computed_by")
         return card
     try:
         card.computed_by = str(reviewer_identity(project.root))
     except RefusedError:
         card.computed_by = None
-    card.supersedes = f"{run_id}:{prev.get('seq')}" if prev is not None else None
-    from .sink import EventSink
-
-    attempt = max((int(e.get("attempt")) for e in iter_records(project.run_dir(run_id) / "events.jsonl")
-                   if isinstance(e.get("attempt"), int)), default=0)
+    card.supersedes = f"{OUTCOME_SOURCE}:{prev.get('id')}" if prev is not None else None
+    now = chain.utc_now()
+    card.computed_at = now
+    rel = folder.relative_to(project.root).as_posix()
     payload = {**_event_payload(card, rel), "computed_by": card.computed_by}
-    written = EventSink(project.run_dir(run_id), run_id, attempt).emit("outcome", step=card.last_step, **payload)
-    card.event = f"{run_id}:{written['seq']}"
-    card.computed_at = str(written["ts"])
-    atomic_write_json(path, card.to_dict())
+    rec = {"kind": "outcome", "run": run_id, "step": card.last_step, "data": payload, "scorecard": card.to_dict()}
+    written = write_record(folder, rec, ts=now)
+    card.event = f"{OUTCOME_SOURCE}:{written['id']}"
     if render:
         from .review import rerender_days
 
@@ -483,14 +493,8 @@ def record_outcome(project: Project, run_id: str, *, render: bool = True) -> Sco
 
 
 def load_outcome(project: Project, run_id: str) -> dict[str, Any] | None:
-    """The recorded outcome of a run (outcome.json), or None."""
-    import json
-
-    path = outcome_path(project, run_id)
-    if not path.is_file():
+    """The run's recorded outcome (the scorecard of its newest outcome record), or None."""
+    recs = outcome_records(project, run_id)
+    if not recs:
         return None
-    try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return {**recs[-1]["scorecard"], "event": f"{OUTCOME_SOURCE}:{recs[-1].get('id')}"}

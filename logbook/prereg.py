@@ -1,12 +1,16 @@
 """Preregistrations and their amendments: written once, committed alone, never edited.
 
 A preregistration is `entries/prereg/<id>.md`; an amendment is
-`entries/prereg/<id>.amend-<n>.md`, linked to the original and to the previous
-amendment by hash. Both are records in the form `prereg_format` describes (YAML
+`entries/prereg/<id>.amend-<record id>.md`, linked by hash to the original and
+to the latest amendment its author had seen. The record id (`records.py`) needs
+no coordination, so two clones amending one preregistration at once write two
+files, both survive a merge, and every clone orders them the same way: by
+(created, record id). Older logbooks numbered amendments (`amend-1`); those
+still read, ordered the same way. Both are records in the form `prereg_format` describes (YAML
 front matter, a Markdown body, a canonical sha256); what a person may type is
 checked by `prereg_input`. Each file is committed by itself (see
 `gitbind.commit_file`) with the trailers `Logbook-Prereg: <id>`,
-`Logbook-Sha256: <hash>` (and `Logbook-Amendment: <n>` for amendments).
+`Logbook-Sha256: <hash>` (and `Logbook-Amendment: <record id>` for amendments).
 
 Ids are `YYYY-MM-DD-<slug of title>-<6 hex>`; the hex comes from a hash of the
 author, the time and random bytes, so two people preregistering the same
@@ -31,8 +35,10 @@ from .prereg_format import SCHEMA, SEEN, hash_as_written, read_record, render_am
 from .prereg_input import (ID_RE, PreregInput, check_contingency, check_id, check_predictions, check_text, slugify,
                            validate_input)
 from .project import Project
+from .records import new_record_id
 
-AMEND_RE = re.compile(r"^(?P<id>[a-z0-9-]+)\.amend-(?P<n>[1-9]\d{0,3})\.md$")
+AMEND_RE = re.compile(r"^(?P<id>[a-z0-9-]+)\.amend-(?P<n>[1-9]\d{0,3}|\d{8}T\d{12}Z-[0-9a-f]{8})\.md$")
+"""`<prereg id>.amend-<key>.md`: the key is a record id (or, in older logbooks, a number)."""
 
 
 # --- the model ---------------------------------------------------------------
@@ -43,6 +49,9 @@ class Amendment:
 
     prereg_id: str
     n: int
+    """Position among the preregistration's amendments, from 1, in (created, key) order."""
+    key: str
+    """What names it: the record id in its file name (a number in older logbooks)."""
     created: str
     author: str
     reason: str
@@ -86,21 +95,26 @@ class Prereg:
     body: str
     amendments: list[Amendment] = field(default_factory=list)
 
-    def all_predictions(self) -> list[tuple[Prediction, str]]:
-        """Every prediction with where it came from: `original` or `amend-<n>`; trajectories as their points."""
+    def in_force(self, keys: list[str] | None) -> list[Amendment]:
+        """The amendments among `keys` (those a run saw at its start); all of them when `keys` is None."""
+        return list(self.amendments) if keys is None else [a for a in self.amendments if a.key in set(keys)]
+
+    def all_predictions(self, keys: list[str] | None = None) -> list[tuple[Prediction, str]]:
+        """Every prediction with where it came from: `original` or `amend-<n>` (only amendments in `keys`);
+        trajectories as their points."""
         out = [(p, "original") for p in flatten(self.predictions)]
-        for a in self.amendments:
+        for a in self.in_force(keys):
             out += [(p, f"amend-{a.n}") for p in flatten(a.predictions)]
         return out
 
-    def all_contingency(self) -> list[ContingencyRule]:
-        """The contingency plan, amendments included, in order (rule numbers are 1-based positions)."""
-        return self.contingency + [r for a in self.amendments for r in a.contingency]
+    def all_contingency(self, keys: list[str] | None = None) -> list[ContingencyRule]:
+        """The contingency plan, amendments in `keys` included, in order (rule numbers are 1-based positions)."""
+        return self.contingency + [r for a in self.in_force(keys) for r in a.contingency]
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.front, "path": str(self.path), "sha256": self.sha256,
-                "amendments": [{**a.front, "kind": a.kind, "path": str(a.path), "sha256": a.sha256}
-                               for a in self.amendments]}
+                "amendments": [{**a.front, "n": a.n, "key": a.key, "kind": a.kind, "path": str(a.path),
+                                "sha256": a.sha256} for a in self.amendments]}
 
 
 @dataclass
@@ -125,8 +139,8 @@ def prereg_path(project: Project, prereg_id: str) -> Path:
     return project.prereg_dir / f"{check_id(prereg_id)}.md"
 
 
-def amendment_path(project: Project, prereg_id: str, n: int) -> Path:
-    return project.prereg_dir / f"{check_id(prereg_id)}.amend-{int(n)}.md"
+def amendment_path(project: Project, prereg_id: str, key: str) -> Path:
+    return project.prereg_dir / f"{check_id(prereg_id)}.amend-{key}.md"
 
 
 def _relpath(project: Project, path: Path) -> str:
@@ -182,7 +196,11 @@ def _committed_anywhere(project: Project, prereg_id: str) -> bool:
 def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
                  predictions: list[str] | None = None, contingency: list[str] | None = None,
                  now: datetime | None = None) -> Written:
-    """Add amendment n+1 to a preregistration; its file links the original and the previous record by hash."""
+    """Add an amendment; its file links the original and the latest amendment seen here by hash.
+
+    An amendment that adds neither a prediction nor a contingency rule changes
+    nothing and is refused as a usage error.
+    """
     from .verify import verify_project
 
     check_id(prereg_id)
@@ -193,6 +211,10 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
     preds = check_predictions(list(predictions or []))
     rules, warnings = check_contingency(list(contingency or []))
     prereg = load_prereg(project, prereg_id)
+    if not preds and not rules:
+        raise UsageError("the amendment changes nothing: it adds no prediction and no contingency rule",
+                         hint='add --predict "metric@point op value" or --contingency "RULE"; '
+                              "to remark on the plan, use `logbook note`")
     report = verify_project(project, prereg_id)
     if report.problems:
         # The same hint `verify` gives: what fixes the record, never "go run the other command".
@@ -203,11 +225,12 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
         raise RefusedError(f"run {runs[0]} already answers to {prereg_id}, so `--seen nothing` is not true",
                            hint="use --seen run-started (no results seen) or --seen results")
     state = gitbind.check_repo_state(project.root)
-    n = len(prereg.amendments) + 1
-    prev_path, prev_hash = (prereg.path, prereg.sha256) if n == 1 else \
-        (prereg.amendments[-1].path, prereg.amendments[-1].sha256)
-    front = {"schema": SCHEMA, "amends": prereg_id, "n": n,
-             "created": _utc(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    prev_path, prev_hash = (prereg.amendments[-1].path, prereg.amendments[-1].sha256) if prereg.amendments \
+        else (prereg.path, prereg.sha256)
+    when = _utc(now)
+    key = new_record_id(when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    front = {"schema": SCHEMA, "amends": prereg_id, "id": key,
+             "created": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
              "author": gitbind.author_ident(project.root), "reason": reason, "seen": seen,
              "kind": "deviation" if seen == "results" else "amendment",
              "original": {"file": prereg.path.name, "sha256": prereg.sha256},
@@ -216,10 +239,10 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
              "runs_started": runs, "base_commit": state.head}
     body = render_amendment_body(front, prereg.title)
     digest = hash_as_written(front, body)
-    path = amendment_path(project, prereg_id, n)
+    path = amendment_path(project, prereg_id, key)
     message = gitbind.format_message(
-        f"Amend {prereg_id} ({n})", reason.splitlines()[0][:200],
-        [("Logbook-Prereg", prereg_id), ("Logbook-Amendment", str(n)), ("Logbook-Sha256", digest)])
+        f"Amend {prereg_id} ({key})", reason.splitlines()[0][:200],
+        [("Logbook-Prereg", prereg_id), ("Logbook-Amendment", key), ("Logbook-Sha256", digest)])
     done = gitbind.commit_file(project.root, _relpath(project, path),
                                render_record(front, body).encode("utf-8"), message, state)
     return Written(prereg_id, done.commit, digest, path, front, warnings)
@@ -227,11 +250,11 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
 
 # --- reading -----------------------------------------------------------------
 
-def _load_amendment(project: Project, prereg_id: str, path: Path) -> Amendment:
+def _load_amendment(project: Project, prereg_id: str, key: str, path: Path) -> Amendment:
     front, body, digest = read_record(path, _relpath(project, path))
     try:
         return Amendment(
-            prereg_id=prereg_id, n=int(front["n"]), created=str(front["created"]), author=str(front["author"]),
+            prereg_id=prereg_id, n=0, key=key, created=str(front["created"]), author=str(front["author"]),
             reason=str(front["reason"]), seen=str(front["seen"]),
             predictions=[forecast_from_dict(d) for d in front.get("predictions") or []],
             contingency=[ContingencyRule.from_dict(d) for d in front.get("contingency") or []],
@@ -240,15 +263,21 @@ def _load_amendment(project: Project, prereg_id: str, path: Path) -> Amendment:
         raise TamperedError(f"{_relpath(project, path)}: front matter is damaged ({e})") from None
 
 
-def amendment_files(project: Project, prereg_id: str) -> list[tuple[int, Path]]:
-    """(n, path) of the amendment files present, in order."""
+def amendment_files(project: Project, prereg_id: str) -> list[tuple[str, Path]]:
+    """(key, path) of the amendment files present (unordered: `load_prereg` orders them by time)."""
     out = []
     if project.prereg_dir.is_dir():
         for p in project.prereg_dir.glob(f"{check_id(prereg_id)}.amend-*.md"):
             m = AMEND_RE.match(p.name)
             if m and m.group("id") == prereg_id:
-                out.append((int(m.group("n")), p))
+                out.append((m.group("n"), p))
     return sorted(out)
+
+
+def _order(a: Amendment) -> tuple[str, int, str]:
+    """(created, key): the same order on every clone. Old numbered keys sort by number among themselves."""
+    created = a.created if "." in a.created else a.created.replace("Z", ".000000Z")  # older: whole seconds
+    return (created, int(a.key) if a.key.isdigit() else 0, a.key)
 
 
 def load_prereg(project: Project, prereg_id: str) -> Prereg:
@@ -270,7 +299,11 @@ def load_prereg(project: Project, prereg_id: str) -> Prereg:
             path=path, sha256=digest, front=front, body=body)
     except (KeyError, TypeError, ValueError, AttributeError, UsageError) as e:
         raise TamperedError(f"{_relpath(project, path)}: front matter is damaged ({e})") from None
-    prereg.amendments = [_load_amendment(project, prereg_id, p) for _n, p in amendment_files(project, prereg_id)]
+    amendments = sorted((_load_amendment(project, prereg_id, k, p) for k, p in amendment_files(project, prereg_id)),
+                        key=_order)
+    for n, a in enumerate(amendments, start=1):
+        a.n = n
+    prereg.amendments = amendments
     return prereg
 
 

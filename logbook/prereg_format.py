@@ -119,8 +119,10 @@ def _render_rules(rules: list[dict[str, Any]]) -> str:
 
 
 def render_amendment_body(front: dict[str, Any], title: str) -> str:
-    parts = [f"# Amendment {front['n']} to {title}",
-             "\n".join([f"- **Amends:** `{front['amends']}` (previous record `{front['previous']['file']}`, "
+    heading = f"# Amendment {front['n']} to {title}" if "n" in front else f"# Amendment to {title}"  # older: numbered
+    ident = [] if "n" in front else [f"- **Id:** `{front['id']}`"]
+    parts = [heading,
+             "\n".join([*ident, f"- **Amends:** `{front['amends']}` (previous record `{front['previous']['file']}`, "
                         f"sha256 `{front['previous']['sha256'][:12]}…`)",
                         f"- **Created:** {front['created']}", f"- **Author:** `{front['author']}`",
                         f"- **Seen when amended:** {SEEN[front['seen']]} (`{front['seen']}`)",

@@ -3,13 +3,17 @@
 Layout under the entries folder (default `entries/`), all of it committed:
 
     prereg/<id>.md                 preregistrations (Markdown + YAML front matter)
-    runs/<run>/run.json            the run record (links prereg, snapshot, config hash)
-    runs/<run>/events.jsonl        the run's hash-chained event log (source of truth)
-    runs/<run>/metrics.jsonl       per-step scalars
-    notes/notes.jsonl              human notes and errata (hash-chained)
-    reviews/reviews.jsonl          review records (hash-chained, append-only)
-    YYYY/MM/DD.md                  the dated chronicle, rendered from the logs
-    assets/                        plots referenced by the chronicle
+    prereg/<id>.amend-<rid>.md     amendments, one file each, ordered by (time, id)
+    runs/<run>/run.json            the run record (written once, before the first step)
+    runs/<run>/events.jsonl        the run's hash-chained event log (source of truth; the run is its only writer)
+    runs/<run>/outcomes/<rid>.json scorecards, one file each; the newest supersedes
+    notes/<rid>.json               human notes and errata, one file each
+    reviews/<rid>.json             review records, one file each
+    YYYY/MM/DD.md                  the dated chronicle, rendered from the records (derived)
+    assets/                        plots referenced by the chronicle (derived)
+
+`<rid>` is a record id (`records.py`): unique without coordination, so no two
+people ever write the same file and `git pull` has nothing to reconcile.
 
 Runtime state that must not be committed lives under `.logbook/` at the
 repository root (checkpoints, live-change requests); it ignores itself.
@@ -59,11 +63,23 @@ class Project:
         return self.runs_dir / run_id
 
     @property
+    def notes_dir(self) -> Path:
+        """One file per note or erratum: `notes/<record id>.json`."""
+        return self.entries / "notes"
+
+    @property
+    def reviews_dir(self) -> Path:
+        """One file per review action: `reviews/<record id>.json`."""
+        return self.entries / "reviews"
+
+    @property
     def notes_log(self) -> Path:
+        """The shared notes log of the old layout (read only by `logbook migrate`)."""
         return self.entries / "notes" / "notes.jsonl"
 
     @property
     def reviews_log(self) -> Path:
+        """The shared reviews log of the old layout (read only by `logbook migrate`)."""
         return self.entries / "reviews" / "reviews.jsonl"
 
     @property

@@ -5,18 +5,22 @@ a restart, a divergence, a rollback, an abort, a hand-made or advised
 hyperparameter change (scheduled ones were in the config), a progress note,
 or a scored outcome. Entries are the run events' stable ids `<run>:<seq>`.
 
-Review records live in `entries/reviews/reviews.jsonl`, a hash-chained log
-(`chain.ChainedLog`), one record per action:
+Review records are one immutable file per action, `entries/reviews/<record id>.json`
+(`records.py`), so reviews written on several clones on the same day merge
+without conflict:
 
     {"kind": "review", "entry": "qknorm:17", "action": "approve" | "request_changes" | "comment",
      "text": "...", "reviewer": "Ada Tester", "email": "ada@example.org",
-     "run": "qknorm", "entry_kind": "restart", "entry_ts": "..."}
+     "run": "qknorm", "entry_kind": "restart", "entry_ts": "...", "id": "...", "ts": "...", "hash": "..."}
 
 The reviewer is git's `user.name <user.email>`. Nothing is ever edited: a
 reviewer who asked for changes and is now satisfied approves, which replaces
-their earlier verdict. An entry is approved when `review_approvals` reviewers
-(logbook.yaml) have approved it as their latest verdict and none has changes
-requested as theirs.
+their earlier verdict (records are ordered by time, then id). An entry is
+approved when `review_approvals` distinct reviewers (logbook.yaml, counted by
+email) have approved it as their latest verdict and none has changes requested
+as theirs. The same approval merged in from two clones is one file, so it
+counts once. By default the person who launched a run cannot approve its
+entries (`review_self_approval` in logbook.yaml).
 """
 
 from __future__ import annotations
@@ -30,18 +34,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .chain import ChainedLog, iter_records, read_log
+from . import chain
+from .chain import iter_records
+from .clockskew import clock_warnings
 from .errors import NotFoundError, RefusedError, TamperedError, UsageError
 from .eventstream import list_event_runs, run_log_path
 from .fsutil import exclusive
 from .project import Project
+from .records import damaged_records, iter_folder, write_record
 from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, signal_name
 
 REVIEW_KINDS = ("restart", "divergence_detected", "rollback", "run_aborted", "hparam_change", "milestone", "outcome")
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
 ACTIONS = ("comment", "approve", "request_changes")
 MAX_TEXT_CHARS = 4000
-ID_HINT = "entry ids look like `qknorm:17` (run:seq); `logbook review` lists those that need review"
+ID_HINT = ("entry ids look like `qknorm:17` (run:seq) or `outcome:<record id>`; "
+           "`logbook review` lists those that need review")
 _ID_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}):(\d{1,12})$")
 
 NEEDS_REVIEW = "needs review"
@@ -213,15 +221,27 @@ _SUMMARIES = {"restart": _sum_restart, "divergence_detected": _sum_divergence, "
 
 
 def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> Iterable[tuple[str, dict[str, Any]]]:
+    from .outcome import outcome_records
+
     for run in (list_event_runs(project) if runs is None else runs):
         for rec in iter_records(run_log_path(project, run)):
             if isinstance(rec.get("seq"), int) and needs_review(rec):
                 yield run, rec
+        # A scorecard migrated from the old layout is reviewed through the `outcome` event it came from.
+        yield from ((run, rec) for rec in outcome_records(project, run) if not rec.get("migrated_from"))
+
+
+def _entry_id(run: str, rec: dict[str, Any]) -> str:
+    """`run:seq` for a run event, `outcome:<record id>` for a scorecard record."""
+    if rec.get("kind") == "outcome" and isinstance(rec.get("id"), str) and "seq" not in rec:
+        return f"outcome:{rec['id']}"
+    return f"{run}:{rec['seq']}"
 
 
 def _item(run: str, rec: dict[str, Any], needed: int) -> QueueItem:
+    seq = rec["seq"] if isinstance(rec.get("seq"), int) else -1
     return QueueItem(
-        id=f"{run}:{rec['seq']}", run=run, seq=rec["seq"], ts=str(rec.get("ts", "")), kind=str(rec.get("kind")),
+        id=_entry_id(run, rec), run=run, seq=seq, ts=str(rec.get("ts", "")), kind=str(rec.get("kind")),
         step=rec.get("step") if isinstance(rec.get("step"), int) else None,
         attempt=rec.get("attempt") if isinstance(rec.get("attempt"), int) else None,
         drill=rec.get("drill") is True, summary=summarize(rec), needed=needed)
@@ -253,9 +273,14 @@ class _Verdicts:
     comments: int = 0
 
 
+def review_records(project: Project) -> list[dict[str, Any]]:
+    """Every readable review record, in (time, id) order."""
+    return sorted(iter_folder(project.reviews_dir), key=lambda r: (str(r.get("ts")), str(r.get("id"))))
+
+
 def _verdicts(project: Project) -> dict[str, _Verdicts]:
     out: dict[str, _Verdicts] = {}
-    for rec in iter_records(project.reviews_log):
+    for rec in review_records(project):
         entry, action = rec.get("entry"), rec.get("action")
         if not isinstance(entry, str) or action not in ACTIONS:
             continue
@@ -279,20 +304,21 @@ def _apply_verdicts(item: QueueItem, v: _Verdicts | None) -> None:
 def reviews_for(project: Project) -> dict[str, list[dict[str, Any]]]:
     """Entry id -> its review records in order, as the chronicle templates read them.
 
-    Each record: `id` (`review:<seq>`), `action`, `verb` (approved, asked for
-    changes, commented), `reviewer`, `email`, `text`, `ts`, `date`, `time`.
+    Each record: `id` (`review:<record id>`), `action`, `verb` (approved, asked for
+    changes, commented), `reviewer`, `email`, `text`, `ts`, `date`, `time`, `clock_warnings`.
     """
     verbs = {"approve": "approved", "request_changes": "asked for changes", "comment": "commented"}
     out: dict[str, list[dict[str, Any]]] = {}
-    for rec in iter_records(project.reviews_log):
+    for rec in review_records(project):
         entry, action, ts = rec.get("entry"), rec.get("action"), rec.get("ts")
         if not isinstance(entry, str) or action not in ACTIONS or not isinstance(ts, str):
             continue
         out.setdefault(entry, []).append({
-            "id": f"review:{rec.get('seq')}", "action": action, "verb": verbs[action],
+            "id": f"review:{rec.get('id')}", "action": action, "verb": verbs[action],
             "reviewer": str(rec.get("reviewer") or "unknown"), "email": rec.get("email"),
             "text": rec.get("text") if isinstance(rec.get("text"), str) else "",
             "ts": ts, "date": ts[:10], "time": ts[11:16],
+            "clock_warnings": [str(w) for w in rec.get("clock_warnings") or [] if isinstance(w, str)],
         })
     return out
 
@@ -313,11 +339,19 @@ def check_review_text(text: str | None, *, required: bool) -> str:
 
 def find_reviewable(project: Project, entry_id: str) -> QueueItem:
     """The reviewable entry with this id, or a refusal that suggests close ids."""
+    needed = project.config.review_approvals
+    if (entry_id or "").startswith("outcome:"):
+        for r, rec in _reviewable_events(project):
+            if rec.get("kind") == "outcome" and _entry_id(r, rec) == entry_id:
+                item = _item(r, rec, needed)
+                _apply_verdicts(item, _verdicts(project).get(item.id))
+                return item
+        raise NotFoundError(f"no scorecard {entry_id} here", hint="pull first if a teammate scored the run (`git pull`); "
+                            "`logbook review` lists what needs review")
     m = _ID_RE.match(entry_id or "")
     if not m:
         raise NotFoundError(f"{entry_id!r} is not an entry id", hint=ID_HINT)
     run, seq = m.group(1), int(m.group(2))
-    needed = project.config.review_approvals
     if run_log_path(project, run).is_file():
         for rec in iter_records(run_log_path(project, run)):
             if rec.get("seq") != seq:
@@ -329,7 +363,7 @@ def find_reviewable(project: Project, entry_id: str) -> QueueItem:
             item = _item(run, rec, needed)
             _apply_verdicts(item, _verdicts(project).get(item.id))
             return item
-    ids = [f"{r}:{rec['seq']}" for r, rec in _reviewable_events(project)]
+    ids = [_entry_id(r, rec) for r, rec in _reviewable_events(project)]
     close = difflib.get_close_matches(entry_id, ids, n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise NotFoundError(f"no entry {entry_id} needs review here", hint=hint + ID_HINT)
@@ -361,17 +395,40 @@ def rerender_days(project: Project, days: list[str]) -> list[str]:
     return list(res.warnings)
 
 
-def _check_log_intact(project: Project) -> None:
-    problems = [p for p in read_log(project.reviews_log).problems if p.kind != "torn_tail"]
-    if problems:
-        rel = project.reviews_log.relative_to(project.root).as_posix()
-        raise TamperedError(f"{rel}: {problems[0].message}",
-                            hint="review records are append-only: restore the file from git (`git checkout -- " + rel + "`)")
+def _check_records_intact(project: Project) -> None:
+    damaged = damaged_records(project.reviews_dir, project.root)
+    if damaged:
+        from .gitstate import restore_hint
+
+        rel = damaged[0].split(":", 1)[0]
+        raise TamperedError(f"{damaged[0]}; a review record changed after it was written",
+                            hint=f"review records are never edited: {restore_hint(project.root, rel)}")
+
+
+def _run_author_email(project: Project, run: str) -> str | None:
+    from .runs import load_run_record
+
+    try:
+        author = load_run_record(project, run).author
+    except (NotFoundError, ValueError, TypeError):
+        return None
+    m = re.search(r"<([^<>]+)>\s*$", author or "")
+    return m.group(1).lower() if m else None
+
+
+def _check_self_approval(project: Project, item: QueueItem, reviewer: Reviewer) -> None:
+    if project.config.review_self_approval:
+        return
+    if _run_author_email(project, item.run) == reviewer.key:
+        raise RefusedError(
+            f"{reviewer.name} launched run {item.run} and cannot approve its entries; nothing was recorded",
+            hint=f"ask a teammate to approve {item.id}; you can still comment "
+                 f"(`logbook review comment {item.id} TEXT`); `review_self_approval: true` in logbook.yaml allows it")
 
 
 def add_review(project: Project, entry_id: str, action: str, text: str | None = None, *,
                render: bool = True) -> ReviewResult:
-    """Append one review record (signed with git's identity); refuse what would change nothing.
+    """Write one review record (signed with git's identity); refuse what would change nothing.
 
     With `render`, the day file of the reviewed entry is re-rendered, as a note's is.
     """
@@ -380,16 +437,26 @@ def add_review(project: Project, entry_id: str, action: str, text: str | None = 
     text = check_review_text(text, required=action in ("comment", "request_changes"))
     reviewer = reviewer_identity(project.root)
     item = find_reviewable(project, entry_id)
+    if action == "approve":
+        _check_self_approval(project, item, reviewer)
     # Two reviews at once from one person (two terminals, a script) must not both pass the check below.
     with exclusive(project.state_dir / "reviews.lock"):
-        _check_log_intact(project)
+        _check_records_intact(project)
         latest = _verdicts(project).get(item.id, _Verdicts()).latest.get(reviewer.key)
         if action == "approve" and latest is not None and latest[0] == "approve":
             raise RefusedError(f"{reviewer.name} has already approved {item.id}; nothing was recorded",
                                hint=f"to add a remark, use `logbook review comment {item.id} TEXT`")
-        rec = {"kind": "review", "entry": item.id, "action": action, "text": text, "reviewer": reviewer.name,
-               "email": reviewer.email, "run": item.run, "entry_kind": item.kind, "entry_ts": item.ts}
-        written = ChainedLog(project.reviews_log).append(rec)
+        rec: dict[str, Any] = {"kind": "review", "entry": item.id, "action": action, "text": text,
+                               "reviewer": reviewer.name, "email": reviewer.email, "run": item.run,
+                               "entry_kind": item.kind, "entry_ts": item.ts}
+        now = chain.utc_now()
+        from .notes import note_records
+
+        existing = [*note_records(project), *((f"review:{r.get('id')}", r) for r in review_records(project))]
+        warnings = clock_warnings(now, reviewer.email, existing)
+        if warnings:
+            rec["clock_warnings"] = warnings
+        written = write_record(project.reviews_dir, rec, ts=now)
     warnings = rerender_days(project, [item.ts[:10]]) if render else []
     return ReviewResult(written, find_reviewable(project, item.id), warnings)
 
@@ -407,7 +474,7 @@ class RunReviewStatus:
     approved: int
     changes_requested: int
     outcome: bool
-    """True when a final outcome is recorded (runs/<run>/outcome.json)."""
+    """True when a final outcome is recorded (runs/<run>/outcomes/)."""
     open_ids: list[str] = field(default_factory=list)
 
     @property
@@ -420,7 +487,7 @@ class RunReviewStatus:
 
 def review_status(project: Project) -> list[RunReviewStatus]:
     """One line per run with an event log: counts of entries by review state, and the outcome."""
-    from .outcome import outcome_path
+    from .outcome import outcome_records
 
     items = review_queue(project, include_approved=True)
     out = []
@@ -431,7 +498,7 @@ def review_status(project: Project) -> list[RunReviewStatus]:
             needs_review=sum(1 for i in mine if i.state == NEEDS_REVIEW),
             approved=sum(1 for i in mine if i.state == APPROVED),
             changes_requested=sum(1 for i in mine if i.state == CHANGES_REQUESTED),
-            outcome=outcome_path(project, run).is_file(),
+            outcome=bool(outcome_records(project, run)),
             open_ids=[i.id for i in mine if i.state != APPROVED])
         out.append(st)
     return out

@@ -1,9 +1,10 @@
 """The run record: `runs/<run>/run.json`, one per logical run (all its attempts).
 
-It links the run to its preregistration, its code snapshot and the hash of the
-config it trains with, so every later reader can tell what ran and against
-which promise. It is written once before the first step and rewritten only to
-update `status` (atomic replace each time).
+It links the run to its preregistration (and the amendments in force when it
+started), its code snapshot and the hash of the config it trains with, so every
+later reader can tell what ran and against which promise. It is a record: it is
+written once before the first step and never rewritten. How the run ended is
+in its event log (`run_status`), which the run alone appends to.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from .errors import NotFoundError, UsageError
 from .eventstream import NOTES_SOURCE
-from .fsutil import atomic_write_json
+from .fsutil import atomic_create_bytes
 from .project import Project
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -51,6 +52,9 @@ class RunRecord:
     """Preregistration the run answers to; None for exploratory runs."""
     exploratory: bool = False
     """True when launched with `--exploratory` (no preregistration)."""
+    amendments: list[str] | None = None
+    """Keys of the preregistration's amendments in force when the run started (None in records older than this
+    field: every amendment counts). Later amendments are deviations for this run, not its promise."""
     prereg_config_hash: str | None = None
     """Config hash stored in the preregistration, for the deviation check."""
     snapshot: dict[str, Any] = field(default_factory=dict)
@@ -66,7 +70,7 @@ class RunRecord:
     author: str = ""
     """Who launched it (git config user.name <user.email>)."""
     status: str = "running"
-    """running | finished | failed | aborted | preempted"""
+    """The state at launch, always `running` in new records; `run_status` reads the state from the event log."""
     deviations: list[str] = field(default_factory=list)
     """Deviations recorded at launch (config differs from the preregistered one, ...)."""
 
@@ -79,7 +83,26 @@ def run_record_path(project: Project, run_id: str) -> Path:
 
 
 def write_run_record(project: Project, rec: RunRecord) -> None:
-    atomic_write_json(run_record_path(project, rec.run_id), rec.to_dict())
+    """Create run.json; a record is written once, so an existing one is never replaced (FileExistsError)."""
+    body = (json.dumps(rec.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    atomic_create_bytes(run_record_path(project, rec.run_id), body)
+
+
+def run_status(project: Project, run_id: str, rec: RunRecord | None = None) -> str:
+    """running | finished | failed | aborted | preempted, from the run's event log (streamed).
+
+    Records written before run.json became write-once may carry a later status of their own.
+    """
+    from .chain import iter_records
+    from .eventstream import run_log_path
+    from .runfacts import LIFECYCLE
+
+    state = None
+    for e in iter_records(run_log_path(project, run_id)):
+        state = LIFECYCLE.get(str(e.get("kind")), state)
+    if state in (None, "running") and rec is not None and rec.status in ("failed", "aborted", "finished"):
+        return rec.status
+    return state or "running"
 
 
 def load_run_record(project: Project, run_id: str) -> RunRecord:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,43 +83,134 @@ class EventSink:
         return self.log.append(rec)
 
 
+_WINDOW_KEYS_SUFFIX = "_s"
+"""Telemetry's per-step seconds (`step_s`, `data_s`, ...): averaged over `window_steps` when rows are merged."""
+
+
+@dataclass(frozen=True)
+class KeepRule:
+    """Which per-step rows the committed metrics keep, so git grows with events, not with steps.
+
+    Every row still goes to the full-resolution stream outside git. The committed
+    stream keeps a step row when its step is a multiple of `stride`, is one of
+    `exact_steps` (evaluation points, milestones, steps the predictions name), or
+    is an attempt's first row; the writer also keeps the last row it saw when it
+    closes (the run's final step). Rows that are not plain training steps
+    (evaluations) are always kept. A dropped row's telemetry seconds are folded
+    into the next kept row of the same attempt (`window_steps` grows), so
+    goodput's sums come out the same.
+    """
+
+    stride: int = 1
+    """Keep every `stride`-th step's row."""
+    exact_steps: frozenset[int] = frozenset()
+    """Steps whose rows are always kept."""
+
+    @staticmethod
+    def for_run(total_steps: int, exact_steps: set[int] | frozenset[int] = frozenset(), points: int = 1000) -> KeepRule:
+        """About `points` rows per run, whatever its length, plus the exact steps."""
+        return KeepRule(max(1, -(-int(total_steps) // points)), frozenset(int(s) for s in exact_steps))
+
+    def keeps(self, row: dict[str, Any], first_of_attempt: bool) -> bool:
+        step = row.get("step")
+        if "loss" not in row or not isinstance(step, int):
+            return True  # an evaluation or another row that is not a plain training step
+        return first_of_attempt or step % self.stride == 0 or step in self.exact_steps
+
+
 class MetricsWriter:
     """Per-step scalars as JSON lines: buffered, flushed every `flush_every` lines.
 
     Metrics are a stream, not a record: losing the last few unflushed lines
     to a kill is acceptable (the steps are recomputed after the restart and
     written again with the new attempt number), so this does not fsync each line.
+
+    With `full_path`, every row also goes there (outside git: `.logbook/metrics/`),
+    and the committed stream at `<run_dir>/metrics.jsonl` keeps only what `keep`
+    says. Without it, every row is committed.
     """
 
-    def __init__(self, run_dir: Path, rank: int = 0, flush_every: int = 50) -> None:
+    def __init__(self, run_dir: Path, rank: int = 0, flush_every: int = 50, *,
+                 full_path: Path | None = None, keep: KeepRule | None = None) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
+        self.full_path = Path(full_path) if full_path is not None else None
         self.rank = rank
         self.flush_every = flush_every
+        self.keep = keep or KeepRule()
         self._buf: list[str] = []
+        self._full: list[str] = []
+        self._attempt: Any = None
+        self._held: dict[str, Any] | None = None  # the last dropped row: kept at close as the final step
+        self._window: dict[str, float] = {}  # seconds x steps of dropped rows, folded into the next kept row
 
     def write(self, row: dict[str, Any]) -> None:
         if self.rank != 0:
             return
-        self._buf.append(canonical(_plain(row)))
-        if len(self._buf) >= self.flush_every:
+        row = _plain(row)
+        if self.full_path is not None:
+            self._full.append(canonical(row))
+        first = row.get("attempt") != self._attempt and "loss" in row
+        if first:
+            self._attempt, self._window = row.get("attempt"), {}
+        if self.keep.keeps(row, first):
+            self._buf.append(canonical(self._fold(row)))
+            self._held = None
+        else:
+            self._absorb(row)
+            self._held = row
+        if len(self._buf) + len(self._full) >= self.flush_every:
             self.flush()
 
-    def flush(self, durable: bool = False) -> None:
-        if self.rank != 0 or not self._buf:
+    def _absorb(self, row: dict[str, Any]) -> None:
+        steps = row.get("window_steps")
+        if not isinstance(steps, (int, float)) or isinstance(steps, bool):
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = ("\n".join(self._buf) + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        try:
-            os.write(fd, data)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        self._buf.clear()
+        self._window["window_steps"] = self._window.get("window_steps", 0) + steps
+        for k, v in row.items():
+            if k.endswith(_WINDOW_KEYS_SUFFIX) and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self._window[k] = self._window.get(k, 0.0) + v * steps
+
+    def _fold(self, row: dict[str, Any]) -> dict[str, Any]:
+        if not self._window or not isinstance(row.get("window_steps"), (int, float)):
+            return row
+        total = self._window["window_steps"] + row["window_steps"]
+        out = dict(row, window_steps=total)
+        for k, v in row.items():
+            if k.endswith(_WINDOW_KEYS_SUFFIX) and isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = (self._window.get(k, 0.0) + v * row["window_steps"]) / total
+        self._window = {}
+        return out
+
+    def flush(self, durable: bool = False) -> None:
+        if self.rank != 0:
+            return
+        for path, buf in ((self.path, self._buf), (self.full_path, self._full)):
+            if path is not None and buf:
+                _append_lines(path, buf, durable)
+                buf.clear()
 
     def close(self) -> None:
+        if self.rank == 0 and self._held is not None:
+            self._buf.append(canonical(self._fold(self._held)))  # the last step the run reached
+            self._held = None
         self.flush(durable=True)
+
+
+def _append_lines(path: Path, lines: list[str], durable: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def full_metrics_path(state_dir: Path, run_id: str) -> Path:
+    """Where a run's full-resolution metrics live, outside git."""
+    return Path(state_dir) / "metrics" / run_id / "metrics.jsonl"
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -17,8 +17,9 @@ whose `Logbook-Prereg` commits HEAD contains):
   another branch has exactly these bytes);
 - where a commit with its trailer is in HEAD's history, the record must hash to
   that trailer's `Logbook-Sha256` (else: hash mismatch, the commit was amended);
-- amendments must be numbered 1..n and each must link the hash of the record
-  before it (else: amendment chain broken);
+- each amendment must link, by hash, the preregistration and a record of it that
+  is present (two amendments made at once on two clones may link the same one:
+  a fork, not a break; else: amendment chain broken);
 - a run that answers to it must have been committed after it: some commit that
   added the preregistration is a strict ancestor of a commit that added the
   run's `run.json`, or, when one commit added both (a squash), the record's
@@ -32,9 +33,10 @@ provable from one clone: that the first committed version was honest, or that
 history was not rewritten from before a record and never pushed; the remote
 check and pushing soon narrow that window.
 
-Every hash-chained log on disk (runs/*/events.jsonl, notes/notes.jsonl,
-reviews/reviews.jsonl) is checked line by line with `chain.verify_log`. A torn
-last line is a warning, not tampering.
+Every hash-chained log on disk (runs/*/events.jsonl, and the notes/reviews logs
+of older logbooks) is checked line by line with `chain.verify_log`; a torn last
+line is a warning, not tampering. One-file records (notes, reviews, scorecards)
+must match their own hash.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ class VerifyReport:
     """Commits whose changes were read in this call (the rest were verified before)."""
     in_progress: str | None = None
     """A merge, rebase, cherry-pick... under way, with how to finish or abort it."""
+    root: Path | None = field(default=None, repr=False)
+    """The repository, for hints that depend on its git state."""
 
     @property
     def ok(self) -> bool:
@@ -100,8 +104,11 @@ class VerifyReport:
                 "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings],
                 "unverifiable": [asdict(f) for f in self.unverifiable]}
 
-    def raise_if_tampered(self) -> None:
-        """TamperedError (exit 4) for a changed record; RefusedError (exit 3) for ignored ones only."""
+    def raise_if_tampered(self, root: Path | None = None) -> None:
+        """TamperedError (exit 4) for a changed record; RefusedError (exit 3) for ignored ones only.
+
+        `root` is accepted for callers that pass the repository; the hints need nothing more.
+        """
         if self.problems:
             first = self.problems[0]
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
@@ -114,6 +121,12 @@ class VerifyReport:
 
     def hint_for(self, f: Finding) -> str:
         """How to fix `f`; while a merge or rebase is under way, first how to finish or abort it."""
+        if f.kind in ("edited", "deleted") and not (f.had and f.lost):
+            # A file on disk differs from HEAD: the restore step that works in this git state
+            # (mid-merge, a record that came with the merge is restored from MERGE_HEAD).
+            from .gitstate import restore_hint
+
+            return restore_hint(self.root, f.path) + "; a correction is a new record, never an edit"
         if self.in_progress:
             return f"{self.in_progress}, then run the command again"
         return fix_hint(f)
@@ -142,12 +155,12 @@ def fix_hint(f: Finding) -> str:
 @dataclass
 class _Record:
     prereg_id: str
-    n: int  # 0 for the preregistration itself
+    key: str  # "" for the preregistration itself; an amendment's record id (a number in older logbooks)
     relpath: str
 
     @property
     def label(self) -> str:
-        return "preregistration" if self.n == 0 else f"amendment {self.n}"
+        return "preregistration" if not self.key else f"amendment {self.key}"
 
 
 def verify_project(project: Project, prereg_id: str | None = None, *, full: bool = False) -> VerifyReport:
@@ -158,7 +171,7 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     verified commits is neither read nor written: every commit is read again.
     """
     root = project.root
-    report = VerifyReport(in_progress=_in_progress(root))
+    report = VerifyReport(in_progress=_in_progress(root), root=root)
     if prereg_id is not None:
         check_id(prereg_id)
     hist = history.check_history(project, use_cache=not full)
@@ -211,9 +224,9 @@ def _check_preregs(project: Project, prereg_id: str | None, hist: history.Histor
     has_head = hist.head is not None
     commits = gitbind.trailer_commits(root, TRAILER) if has_head else []
     on_head = gitbind.reachable_from_head(root, TRAILER) if has_head else set()
-    by_key: dict[tuple[str, int], list[gitbind.TrailerCommit]] = {}
+    by_key: dict[tuple[str, str], list[gitbind.TrailerCommit]] = {}
     for tc in commits:
-        key = (tc.trailers.get(TRAILER, ""), _amend_no(tc.trailers.get("Logbook-Amendment")))
+        key = (tc.trailers.get(TRAILER, ""), tc.trailers.get("Logbook-Amendment", "").strip())
         by_key.setdefault(key, []).append(tc)
     records = _records(project, head_files)
     if prereg_id is not None:
@@ -222,22 +235,30 @@ def _check_preregs(project: Project, prereg_id: str | None, hist: history.Histor
             raise NotFoundError(f"unknown preregistration {prereg_id!r}", hint="see `logbook ls`")
     blobs = gitbind.read_blobs(root, [head_files[r.relpath] for r in records if r.relpath in head_files]
                                + [f"{c.commit}:{r.relpath}" for r in records if r.relpath not in head_files
-                                  for c in by_key.get((r.prereg_id, r.n), [])])
-    hashes: dict[tuple[str, int], str | None] = {}
+                                  for c in by_key.get((r.prereg_id, r.key), [])])
+    hashes: dict[tuple[str, str], str | None] = {}
     for rec in records:
-        cands = by_key.get((rec.prereg_id, rec.n), [])
-        hashes[(rec.prereg_id, rec.n)] = _check_record(project, rec, cands, on_head, head_files, blobs, report)
+        cands = by_key.get((rec.prereg_id, rec.key), [])
+        hashes[(rec.prereg_id, rec.key)] = _check_record(project, rec, cands, on_head, head_files, blobs, report)
     _check_chains(project, records, hashes, report)
     _check_order(project, records, hist, report)
     report.preregs = sorted({r.prereg_id for r in records})
-    report.amendments = sum(1 for r in records if r.n)
+    report.amendments = sum(1 for r in records if r.key)
+    if prereg_id is None:
+        _check_record_files(project, report)
 
 
-def _amend_no(value: str | None) -> int:
-    try:
-        return int(value) if value else 0
-    except ValueError:
-        return -1
+def _check_record_files(project: Project, report: VerifyReport) -> None:
+    """One-file records (notes, reviews, scorecards) match their own hash (deletions are `worktree`'s)."""
+    from .records import damaged_records
+
+    root = project.root
+    folders = [project.notes_dir, project.reviews_dir]
+    folders += sorted(project.runs_dir.glob("*/outcomes")) if project.runs_dir.is_dir() else []
+    for folder in folders:
+        for sentence in damaged_records(folder, root):
+            rel = sentence.split(":", 1)[0]
+            report.problems.append(Finding(rel, "edited", sentence))
 
 
 def _records(project: Project, head_files: dict[str, str]) -> list[_Record]:
@@ -245,14 +266,14 @@ def _records(project: Project, head_files: dict[str, str]) -> list[_Record]:
     base = project.prereg_dir.relative_to(project.root).as_posix()
     names = {p.name for p in project.prereg_dir.iterdir()} if project.prereg_dir.is_dir() else set()
     names |= {path.rsplit("/", 1)[-1] for path in head_files}
-    keys: set[tuple[str, int]] = set()
+    keys: set[tuple[str, str]] = set()
     for name in names:
         m = AMEND_RE.match(name)
         if m and ID_RE.match(m.group("id")):
-            keys.add((m.group("id"), int(m.group("n"))))
+            keys.add((m.group("id"), m.group("n")))
         elif name.endswith(".md") and ID_RE.match(name[:-3]):
-            keys.add((name[:-3], 0))
-    return [_Record(i, n, f"{base}/{i}.md" if n == 0 else f"{base}/{i}.amend-{n}.md") for i, n in sorted(keys)]
+            keys.add((name[:-3], ""))
+    return [_Record(i, k, f"{base}/{i}.md" if not k else f"{base}/{i}.amend-{k}.md") for i, k in sorted(keys)]
 
 
 def _check_record(project: Project, rec: _Record, candidates: list[gitbind.TrailerCommit], on_head: set[str],
@@ -301,7 +322,7 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
     entries = project.entries.relative_to(project.root).as_posix()
     runs = runs_referencing(project)
     for rec in records:
-        if rec.n:
+        if rec.key:
             continue
         made = hist.introduced.get(rec.relpath[len(entries) + 1:], [])
         for run in runs.get(rec.prereg_id, []):
@@ -332,43 +353,48 @@ def _created_in_order(project: Project, rec: _Record, run: str) -> bool:
 
 
 def _check_chains(project: Project, records: list[_Record], hashes: dict, report: VerifyReport) -> None:
+    """Each amendment links the original, and a record of the same preregistration, by their hashes.
+
+    Amendments made on two clones at once may link the same earlier record:
+    that is a fork, not a break. A link to a record that is not there is.
+    """
     by_id: dict[str, list[_Record]] = {}
     for r in records:
         by_id.setdefault(r.prereg_id, []).append(r)
     for pid, recs in by_id.items():
-        numbers = sorted(r.n for r in recs if r.n)
-        for expected, r in enumerate((r for r in sorted(recs, key=lambda r: r.n) if r.n), start=1):
-            if r.n != expected:
-                report.problems.append(Finding(r.relpath, "chain_broken", (
-                    f"{pid}: amendment {expected} is missing before amendment {r.n} (amendments {numbers})")))
-                break
+        files = {Path(r.relpath).name: r for r in recs}
+        for r in recs:
             path = project.root / r.relpath
-            if not path.exists():
-                continue
-            _check_link(pid, r, path, hashes.get((pid, r.n - 1)), hashes.get((pid, 0)), report)
+            if r.key and path.exists():
+                _check_link(pid, r, path, files, hashes, report)
 
 
-def _check_link(pid: str, r: _Record, path: Path, prev_hash: str | None, original_hash: str | None,
+def _check_link(pid: str, r: _Record, path: Path, files: dict[str, _Record], hashes: dict,
                 report: VerifyReport) -> None:
     try:
         front, _ = split_record(path.read_bytes().decode("utf-8"), r.relpath)
     except (TamperedError, UnicodeDecodeError):
         return  # already reported as edited
     prev = front.get("previous") if isinstance(front.get("previous"), dict) else {}
-    expected_file = f"{pid}.md" if r.n == 1 else f"{pid}.amend-{r.n - 1}.md"
-    if front.get("amends") != pid or front.get("n") != r.n or prev.get("file") != expected_file:
+    original = front.get("original") if isinstance(front.get("original"), dict) else {}
+    named = front.get("n") if r.key.isdigit() else front.get("id")
+    if front.get("amends") != pid or str(named) != r.key:
         report.problems.append(Finding(r.relpath, "chain_broken", (
-            f"{r.relpath}: says it is amendment {front.get('n')} of {front.get('amends')} after "
-            f"{prev.get('file')}, expected amendment {r.n} of {pid} after {expected_file}")))
-    elif prev_hash is not None and prev.get("sha256") != prev_hash:
-        report.problems.append(Finding(r.relpath, "chain_broken", (
-            f"{r.relpath}: links {expected_file} by hash {str(prev.get('sha256'))[:12]}, "
-            f"but that record hashes to {prev_hash[:12]}: the amendment chain is broken")))
-    elif original_hash is not None and isinstance(front.get("original"), dict) \
-            and front["original"].get("sha256") != original_hash:
-        report.problems.append(Finding(r.relpath, "chain_broken", (
-            f"{r.relpath}: links the preregistration by hash {str(front['original'].get('sha256'))[:12]}, "
-            f"but it hashes to {original_hash[:12]}: the amendment chain is broken")))
+            f"{r.relpath}: says it is amendment {named} of {front.get('amends')}, "
+            f"but its file name makes it amendment {r.key} of {pid}")))
+        return
+    for what, link in (("the record before it", prev), ("the preregistration", original)):
+        target = files.get(str(link.get("file")))
+        if target is None or target is r:
+            report.problems.append(Finding(r.relpath, "chain_broken", (
+                f"{r.relpath}: links {what} as {link.get('file')}, which is not among {pid}'s records: "
+                "the amendment chain is broken")))
+            continue
+        have = hashes.get((pid, target.key))
+        if have is not None and link.get("sha256") != have:
+            report.problems.append(Finding(r.relpath, "chain_broken", (
+                f"{r.relpath}: links {link.get('file')} by hash {str(link.get('sha256'))[:12]}, "
+                f"but that record hashes to {have[:12]}: the amendment chain is broken")))
 
 
 # --- logs --------------------------------------------------------------------
@@ -398,5 +424,5 @@ def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport) -
 def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyReport:
     """`verify_project`, raising TamperedError when anything changed."""
     report = verify_project(project, prereg_id)
-    report.raise_if_tampered()
+    report.raise_if_tampered(project.root)
     return report

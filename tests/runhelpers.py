@@ -36,4 +36,10 @@ def of_kind(evs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def run_json(repo: Path, run_id: str) -> dict[str, Any]:
-    return json.loads((repo / "entries" / "runs" / run_id / "run.json").read_text())
+    """run.json as written at launch, with `status` as the run's event log says it stands now."""
+    from logbook.project import open_project
+    from logbook.runs import RunRecord, run_status
+
+    rec = json.loads((repo / "entries" / "runs" / run_id / "run.json").read_text())
+    rec["status"] = run_status(open_project(repo), run_id, RunRecord(**rec))
+    return rec

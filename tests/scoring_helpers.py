@@ -57,11 +57,15 @@ def make_prereg(project: Project, predictions: list[str], *, title: str = "qk-no
 
 def write_record(project: Project, run: str, prereg_id: str | None, *, status: str = "finished",
                  snapshot: str | None = None, config_hash: str = "c" * 64, prereg_config_hash: str | None = None,
-                 deviations: list[str] | None = None, exploratory: bool = False) -> RunRecord:
+                 deviations: list[str] | None = None, exploratory: bool = False,
+                 author: str = "Lin Launcher <lin@example.org>") -> RunRecord:
+    from logbook.prereg import load_prereg
+
+    in_force = [a.key for a in load_prereg(project, prereg_id).amendments] if prereg_id else None
     rec = RunRecord(run_id=run, created="2026-11-30T08:00:00Z", config_path="configs/story.yaml",
-                    config_hash=config_hash, prereg_id=prereg_id, exploratory=exploratory,
+                    config_hash=config_hash, prereg_id=prereg_id, exploratory=exploratory, amendments=in_force,
                     prereg_config_hash=prereg_config_hash, snapshot={"commit": snapshot} if snapshot else {},
-                    author="Ada Tester <ada@example.org>", status=status, deviations=list(deviations or []))
+                    author=author, status=status, deviations=list(deviations or []))
     write_run_record(project, rec)
     return rec
 

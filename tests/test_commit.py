@@ -41,7 +41,7 @@ def test_commit_takes_only_the_logbook_and_leaves_other_work_untouched(logbook_r
     files = git(logbook_repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "HEAD").split()
     assert files and all(f.startswith("entries/") for f in files)
     assert "entries/runs/qknorm/events.jsonl" in files and "entries/2026/12/01.md" in files
-    assert "entries/notes/notes.jsonl" in files and "entries/assets/qknorm/progress-010.png" in files
+    assert any(f.startswith("entries/notes/") and f.endswith(".json") for f in files) and "entries/assets/qknorm/progress-010.png" in files
     assert git(logbook_repo, "log", "-1", "--format=%s").strip() == "logbook: 1 run, 21 events, 1 note (2026-11-30 – 2026-12-01)"
     assert _snapshot(logbook_repo) == before  # staged, unstaged and untracked work exactly as it was
     assert git(logbook_repo, "status", "--porcelain", "--", "entries") == ""  # index agrees for committed paths

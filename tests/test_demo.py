@@ -47,6 +47,8 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert "restart: attempt 1 -> 2, cause signal" in res.stderr
     assert f"run:             {run_id} (finished, 2 attempt(s), 1 restart(s))" in res.stderr
     assert "logbook verify:  intact" in res.stderr
+    assert out["team"][-1].endswith("# 0 conflict(s)") and "the team workflow, as it ran:" in res.stderr
+    assert git(where, "status", "--porcelain", "--untracked-files=no").strip() == ""  # the hook re-rendered and left it clean
     assert any("restart" in line for line in out["restart_entry"])
     (day,) = out["chronicle"]
     assert f"run {run_id}" in open(day).read()

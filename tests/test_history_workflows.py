@@ -196,9 +196,10 @@ def test_prereg_amend_on_a_changed_record_gives_the_fix_not_a_pointer_to_verify(
     pid = _prereg(cli)
     path = logbook_repo / "entries" / "prereg" / f"{pid}.md"
     path.write_text(path.read_text() + "\nOne more thought, added later.\n")
-    res = cli("prereg", "amend", pid, "--reason", "r", "--seen", "nothing")
+    res = cli("prereg", "amend", pid, "--reason", "r", "--seen", "nothing", "--predict", "spikes@final == 0")
     assert res.exit_code == 4, res.output
-    assert f"hint: restore it from git (`git checkout HEAD -- entries/prereg/{pid}.md`)" in res.stderr
+    assert f"restore it as committed: `git restore --source=HEAD --staged --worktree -- entries/prereg/{pid}.md`" \
+        in res.stderr
     assert "logbook verify" not in res.stderr
     res = cli("verify")
     assert "prereg amend" not in res.output

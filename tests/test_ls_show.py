@@ -41,14 +41,15 @@ def test_ls_json_lists_every_field(logbook_repo, cli):
     b = _prereg(cli, "longer warmup")
     assert cli("prereg", "amend", a, "--reason", "add one", "--seen", "nothing",
                "--predict", "restarts@final <= 2").exit_code == 0
-    assert cli("prereg", "amend", a, "--reason", "saw curves", "--seen", "results").exit_code == 0
+    assert cli("prereg", "amend", a, "--reason", "saw curves", "--seen", "results",
+               "--predict", "loss@final < 9").exit_code == 0
     _run("qk-1", a)
     _run("qk-2", a)
     res = cli("ls", "--json")
     assert res.exit_code == 0 and res.stderr == ""
     rows = {r["id"]: r for r in json.loads(res.stdout)}
     assert rows[a] == {"id": a, "created": rows[a]["created"], "author": "Ada Tester <ada@example.org>",
-                       "title": "qk-norm removes spikes", "predictions": 3, "amendments": 2, "deviations": 1,
+                       "title": "qk-norm removes spikes", "predictions": 4, "amendments": 2, "deviations": 1,
                        "runs": ["qk-1", "qk-2"]}
     assert rows[b]["runs"] == [] and rows[b]["amendments"] == 0
 
@@ -93,7 +94,7 @@ def test_show_prints_the_whole_preregistration(logbook_repo, cli):
     assert out.startswith("# qk-norm removes spikes\n")
     for part in ("## Hypothesis\n\nit helps", "1. `spikes@final == 0`", "## Contingency plan",
                  "understood as: `loss spike > 4σ 2 times within 500 steps -> rollback 100 steps, skip 300 batches, lr × 0.9`",
-                 "# Amendment 1 to qk-norm removes spikes", "**Seen when amended:** nothing run yet",
+                 "# Amendment to qk-norm removes spikes", "**Seen when amended:** nothing run yet",
                  "1. `restarts@final <= 2`"):
         assert part in out
     assert out.rstrip().endswith("runs: none · intact")
@@ -101,7 +102,8 @@ def test_show_prints_the_whole_preregistration(logbook_repo, cli):
 
 def test_show_json_has_front_matter_amendments_runs_and_verification(logbook_repo, cli):
     a = _prereg(cli, "qk-norm removes spikes")
-    assert cli("prereg", "amend", a, "--reason", "r", "--seen", "nothing").exit_code == 0
+    assert cli("prereg", "amend", a, "--reason", "r", "--seen", "nothing",
+               "--predict", "restarts@final <= 2").exit_code == 0
     _run("qk-1", a)
     res = cli("show", a, "--json")
     d = json.loads(res.stdout)

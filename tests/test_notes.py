@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from chronicle_helpers import clock, project_of, qknorm_story  # noqa: F401  (clock is a fixture)
+from scoring_helpers import story_clock  # noqa: F401  (a fixture)
 from conftest import git
 
-from logbook.chain import iter_records, verify_log
+import json
+
+from logbook.chain import verify_log
+from logbook.records import iter_folder
 from logbook.chronicle import check_chronicle, day_path
 from logbook.mdconvert import parser
 
@@ -17,12 +21,15 @@ def test_note_is_signed_from_git_and_appears_on_its_day(logbook_repo, clock, cli
     clock.set("2026-12-01T11:00:00")
     res = cli("note", "--run", "qknorm", "--step", "52010", "Clip change *looks* good so far.")
     assert res.exit_code == 0, res.output
-    assert res.stdout.strip() == "note:0"
-    rec = next(iter_records(project.notes_log))
+    nid = res.stdout.strip()
+    assert nid.startswith("note:20261201T110000000000Z-")
+    rec = next(iter_folder(project.notes_dir))
+    assert f"note:{rec['id']}" == nid and (project.notes_dir / f"{rec['id']}.json").is_file()
     assert (rec["author"], rec["email"], rec["run"], rec["step"]) == ("Ada Tester", "ada@example.org", "qknorm", 52010)
     text = day_path(project, "2026-12-01").read_text()
-    assert ('### <a id="note-0"></a>11:00 UTC · note by Ada Tester · run qknorm · step 52,010\n\n'
-            "> Clip change *looks* good so far.\n\nid: `note:0`") in text
+    anchor = nid.replace(":", "-")
+    assert (f'### <a id="{anchor}"></a>11:00 UTC · note by Ada Tester · run qknorm · step 52,010\n\n'
+            f"> Clip change *looks* good so far.\n\nid: `{nid}`") in text
     check_chronicle(project)  # the note re-rendered its day in place: files still match the logs
 
 
@@ -33,7 +40,7 @@ def test_note_without_git_identity_is_refused(logbook_repo, clock, cli, monkeypa
     res = cli("note", "hello")
     assert res.exit_code == 3
     assert "no git identity" in res.stderr and "git config user.name" in res.stderr
-    assert not project_of(logbook_repo).notes_log.exists()
+    assert not project_of(logbook_repo).notes_dir.exists()
 
 
 def test_erratum_links_the_earlier_entry_to_the_note_without_editing_its_event(logbook_repo, clock, cli):
@@ -45,11 +52,12 @@ def test_erratum_links_the_earlier_entry_to_the_note_without_editing_its_event(l
     clock.set("2026-12-02T08:00:00")
     res = cli("note", "--about", "qknorm:15", "Batches 47,000–47,300 are the forum dump; see data issue #88")
     assert res.exit_code == 0, res.output
+    anchor = res.stdout.strip().replace(":", "-")
     earlier = day_path(project, "2026-12-01").read_text()
     divergence = earlier.split('<a id="run-qknorm-15"></a>')[1].split("### ")[0]
-    assert "> ⚠ Erratum (2026-12-02, Ada Tester): see [note](../../2026/12/02.md#note-0)" in divergence
+    assert f"> ⚠ Erratum (2026-12-02, Ada Tester): see [note](../../2026/12/02.md#{anchor})" in divergence
     later = day_path(project, "2026-12-02").read_text()
-    assert '<a id="note-0"></a>08:00 UTC · note by Ada Tester · erratum to qknorm:15' in later
+    assert f'<a id="{anchor}"></a>08:00 UTC · note by Ada Tester · erratum to qknorm:15' in later
     assert "Erratum to [qknorm:15](../../2026/12/01.md#run-qknorm-15):" in later
     assert log.read_bytes() == log_before and verify_log(log) == []
     check_chronicle(project)
@@ -59,23 +67,46 @@ def test_erratum_about_a_summarised_checkpoint_marks_the_routine_line(logbook_re
     project = project_of(logbook_repo)
     qknorm_story(project, clock)
     clock.set("2026-12-02T08:00:00")
-    assert cli("note", "--about", "qknorm:3", "Checkpoint 3000 is corrupt on disk.").exit_code == 0
+    res = cli("note", "--about", "qknorm:3", "Checkpoint 3000 is corrupt on disk.")
+    assert res.exit_code == 0
+    anchor = res.stdout.strip().replace(":", "-")
     day = day_path(project, "2026-11-30").read_text()
     routine = day.split("### Routine")[1]
-    assert "⚠ Erratum (2026-12-02, Ada Tester): see [note](../../2026/12/02.md#note-0)." in routine
+    assert f"⚠ Erratum (2026-12-02, Ada Tester): see [note](../../2026/12/02.md#{anchor})." in routine
     later = day_path(project, "2026-12-02").read_text()
     assert "[qknorm:3](../../2026/11/30.md#routine-qknorm-2026-11-30)" in later
 
 
-def test_unknown_or_malformed_about_ids_are_refused_with_the_id_format(logbook_repo, clock, cli):
+def test_unknown_about_ids_are_refused_with_the_id_format(logbook_repo, clock, cli):
     project = project_of(logbook_repo)
     qknorm_story(project, clock)
     for bad, says in [("qknorm:999", "no entry qknorm:999"), ("nope:1", "no run 'nope'"),
-                      ("2026-12-01 05:47", "is not an entry id"), ("note:0", "no entry note:0")]:
+                      ("note:20261130T000000000000Z-00000000", "no note note:20261130T000000000000Z-00000000")]:
         res = cli("note", "--about", bad, "text")
         assert res.exit_code == 3, (bad, res.output)
-        assert says in res.stderr and "qknorm:17" in res.stderr and "note:3" in res.stderr
-    assert not project.notes_log.exists()
+        assert says in res.stderr and "qknorm:17" in res.stderr and "note:2026" in res.stderr
+    assert not project.notes_dir.exists()
+
+
+def test_a_malformed_about_id_is_a_usage_error_with_the_reason(logbook_repo, clock, cli):
+    project = project_of(logbook_repo)
+    qknorm_story(project, clock)
+    for bad, says in [("garbage", "'garbage' is not an entry id"), ("2026-12-01 05:47", "is not an entry id"),
+                      ("note:0", "notes are named by record ids"), ("qknorm:abc", "is not an entry id")]:
+        res = cli("note", "--about", bad, "text")
+        assert res.exit_code == 2, (bad, res.output)
+        assert says in res.stderr and "qknorm:17" in res.stderr, (bad, res.stderr)
+    assert not project.notes_dir.exists()
+
+
+def test_a_step_past_the_end_of_the_run_is_a_usage_error_with_the_reason(logbook_repo, story_clock, cli):
+    from scoring_helpers import story_run
+
+    project = project_of(logbook_repo)
+    story_run(project, story_clock, "short", None, restart=False)  # 100 planned steps
+    res = cli("note", "--run", "short", "--step", "99999999", "text")
+    assert res.exit_code == 2 and "past the end of run short" in res.stderr and "step 100" in res.stderr
+    assert cli("note", "--run", "short", "--step", "100", "text").exit_code == 0
 
 
 def test_huge_and_non_utf8_notes_are_refused_and_nothing_is_written(logbook_repo, clock, cli):
@@ -94,7 +125,7 @@ def test_huge_and_non_utf8_notes_are_refused_and_nothing_is_written(logbook_repo
         else:
             raise AssertionError(f"{bad!r} was accepted")
     assert check_note_text("x" * (64 * 1024 - 1)).startswith("xxx")
-    assert not project.notes_log.exists()
+    assert not project.notes_dir.exists()
 
 
 def test_note_markdown_cannot_swallow_the_entries_after_it(logbook_repo, clock, cli):
@@ -113,28 +144,24 @@ def test_notes_full_of_special_characters_round_trip_in_markdown(logbook_repo, c
     clock.set("2026-12-01T01:00:00")
     nasty = '#import "x.typ": *\n#read("/etc/passwd") $x^2$ <script>alert(1)</script> `tick` ] * _'
     assert cli("note", nasty).exit_code == 0
-    rec = next(iter_records(project.notes_log))
+    rec = next(iter_folder(project.notes_dir))
     assert rec["text"] == nasty + "\n"  # stored exactly as written
     text = day_path(project, "2026-12-01").read_text()
     assert "> #import \"x.typ\": *\n> #read(\"/etc/passwd\")" in text
     git(logbook_repo, "status", "--short")  # the repository is still readable by git
 
 
-def test_a_torn_notes_log_is_repaired_by_the_next_note_and_both_show(logbook_repo, clock, cli):
+def test_an_edited_note_file_is_caught_by_verify_and_named(logbook_repo, clock, cli):
     project = project_of(logbook_repo)
     clock.set("2026-12-01T01:00:00")
-    assert cli("note", "first").exit_code == 0
-    with open(project.notes_log, "ab") as f:
-        f.write(b'{"author":"Ada","text":"half a no')
-    cli("render")
-    text = day_path(project, "2026-12-01").read_text()
-    assert "`entries/notes/notes.jsonl` ends in a torn line (33 bytes)" in text
-    clock.set("2026-12-01T02:00:00")
-    assert cli("note", "second").exit_code == 0
-    text = day_path(project, "2026-12-01").read_text()
-    assert "> first" in text and "> second" in text and "torn line" not in text
-    assert "· log repaired" in text and "moved to `notes.jsonl.torn`" in text
-    assert (project.notes_log.parent / "notes.jsonl.torn").read_bytes() == b'{"author":"Ada","text":"half a no\n'
+    nid = cli("note", "first").stdout.strip()
+    path = project.notes_dir / f"{nid.split(':', 1)[1]}.json"
+    rec = json.loads(path.read_text())
+    rec["text"] = "something else\n"
+    path.write_text(json.dumps(rec))
+    res = cli("verify")
+    assert res.exit_code == 4 and path.name in res.stderr and "no longer matches its hash" in res.stderr
+    assert "git restore --source=HEAD" in res.stderr
 
 
 def test_a_run_cannot_take_the_notes_name_so_note_ids_stay_unambiguous(logbook_repo, cli):

@@ -15,11 +15,15 @@ from scoring_helpers import (
 
 from logbook import gitbind
 from logbook.chain import iter_records
-from logbook.outcome import evaluate, outcome_path, record_outcome
+from logbook.outcome import evaluate, load_outcome, outcome_records, record_outcome
 
 
 def _by_text(card):
     return {p.text: p for p in card.predictions}
+
+
+def _has_outcome(project, run) -> bool:
+    return bool(outcome_records(project, run))
 
 
 def test_scorecard_confirms_and_refutes_from_metrics_and_events(logbook_repo, story_clock):
@@ -93,22 +97,24 @@ def test_a_fraction_of_the_run_is_scored_at_its_step_and_a_tolerance_is_named(lo
     assert (p.status, p.within_tolerance, p.at_step, p.value) == ("confirmed", True, 50, pytest.approx(4.0))
 
 
-def test_outcome_is_written_once_as_a_file_and_an_event(logbook_repo, story_clock, cli):
+def test_outcome_is_written_once_as_its_own_record_and_the_runs_log_is_untouched(logbook_repo, story_clock, cli):
     project = project_of(logbook_repo)
     pid = make_prereg(project, STORY_PREDICTIONS)
     run_dir = story_run(project, story_clock, "story", pid)
+    log_before = sha256_of(run_dir / "events.jsonl")
     res = cli("outcome", "story", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    events = [e for e in iter_records(run_dir / "events.jsonl") if e["kind"] == "outcome"]
-    assert len(events) == 1 and out["event"] == f"story:{events[0]['seq']}"
-    assert events[0]["data"]["counts"] == out["counts"] and len(events[0]["data"]["predictions"]) == len(STORY_PREDICTIONS)
-    saved = json.loads(outcome_path(project, "story").read_text())
+    assert sha256_of(run_dir / "events.jsonl") == log_before  # the run is its log's only writer
+    assert not any(e["kind"] == "outcome" for e in iter_records(run_dir / "events.jsonl"))
+    (rec,) = outcome_records(project, "story")
+    assert out["event"] == f"outcome:{rec['id']}" and (run_dir / "outcomes" / f"{rec['id']}.json").is_file()
+    assert rec["data"]["counts"] == out["counts"] and len(rec["data"]["predictions"]) == len(STORY_PREDICTIONS)
+    saved = load_outcome(project, "story")
     assert saved["prereg_id"] == pid and saved["final"] is True and saved["event"] == out["event"]
-    before = sha256_of(run_dir / "events.jsonl")
     again = cli("outcome", "story", "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["already_recorded"] is True
-    assert sha256_of(run_dir / "events.jsonl") == before  # nothing there twice
+    assert len(outcome_records(project, "story")) == 1  # nothing there twice
 
 
 def test_a_run_still_going_gets_a_provisional_scorecard_that_is_not_written(logbook_repo, story_clock, cli):
@@ -119,7 +125,7 @@ def test_a_run_still_going_gets_a_provisional_scorecard_that_is_not_written(logb
     res = cli("outcome", "story")
     assert res.exit_code == 0, res.output
     assert "PROVISIONAL" in res.stdout and "not recorded" in res.stdout
-    assert not outcome_path(project, "story").exists() and sha256_of(run_dir / "events.jsonl") == before
+    assert not _has_outcome(project, "story") and sha256_of(run_dir / "events.jsonl") == before
     p = _by_text(record_outcome(project, "story"))
     assert p["loss@final < 4"].status == "inconclusive" and "not reached yet" in p["loss@final < 4"].reason
     assert p["spikes@final == 0"].status == "refuted"  # a count that only grows is already past 0
@@ -136,7 +142,7 @@ def test_a_run_aborted_before_a_point_is_inconclusive_there(logbook_repo, story_
     EventSink(run_dir, "story", 1).emit("run_aborted", step=60, reason="3 rollbacks", rollbacks=3)
     card = record_outcome(project, "story")
     p = _by_text(card)
-    assert card.final and card.run_state == "aborted" and outcome_path(project, "story").exists()
+    assert card.final and card.run_state == "aborted" and _has_outcome(project, "story")
     assert p["loss@final < 4"].status == "inconclusive" and "aborted at step 60" in p["loss@final < 4"].reason
     assert p["loss@step:20 < 10"].status == "confirmed"
 
@@ -171,7 +177,7 @@ def test_a_preregistration_that_fails_verify_stops_the_outcome_and_nothing_is_wr
     assert res.exit_code == 4, res.output
     assert f"`logbook outcome` will not build on entries/prereg/{pid}.md, which fails its check" in res.stderr
     assert "was edited after HEAD committed it" in res.stderr and "Traceback" not in res.output
-    assert sha256_of(run_dir / "events.jsonl") == before and not outcome_path(project, "story").exists()
+    assert sha256_of(run_dir / "events.jsonl") == before and not _has_outcome(project, "story")
     # The library still scores it, flagged, for whoever asks it directly.
     assert evaluate(project, "story").verify_ok is False
 
@@ -183,7 +189,7 @@ def test_an_exploratory_run_is_refused_and_nothing_is_written(logbook_repo, stor
     res = cli("outcome", "explore")
     assert res.exit_code == 3
     assert "exploratory" in res.stderr and "nothing to score" in res.stderr and "Traceback" not in res.output
-    assert sha256_of(run_dir / "events.jsonl") == before and not outcome_path(project, "explore").exists()
+    assert sha256_of(run_dir / "events.jsonl") == before and not _has_outcome(project, "explore")
 
 
 def test_an_unknown_run_is_refused_with_the_known_ones(logbook_repo, story_clock, cli):
@@ -206,7 +212,7 @@ def test_a_new_amendment_supersedes_the_recorded_outcome(logbook_repo, story_clo
     second = record_outcome(project, "story")
     assert second.supersedes == first.event and second.event != first.event
     assert any(d["kind"] == "amendment" for d in second.deviations)
-    assert json.loads(outcome_path(project, "story").read_text())["event"] == second.event
+    assert load_outcome(project, "story")["event"] == second.event
 
 
 def test_scoring_refuses_nothing_for_a_missing_metric_it_calls_it_inconclusive(logbook_repo, story_clock):

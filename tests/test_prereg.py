@@ -11,6 +11,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+
+from logbook.records import is_record_id
 from conftest import git
 
 from logbook import prereg as prereg_mod
@@ -330,12 +332,14 @@ def test_amend_adds_a_linked_committed_amendment(logbook_repo, cli):
     res = cli("prereg", "amend", pid, "--reason", "budget halved", "--seen", "nothing",
               "--predict", "restarts@final <= 2", "--contingency", "loss is nan -> abort")
     assert res.exit_code == 0, res.output
-    assert res.stdout.startswith(f"Amended {pid}: amendment 1  (commit ")
-    path = f"entries/prereg/{pid}.amend-1.md"
+    key = res.stdout.split(": amendment ")[1].split()[0]
+    assert is_record_id(key) and res.stdout.startswith(f"Amended {pid}: amendment {key}  (commit ")
+    path = f"entries/prereg/{pid}.amend-{key}.md"
     assert git(logbook_repo, "show", "--name-only", "--format=", "HEAD").split() == [path]
     trailers = git(logbook_repo, "log", "-1", "--format=%(trailers:only,unfold)").splitlines()
-    assert f"Logbook-Prereg: {pid}" in trailers and "Logbook-Amendment: 1" in trailers
-    res2 = cli("prereg", "amend", pid[:-3], "--reason", "looked at results", "--seen", "results", "--json")
+    assert f"Logbook-Prereg: {pid}" in trailers and f"Logbook-Amendment: {key}" in trailers
+    res2 = cli("prereg", "amend", pid[:-3], "--reason", "looked at results", "--seen", "results", "--json",
+               "--predict", "loss@final < 9")
     assert res2.exit_code == 0, res2.output
     assert json.loads(res2.stdout)["kind"] == "deviation" and "deviation" in res2.stderr
     p = load_prereg(open_project(), pid)
@@ -344,8 +348,8 @@ def test_amend_adds_a_linked_committed_amendment(logbook_repo, cli):
     a1, a2 = p.amendments
     assert (a1.n, a1.seen, a1.kind, a2.kind) == (1, "nothing", "amendment", "deviation")
     assert a1.front["previous"] == a2.front["original"] == {"file": f"{pid}.md", "sha256": original.sha256}
-    assert a2.front["previous"] == {"file": f"{pid}.amend-1.md", "sha256": a1.sha256}
-    assert [(x.to_text(), src) for x, src in p.all_predictions()][-1] == ("restarts@final <= 2", "amend-1")
+    assert a1.key == key and a2.front["previous"] == {"file": f"{pid}.amend-{key}.md", "sha256": a1.sha256}
+    assert [(x.to_text(), src) for x, src in p.all_predictions()][-2] == ("restarts@final <= 2", "amend-1")
     assert p.all_contingency()[-1].trigger.kind == "nonfinite"
     assert cli("verify").exit_code == 0
 
@@ -354,9 +358,10 @@ def test_amend_refuses_seen_nothing_once_a_run_has_started(logbook_repo, cli):
     pid = _new(cli)
     write_run_record(open_project(), RunRecord(run_id="r1", created="2026-11-30T00:00:00Z", config_path="c.yaml",
                                                config_hash="0" * 64, prereg_id=pid))
-    res = cli("prereg", "amend", pid, "--reason", "x", "--seen", "nothing")
+    more = ("--predict", "restarts@final <= 2")
+    res = cli("prereg", "amend", pid, "--reason", "x", "--seen", "nothing", *more)
     assert res.exit_code == 3 and "run r1 already answers to" in res.stderr and "--seen run-started" in res.stderr
-    res = cli("prereg", "amend", pid, "--reason", "x", "--seen", "run-started", "--json")
+    res = cli("prereg", "amend", pid, "--reason", "x", "--seen", "run-started", "--json", *more)
     assert res.exit_code == 0 and load_prereg(open_project(), pid).amendments[0].runs_started == ["r1"]
 
 
@@ -364,6 +369,7 @@ def test_amend_refuses_seen_nothing_once_a_run_has_started(logbook_repo, cli):
     (["--reason", "x", "--seen", "maybe"], 2, "--seen must be one of nothing, run-started, results"),
     (["--reason", " ", "--seen", "nothing"], 2, "the reason is empty"),
     (["--reason", "x", "--seen", "nothing", "--predict", "loss > -1"], 2, "cannot fail"),
+    (["--reason", "x", "--seen", "nothing"], 2, "the amendment changes nothing"),
 ])
 def test_amend_bad_input(logbook_repo, cli, args, code, message):
     pid = _new(cli)
@@ -384,9 +390,9 @@ def test_amend_refuses_to_build_on_an_edited_record(logbook_repo, cli):
     pid = _new(cli)
     path = logbook_repo / f"entries/prereg/{pid}.md"
     path.write_text(path.read_text().replace("bounded.", "bounded!"))
-    res = cli("prereg", "amend", pid, "--reason", "x", "--seen", "nothing")
+    res = cli("prereg", "amend", pid, "--reason", "x", "--seen", "nothing", "--predict", "restarts@final <= 2")
     assert res.exit_code == 4 and "does not verify" in res.stderr
-    assert not (logbook_repo / f"entries/prereg/{pid}.amend-1.md").exists()
+    assert not list((logbook_repo / "entries" / "prereg").glob(f"{pid}.amend-*.md"))
 
 
 def test_prereg_from_a_subdirectory_resolves_the_config_from_there(logbook_repo, cli, monkeypatch):

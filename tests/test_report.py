@@ -105,7 +105,7 @@ def test_a_run_still_going_is_reported_with_a_provisional_scorecard(logbook_repo
     assert cli("report", "going").exit_code == 0
     md = (project.entries / "reports" / "going.md").read_text()
     assert "**PROVISIONAL:** the run is running" in md and "(PROVISIONAL)" in md
-    assert not (project.run_dir("going") / "outcome.json").exists()
+    assert not (project.run_dir("going") / "outcomes").exists()
 
 
 def test_an_exploratory_run_is_reported_without_a_scorecard(logbook_repo, story_clock, cli):

@@ -5,17 +5,22 @@ from __future__ import annotations
 import json
 
 from conftest import git
-from scoring_helpers import make_prereg, project_of, sha256_of, story_clock, story_run  # noqa: F401
+from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
-from logbook.chain import verify_log
+from logbook.records import damaged_records
 from logbook.review import reviews_for
 
 
-def _story(repo, clock, run="story"):
+def _story(repo, clock, run="story", author="Lin Launcher <lin@example.org>"):
     project = project_of(repo)
     pid = make_prereg(project, ["loss@final < 4", "spikes@final == 0"])
-    story_run(project, clock, run, pid)
+    story_run(project, clock, run, pid, author=author)
     return project
+
+
+def _reviews_on_disk(project) -> list[tuple[str, bytes]]:
+    d = project.reviews_dir
+    return sorted((p.name, p.read_bytes()) for p in d.glob("*.json")) if d.is_dir() else []
 
 
 def _queue(cli, *args):
@@ -62,7 +67,7 @@ def test_an_approval_signs_off_an_entry_with_the_git_identity(logbook_repo, stor
     assert next(i for i in _queue(cli, "--all") if i["id"] == eid)["approvals"] == ["Ada Tester"]
     rec = reviews_for(project)[eid][0]
     assert (rec["action"], rec["reviewer"], rec["email"], rec["text"]) == ("approve", "Ada Tester", "ada@example.org", "cost matches the drill")
-    assert verify_log(project.reviews_log) == []
+    assert damaged_records(project.reviews_dir, project.root) == []
 
 
 def test_two_approvals_are_needed_when_the_logbook_says_so(logbook_repo, story_clock, cli):
@@ -84,42 +89,42 @@ def test_approving_twice_is_refused_and_changes_nothing(logbook_repo, story_cloc
     project = _story(logbook_repo, story_clock)
     eid = _id(_queue(cli), "restart")
     assert cli("review", "approve", eid).exit_code == 0
-    before = sha256_of(project.reviews_log)
+    before = _reviews_on_disk(project)
     res = cli("review", "approve", eid, "--comment", "again")
     assert res.exit_code == 3 and "already approved" in res.stderr and "nothing was recorded" in res.stderr
-    assert sha256_of(project.reviews_log) == before
+    assert _reviews_on_disk(project) == before
 
 
 def test_an_unknown_entry_is_refused_with_close_ids_and_changes_nothing(logbook_repo, story_clock, cli):
     project = _story(logbook_repo, story_clock)
     eid = _id(_queue(cli), "restart")
     cli("review", "comment", eid, "first")
-    before = sha256_of(project.reviews_log)
+    before = _reviews_on_disk(project)
     typo = "stroy:" + eid.split(":")[1]
     res = cli("review", "approve", typo)
     assert res.exit_code == 3 and f"no entry {typo}" in res.stderr and f"did you mean {eid}" in res.stderr
     assert cli("review", "approve", "not-an-id").exit_code == 3
-    assert sha256_of(project.reviews_log) == before
+    assert _reviews_on_disk(project) == before
 
 
 def test_a_routine_entry_is_not_in_the_queue_and_is_refused(logbook_repo, story_clock, cli):
     project = _story(logbook_repo, story_clock)
     res = cli("review", "approve", "story:0")  # run_started
     assert res.exit_code == 3 and "not in the review queue" in res.stderr and "logbook note --about story:0" in res.stderr
-    assert not project.reviews_log.exists()
+    assert _reviews_on_disk(project) == []
 
 
 def test_a_reviewer_without_a_git_identity_is_refused_and_changes_nothing(logbook_repo, story_clock, cli, monkeypatch, tmp_path):
     project = _story(logbook_repo, story_clock)
     eid = _id(_queue(cli), "restart")
     cli("review", "comment", eid, "first")
-    before = sha256_of(project.reviews_log)
+    before = _reviews_on_disk(project)
     empty = tmp_path / "empty.gitconfig"
     empty.write_text("")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(empty))
     res = cli("review", "approve", eid)
     assert res.exit_code == 3 and "no git identity" in res.stderr and "git config user.name" in res.stderr
-    assert sha256_of(project.reviews_log) == before
+    assert _reviews_on_disk(project) == before
 
 
 def test_changes_requested_stay_open_until_the_same_reviewer_approves(logbook_repo, story_clock, cli):
@@ -140,18 +145,20 @@ def test_empty_or_control_character_text_is_a_usage_error(logbook_repo, story_cl
     eid = _id(_queue(cli), "restart")
     assert cli("review", "request-changes", eid, "   ").exit_code == 2
     assert cli("review", "comment", eid, "bell \x07").exit_code == 2
-    assert not project.reviews_log.exists()
+    assert _reviews_on_disk(project) == []
 
 
-def test_an_edited_reviews_log_is_refused_as_tampered(logbook_repo, story_clock, cli):
+def test_an_edited_review_record_is_refused_as_tampered(logbook_repo, story_clock, cli):
     project = _story(logbook_repo, story_clock)
     eid = _id(_queue(cli), "restart")
     cli("review", "approve", eid, "--comment", "fine")
-    project.reviews_log.write_text(project.reviews_log.read_text().replace('"fine"', '"great"'))
-    before = sha256_of(project.reviews_log)
+    (path,) = project.reviews_dir.glob("*.json")
+    path.write_text(path.read_text().replace('"fine"', '"great"'))
+    before = _reviews_on_disk(project)
     res = cli("review", "comment", eid, "more")
-    assert res.exit_code == 4 and "edited" in res.stderr
-    assert sha256_of(project.reviews_log) == before
+    assert res.exit_code == 4 and "which fails its check" in res.stderr and path.name in res.stderr
+    assert "git restore --source=HEAD" in res.stderr
+    assert _reviews_on_disk(project) == before
 
 
 def test_status_gives_every_run_its_review_state_and_outcome(logbook_repo, story_clock, cli):
@@ -218,3 +225,15 @@ def test_two_approvals_at_once_by_one_reviewer_record_one(logbook_repo, story_cl
         t.join()
     assert sorted(outcomes) == ["recorded", "refused"]
     assert [r["action"] for r in reviews_for(project)[entry]] == ["approve"]
+
+
+def test_the_author_of_a_run_cannot_approve_its_entries_unless_the_logbook_allows_it(logbook_repo, story_clock, cli):
+    project = _story(logbook_repo, story_clock, author="Ada Tester <ADA@example.org>")
+    eid = _id(_queue(cli), "restart")
+    res = cli("review", "approve", eid)
+    assert res.exit_code == 3 and "Ada Tester launched run story" in res.stderr and "review_self_approval" in res.stderr
+    assert _reviews_on_disk(project) == []
+    assert cli("review", "comment", eid, "the cause was a drill").exit_code == 0  # remarks stay open to the author
+    cfg = logbook_repo / "logbook.yaml"
+    cfg.write_text(cfg.read_text().replace("review_self_approval: false", "review_self_approval: true"))
+    assert cli("review", "approve", eid).exit_code == 0

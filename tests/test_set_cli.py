@@ -113,8 +113,8 @@ def test_an_unknown_run_is_refused(cli, running):
 @pytest.mark.parametrize("status, last_event, says", [
     ("finished", "run_finished", "is finished"),
     ("failed", "run_failed", "is failed"),
-    ("running", "run_finished", "has finished"),  # the record lags; the event log knows
-    ("running", "run_aborted", "has aborted"),
+    ("running", "run_finished", "is finished"),  # run.json is written once; the event log knows
+    ("running", "run_aborted", "is aborted"),
 ])
 def test_an_ended_run_is_refused(cli, logbook_repo, status, last_event, says):
     project = _make_run("done", status=status, last_event=last_event)

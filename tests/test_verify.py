@@ -29,7 +29,15 @@ def _prereg(cli) -> str:
 
 
 def _path(repo: Path, pid: str, n: int = 0) -> Path:
-    return repo / "entries" / "prereg" / (f"{pid}.md" if n == 0 else f"{pid}.amend-{n}.md")
+    """The preregistration (n=0) or its n-th amendment in the logbook's own order."""
+    if n == 0:
+        return repo / "entries" / "prereg" / f"{pid}.md"
+    return load_prereg(open_project(repo), pid).amendments[n - 1].path
+
+
+def _amend(cli, pid: str, reason: str = "r") -> None:
+    res = cli("prereg", "amend", pid, "--reason", reason, "--seen", "nothing", "--predict", "restarts@final <= 2")
+    assert res.exit_code == 0, res.output
 
 
 def _tampered(cli, *args: str) -> tuple[str, list[dict]]:
@@ -45,7 +53,7 @@ def _tampered(cli, *args: str) -> tuple[str, list[dict]]:
 
 def test_intact_logbook_verifies(logbook_repo, cli):
     pid = _prereg(cli)
-    assert cli("prereg", "amend", pid, "--reason", "r", "--seen", "nothing").exit_code == 0
+    _amend(cli, pid)
     res = cli("verify")
     assert res.exit_code == 0, res.output
     assert res.stdout == "Intact: 1 preregistration, 1 amendment, 0 logs.\n"
@@ -164,18 +172,21 @@ def _forge(repo: Path, path: Path, front: dict, body: str, pid: str, n: int) -> 
 def test_forged_amendment_is_caught(logbook_repo, cli):
     pid = _prereg(cli)
     for reason in ("first", "second"):
-        assert cli("prereg", "amend", pid, "--reason", reason, "--seen", "nothing").exit_code == 0
+        _amend(cli, pid, reason)
     a1 = _path(logbook_repo, pid, 1)
+    key = a1.name.split(".amend-")[1][:-3]
     front, body = split_record(a1.read_text(), "a1")
     front["reason"] = "first, rewritten later"
     front["base_commit"] = git(logbook_repo, "rev-parse", "HEAD").strip()
     git(logbook_repo, "rm", "-q", str(a1))
     git(logbook_repo, "commit", "-q", "-m", "drop")
     front["base_commit"] = git(logbook_repo, "rev-parse", "HEAD").strip()
-    _forge(logbook_repo, a1, front, body, pid, 1)
+    _forge(logbook_repo, a1, front, body, pid, key)
     out, problems = _tampered(cli)
-    assert {p["kind"] for p in problems} == {"record_deleted", "hash_mismatch"}
-    assert f"{pid}.amend-1.md (amendment 1) hashes to" in out
+    kinds = {p["kind"] for p in problems}
+    # History: the committed amendment was dropped, then made again; its trailer no longer matches its bytes.
+    assert {"record_deleted", "hash_mismatch"} <= kinds
+    assert f"{a1.name} (amendment {key}) hashes to" in out
 
 
 def test_missing_amendment_in_the_middle_breaks_the_chain(logbook_repo, cli):
@@ -183,12 +194,13 @@ def test_missing_amendment_in_the_middle_breaks_the_chain(logbook_repo, cli):
     original = load_prereg(open_project(), pid)
     front = {"schema": 1, "amends": pid, "n": 2, "created": "2026-11-30T00:00:00Z", "author": "x", "reason": "r",
              "seen": "nothing", "kind": "amendment", "previous": {"file": f"{pid}.amend-1.md", "sha256": original.sha256},
+             "original": {"file": f"{pid}.md", "sha256": original.sha256},
              "predictions": [], "contingency": [], "runs_started": [],
              "base_commit": git(logbook_repo, "rev-parse", "HEAD").strip()}
-    _forge(logbook_repo, _path(logbook_repo, pid, 2), front, "# amendment\n", pid, 2)
+    _forge(logbook_repo, logbook_repo / "entries" / "prereg" / f"{pid}.amend-2.md", front, "# amendment\n", pid, 2)
     out, problems = _tampered(cli)
     assert [p["kind"] for p in problems] == ["chain_broken"]
-    assert "amendment 1 is missing before amendment 2" in out
+    assert f"links the record before it as {pid}.amend-1.md, which is not among {pid}'s records" in out
 
 
 def test_verify_one_id_checks_only_that_one(logbook_repo, cli):
@@ -314,6 +326,7 @@ def test_verify_id_checks_the_logs_of_its_runs(logbook_repo, cli):
     log = _run_log(logbook_repo)
     proj = open_project()
     rec = json.loads((proj.run_dir("r1") / "run.json").read_text())
+    (proj.run_dir("r1") / "run.json").unlink()  # set up a run of this preregistration (run.json is write-once)
     write_run_record(proj, RunRecord(**{**rec, "prereg_id": pid}))
     assert json.loads(cli("verify", pid, "--json").stdout)["logs"] == ["entries/runs/r1/events.jsonl"]
     log.write_text("".join(log.read_text().splitlines(keepends=True)[1:]))

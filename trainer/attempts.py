@@ -70,8 +70,10 @@ class RunHistory:
     metrics: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def read(cls, run_dir: Path, heartbeat: Heartbeat) -> RunHistory:
-        return cls(list(iter_events(run_dir / "events.jsonl")), heartbeat.read(), _metrics_tail(run_dir / "metrics.jsonl"))
+    def read(cls, run_dir: Path, heartbeat: Heartbeat, metrics_path: Path | None = None) -> RunHistory:
+        """The run so far; `metrics_path` is the full-resolution stream (the committed one is thinned)."""
+        metrics = metrics_path if metrics_path is not None and metrics_path.is_file() else run_dir / "metrics.jsonl"
+        return cls(list(iter_events(run_dir / "events.jsonl")), heartbeat.read(), _metrics_tail(metrics))
 
     def last_attempt(self) -> int:
         seen = [e.get("attempt") for e in self.events if isinstance(e.get("attempt"), int)]

@@ -171,7 +171,8 @@ class MilestoneNotes(Callback):
     def _standings(self, facts) -> list[dict[str, Any]]:
         if self._prereg is None:
             return []
-        return [standing(p, facts) for p, _src in self._prereg.all_predictions()]
+        keys = getattr(self.trainer.run_record, "amendments", None)
+        return [standing(p, facts) for p, _src in self._prereg.all_predictions(keys)]
 
 
 def since_last(events: list[dict[str, Any]]) -> dict[str, int]:

@@ -23,7 +23,7 @@ import torch
 from logbook.errors import NotFoundError
 from logbook.project import open_project
 from logbook.runs import load_run_record
-from logbook.sink import EventSink, MetricsWriter
+from logbook.sink import EventSink, KeepRule, MetricsWriter, full_metrics_path
 
 from . import dist
 from .advice_cb import AdviceCallback
@@ -65,7 +65,8 @@ def open_logbook(t: Trainer) -> dict[str, Any]:
         t.run_record = None  # launched directly, not through `logbook run`
     t.heartbeat = Heartbeat(t.project.state_dir / "heartbeat" / f"{t.run_id}.json")
     # Rank 0 reads the run's history; every rank acts on what it found.
-    t.history = RunHistory.read(t.run_dir, t.heartbeat) if t.dist.rank == 0 else RunHistory()
+    t.history = RunHistory.read(t.run_dir, t.heartbeat, full_metrics_path(t.project.state_dir, t.run_id)) \
+        if t.dist.rank == 0 else RunHistory()
     aborted, finished = t.history.has("run_aborted"), t.history.has("run_finished")
     facts = dist.broadcast_object({
         "attempt": t.history.last_attempt() + 1,
@@ -74,8 +75,35 @@ def open_logbook(t: Trainer) -> dict[str, Any]:
     }, t.dist)
     t.attempt = facts["attempt"]
     t.sink = EventSink(t.run_dir, t.run_id, t.attempt, t.dist.rank, root=t.project_root)
-    t.metrics = MetricsWriter(t.run_dir, t.dist.rank)
+    t.metrics = MetricsWriter(t.run_dir, t.dist.rank, full_path=full_metrics_path(t.project.state_dir, t.run_id),
+                              keep=_keep_rule(t))
     return facts
+
+
+def _keep_rule(t: Trainer) -> KeepRule:
+    """What the committed metrics keep: ~1,000 rows a run, plus every step a milestone or prediction names.
+
+    Every row also goes to `.logbook/metrics/` (outside git) and, when it is on, to W&B.
+    """
+    from logbook.milestones import milestone_step
+
+    total = t.cfg.train.steps
+    exact = {milestone_step(f, total) for f in t.project.config.milestones}
+    rec = t.run_record
+    if rec is not None and rec.prereg_id:
+        from logbook.errors import LogbookError
+        from logbook.prereg import load_prereg
+
+        try:
+            preds = load_prereg(t.project, rec.prereg_id).all_predictions(rec.amendments)
+        except LogbookError:
+            preds = []  # an unreadable preregistration is verify's to report; the stride still plots the run
+        for p, _src in preds:
+            if p.at.kind == "step":
+                exact.add(int(p.at.value))
+            elif p.at.kind == "fraction":
+                exact.add(milestone_step(float(p.at.value), total))
+    return KeepRule.for_run(total, exact)
 
 
 def build(t: Trainer) -> None:
@@ -141,7 +169,7 @@ def _contingency_rules(t: Trainer) -> list[Any]:
         return []
     from logbook.prereg import load_prereg
 
-    return list(load_prereg(t.project, rec.prereg_id).all_contingency())
+    return list(load_prereg(t.project, rec.prereg_id).all_contingency(rec.amendments))
 
 
 def _checkpoint_emitter(t: Trainer) -> Callable[..., None]:

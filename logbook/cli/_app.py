@@ -156,5 +156,17 @@ def _root(
     """Preregister training runs, record what happens to them, score the outcome."""
 
 
+def open_for_writing():
+    """The project, for a command that writes records: warns on stderr when this clone is not set up for sharing."""
+    from ..clonesetup import setup_warning
+    from ..project import open_project
+
+    project = open_project()
+    warning = setup_warning(project)
+    if warning:
+        err(f"warning: {warning}")
+    return project
+
+
 def is_interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty() and not os.environ.get("CI")

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ._app import app, checked_out_path, err, print_json
+from ._app import app, checked_out_path, err, open_for_writing, print_json
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -35,9 +35,8 @@ def note_cmd(
     Example: logbook note --about qknorm:17 "Batches 47,000-47,300 are a forum dump; see data issue #88"
     """
     from ..notes import add_note
-    from ..project import open_project
 
-    project = open_project()
+    project = open_for_writing()
     body: str | bytes = sys.stdin.buffer.read() if text == "-" else text
     res = add_note(project, body, run=run, step=step, about=about)
     if as_json:
@@ -135,3 +134,28 @@ def commit_cmd(
         return
     typer.echo(res.commit)
     err(f"[{res.branch.removeprefix('refs/heads/')} {res.commit[:10]}] {res.message.splitlines()[0]} ({len(res.paths)} file(s))")
+
+
+@app.command("migrate")
+def migrate_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print what was migrated as JSON."),
+) -> None:
+    """Copy a logbook's shared logs (notes.jsonl, reviews.jsonl, outcome.json) into one file per record.
+
+    Nothing is deleted or edited: the old files stay as committed and are no
+    longer read. Running it again copies nothing twice. Afterwards, run
+    `logbook render` and `logbook commit`.
+
+    Example: logbook migrate && logbook render && logbook commit -m "one file per record"
+    """
+    from ..migrate import migrate
+
+    project = open_for_writing()
+    res = migrate(project)
+    if as_json:
+        print_json({"notes": res.notes, "reviews": res.reviews, "outcomes": res.outcomes, "skipped": res.skipped,
+                    "remapped": res.remapped})
+        return
+    err(f"Migrated {res.notes} note(s), {res.reviews} review(s) and {res.outcomes} scorecard(s)"
+        + (f"; {res.skipped} already migrated" if res.skipped else "")
+        + ". Now run `logbook render` and `logbook commit`.")

@@ -25,7 +25,9 @@ def demo_cmd(
     checkpoint. Two drilled loss spikes follow: the divergence guard skips
     the first and rolls back after the second, and a live `logbook set
     lr_scale=0.8` arrives after the first. All of it lands in the run's event
-    log and the chronicle.
+    log and the chronicle. Last, a teammate clones the repository, runs
+    `logbook init`, and both write a note the same day: `git pull` and
+    `git push` meet no conflict.
 
     Example: logbook demo --dir ./demo
     """
@@ -68,3 +70,7 @@ def _summary(res) -> None:
                 err(f"  | {line}")
     verdict = "intact" if res.verify_ok else "PROBLEMS: " + "; ".join(res.verify_lines[:3])
     err(f"  logbook verify:  {verdict}")
+    if res.team_lines:
+        err("  the team workflow, as it ran:")
+        for line in res.team_lines:
+            err(f"  | {line}")

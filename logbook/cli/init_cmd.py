@@ -11,9 +11,13 @@ from ._app import app, err
 def init_cmd(
     entries_dir: str = typer.Option("entries", "--entries", help="Folder for the logbook, relative to the repository root."),
 ) -> None:
-    """Set up a logbook in this git repository: commits logbook.yaml (alone) and creates entries/.
+    """Set up a logbook in this git repository (commits logbook.yaml alone, creates entries/), and this clone for sharing it.
 
-    Example: logbook init
+    Run it once in every fresh clone: it installs the git hooks that re-render
+    the chronicle after `git pull` and says what it did. Running it again
+    changes nothing.
+
+    Example: git clone git@host:lab/experiments.git && cd experiments && logbook init
     """
     from ..init import init_logbook
 
@@ -21,3 +25,9 @@ def init_cmd(
     verb = "Created" if res.created else "Found existing"
     done = f" (committed as {res.committed[:10]})" if res.committed else ""
     err(f"{verb} {res.config_path.relative_to(res.root)}{done}; logbook folder: {res.entries.relative_to(res.root)}/")
+    for line in res.setup.done:
+        err(f"  {line}")
+    if res.setup.already and not res.setup.done:
+        err("  this clone was already set up: nothing changed")
+    for line in res.setup.todo:
+        err(f"  to do: {line}")

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ._app import JSON_OPTION, app, checked_out_path, err, print_json, stdout_console
+from ._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json, stdout_console
 
 _JSON = JSON_OPTION
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
@@ -24,16 +24,16 @@ def outcome_cmd(
     Lists every deviation from the plan: live changes, contingency actions
     that differed from it, a config other than the preregistered one, code
     changed since the preregistration. A finished (or failed) run's outcome is
-    written to runs/<run>/outcome.json and to its event log; a run still going
-    gets a PROVISIONAL scorecard that is not written.
+    written as a new record, runs/<run>/outcomes/<id>.json (the newest one
+    supersedes the earlier ones; the run's event log is never touched); a run
+    still going gets a PROVISIONAL scorecard that is not written.
 
     Example: logbook outcome qknorm-3f9a
     """
     from ..outcome import record_outcome
-    from ..project import open_project
     from ..trust import require_intact
 
-    project = open_project()
+    project = open_for_writing()
     require_intact(project, "outcome", run=run)
     card = record_outcome(project, run)
     for w in card.warnings:
@@ -105,7 +105,7 @@ def print_scorecard(card, root: Path) -> None:
     if card.final:
         rel = f"{card.event}" + (" (already recorded; nothing written)" if card.already_recorded else "")
         err(f"Recorded as {rel}" + (f", superseding {card.supersedes}" if card.supersedes and not card.already_recorded else "")
-            + f"; runs/{card.run}/outcome.json.")
+            + f"; runs/{card.run}/outcomes/{str(card.event).split(':', 1)[-1]}.json.")
 
 
 @app.command("calibration")

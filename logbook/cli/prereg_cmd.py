@@ -49,9 +49,8 @@ def prereg_cmd(
     if ctx.invoked_subcommand is not None:
         return
     from ..prereg import create_prereg
-    from ..project import open_project
 
-    project = open_project()
+    project = _app.open_for_writing()
     inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
                         config=config, budget=budget, rationale=rationale, assume=assume, from_file=from_file)
     written = create_prereg(project, inp)
@@ -181,21 +180,20 @@ def amend_cmd(
     Example: logbook prereg amend 2026-11-30-qknorm-removes-spikes-3f9a --seen nothing --reason "budget halved" --predict "restarts@final <= 2"
     """
     from ..prereg import amend_prereg, resolve_prereg_id
-    from ..project import open_project
 
-    project = open_project()
+    project = _app.open_for_writing()
     pid = resolve_prereg_id(project, prereg_id) or prereg_id
     written = amend_prereg(project, pid, reason=reason, seen=seen, predictions=list(predict or []),
                            contingency=list(contingency or []))
     for w in written.warnings:
         err(f"warning: {w}")
-    n, kind = written.front["n"], written.front["kind"]
+    key, kind = written.front["id"], written.front["kind"]
     if kind == "deviation":
         err("note: results had been seen, so this is recorded as a deviation from the preregistration")
     if as_json:
-        print_json({**written.to_dict(), "n": n, "kind": kind})
+        print_json({**written.to_dict(), "amendment": key, "kind": kind})
         return
-    typer.echo(f"Amended {written.id}: {kind} {n}  (commit {written.commit[:7]}, sha256 {written.sha256[:8]}…)")
+    typer.echo(f"Amended {written.id}: {kind} {key}  (commit {written.commit[:7]}, sha256 {written.sha256[:8]}…)")
     _echo_plan(written.front)
 
 
@@ -243,7 +241,7 @@ def verify_cmd(
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")
-    report.raise_if_tampered()
+    report.raise_if_tampered(project.root)
 
 
 def _count(n: int, word: str) -> str:
@@ -349,9 +347,10 @@ def _print_markdown(text: str) -> None:
 
 def _show_run(project, run_id: str, as_json: bool) -> None:
     from ..events import read_events
-    from ..runs import load_run_record
+    from ..runs import load_run_record, run_status
 
     record = load_run_record(project, run_id)
+    record.status = run_status(project, run_id, record)  # run.json says how it started; the log, how it stands
     log = read_events(project.run_dir(run_id) / "events.jsonl")
     if as_json:
         print_json({"run": record.to_dict(), "events": log.records})

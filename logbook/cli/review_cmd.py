@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ._app import JSON_OPTION, command_group, err, print_json, stdout_console
+from ._app import JSON_OPTION, command_group, err, open_for_writing, print_json, stdout_console
 
 review_app = command_group("review")
 
@@ -54,10 +54,9 @@ def review_cmd(
 
 def _checked_project(run: str | None = None):
     """The project, once `verify` passes for what a review reads (exit 4 naming the record otherwise)."""
-    from ..project import open_project
     from ..trust import require_intact
 
-    project = open_project()
+    project = open_for_writing()  # a review is a record: warn when this clone is not set up for sharing
     require_intact(project, "review", run=run)
     return project
 
@@ -115,7 +114,7 @@ def _done(res, as_json: bool, verb: str) -> None:
         print_json(res.to_dict())
         return
     item = res.item
-    typer.echo(f"review:{res.record['seq']}")
+    typer.echo(f"review:{res.record['id']}")
     err(f"{res.record['reviewer']} {verb} {item.id} ({item.kind.replace('_', ' ')}): "
         f"{len(item.approvals)}/{item.needed} approvals, {item.state}.")
 

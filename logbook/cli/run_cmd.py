@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ._app import app, err, print_json
+from ._app import app, err, open_for_writing, print_json
 
 
 @app.command("run")
@@ -38,9 +38,8 @@ def run_cmd(
     Example: logbook run --prereg 2026-11-30-qknorm-removes-spikes-3f9a1c configs/tiny-cpu.yaml --nproc 2 --max-restarts 3
     """
     from ..launch import Rendezvous, launch_run
-    from ..project import open_project
 
-    project = open_project()
+    project = open_for_writing()
     rdzv = Rendezvous(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
     result = launch_run(
         project, config, list(overrides or []), prereg_id=prereg, exploratory=exploratory, nproc=nproc,
