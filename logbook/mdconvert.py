@@ -141,7 +141,8 @@ class Converter:
         if t == "blockquote":
             return {"t": "quote", "c": self._blocks(n.children, depth + 1)}
         if t in ("fence", "code_block"):
-            lang = (n.info or "").split()[0] if t == "fence" and n.info else ""
+            words = (n.info or "").split() if t == "fence" else []  # an info string of blanks names no language
+            lang = words[0] if words else ""
             return {"t": "code", "text": n.content.rstrip("\n"), "lang": lang if re.fullmatch(r"[A-Za-z0-9_+-]{1,20}", lang) else None}
         if t == "hr":
             return {"t": "hr"}

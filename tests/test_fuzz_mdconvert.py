@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from logbook.mdconvert import Converter, ImageStore
@@ -54,6 +54,7 @@ def _check_tree(node, block: bool, depth: int = 0) -> None:
 
 @FUZZ
 @given(_markdown)
+@example("```  \n")  # a fence whose info string is only blanks
 def test_any_text_converts_to_plain_json_data(text):
     conv = Converter()
     for tree in (conv.blocks(text), conv.inline(text)):
