@@ -20,7 +20,8 @@ in float32, one thread each (`OMP_NUM_THREADS=1` and `torch.set_num_threads(1)`)
   `OLMO_PYTHON`): `python3 -m venv --system-site-packages V && V/bin/pip install ai2-olmo-core`.
 
 Each round starts every contender as a fresh process, eager and (with
-`--compile on|both`) under torch.compile, and runs them in turns: one runs
+`--compile on|both`) under torch.compile, all at once, and runs them in
+turns: one runs
 for `--slice` seconds while the others are stopped (SIGSTOP to the process
 tree), so a busy machine slows them alike. A contender's throughput is its
 steady state: the steps after `--warmup` (checkpoints included) over its
@@ -89,31 +90,36 @@ class Logbook:
     def __init__(self, work: Path, steps: int) -> None:
         from bench.recovery_time import scratch_repo
 
-        (work / "logbook").mkdir(parents=True)
-        self.repo = scratch_repo(work / "logbook")
+        # A repository per mode: two runs starting at once in one repository would
+        # contend for its git locks while one of them is stopped.
+        self.repos = {}
+        for compiled in (False, True):
+            (work / f"logbook-{compiled}").mkdir(parents=True)
+            self.repos[compiled] = scratch_repo(work / f"logbook-{compiled}")
         self.steps = steps
         self.runs = 0
+        self.run_ids: dict[bool, str] = {}
 
     def config(self, compiled: bool) -> Path:
         cfg = yaml.safe_load((ROOT / "configs" / "tiny-cpu.yaml").read_text())
         cfg["model"].update(n_layer=SHAPE["layers"], n_head=SHAPE["heads"], n_embd=SHAPE["width"],
                             block_size=SHAPE["block"])
         cfg["train"].update(steps=self.steps, batch_size=SHAPE["batch"], eval_every=0, threads=1, compile=compiled)
-        path = self.repo / f"peers-{'compiled' if compiled else 'eager'}.yaml"
+        path = self.repos[compiled] / "peers.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return path
 
     def command(self, compiled: bool) -> tuple[list[str], Path, dict[str, str]]:
         self.runs += 1
-        self.run_id = f"peers-{self.runs}"
+        self.run_ids[compiled] = f"peers-{self.runs}"
         argv = [sys.executable, "-m", "logbook", "run", "--exploratory", str(self.config(compiled)),
-                "--run-id", self.run_id, "--max-restarts", "0"]
-        return argv, self.repo, one_thread_env(self.repo / "unused-inductor")  # the trainer uses .logbook/
+                "--run-id", self.run_ids[compiled], "--max-restarts", "0"]
+        return argv, self.repos[compiled], one_thread_env(self.repos[compiled] / "unused")  # the trainer uses .logbook/
 
-    def marks(self, lines: list[tuple[float, str]]) -> list[tuple[int, float]]:
+    def marks(self, lines: list[tuple[float, str]], compiled: bool) -> list[tuple[int, float]]:
         from logbook.sink import read_metrics
 
-        rows = read_metrics(self.repo / "entries" / "runs" / self.run_id)
+        rows = read_metrics(self.repos[compiled] / "entries" / "runs" / self.run_ids[compiled])
         return sorted((r["step"], r["time"]) for r in rows if "loss" in r)
 
 
@@ -141,7 +147,7 @@ class NanoGPT:
                 "--bias=False", "--learning_rate=3e-3", "--min_lr=3e-4", "--warmup_iters=20", "--wandb_log=False"]
         return [sys.executable, str(self.checkout / "train.py"), *args], self.dir, one_thread_env(self.dir / "inductor")
 
-    def marks(self, lines: list[tuple[float, str]]) -> list[tuple[int, float]]:
+    def marks(self, lines: list[tuple[float, str]], compiled: bool) -> list[tuple[int, float]]:
         found = ((re.match(r"iter (\d+): loss", line), t) for t, line in lines)
         return [(int(m.group(1)) + 1, t) for m, t in found if m]
 
@@ -161,7 +167,7 @@ class OlmoCore:
                *[a for k, v in SHAPE.items() for a in (f"--{k}", str(v))], *(["--compile"] if compiled else [])]
         return cmd, self.dir, one_thread_env(self.dir / "inductor")
 
-    def marks(self, lines: list[tuple[float, str]]) -> list[tuple[int, float]]:
+    def marks(self, lines: list[tuple[float, str]], compiled: bool) -> list[tuple[int, float]]:
         times = [t for t, line in lines if line.startswith("STEP_MS ")]
         return [(i + 1, t) for i, t in enumerate(times)]
 
@@ -204,8 +210,8 @@ def _signal_tree(pid: int, sig: int) -> None:
             pass
 
 
-def run_in_turns(contenders: list, compiled: bool, slice_s: float) -> dict[str, tuple[list, list]]:
-    """Start every contender, then let one run at a time for `slice_s` while the others are stopped.
+def run_in_turns(contenders: list, modes: list[bool], slice_s: float) -> dict[tuple[str, bool], tuple[list, list]]:
+    """Start every contender in every mode, then let one run at a time for `slice_s` while the others are stopped.
 
     Returns, per contender, the lines it printed (with the wall time they
     were read) and the intervals it spent stopped. Stopping (SIGSTOP to the
@@ -215,12 +221,14 @@ def run_in_turns(contenders: list, compiled: bool, slice_s: float) -> dict[str, 
     """
     procs, lines, stopped = {}, {}, {}
     for c in contenders:
-        argv, cwd, env = c.command(compiled)
-        procs[c.name] = subprocess.Popen(argv, cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"}, text=True,
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        _signal_tree(procs[c.name].pid, signal.SIGSTOP)
-        lines[c.name], stopped[c.name] = [], []
-        threading.Thread(target=_read_lines, args=(procs[c.name].stdout, lines[c.name]), daemon=True).start()
+        for compiled in modes:
+            key = (c.name, compiled)
+            argv, cwd, env = c.command(compiled)
+            procs[key] = subprocess.Popen(argv, cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"}, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            _signal_tree(procs[key].pid, signal.SIGSTOP)
+            lines[key], stopped[key] = [], []
+            threading.Thread(target=_read_lines, args=(procs[key].stdout, lines[key]), daemon=True).start()
     since = {n: time.time() for n in procs}
     while any(p.poll() is None for p in procs.values()):
         for name, proc in procs.items():
@@ -258,15 +266,16 @@ def measure(contenders: list, modes: list[bool], rounds: int, warmup: int,
     """tokens/s per (contender, compiled), one sample per round."""
     tps: dict[tuple[str, bool], list[float]] = {}
     for r in range(rounds):
-        for compiled in modes:
-            t = time.perf_counter()
-            out = run_in_turns(contenders, compiled, slice_s)
-            for c in contenders:
-                lines, stopped = out[c.name]
-                tps.setdefault((c.name, compiled), []).append(steady_tokens_per_s(c.marks(lines), stopped, warmup))
-            print(f"round {r + 1} {'compiled' if compiled else 'eager'} ({time.perf_counter() - t:.0f} s): "
-                  + ", ".join(f"{c.name} {tps[(c.name, compiled)][-1]:,.0f} tok/s" for c in contenders),
-                  file=sys.stderr, flush=True)
+        t = time.perf_counter()
+        out = run_in_turns(contenders, modes, slice_s)
+        for c in contenders:
+            for compiled in modes:
+                lines, stopped = out[(c.name, compiled)]
+                tps.setdefault((c.name, compiled), []).append(
+                    steady_tokens_per_s(c.marks(lines, compiled), stopped, warmup))
+        print(f"round {r + 1} ({time.perf_counter() - t:.0f} s): " + ", ".join(
+            f"{n} {'compiled' if m else 'eager'} {v[-1]:,.0f}" for (n, m), v in tps.items()) + " tok/s",
+            file=sys.stderr, flush=True)
     return tps
 
 
