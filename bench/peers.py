@@ -19,11 +19,14 @@ in float32, one thread each (`OMP_NUM_THREADS=1` and `torch.set_num_threads(1)`)
   where `ai2-olmo-core` is installed, given with `--olmo-python PATH` (or
   `OLMO_PYTHON`): `python3 -m venv --system-site-packages V && V/bin/pip install ai2-olmo-core`.
 
-Each round runs every contender once as a fresh process, eager and (with
-`--compile on|both`) under torch.compile, one after another, so a busy
-machine slows them alike; a contender's throughput is its steady state
-(the steps after `--warmup`, checkpoints included), and each ratio is the
-median over rounds of the per-round ratios. A missing peer is skipped with
+Each round starts every contender as a fresh process, eager and (with
+`--compile on|both`) under torch.compile, all at once, and runs them in
+turns: one runs
+for `--slice` seconds while the others are stopped (SIGSTOP to the process
+tree), so a busy machine slows them alike. A contender's throughput is its
+steady state: the steps after `--warmup` (checkpoints included) over its
+running time, the stopped intervals taken out. Each ratio is the median over
+rounds of the per-round ratios. A missing peer is skipped with
 the reason. `--step-only` adds the model + AdamW step alone, in this process:
 the project's model with and without its stabilisers against nanoGPT's.
 
@@ -38,10 +41,12 @@ import importlib.util
 import os
 import pickle
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -74,6 +79,9 @@ def one_thread_env(cache: Path) -> dict[str, str]:
 
 
 # --- the contenders ---------------------------------------------------------------------
+#
+# Each says how to start it (`command`) and, from what it printed (lines with the
+# wall time they were read) or wrote, when each of its steps ended (`marks`).
 
 
 class Logbook:
@@ -82,40 +90,37 @@ class Logbook:
     def __init__(self, work: Path, steps: int) -> None:
         from bench.recovery_time import scratch_repo
 
-        self.repo = scratch_repo(self._mkdir(work / "logbook"))
+        # A repository per mode: two runs starting at once in one repository would
+        # contend for its git locks while one of them is stopped.
+        self.repos = {}
+        for compiled in (False, True):
+            (work / f"logbook-{compiled}").mkdir(parents=True)
+            self.repos[compiled] = scratch_repo(work / f"logbook-{compiled}")
         self.steps = steps
         self.runs = 0
-
-    @staticmethod
-    def _mkdir(p: Path) -> Path:
-        p.mkdir(parents=True)
-        return p
+        self.run_ids: dict[bool, str] = {}
 
     def config(self, compiled: bool) -> Path:
         cfg = yaml.safe_load((ROOT / "configs" / "tiny-cpu.yaml").read_text())
         cfg["model"].update(n_layer=SHAPE["layers"], n_head=SHAPE["heads"], n_embd=SHAPE["width"],
                             block_size=SHAPE["block"])
         cfg["train"].update(steps=self.steps, batch_size=SHAPE["batch"], eval_every=0, threads=1, compile=compiled)
-        path = self.repo / f"peers-{'compiled' if compiled else 'eager'}.yaml"
+        path = self.repos[compiled] / "peers.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return path
 
-    def step_seconds(self, compiled: bool, warmup: int) -> list[float]:
-        from logbook.launch import launch_run
-        from logbook.project import open_project
+    def command(self, compiled: bool) -> tuple[list[str], Path, dict[str, str]]:
+        self.runs += 1
+        self.run_ids[compiled] = f"peers-{self.runs}"
+        argv = [sys.executable, "-m", "logbook", "run", "--exploratory", str(self.config(compiled)),
+                "--run-id", self.run_ids[compiled], "--max-restarts", "0"]
+        return argv, self.repos[compiled], one_thread_env(self.repos[compiled] / "unused")  # the trainer uses .logbook/
+
+    def marks(self, lines: list[tuple[float, str]], compiled: bool) -> list[tuple[int, float]]:
         from logbook.sink import read_metrics
 
-        self.runs += 1
-        run_id = f"peers-{self.runs}"
-        os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        res = launch_run(open_project(self.repo), self.config(compiled), [], exploratory=True, max_restarts=0,
-                         run_id=run_id)
-        if res.status != "finished":
-            raise RuntimeError(f"logbook run {run_id} ended {res.status}: {res.reason}")
-        rows = sorted((r for r in read_metrics(self.repo / "entries" / "runs" / run_id) if "loss" in r),
-                      key=lambda r: r["step"])
-        times = [r["time"] for r in rows if r["step"] >= warmup]
-        return [b - a for a, b in zip(times, times[1:])]
+        rows = read_metrics(self.repos[compiled] / "entries" / "runs" / self.run_ids[compiled])
+        return sorted((r["step"], r["time"]) for r in rows if "loss" in r)
 
 
 class NanoGPT:
@@ -132,7 +137,7 @@ class NanoGPT:
         with open(self.dir / "data" / "stdlib" / "meta.pkl", "wb") as f:
             pickle.dump({"vocab_size": 256}, f)
 
-    def step_seconds(self, compiled: bool, warmup: int) -> list[float]:
+    def command(self, compiled: bool) -> tuple[list[str], Path, dict[str, str]]:
         s = SHAPE
         args = [f"--out_dir={self.dir / 'out'}", "--dataset=stdlib", "--device=cpu", "--dtype=float32",
                 f"--compile={compiled}", f"--n_layer={s['layers']}", f"--n_head={s['heads']}", f"--n_embd={s['width']}",
@@ -140,12 +145,11 @@ class NanoGPT:
                 f"--max_iters={self.steps - 1}", f"--lr_decay_iters={self.steps}", "--eval_interval=1000000",
                 "--eval_iters=1", "--log_interval=1", "--always_save_checkpoint=False", "--dropout=0.0",
                 "--bias=False", "--learning_rate=3e-3", "--min_lr=3e-4", "--warmup_iters=20", "--wandb_log=False"]
-        proc = subprocess.run([sys.executable, str(self.checkout / "train.py"), *args], cwd=self.dir,
-                              env=one_thread_env(self.dir / "inductor"), capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"nanoGPT train.py exited {proc.returncode}: {proc.stderr[-1500:]}")
-        found = re.findall(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms", proc.stdout, re.M)
-        return [float(ms) / 1000 for it, ms in found if int(it) > warmup]
+        return [sys.executable, str(self.checkout / "train.py"), *args], self.dir, one_thread_env(self.dir / "inductor")
+
+    def marks(self, lines: list[tuple[float, str]], compiled: bool) -> list[tuple[int, float]]:
+        found = ((re.match(r"iter (\d+): loss", line), t) for t, line in lines)
+        return [(int(m.group(1)) + 1, t) for m, t in found if m]
 
 
 class OlmoCore:
@@ -158,16 +162,14 @@ class OlmoCore:
         self.data = self.dir / "train.npy"
         np.save(self.data, data)
 
-    def step_seconds(self, compiled: bool, warmup: int) -> list[float]:
-        s = SHAPE
+    def command(self, compiled: bool) -> tuple[list[str], Path, dict[str, str]]:
         cmd = [self.python, str(ROOT / "bench" / "_olmo_peer.py"), "--data", str(self.data), "--steps", str(self.steps),
-               *[a for k, v in s.items() for a in (f"--{k}", str(v))], *(["--compile"] if compiled else [])]
-        proc = subprocess.run(cmd, cwd=self.dir, env=one_thread_env(self.dir / "inductor"), capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"OLMo-core exited {proc.returncode}: {proc.stderr[-1500:]}")
-        ms = [float(m) for m in re.findall(r"^STEP_MS ([\d.]+)", proc.stdout, re.M)]
-        return [m / 1000 for m in ms[warmup:]]
+               *[a for k, v in SHAPE.items() for a in (f"--{k}", str(v))], *(["--compile"] if compiled else [])]
+        return cmd, self.dir, one_thread_env(self.dir / "inductor")
+
+    def marks(self, lines: list[tuple[float, str]], compiled: bool) -> list[tuple[int, float]]:
+        times = [t for t, line in lines if line.startswith("STEP_MS ")]
+        return [(i + 1, t) for i, t in enumerate(times)]
 
 
 def olmo_problem(python: str | None) -> str | None:
@@ -183,19 +185,97 @@ def olmo_problem(python: str | None) -> str | None:
 # --- measuring ------------------------------------------------------------------------------
 
 
-def measure(contenders: list, modes: list[bool], rounds: int, warmup: int) -> dict[tuple[str, bool], list[float]]:
-    """tokens/s per (contender, compiled), one sample per round; contenders alternate within each round."""
-    tokens = SHAPE["batch"] * SHAPE["block"]
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process below it (torchrun starts its own session, so not a process group)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    for p in _tree(pid):
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
+def run_in_turns(contenders: list, modes: list[bool], slice_s: float) -> dict[tuple[str, bool], tuple[list, list]]:
+    """Start every contender in every mode, then let one run at a time for `slice_s` while the others are stopped.
+
+    Returns, per contender, the lines it printed (with the wall time they
+    were read) and the intervals it spent stopped. Stopping (SIGSTOP to the
+    whole process tree) rather than running one after another is what makes
+    the figures side by side: each contender's steps are spread over the same
+    minutes, so a neighbour's load falls on all of them alike.
+    """
+    procs, lines, stopped = {}, {}, {}
+    for c in contenders:
+        for compiled in modes:
+            key = (c.name, compiled)
+            argv, cwd, env = c.command(compiled)
+            procs[key] = subprocess.Popen(argv, cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"}, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            _signal_tree(procs[key].pid, signal.SIGSTOP)
+            lines[key], stopped[key] = [], []
+            threading.Thread(target=_read_lines, args=(procs[key].stdout, lines[key]), daemon=True).start()
+    since = {n: time.time() for n in procs}
+    while any(p.poll() is None for p in procs.values()):
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                continue
+            _signal_tree(proc.pid, signal.SIGCONT)
+            stopped[name].append((since[name], time.time()))
+            try:
+                proc.wait(timeout=slice_s)
+            except subprocess.TimeoutExpired:
+                _signal_tree(proc.pid, signal.SIGSTOP)
+                since[name] = time.time()
+    for name, proc in procs.items():
+        if proc.returncode != 0:
+            tail = "".join(line for _, line in lines[name][-20:])
+            raise RuntimeError(f"{name} exited {proc.returncode}:\n{tail[-2000:]}")
+    return {n: (lines[n], stopped[n]) for n in procs}
+
+
+def _read_lines(stream, into: list) -> None:
+    for line in stream:
+        into.append((time.time(), line))
+
+
+def steady_tokens_per_s(marks: list[tuple[int, float]], stopped: list[tuple[float, float]], warmup: int) -> float:
+    """Tokens per second of running time between the end of step `warmup` and the last step."""
+    window = [(s, t) for s, t in marks if s >= warmup]
+    (s0, t0), (s1, t1) = window[0], window[-1]
+    paused = sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in stopped)
+    return SHAPE["batch"] * SHAPE["block"] * (s1 - s0) / (t1 - t0 - paused)
+
+
+def measure(contenders: list, modes: list[bool], rounds: int, warmup: int,
+            slice_s: float) -> dict[tuple[str, bool], list[float]]:
+    """tokens/s per (contender, compiled), one sample per round."""
     tps: dict[tuple[str, bool], list[float]] = {}
     for r in range(rounds):
-        for compiled in modes:
-            for c in contenders:
-                t0 = time.perf_counter()
-                steps = c.step_seconds(compiled, warmup)
-                tps.setdefault((c.name, compiled), []).append(tokens * len(steps) / sum(steps))
-                print(f"round {r + 1} {c.name:8s} {'compiled' if compiled else 'eager   '} "
-                      f"{tps[(c.name, compiled)][-1]:8,.0f} tok/s  ({time.perf_counter() - t0:.0f} s)",
-                      file=sys.stderr, flush=True)
+        t = time.perf_counter()
+        out = run_in_turns(contenders, modes, slice_s)
+        for c in contenders:
+            for compiled in modes:
+                lines, stopped = out[(c.name, compiled)]
+                tps.setdefault((c.name, compiled), []).append(
+                    steady_tokens_per_s(c.marks(lines, compiled), stopped, warmup))
+        print(f"round {r + 1} ({time.perf_counter() - t:.0f} s): " + ", ".join(
+            f"{n} {'compiled' if m else 'eager'} {v[-1]:,.0f}" for (n, m), v in tps.items()) + " tok/s",
+            file=sys.stderr, flush=True)
     return tps
 
 
@@ -309,6 +389,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=60, help="steps per contender per round")
     ap.add_argument("--warmup", type=int, default=10, help="first steps left out of each throughput")
+    ap.add_argument("--slice", type=float, default=2.0, help="seconds each contender runs while the others wait")
     ap.add_argument("--compile", choices=("off", "on", "both"), default="both")
     ap.add_argument("--step-only", action="store_true", help="only time the model + AdamW step alone, in this process")
     ap.add_argument("--profile", action="store_true", help="only print torch.profiler's top operators of that step")
@@ -341,7 +422,7 @@ def main() -> int:
         contenders = [Logbook(work, args.steps), NanoGPT(work, checkout, data, args.steps)]
         if "olmo" not in skipped:
             contenders.append(OlmoCore(work, args.olmo_python, data, args.steps))
-        tps = measure(contenders, modes, args.rounds, args.warmup)
+        tps = measure(contenders, modes, args.rounds, args.warmup, args.slice)
     report(tps, skipped)
     return 0
 

@@ -8,7 +8,7 @@ cross-entropy plus a z-loss read the logits twice (`log_softmax`, then
 cost about a fifth of the step.
 
 - `rms_norm`: an autograd function with its own backward: three passes
-  forward, five backward (one a matrix-vector product), with the gain's gradient reduced over whichever
+  forward, six backward (one a matrix-vector product), with the gain's gradient reduced over whichever
   dimensions it was broadcast along (so the per-head QK-norm gains fit too).
 - `cross_entropy_z`: one log-sum-exp serves both terms; backward is one
   softmax scaled row by row, minus the targets.
