@@ -62,6 +62,12 @@ class Rendezvous:
     """host:port of the rendezvous; None on one node picks a free local port."""
     rdzv_id: str | None = None
     """Rendezvous group id; defaults to the run id."""
+    join_timeout_s: float = 600.0
+    """How long torchrun's rendezvous waits for every node, at the start and after a node is lost,
+    before the run fails (torchrun's `join_timeout`)."""
+    startup_timeout_s: float = 300.0
+    """How long a worker waits at start-up for the other workers of its attempt before it fails
+    with the names of those missing."""
 
 
 @dataclass
@@ -166,6 +172,8 @@ def _check_numbers(nproc: int | None, max_restarts: int | None, rdzv: Rendezvous
         raise UsageError(f"--max-restarts must be 0 or more, got {max_restarts}")
     if rdzv.nnodes < 1 or not 0 <= rdzv.node_rank < rdzv.nnodes:
         raise UsageError(f"--node-rank must be in [0, {rdzv.nnodes}), got {rdzv.node_rank}")
+    if rdzv.join_timeout_s <= 0 or rdzv.startup_timeout_s <= 0:
+        raise UsageError("--join-timeout and --startup-timeout must be positive numbers of seconds")
     if rdzv.nnodes > 1 and not rdzv.endpoint:
         raise UsageError("a run on several nodes needs --rdzv-endpoint HOST:PORT", hint="use the address of node 0, the same on every node")
 
@@ -403,6 +411,7 @@ def torchrun_command(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str
         "--nproc-per-node", str(rec.nproc), "--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
         "--max-restarts", str(rec.max_restarts),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv.rdzv_id or rec.run_id,
+        "--rdzv-conf", f"join_timeout={rdzv.join_timeout_s:g}",
         "--monitor-interval", "0.5", "--log-dir", str(log_dir),
         # `--` ends torchrun's own options: its parser would otherwise take the
         # trainer's `--run` for an abbreviation of its `--run-path`.
@@ -419,6 +428,7 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     env = _child_env()
     # torchrun's own @record copies the root-cause worker error here when it fails.
     env["TORCHELASTIC_ERROR_FILE"] = str(launch_dir / "torchrun-error.json")
+    env.update(_rendezvous_env(rdzv))
     cmd = torchrun_command(project, plan, rdzv, entry, launch_dir / "logs")
     first_seq = next_seq(project.run_dir(rec.run_id) / "events.jsonl")
     # A session of its own: a Ctrl-C at the terminal reaches only the launcher,
@@ -431,6 +441,17 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     watcher = Watcher(project, rec.run_id, proc, say)
     torchrun_exit = watcher.wait(poll_s)
     return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0)
+
+
+def _rendezvous_env(rdzv: Rendezvous) -> dict[str, str]:
+    """What the workers need to agree on an attempt (see trainer/rendezvous.py)."""
+    return {
+        # A fresh store for each rendezvous round: torchrun's shared one outlives attempts, and its
+        # agents do not agree on the restart count that used to tell attempts apart.
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "LOGBOOK_NODE_RANK": str(rdzv.node_rank),
+        "LOGBOOK_STARTUP_TIMEOUT_S": f"{rdzv.startup_timeout_s:g}",
+    }
 
 
 def _term_with_parent() -> None:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -17,14 +16,33 @@ import torch.distributed as dist
 
 @dataclass
 class DistInfo:
+    """This worker's place in the attempt."""
+
     rank: int = 0
+    """Rank in the run: ordered by (node, local rank), so node 0's first worker is rank 0."""
     local_rank: int = 0
+    """Index among this node's workers (and its CUDA device)."""
     world_size: int = 1
+    """Workers in the attempt, all nodes together."""
     device: torch.device = torch.device("cpu")
+    """Where this worker computes."""
+    members: list[dict] = field(default_factory=list)
+    """Every worker as {rank, node, local_rank, host, pid}, in rank order (empty alone)."""
+    group_id: str = ""
+    """The attempt's agreed identity: the same on every worker of one attempt, new for each attempt."""
 
     @property
     def enabled(self) -> bool:
         return self.world_size > 1
+
+    @property
+    def node(self) -> int:
+        """The node rank of this worker (0 alone)."""
+        return int(self.members[self.rank]["node"]) if self.members else 0
+
+    def node_of(self, rank: int) -> int | None:
+        """The node rank of `rank`, when known."""
+        return int(self.members[rank]["node"]) if 0 <= rank < len(self.members) else None
 
 
 def pick_device(pref: str, local_rank: int = 0) -> torch.device:
@@ -57,33 +75,24 @@ def set_deterministic(mode: bool, warn_only: bool = False, compiling: bool = Fal
 
 
 def init_distributed(device_pref: str) -> DistInfo:
-    """Read RANK/LOCAL_RANK/WORLD_SIZE; join the process group when there is more than one rank."""
+    """Read LOCAL_RANK/WORLD_SIZE; with more than one worker, join the attempt's group (see `rendezvous`)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(device_pref, local)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, store=_attempt_store(rank, world), rank=rank, world_size=world)
-    return DistInfo(rank=rank, local_rank=local, world_size=world, device=device)
+    if world == 1 or dist.is_initialized():
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        return DistInfo(rank=rank, local_rank=local, world_size=world, device=device)
+    from .rendezvous import join_group
 
-
-def _attempt_store(rank: int, world: int) -> dist.Store:
-    """The rendezvous store, under a prefix of its own for each torchrun restart.
-
-    torchrun's agent keeps one store for the whole job. Without a fresh prefix,
-    a restarted group reads the addresses its predecessors published and gloo
-    fails to connect ("Connection refused") on every restart after the first.
-    """
-    host, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500"))
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(host, port, world, is_master=not agent and rank == 0,
-                          timeout=timedelta(seconds=float(os.environ.get("LOGBOOK_DIST_TIMEOUT_S", "600"))),
-                          wait_for_workers=False)
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"logbook/restart{restart}/", store)
+    group = join_group(world)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend=backend, store=group.store, rank=group.rank, world_size=world)
+    members = [{"rank": r, "node": m.node, "local_rank": m.local_rank, "host": m.host, "pid": m.pid}
+               for r, m in enumerate(group.members)]
+    return DistInfo(rank=group.rank, local_rank=local, world_size=world, device=device, members=members,
+                    group_id=group.group_id)
 
 
 def all_reduce_mean(t: torch.Tensor, info: DistInfo) -> torch.Tensor:

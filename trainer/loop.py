@@ -33,7 +33,7 @@ from logbook.errors import RunFailedError
 from logbook.sink import MetricsWriter
 
 from . import dist
-from .attempts import Heartbeat
+from .attempts import Heartbeat, RankMark
 from .callbacks import Action, Callback, CallbackList
 from .checkpoint import Checkpointer
 from .config import TrainConfig
@@ -100,6 +100,7 @@ class Trainer:
         self.checkpointer: Checkpointer | None = None
         self.metrics: MetricsWriter | None = None
         self.heartbeat: Heartbeat | None = None
+        self.rank_mark: RankMark | None = None
         self.dist: dist.DistInfo | None = None
         self._torch_before: tuple[int, bool, bool] | None = None
 
@@ -173,6 +174,9 @@ class Trainer:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._stop_signal = signum  # acted on between steps, never in the middle of one
+        if self.rank_mark is not None:
+            # torchrun stops the survivors of a lost rank with SIGTERM, then SIGKILL: they did not vanish.
+            self.rank_mark.ended(signal.Signals(signum).name)
 
     # --- training ----------------------------------------------------------------------
 
@@ -344,6 +348,8 @@ class Trainer:
         return TrainResult(self.attempt, self.step, self.tokens, self.last_loss, self.last_val[1])
 
     def _record_failure(self, e: BaseException) -> None:
+        if self.rank_mark is not None:
+            self.rank_mark.ended()  # first: torchrun may SIGKILL a failing group before it is torn down
         if self.callbacks is not None:
             self.callbacks.on_error(e)
         tb = traceback.format_exception(type(e), e, e.__traceback__)
@@ -352,6 +358,8 @@ class Trainer:
                   traceback="".join(tb[-3:])[-4000:])
 
     def _teardown(self) -> None:
+        if self.rank_mark is not None:
+            self.rank_mark.ended()
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
         if self.checkpointer is not None:

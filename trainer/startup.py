@@ -12,6 +12,8 @@ count.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +28,7 @@ from logbook.sink import EventSink, MetricsWriter
 
 from . import dist
 from .advice_cb import AdviceCallback
-from .attempts import Heartbeat, RunHistory, classify_restart
+from .attempts import Heartbeat, RankMark, RunHistory, classify_restart
 from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
 from .config import TrainConfig, config_hash, config_to_dict
@@ -63,7 +65,9 @@ def open_logbook(t: Trainer) -> dict[str, Any]:
         t.run_record = None  # launched directly, not through `logbook run`
     t.heartbeat = Heartbeat(t.project.state_dir / "heartbeat" / f"{t.run_id}.json")
     # Rank 0 reads the run's history; every rank acts on what it found.
-    t.history = RunHistory.read(t.run_dir, t.heartbeat) if t.dist.rank == 0 else RunHistory()
+    ranks_dir = t.project.state_dir / "ranks" / t.run_id
+    t.rank_mark = RankMark(ranks_dir, t.dist.rank)
+    t.history = RunHistory.read(t.run_dir, t.heartbeat, ranks_dir) if t.dist.rank == 0 else RunHistory()
     aborted, finished = t.history.has("run_aborted"), t.history.has("run_finished")
     facts = dist.broadcast_object({
         "attempt": t.history.last_attempt() + 1,
@@ -175,7 +179,11 @@ def announce(t: Trainer) -> None:
         flops_per_token=t.raw_model.flops_per_token(), data_fingerprints=t.data.fingerprints(),
         started_at=t.started_at, restore_s=round(t.restore_s, 6),
         config_changed=_changed_keys(t.saved_config, config_to_dict(t.cfg)) if t.saved_config else [],
+        members=t.dist.members, group_id=t.dist.group_id or None,
     )
+    member = t.dist.members[t.dist.rank] if t.dist.members else \
+        {"rank": 0, "node": 0, "local_rank": 0, "host": socket.gethostname(), "pid": os.getpid()}
+    t.rank_mark.started(t.attempt, member)
     if t.dist.rank == 0:
         # The attempt counts from here: one that dies while building or restoring leaves
         # no trace, so the next start takes its number and its restart names the attempt
