@@ -440,7 +440,8 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
                             pass_fds=(lock.fileno(),), preexec_fn=_term_with_parent)
     watcher = Watcher(project, rec.run_id, proc, say)
     torchrun_exit = watcher.wait(poll_s)
-    return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0)
+    return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0,
+                   join_timeout_s=rdzv.join_timeout_s if rdzv.nnodes > 1 else None)
 
 
 def _rendezvous_env(rdzv: Rendezvous) -> dict[str, str]:

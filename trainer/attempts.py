@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.events import iter_events
-from logbook.fsutil import atomic_write_json
+from logbook.rankmarks import lost_ranks, name_ranks, read_marks
 
 _HEARTBEAT_BYTES = 256
 _METRICS_TAIL = 4 << 20  # bytes of the metrics stream read at start-up (tens of thousands of rows)
@@ -62,44 +62,6 @@ class Heartbeat:
             self._fd = None
 
 
-class RankMark:
-    """Each worker's own small file: the attempt it belongs to, and whether it ended by itself.
-
-    Written when the worker starts training and again when it stops in any way
-    Python sees (finished, preempted, an exception). A mark still open after its
-    attempt ended is a worker that vanished: SIGKILL, the OOM killer, a lost
-    node. Rank 0 writes the logbook, but only each worker knows whether it
-    ended by itself; with a project on a filesystem every node shares, these
-    files let the next attempt name the rank, node and host that was lost.
-    """
-
-    def __init__(self, directory: Path, rank: int) -> None:
-        self.path = Path(directory) / f"rank{rank}.json"
-        self._mark: dict[str, Any] | None = None
-
-    def started(self, attempt: int, member: dict[str, Any]) -> None:
-        self._mark = {**member, "attempt": attempt, "ended": False}
-        atomic_write_json(self.path, self._mark)
-
-    def ended(self, signal_name: str | None = None) -> None:
-        """The worker stops by itself, or (`signal_name`) was asked to stop: either way it did not vanish."""
-        if self._mark is not None and not self._mark["ended"]:
-            self._mark["ended"] = signal_name or True
-            atomic_write_json(self.path, self._mark)
-
-    @staticmethod
-    def read_all(directory: Path) -> list[dict[str, Any]]:
-        out = []
-        for p in sorted(Path(directory).glob("rank*.json")):
-            try:
-                mark = json.loads(p.read_text("utf-8"))
-            except (OSError, ValueError):
-                continue
-            if isinstance(mark, dict):
-                out.append(mark)
-        return out
-
-
 @dataclass
 class RunHistory:
     """What earlier attempts of a run left behind."""
@@ -113,12 +75,11 @@ class RunHistory:
     @classmethod
     def read(cls, run_dir: Path, heartbeat: Heartbeat, ranks_dir: Path | None = None) -> RunHistory:
         return cls(list(iter_events(run_dir / "events.jsonl")), heartbeat.read(), _metrics_tail(run_dir / "metrics.jsonl"),
-                   RankMark.read_all(ranks_dir) if ranks_dir is not None else [])
+                   read_marks(ranks_dir) if ranks_dir is not None else [])
 
     def lost_ranks(self, attempt: int) -> list[dict[str, Any]]:
         """Workers of `attempt` that vanished without ending by themselves, in rank order."""
-        lost = [m for m in self.ranks if m.get("attempt") == attempt and not m.get("ended")]
-        return sorted(lost, key=lambda m: m.get("rank", 0))
+        return lost_ranks(self.ranks, attempt)
 
     def last_attempt(self) -> int:
         seen = [e.get("attempt") for e in self.events if isinstance(e.get("attempt"), int)]
@@ -230,7 +191,7 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     lost = history.lost_ranks(prev)
     if lost and out["cause"] == "signal":
         out["lost_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in lost]
-        out["detail"] = f"{_name_ranks(lost)} of attempt {prev} vanished with no record left " \
+        out["detail"] = f"{name_ranks(lost)} of attempt {prev} vanished with no record left " \
                         f"(SIGKILL, the OOM killer or a lost node)" + \
                         ("; rank 0 lost its peer" if out.get("peer_lost") else "")
     failed_at, last_alive = _last_signs(history, prev, events)
@@ -239,12 +200,6 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     out["downtime_s"] = round(max(0.0, started_at - last_alive), 3) if last_alive is not None else None
     out["seconds_lost"] = _seconds_lost(history, events, resumed_from_step, last_alive)
     return out
-
-
-def _name_ranks(marks: list[dict[str, Any]]) -> str:
-    """"rank 1 on node 1 (host gpu07)", joined with "and"."""
-    names = [f"rank {m.get('rank')} on node {m.get('node')} (host {m.get('host')})" for m in marks]
-    return " and ".join(names)
 
 
 _PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted",

@@ -30,10 +30,12 @@ from typing import Any
 import torch
 
 from logbook.errors import RunFailedError
+from logbook.rankmarks import RankMark
 from logbook.sink import MetricsWriter
 
 from . import dist
-from .attempts import Heartbeat, RankMark
+from .attempts import Heartbeat
+from .slurm import slurm_info
 from .callbacks import Action, Callback, CallbackList
 from .checkpoint import Checkpointer
 from .config import TrainConfig
@@ -328,7 +330,8 @@ class Trainer:
         if self.last_saved_step != self.step:  # known alike on every rank, unlike the outcome of a save
             self.save(sync=True)
         name = signal.Signals(sig).name
-        self.emit("preempted", drill=self.drill_active, signal=name, saved_step=self.last_good_step)
+        self.emit("preempted", drill=self.drill_active, signal=name, saved_step=self.last_good_step,
+                  slurm=slurm_info(self.env))
         raise Preempted(name, self.last_good_step)
 
     # --- ending ------------------------------------------------------------------------

@@ -23,12 +23,13 @@ import torch
 
 from logbook.errors import NotFoundError
 from logbook.project import open_project
+from logbook.rankmarks import RankMark
 from logbook.runs import load_run_record
 from logbook.sink import EventSink, MetricsWriter
 
 from . import dist
 from .advice_cb import AdviceCallback
-from .attempts import Heartbeat, RankMark, RunHistory, classify_restart
+from .attempts import Heartbeat, RunHistory, classify_restart
 from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
 from .config import TrainConfig, config_hash, config_to_dict
@@ -164,7 +165,7 @@ def announce(t: Trainer) -> None:
             payload = classify_restart(t.history, prev, t.step, start, t.env if latest else {})
             prev_events = t.history.of_attempt(prev)
             drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
-            t.emit("restart", drill=drill, next_attempt=prev + 1, **payload)
+            t.emit("restart", drill=drill, next_attempt=prev + 1, slurm=slurm_info(t.env), **payload)
     rec = t.run_record
     snapshot = rec.snapshot if rec else {}
     t.emit(
