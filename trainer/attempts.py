@@ -165,7 +165,12 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     events = history.of_attempt(prev)
     kinds = {e.get("kind"): e for e in events}
     out: dict[str, Any] = {"prev_attempt": prev, "resumed_from_step": resumed_from_step}
-    if "attempt_failed" in kinds and peer_lost(kinds["attempt_failed"].get("data", {})):
+    hung = [m for m in history.ranks if m.get("attempt") == prev and m.get("ended") == "hang"]
+    if hung and "hang" not in kinds:
+        # A rank other than 0 hung; rank 0 saw only its collective break when that rank exited.
+        out.update(cause="hang", hung_ranks=[{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung],
+                   detail=f"{name_ranks(hung)} of attempt {prev} made no progress past its hang timeout and exited")
+    elif "attempt_failed" in kinds and peer_lost(kinds["attempt_failed"].get("data", {})):
         d = kinds["attempt_failed"].get("data", {})
         # Rank 0 saw a collective fail because another rank vanished mid-step: the
         # cause is that rank's death (a signal, the OOM killer, a lost node), not rank 0's error.
@@ -183,6 +188,8 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     elif "hang" in kinds:
         d = kinds["hang"].get("data", {})
         out.update(cause="hang", detail=f"attempt {prev} made no progress for {d.get('elapsed_s')} s and exited")
+        if hung:
+            out["hung_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung]
     elif (err := torchelastic_previous_error(env)) is not None:
         out.update(cause="exception", exception_message=err["message"],
                    detail=f"attempt {prev} failed; torchrun recorded: {err['message']}")
