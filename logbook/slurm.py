@@ -11,7 +11,9 @@ written here:
 2. traps USR1 and TERM in the batch shell and passes them on to the step, so
    the run saves a checkpoint, writes `preempted` and exits 75;
 3. on exit code 75 requeues its own job (`scontrol requeue`), which runs the
-   script again from step 1 with the same job id.
+   script again from step 1 with the same job id; unless the job is no longer
+   RUNNING: a cancelled job (`scancel`) stays cancelled, and a job Slurm
+   requeued itself (`scontrol requeue`, preemption) is requeued once.
 
 A run that fails (exit 5) is not requeued: torchrun's restarts have already
 been spent on it, and a loop of requeues would hide the failure.
@@ -119,10 +121,14 @@ while :; do
 done
 if [ "$rc" -gt 128 ]; then wait "$step"; again=$?; [ "$again" -ne 127 ] && rc=$again; fi
 
-if [ "$rc" -eq 75 ]; then
+state=$(scontrol show job "$SLURM_JOB_ID" -o | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+if [ "$rc" -eq 75 ] && [ "$state" = RUNNING ]; then
   # Saved and stopped: Slurm does not requeue a job that ends by itself, so ask for it.
   echo "logbook: run $run saved and stopped (exit 75); requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
+elif [ "$rc" -eq 75 ]; then
+  # Cancelled (scancel), or already requeued by Slurm (scontrol requeue, preemption): leave it so.
+  echo "logbook: run $run saved and stopped (exit 75); job $SLURM_JOB_ID is $state, not requeueing it"
 fi
 exit "$rc"
 """

@@ -155,10 +155,7 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, parallel: str) -> torch.n
     if not info.enabled:
         return model
     if parallel == "fsdp":
-        if info.device.type != "cuda":
-            from logbook.errors import UsageError
-
-            raise UsageError("train.parallel=fsdp needs CUDA devices", hint="use train.parallel=ddp on CPU")
+        # FSDP2 runs on CPU too (gloo's all_gather and reduce_scatter), which is how the tests run it.
         from torch.distributed.fsdp import fully_shard
 
         for block in getattr(model, "blocks", []):
@@ -169,15 +166,29 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, parallel: str) -> torch.n
     return DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor: FSDP2's grad norm is a replicated DTensor, which `.tolist()` and `float()` refuse."""
+    full = getattr(t, "full_tensor", None)
+    return full() if callable(full) else t
+
+
 def is_sharded(model: torch.nn.Module) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
 
 
-def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+def _optimizer_parts(optimizer) -> list[tuple[str | None, torch.optim.Optimizer]]:
+    """The torch optimizers inside: the trainer's CombinedOptimizer holds one per parameter role."""
+    inner = getattr(optimizer, "optimizers", None)
+    return list(inner.items()) if isinstance(inner, dict) else [(None, optimizer)]
+
+
+def full_state(model: torch.nn.Module, optimizer) -> tuple[dict, dict]:
     """(model, optimizer) state dicts, whole and on the CPU even when sharded: the checkpoint format stays one.
 
+    Sharded, the optimizer's state is keyed by parameter name (torch.distributed.checkpoint's
+    full state dict), so it loads into any number of ranks, one included.
     A collective under FSDP: every rank must call it.
     """
     if not is_sharded(model):
@@ -185,17 +196,25 @@ def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tupl
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return get_model_state_dict(model, options=opts), get_optimizer_state_dict(model, optimizer, options=opts)
+    optim = {name: get_optimizer_state_dict(model, opt, options=opts) for name, opt in _optimizer_parts(optimizer)}
+    return get_model_state_dict(model, options=opts), optim.get(None, optim)
 
 
-def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, model_sd: dict, optim_sd: dict) -> None:
+def load_full_state(model: torch.nn.Module, optimizer, model_sd: dict, optim_sd: dict) -> None:
     """Load whole state dicts (as `full_state` makes them) into a plain or sharded model and its optimizer."""
-    if not is_sharded(model):
+    parts = _optimizer_parts(optimizer)
+    named = {name: optim_sd if name is None else optim_sd.get(name, {}) for name, _ in parts}
+    by_name = any(isinstance(k, str) for sd in named.values() for k in (sd.get("state") or {}))
+    if not is_sharded(model) and not by_name:
         model.load_state_dict(model_sd)
         optimizer.load_state_dict(optim_sd)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     opts = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(model, model_sd, options=opts)
-    set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)
+    if is_sharded(model):
+        set_model_state_dict(model, model_sd, options=opts)
+    else:
+        model.load_state_dict(model_sd)  # a sharded run's checkpoint, resumed without FSDP (one rank)
+    for name, opt in parts:
+        set_optimizer_state_dict(model, opt, named[name], options=opts)

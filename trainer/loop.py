@@ -210,7 +210,7 @@ class Trainer:
             ce_sum += out.ce_loss
             z_sum += out.z_loss
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
+        grad_norm = dist.local_tensor(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip))
         return dist.all_reduce_mean(ce_sum / accum, self.dist), z_sum / accum, grad_norm
 
     def _train_step(self) -> None:
