@@ -218,3 +218,4 @@ def load_full_state(model: torch.nn.Module, optimizer, model_sd: dict, optim_sd:
         model.load_state_dict(model_sd)  # a sharded run's checkpoint, resumed without FSDP (one rank)
     for name, opt in parts:
         set_optimizer_state_dict(model, opt, named[name], options=opts)
+
