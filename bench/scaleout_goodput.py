@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench._result import result  # noqa: E402
 from lab import Lab, run_config  # noqa: E402
-from nodes import free_port, kill_node, node_command, start_node  # noqa: E402
+from nodes import free_port, kill_node, node_command, start_node, start_nodes  # noqa: E402
 from slurm_cluster import SlurmCluster, SlurmUnavailable  # noqa: E402
 
 from logbook.goodput import goodput_report  # noqa: E402
@@ -70,8 +70,8 @@ def two_nodes(base: Path, steps: int, rejoin_after: float | None) -> tuple[float
     lab = Lab.create(base)
     cfg = _config(lab, steps)
     endpoint = f"127.0.0.1:{free_port()}"
-    n0 = start_node(lab, node_command(0, 2, endpoint, "two", cfg, *NODE_ARGS), base / "node0.log")
-    n1 = start_node(lab, node_command(1, 2, endpoint, "two", cfg, *NODE_ARGS), base / "node1.log")
+    n0, n1 = start_nodes(lab, node_command(0, 2, endpoint, "two", cfg, *NODE_ARGS),
+                         node_command(1, 2, endpoint, "two", cfg, *NODE_ARGS), endpoint, base)
     killed = None
     if rejoin_after is not None:
         while not _saved(lab, "two", 8):

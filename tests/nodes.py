@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from lab import Lab
@@ -40,6 +41,34 @@ def start_node(lab: Lab, argv: list[str], log: Path) -> subprocess.Popen:
                                 start_new_session=True)
     finally:
         out.close()
+
+
+def wait_for_rendezvous(endpoint: str, node0: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until node 0's torchrun listens on the rendezvous endpoint.
+
+    On one machine every launcher's host matches the endpoint, and whichever
+    torchrun binds the port first hosts the rendezvous store. On a cluster it is
+    node 0, whose address the endpoint is; starting the others after it keeps
+    that true here, so losing node 1 does not take the store with it.
+    """
+    host, port = endpoint.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if node0.poll() is not None:
+            raise AssertionError(f"node 0 ended (exit {node0.returncode}) before its rendezvous was up")
+        try:
+            with socket.create_connection((host, int(port)), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {endpoint} after {timeout} s")
+
+
+def start_nodes(lab: Lab, argv0: list[str], argv1: list[str], endpoint: str, logs: Path) -> tuple:
+    """Node 0, then (once its rendezvous is up) node 1."""
+    n0 = start_node(lab, argv0, logs / "node0.log")
+    wait_for_rendezvous(endpoint, n0)
+    return n0, start_node(lab, argv1, logs / "node1.log")
 
 
 def descendants(pid: int) -> list[int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from lab import Lab, run_config
-from nodes import free_port, kill_node, node_command, start_node, worker_pids
+from nodes import free_port, kill_node, node_command, start_node, start_nodes, worker_pids
 
 from trainer.rendezvous import StartupTimeout, join_group
 
@@ -43,9 +43,8 @@ def reference(tmp_path_factory):
 
 def _start_pair(lab: Lab, cfg: Path, *extra: str, run: str = "two") -> tuple:
     endpoint = f"127.0.0.1:{free_port()}"
-    logs = lab.root.parent
-    n0 = start_node(lab, node_command(0, 2, endpoint, run, cfg, *FAST, *extra), logs / "node0.log")
-    n1 = start_node(lab, node_command(1, 2, endpoint, run, cfg, *FAST, *extra), logs / "node1.log")
+    n0, n1 = start_nodes(lab, node_command(0, 2, endpoint, run, cfg, *FAST, *extra),
+                         node_command(1, 2, endpoint, run, cfg, *FAST, *extra), endpoint, lab.root.parent)
     return endpoint, n0, n1
 
 
@@ -88,8 +87,8 @@ def test_two_nodes_train_like_one_node_with_two_processes_and_a_slow_node_is_nam
     cfg = _config(lab)
     slow = ["straggler.every=2", "straggler.patience=2", "straggler.drill_rank=1", "straggler.drill_sleep_s=0.1"]
     endpoint = f"127.0.0.1:{free_port()}"
-    n0 = start_node(lab, node_command(0, 2, endpoint, "two", cfg, *FAST) + slow, tmp_path / "node0.log")
-    n1 = start_node(lab, node_command(1, 2, endpoint, "two", cfg, *FAST) + slow, tmp_path / "node1.log")
+    n0, n1 = start_nodes(lab, node_command(0, 2, endpoint, "two", cfg, *FAST) + slow,
+                         node_command(1, 2, endpoint, "two", cfg, *FAST) + slow, endpoint, tmp_path)
     assert (_wait(n0), _wait(n1)) == (0, 0), (tmp_path / "node0.log").read_text()[-3000:]
 
     evs = _assert_recorded_once(lab, "two")
@@ -164,8 +163,8 @@ def test_a_lost_node_that_never_returns_fails_the_run_after_the_join_timeout_wit
     cfg = _config(lab)
     endpoint = f"127.0.0.1:{free_port()}"
     short = ["--join-timeout", "8", "--startup-timeout", "60", "--max-restarts", "2"]
-    n0 = start_node(lab, node_command(0, 2, endpoint, "two", cfg, *short), tmp_path / "node0.log")
-    n1 = start_node(lab, node_command(1, 2, endpoint, "two", cfg, *short), tmp_path / "node1.log")
+    n0, n1 = start_nodes(lab, node_command(0, 2, endpoint, "two", cfg, *short),
+                         node_command(1, 2, endpoint, "two", cfg, *short), endpoint, tmp_path)
     killed = _kill_node_1_after_a_checkpoint(lab, n0, n1)
     assert _wait(n0) == 5
     waited = time.time() - killed
