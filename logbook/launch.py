@@ -5,8 +5,10 @@ own `--print-config`), the preregistration (it must exist and verify), takes a
 code snapshot, hashes the config and writes `run.json`. Then torchrun runs the
 trainer with `--max-restarts`: the trainer writes its own events (run_started,
 restart, preempted, run_finished...) while the launcher re-renders the
-chronicle as events arrive and forwards SIGINT/SIGTERM so the trainer's
-preemption path saves a checkpoint. When torchrun exits without a
+chronicle as events arrive and forwards SIGINT/SIGTERM (and Slurm's SIGUSR1)
+so the trainer's preemption path saves a checkpoint. On several nodes each
+node runs its own launcher; the workers agree on each attempt through a fresh
+store per rendezvous round (see trainer/rendezvous.py). When torchrun exits without a
 `run_finished`, the launcher records `run_failed` itself, unless the last
 attempt was preempted (exit code 75, so a Slurm requeue resumes it).
 

@@ -28,6 +28,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 
@@ -73,7 +74,7 @@ class Group:
     """A digest of the membership: equal on every worker of one attempt, new for each attempt."""
 
 
-def startup_timeout_s(env: dict[str, str] | os._Environ) -> float:
+def startup_timeout_s(env: Mapping[str, str]) -> float:
     """Seconds a worker waits at start-up for the others (LOGBOOK_STARTUP_TIMEOUT_S, default 300)."""
     raw = env.get(STARTUP_TIMEOUT_ENV, "")
     try:
@@ -87,7 +88,7 @@ def startup_timeout_s(env: dict[str, str] | os._Environ) -> float:
     return value
 
 
-def join_group(world: int, env: dict[str, str] | os._Environ = os.environ) -> Group:
+def join_group(world: int, env: Mapping[str, str] = os.environ) -> Group:
     """Meet the other workers of this attempt and agree on ranks; raise StartupTimeout after the timeout."""
     timeout = startup_timeout_s(env)
     torch_rank = int(env.get("RANK", "0"))
@@ -102,7 +103,7 @@ def join_group(world: int, env: dict[str, str] | os._Environ = os.environ) -> Gr
     return Group(store=dist.PrefixStore("pg/", store), rank=members.index(me), members=members, group_id=digest)
 
 
-def _attempt_store(torch_rank: int, world: int, timeout: float, env) -> dist.Store:
+def _attempt_store(torch_rank: int, world: int, timeout: float, env: Mapping[str, str]) -> dist.Store:
     """The store this attempt's workers meet in, empty of earlier attempts' keys."""
     host, port = env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", "29500"))
     shared = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
@@ -114,7 +115,7 @@ def _attempt_store(torch_rank: int, world: int, timeout: float, env) -> dist.Sto
     try:
         store = dist.TCPStore(host, port, world, is_master=not shared and torch_rank == 0,
                               timeout=timedelta(seconds=timeout), wait_for_workers=False)
-    except (RuntimeError, dist.DistError) as e:
+    except RuntimeError as e:  # DistNetworkError and its kin: nobody hosts the store
         raise StartupTimeout(f"could not reach the attempt's store at {host}:{port} within {timeout:g} s: {e}") from e
     # One node: its only agent counts every restart, so the count names the attempt.
     prefix = f"logbook/restart{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/" if shared else "logbook/"
