@@ -23,17 +23,6 @@ def _weights(repo, run_id: str, step: int) -> dict:
     return torch.load(repo / ".logbook" / "checkpoints" / run_id / f"step_{step:06d}" / "model.pt", weights_only=True)
 
 
-# Found by these tests: fully_shard itself runs on CPU (gloo), but in the trainer an FSDP2 run fails
-# at its second checkpoint, or the first after a resume: get_optimizer_state_dict raises KeyError: 0,
-# because the optimizer holds parameter objects of the root module (embeddings, final norm) that the
-# module no longer has. A bare loop of the same model, optimizer and full_state saves any number of
-# times, and rebinding the optimizer to the module's parameters after a load (even after forcing
-# FSDP2's lazy init) does not help: something in the trainer's step replaces them. DDP is unaffected.
-FSDP_BUG = pytest.mark.xfail(strict=True, reason="FSDP2 in the trainer: KeyError 0 in get_optimizer_state_dict "
-                                                 "at the second save")
-
-
-@FSDP_BUG
 def test_fsdp2_trains_on_two_cpu_processes_and_checkpoints_whole_tensors(logbook_repo):
     cfg = micro_config(logbook_repo, steps=8, every=4)
     res = launch_run(open_project(), cfg, FSDP, exploratory=True, nproc=2, max_restarts=0, run_id="sharded")
@@ -47,7 +36,6 @@ def test_fsdp2_trains_on_two_cpu_processes_and_checkpoints_whole_tensors(logbook
     assert w and all(type(v) is torch.Tensor for v in w.values())  # gathered from the shards: loads anywhere
 
 
-@FSDP_BUG
 def test_fsdp2_on_two_cpu_processes_resumes_exactly_after_a_rank_is_killed(logbook_repo):
     cfg = micro_config(logbook_repo, steps=12, every=4)
     project = open_project()
@@ -69,7 +57,6 @@ def test_fsdp2_on_two_cpu_processes_resumes_exactly_after_a_rank_is_killed(logbo
     assert all(isinstance(v, torch.Tensor) and type(v) is torch.Tensor for v in a.values())
 
 
-@FSDP_BUG
 def test_an_fsdp2_run_preempted_on_two_processes_resumes_on_one(logbook_repo):
     cfg = micro_config(logbook_repo, steps=10, every=4)
     project = open_project()

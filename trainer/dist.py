@@ -172,6 +172,19 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return full() if callable(full) else t
 
 
+def reshard(model: torch.nn.Module) -> None:
+    """After forwards with no backward (evaluation), put an FSDP2 model's parameters back into their shards.
+
+    FSDP2 leaves the root's parameters unsharded after a forward, for the backward
+    to use; with no backward, the module keeps the unsharded tensors as its
+    parameters instead of those the optimizer steps, and the next checkpoint
+    fails (`get_optimizer_state_dict`: KeyError) as a save right after a final
+    evaluation did.
+    """
+    if is_sharded(model):
+        model.reshard()
+
+
 def is_sharded(model: torch.nn.Module) -> bool:
     from torch.distributed.fsdp import FSDPModule
 

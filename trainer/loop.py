@@ -279,6 +279,7 @@ class Trainer:
             x, y = self.data.val_batch(i)
             with self.autocast:
                 total += self.raw_model(x, y).ce_loss
+        dist.reshard(self.raw_model)
         self.model.train()
         val = float(dist.all_reduce_mean(total / self.cfg.train.eval_batches, self.dist))
         self.last_val = (self.step, val)
