@@ -196,7 +196,8 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     else:
         out.update(cause="signal", signal=None, detail="killed by a signal with no record left")
     lost = history.lost_ranks(prev)
-    if lost and out["cause"] == "signal":
+    several = sum(1 for m in history.ranks if m.get("attempt") == prev) > 1
+    if lost and several and out["cause"] == "signal":  # alone, "killed by a signal" already says which
         out["lost_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in lost]
         out["detail"] = f"{name_ranks(lost)} of attempt {prev} vanished with no record left " \
                         f"(SIGKILL, the OOM killer or a lost node)" + \

@@ -35,11 +35,6 @@ class DistInfo:
     def enabled(self) -> bool:
         return self.world_size > 1
 
-    @property
-    def node(self) -> int:
-        """The node rank of this worker (0 alone)."""
-        return int(self.members[self.rank]["node"]) if self.members else 0
-
     def node_of(self, rank: int) -> int | None:
         """The node rank of `rank`, when known."""
         return int(self.members[rank]["node"]) if 0 <= rank < len(self.members) else None
