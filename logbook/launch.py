@@ -458,7 +458,14 @@ def _rendezvous_env(rdzv: Rendezvous) -> dict[str, str]:
 
 
 def _term_with_parent() -> None:
-    """In the child, before exec: ask Linux for a SIGTERM when the launcher dies."""
+    """In the child, before exec: ask Linux for a SIGTERM when the launcher dies; ignore SIGUSR1.
+
+    Slurm delivers a step's signals to every process of the step: torchrun would
+    die of SIGUSR1 (the time-limit warning) before the trainer had saved. The
+    launcher turns its own SIGUSR1 into a SIGTERM for torchrun, and the trainer
+    sets its own handler, so nothing is lost by torchrun ignoring it.
+    """
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes
 

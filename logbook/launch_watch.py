@@ -236,6 +236,12 @@ def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[
     elif "preempted" in kinds:
         status, code = "preempted", EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED
         reason = "stopped on request after saving; resume with `logbook run --resume " + rec.run_id + "`"
+    elif signals and not interrupted and not ours:
+        # A scheduler's stop (SIGTERM, Slurm's SIGUSR1) before the trainer began: nothing was
+        # lost, so it is a preemption (exit 75, requeued), not a failure.
+        status, code = "preempted", EXIT_PREEMPTED
+        reason = (f"stopped by {signal.Signals(signals[0]).name} before the trainer started; nothing to save; "
+                  f"resume with `logbook run --resume {rec.run_id}`")
     else:
         status = "aborted" if "run_aborted" in kinds else "failed"
         code = EXIT_INTERRUPTED if interrupted else EXIT_RUN_FAILED

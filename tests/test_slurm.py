@@ -55,10 +55,11 @@ def _config(lab: Lab) -> Path:
     return lab.write_config("job.yaml", cfg)
 
 
-def _submit(lab: Lab, slurm: SlurmCluster, *script_args: str) -> tuple[int, Path]:
+def _submit(lab: Lab, slurm: SlurmCluster, *script_args: str, slow: list[str] = SLOW,
+            time_limit: str = "10") -> tuple[int, Path]:
     _config(lab)
     out = lab.root.parent / "job.out"
-    res = lab.logbook("slurm-script", "configs/job.yaml", *SLOW, "--exploratory", "--run-id", "job", "--time", "10",
+    res = lab.logbook("slurm-script", "configs/job.yaml", *slow, "--exploratory", "--run-id", "job", "--time", time_limit,
                       "--output", str(out), "--logbook-cmd", f"{sys.executable} -m logbook", *script_args)
     assert res.returncode == 0, res.stderr
     script = lab.root.parent / "job.sbatch"
@@ -119,6 +120,25 @@ def test_the_time_limit_warning_to_the_batch_shell_is_passed_on_and_the_job_requ
     job, out = _submit(lab, slurm)
     # What `--signal=B:USR1@120` does two minutes before the time limit, without waiting for it.
     slurm.run("scancel", "--batch", "--signal=USR1", str(job))
+    evs = _finished(lab, slurm, job, out)
+    assert f"requeueing job {job}" in out.read_text()
+    _assert_preempted_requeued_and_exact(lab, evs, job, reference, {"SIGUSR1"})
+
+
+def test_a_job_reaching_its_time_limit_is_warned_saves_and_requeues_itself(tmp_path, slurm, reference):
+    lab = Lab.create(tmp_path)
+    # A two-minute limit, warned 80 s before: Slurm looks about every 30 s, so the warning comes 40
+    # to 70 s in, after the first checkpoint and well before the run, slowed to 2 s a step, could
+    # finish. The sleep changes no number.
+    slow = ["straggler.drill_rank=0", "straggler.drill_sleep_s=2.0"]
+    job, out = _submit(lab, slurm, "--warn", "80", slow=slow, time_limit="2")
+    deadline = time.monotonic() + 180
+    while not [e for e in lab.events("job") if e["kind"] == "preempted"]:
+        assert time.monotonic() < deadline and slurm.job(job).get("JobState") in ("RUNNING", "COMPLETING"), out.read_text()
+        time.sleep(0.2)
+    # The operator gives the requeued job room to finish (it would be warned and requeued again).
+    slurm.wait_state(job, ("PENDING", "REQUEUED", "RUNNING"), timeout=60)
+    slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=10")
     evs = _finished(lab, slurm, job, out)
     assert f"requeueing job {job}" in out.read_text()
     _assert_preempted_requeued_and_exact(lab, evs, job, reference, {"SIGUSR1"})

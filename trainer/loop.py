@@ -175,7 +175,9 @@ class Trainer:
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._stop_signal = signum  # acted on between steps, never in the middle of one
+        # Acted on between steps, never in the middle of one. The first request is the cause: Slurm's
+        # USR1 reaches the trainer directly and again as the SIGTERM its launcher sends torchrun.
+        self._stop_signal = self._stop_signal or signum
         if self.rank_mark is not None:
             # torchrun stops the survivors of a lost rank with SIGTERM, then SIGKILL: they did not vanish.
             self.rank_mark.ended(signal.Signals(signum).name)
