@@ -27,6 +27,7 @@ SCRIPTS = [
     "telemetry_overhead.py",
     "background_save.py",
     "recovery_time.py",
+    "scaleout_goodput.py",
     "goodput_vs_optimum.py",
     "cli_latency.py",
     "render_scaling.py",

@@ -15,15 +15,19 @@ tolerate missing ones. Times are seconds (float), steps and tokens integers.
 - run_started: config_hash, config_path, world_size, prereg_id, exploratory,
   snapshot_commit, total_steps, tokens_per_step, device, resumed_from_step,
   restore_s, compiled, compile_s (torch.compile before the first step; a
-  cache load on a restart)
+  cache load on a restart), slurm (job facts under Slurm), members ([{rank,
+  node, local_rank, host, pid}] with several workers), group_id (the
+  attempt's identity, agreed by every worker)
 - restart: cause (exception | signal | preempted | hang | unknown), detail,
   prev_attempt, next_attempt, resumed_from_step, failed_at_step, steps_lost, seconds_lost,
-  downtime_s, exception_type, exception_message, signal
+  downtime_s, exception_type, exception_message, signal, lost_ranks ([{rank, node, host, pid}]:
+  the workers that vanished without a record)
 - attempt_failed: exception_type, exception_message, traceback (last lines)
 - checkpoint_saved: path, blocking_s, total_s, bytes
 - checkpoint_rejected: path, ckpt_step, reason
 - checkpoint_failed: reason
-- preempted: signal, saved_step
+- preempted: signal, saved_step, slurm ({job_id, restart_count, ...} when Slurm sent the signal)
+- straggler: rank_slow, node_slow, ratio, steps, checks, step_s, median_s
 - divergence_detected: metric (loss | grad_norm), value, baseline, scale,
   threshold, z, nonfinite, batch_ids, action (skip | rollback | lr_scale | abort | none),
   plan ({rule: int | null, follows: bool})

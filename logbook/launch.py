@@ -5,8 +5,10 @@ own `--print-config`), the preregistration (it must exist and verify), takes a
 code snapshot, hashes the config and writes `run.json`. Then torchrun runs the
 trainer with `--max-restarts`: the trainer writes its own events (run_started,
 restart, preempted, run_finished...) while the launcher re-renders the
-chronicle as events arrive and forwards SIGINT/SIGTERM so the trainer's
-preemption path saves a checkpoint. When torchrun exits without a
+chronicle as events arrive and forwards SIGINT/SIGTERM (and Slurm's SIGUSR1)
+so the trainer's preemption path saves a checkpoint. On several nodes each
+node runs its own launcher; the workers agree on each attempt through a fresh
+store per rendezvous round (see trainer/rendezvous.py). When torchrun exits without a
 `run_finished`, the launcher records `run_failed` itself, unless the last
 attempt was preempted (exit code 75, so a Slurm requeue resumes it).
 
@@ -63,6 +65,12 @@ class Rendezvous:
     """host:port of the rendezvous; None on one node picks a free local port."""
     rdzv_id: str | None = None
     """Rendezvous group id; defaults to the run id."""
+    join_timeout_s: float = 600.0
+    """How long torchrun's rendezvous waits for every node, at the start and after a node is lost,
+    before the run fails (torchrun's `join_timeout`)."""
+    startup_timeout_s: float = 300.0
+    """How long a worker waits at start-up for the other workers of its attempt before it fails
+    with the names of those missing."""
 
 
 @dataclass
@@ -167,6 +175,8 @@ def _check_numbers(nproc: int | None, max_restarts: int | None, rdzv: Rendezvous
         raise UsageError(f"--max-restarts must be 0 or more, got {max_restarts}")
     if rdzv.nnodes < 1 or not 0 <= rdzv.node_rank < rdzv.nnodes:
         raise UsageError(f"--node-rank must be in [0, {rdzv.nnodes}), got {rdzv.node_rank}")
+    if rdzv.join_timeout_s <= 0 or rdzv.startup_timeout_s <= 0:
+        raise UsageError("--join-timeout and --startup-timeout must be positive numbers of seconds")
     if rdzv.nnodes > 1 and not rdzv.endpoint:
         raise UsageError("a run on several nodes needs --rdzv-endpoint HOST:PORT", hint="use the address of node 0, the same on every node")
 
@@ -409,6 +419,7 @@ def torchrun_command(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str
         "--nproc-per-node", str(rec.nproc), "--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
         "--max-restarts", str(rec.max_restarts),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv.rdzv_id or rec.run_id,
+        "--rdzv-conf", f"join_timeout={rdzv.join_timeout_s:g}",
         "--monitor-interval", "0.5", "--log-dir", str(log_dir),
         # `--` ends torchrun's own options: its parser would otherwise take the
         # trainer's `--run` for an abbreviation of its `--run-path`.
@@ -425,6 +436,7 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     env = _child_env()
     # torchrun's own @record copies the root-cause worker error here when it fails.
     env["TORCHELASTIC_ERROR_FILE"] = str(launch_dir / "torchrun-error.json")
+    env.update(_rendezvous_env(rdzv))
     cmd = torchrun_command(project, plan, rdzv, entry, launch_dir / "logs")
     first_seq = next_seq(project.run_dir(rec.run_id) / "events.jsonl")
     # A session of its own: a Ctrl-C at the terminal reaches only the launcher,
@@ -438,11 +450,30 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     pump = StderrPump(proc.stderr, launch_dir / "torchrun.log", muted=lambda: bool(watcher.signals))
     torchrun_exit = watcher.wait(poll_s)
     pump.join()
-    return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0)
+    return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0,
+                   join_timeout_s=rdzv.join_timeout_s if rdzv.nnodes > 1 else None)
+
+
+def _rendezvous_env(rdzv: Rendezvous) -> dict[str, str]:
+    """What the workers need to agree on an attempt (see trainer/rendezvous.py)."""
+    return {
+        # A fresh store for each rendezvous round: torchrun's shared one outlives attempts, and its
+        # agents do not agree on the restart count that used to tell attempts apart.
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "LOGBOOK_NODE_RANK": str(rdzv.node_rank),
+        "LOGBOOK_STARTUP_TIMEOUT_S": f"{rdzv.startup_timeout_s:g}",
+    }
 
 
 def _term_with_parent() -> None:
-    """In the child, before exec: ask Linux for a SIGTERM when the launcher dies."""
+    """In the child, before exec: ask Linux for a SIGTERM when the launcher dies; ignore SIGUSR1.
+
+    Slurm delivers a step's signals to every process of the step: torchrun would
+    die of SIGUSR1 (the time-limit warning) before the trainer had saved. The
+    launcher turns its own SIGUSR1 into a SIGTERM for torchrun, and the trainer
+    sets its own handler, so nothing is lost by torchrun ignoring it.
+    """
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes
 

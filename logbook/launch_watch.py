@@ -3,7 +3,8 @@
 While torchrun runs: follow the run's event log, say a line for each restart
 or failed attempt, re-render the chronicle when events arrive (a rendering
 failure is a warning, never the end of a run), and turn SIGINT/SIGTERM into
-one SIGTERM for torchrun so the trainer saves before it stops.
+one SIGTERM for torchrun so the trainer saves before it stops (SIGUSR1
+too: Slurm's time-limit warning, which would kill torchrun outright).
 
 When torchrun has exited: the event log decides. `run_finished` means
 finished; a `preempted` in the last attempt means preempted (exit 75); else
@@ -26,13 +27,15 @@ from typing import IO, Any
 from .chain import iter_records
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
 from .project import Project
+from .rankmarks import lost_ranks, name_ranks, read_marks
 from .runs import RunRecord
 from .sink import EventSink
 
 EXIT_PREEMPTED = 75
 """EX_TEMPFAIL: the run saved and stopped on request; a requeue resumes it."""
 
-_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+"""SIGUSR1 is Slurm's warning before a time limit (`--signal=USR1@120`): torchrun itself would die of it."""
 
 
 @dataclass
@@ -250,7 +253,7 @@ def next_seq(events_path: Path) -> int:
 
 
 def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[int], launch_dir: Path,
-            first_seq: int = 0, record: bool = True) -> RunResult:
+            first_seq: int = 0, record: bool = True, join_timeout_s: float | None = None) -> RunResult:
     """Decide how the launch ended; with `record`, write run_failed into the run's event log.
 
     Only this launch's events (from `first_seq` on) say how it ended: an
@@ -269,10 +272,18 @@ def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[
     elif "preempted" in kinds:
         status, code = "preempted", EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED
         reason = "stopped on request after saving; resume with `logbook run --resume " + rec.run_id + "`"
+    elif signals and not interrupted and not ours:
+        # A scheduler's stop (SIGTERM, Slurm's SIGUSR1) before the trainer began: nothing was
+        # lost, so it is a preemption (exit 75, requeued), not a failure.
+        status, code = "preempted", EXIT_PREEMPTED
+        reason = (f"stopped by {signal.Signals(signals[0]).name} before the trainer started; nothing to save; "
+                  f"resume with `logbook run --resume {rec.run_id}`")
     else:
         status = "aborted" if "run_aborted" in kinds else "failed"
         code = EXIT_INTERRUPTED if interrupted else EXIT_RUN_FAILED
-        reason = failure_reason(rec, tail, last, torchrun_exit, signals, launch_dir)
+        lost = lost_ranks(read_marks(project.state_dir / "ranks" / rec.run_id), last)
+        reason = failure_reason(rec, tail, last, torchrun_exit, signals, launch_dir, lost=lost,
+                                join_timeout_s=join_timeout_s)
         last = last or _first_attempt_of_launch(events)  # an attempt that died before its first event
         if record:
             step = max((e["step"] for e in tail if isinstance(e.get("step"), int)), default=None)
@@ -295,11 +306,23 @@ def _first_attempt_of_launch(events: list[dict[str, Any]]) -> int:
 
 
 def failure_reason(rec: RunRecord, tail: list[dict[str, Any]], last: int, torchrun_exit: int,
-                   signals: list[int], launch_dir: Path) -> str:
-    """The best one-sentence account of why the last attempt ended."""
+                   signals: list[int], launch_dir: Path, lost: list[dict[str, Any]] = (),
+                   join_timeout_s: float | None = None) -> str:
+    """The best one-sentence account of why the last attempt ended.
+
+    `lost`: the workers of the last attempt that vanished (see `rankmarks`).
+    """
     by_kind = {e.get("kind"): e for e in tail}
+    worker_error = _worker_error(launch_dir)
     if signals:
         why = f"stopped by {signal.Signals(signals[0]).name} before the trainer saved"
+    elif _rendezvous_timed_out(launch_dir):
+        gone = f": {name_ranks(lost)} vanished" if lost else ""
+        waited = f"{join_timeout_s:g} s" if join_timeout_s else "its join timeout"
+        why = (f"node lost: attempt {last} ended{gone}, and the rendezvous waited {waited} for all "
+               f"{rec.nnodes} node(s) to come back; they did not")
+    elif worker_error.startswith("StartupTimeout"):
+        why = f"an attempt could not start: {worker_error}"
     elif "run_aborted" in by_kind:
         why = f"aborted by the guard: {(by_kind['run_aborted'].get('data') or {}).get('reason', 'no reason given')}"
     elif "attempt_failed" in by_kind:
@@ -311,15 +334,26 @@ def failure_reason(rec: RunRecord, tail: list[dict[str, Any]], last: int, torchr
         why = f"attempt {last} was killed by a drill fault ({(by_kind['fault_injected'].get('data') or {}).get('fault')})"
     elif not tail:
         why = "the trainer never started"
-        detail = _worker_error(launch_dir)
-        if detail:
-            why += f": {detail}"
+        if worker_error:
+            why += f": {worker_error}"
     else:
         why = f"attempt {last} ended without an error record (killed by a signal, or its machine was lost)"
     used = len(_attempt_dirs(launch_dir))
     if used > rec.max_restarts and not signals and "run_aborted" not in by_kind:
         why += f"; all {rec.max_restarts} restart(s) used"
     return f"{why} (torchrun exit {torchrun_exit})"
+
+
+def _rendezvous_timed_out(launch_dir: Path) -> bool:
+    """Whether torchrun itself gave up waiting for nodes (its own error file, written by its @record)."""
+    try:
+        data = json.loads((launch_dir / "torchrun-error.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    msg = data.get("message") if isinstance(data, dict) else None
+    if isinstance(msg, dict):
+        msg = msg.get("message")
+    return "RendezvousTimeoutError" in str(msg)
 
 
 def _attempt_dirs(launch_dir: Path) -> list[Path]:

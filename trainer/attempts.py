@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.events import iter_events
+from logbook.rankmarks import lost_ranks, name_ranks, read_marks
 
 _HEARTBEAT_BYTES = 256
 _METRICS_TAIL = 4 << 20  # bytes of the metrics stream read at start-up (tens of thousands of rows)
@@ -68,12 +69,21 @@ class RunHistory:
     events: list[dict[str, Any]] = field(default_factory=list)
     heartbeat: dict[str, Any] | None = None
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    """Every worker's last `RankMark` (one per rank ever used)."""
 
     @classmethod
-    def read(cls, run_dir: Path, heartbeat: Heartbeat, metrics_path: Path | None = None) -> RunHistory:
-        """The run so far; `metrics_path` is the full-resolution stream (the committed one is thinned)."""
+    def read(cls, run_dir: Path, heartbeat: Heartbeat, metrics_path: Path | None = None,
+             ranks_dir: Path | None = None) -> RunHistory:
+        """The run so far; `metrics_path` is the full-resolution stream (the committed one is thinned),
+        `ranks_dir` holds each worker's mark (see `logbook.rankmarks`)."""
         metrics = metrics_path if metrics_path is not None and metrics_path.is_file() else run_dir / "metrics.jsonl"
-        return cls(list(iter_events(run_dir / "events.jsonl")), heartbeat.read(), _metrics_tail(metrics))
+        return cls(list(iter_events(run_dir / "events.jsonl")), heartbeat.read(), _metrics_tail(metrics),
+                   read_marks(ranks_dir) if ranks_dir is not None else [])
+
+    def lost_ranks(self, attempt: int) -> list[dict[str, Any]]:
+        """Workers of `attempt` that vanished without ending by themselves, in rank order."""
+        return lost_ranks(self.ranks, attempt)
 
     def last_attempt(self) -> int:
         seen = [e.get("attempt") for e in self.events if isinstance(e.get("attempt"), int)]
@@ -159,7 +169,12 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     events = history.of_attempt(prev)
     kinds = {e.get("kind"): e for e in events}
     out: dict[str, Any] = {"prev_attempt": prev, "resumed_from_step": resumed_from_step}
-    if "attempt_failed" in kinds and peer_lost(kinds["attempt_failed"].get("data", {})):
+    hung = [m for m in history.ranks if m.get("attempt") == prev and m.get("ended") == "hang"]
+    if hung and "hang" not in kinds:
+        # A rank other than 0 hung; rank 0 saw only its collective break when that rank exited.
+        out.update(cause="hang", hung_ranks=[{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung],
+                   detail=f"{name_ranks(hung)} of attempt {prev} made no progress past its hang timeout and exited")
+    elif "attempt_failed" in kinds and peer_lost(kinds["attempt_failed"].get("data", {})):
         d = kinds["attempt_failed"].get("data", {})
         # Rank 0 saw a collective fail because another rank vanished mid-step: the
         # cause is that rank's death (a signal, the OOM killer, a lost node), not rank 0's error.
@@ -177,11 +192,20 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     elif "hang" in kinds:
         d = kinds["hang"].get("data", {})
         out.update(cause="hang", detail=f"attempt {prev} made no progress for {d.get('elapsed_s')} s and exited")
+        if hung:
+            out["hung_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung]
     elif (err := torchelastic_previous_error(env)) is not None:
         out.update(cause="exception", exception_message=err["message"],
                    detail=f"attempt {prev} failed; torchrun recorded: {err['message']}")
     else:
         out.update(cause="signal", signal=None, detail="killed by a signal with no record left")
+    lost = history.lost_ranks(prev)
+    several = sum(1 for m in history.ranks if m.get("attempt") == prev) > 1
+    if lost and several and out["cause"] == "signal":  # alone, "killed by a signal" already says which
+        out["lost_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in lost]
+        out["detail"] = f"{name_ranks(lost)} of attempt {prev} vanished with no record left " \
+                        f"(SIGKILL, the OOM killer or a lost node)" + \
+                        ("; rank 0 lost its peer" if out.get("peer_lost") else "")
     failed_at, last_alive = _last_signs(history, prev, events)
     out["failed_at_step"] = failed_at
     out["steps_lost"] = max(0, (failed_at or 0) - resumed_from_step) if failed_at is not None else None

@@ -217,15 +217,13 @@ class TrainLoopConfig:
     hang_factor: float = 10.0
     """A step (after the first) longer than max(hang_timeout_s, this x the median step time) emits `hang` and exits for a restart."""
     parallel: str = "ddp"
-    """With several ranks: ddp (replicas, CPU or GPU) | fsdp (FSDP2 fully_shard per block; GPU only)."""
+    """With several ranks: ddp (replicas) | fsdp (FSDP2 fully_shard per block); both on CPU (gloo) or GPU (nccl)."""
 
     def validate(self, where: str) -> None:
         _positive(self, where, "steps", "batch_size", "grad_accum", "log_every", "eval_batches")
         _choice(self, where, "device", ("auto", "cpu", "cuda"))
         _choice(self, where, "dtype", ("float32", "bfloat16"))
         _choice(self, where, "parallel", ("ddp", "fsdp"))
-        _check(self.parallel != "fsdp" or self.device != "cpu", f"{where}.parallel",
-               "fsdp shards across GPUs; with train.device=cpu use ddp")
         _check(self.parallel != "fsdp" or self.grad_accum == 1, f"{where}.grad_accum",
                f"must be 1 with train.parallel=fsdp, got {self.grad_accum}: this loop has no FSDP2 "
                "equivalent of no_sync, so each micro-batch would reduce-scatter its gradients; raise "

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -17,14 +16,28 @@ import torch.distributed as dist
 
 @dataclass
 class DistInfo:
+    """This worker's place in the attempt."""
+
     rank: int = 0
+    """Rank in the run: ordered by (node, local rank), so node 0's first worker is rank 0."""
     local_rank: int = 0
+    """Index among this node's workers (and its CUDA device)."""
     world_size: int = 1
+    """Workers in the attempt, all nodes together."""
     device: torch.device = torch.device("cpu")
+    """Where this worker computes."""
+    members: list[dict] = field(default_factory=list)
+    """Every worker as {rank, node, local_rank, host, pid}, in rank order (empty alone)."""
+    group_id: str = ""
+    """The attempt's agreed identity: the same on every worker of one attempt, new for each attempt."""
 
     @property
     def enabled(self) -> bool:
         return self.world_size > 1
+
+    def node_of(self, rank: int) -> int | None:
+        """The node rank of `rank`, when known."""
+        return int(self.members[rank]["node"]) if 0 <= rank < len(self.members) else None
 
 
 def pick_device(pref: str, local_rank: int = 0) -> torch.device:
@@ -57,33 +70,24 @@ def set_deterministic(mode: bool, warn_only: bool = False, compiling: bool = Fal
 
 
 def init_distributed(device_pref: str) -> DistInfo:
-    """Read RANK/LOCAL_RANK/WORLD_SIZE; join the process group when there is more than one rank."""
+    """Read LOCAL_RANK/WORLD_SIZE; with more than one worker, join the attempt's group (see `rendezvous`)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(device_pref, local)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, store=_attempt_store(rank, world), rank=rank, world_size=world)
-    return DistInfo(rank=rank, local_rank=local, world_size=world, device=device)
+    if world == 1 or dist.is_initialized():
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        return DistInfo(rank=rank, local_rank=local, world_size=world, device=device)
+    from .rendezvous import join_group
 
-
-def _attempt_store(rank: int, world: int) -> dist.Store:
-    """The rendezvous store, under a prefix of its own for each torchrun restart.
-
-    torchrun's agent keeps one store for the whole job. Without a fresh prefix,
-    a restarted group reads the addresses its predecessors published and gloo
-    fails to connect ("Connection refused") on every restart after the first.
-    """
-    host, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500"))
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(host, port, world, is_master=not agent and rank == 0,
-                          timeout=timedelta(seconds=float(os.environ.get("LOGBOOK_DIST_TIMEOUT_S", "600"))),
-                          wait_for_workers=False)
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"logbook/restart{restart}/", store)
+    group = join_group(world)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend=backend, store=group.store, rank=group.rank, world_size=world)
+    members = [{"rank": r, "node": m.node, "local_rank": m.local_rank, "host": m.host, "pid": m.pid}
+               for r, m in enumerate(group.members)]
+    return DistInfo(rank=group.rank, local_rank=local, world_size=world, device=device, members=members,
+                    group_id=group.group_id)
 
 
 def all_reduce_mean(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
@@ -146,10 +150,7 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, parallel: str) -> torch.n
     if not info.enabled:
         return model
     if parallel == "fsdp":
-        if info.device.type != "cuda":
-            from logbook.errors import UsageError
-
-            raise UsageError("train.parallel=fsdp needs CUDA devices", hint="use train.parallel=ddp on CPU")
+        # FSDP2 runs on CPU too (gloo's all_gather and reduce_scatter), which is how the tests run it.
         from torch.distributed.fsdp import fully_shard
 
         for block in getattr(model, "blocks", []):
@@ -160,15 +161,42 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, parallel: str) -> torch.n
     return DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor: FSDP2's grad norm is a replicated DTensor, which `.tolist()` and `float()` refuse."""
+    full = getattr(t, "full_tensor", None)
+    return full() if callable(full) else t
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """After forwards with no backward (evaluation), put an FSDP2 model's parameters back into their shards.
+
+    FSDP2 leaves the root's parameters unsharded after a forward, for the backward
+    to use; with no backward, the module keeps the unsharded tensors as its
+    parameters instead of those the optimizer steps, and the next checkpoint
+    fails (`get_optimizer_state_dict`: KeyError) as a save right after a final
+    evaluation did.
+    """
+    if is_sharded(model):
+        model.reshard()
+
+
 def is_sharded(model: torch.nn.Module) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
 
 
-def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+def _optimizer_parts(optimizer) -> list[tuple[str | None, torch.optim.Optimizer]]:
+    """The torch optimizers inside: the trainer's CombinedOptimizer holds one per parameter role."""
+    inner = getattr(optimizer, "optimizers", None)
+    return list(inner.items()) if isinstance(inner, dict) else [(None, optimizer)]
+
+
+def full_state(model: torch.nn.Module, optimizer) -> tuple[dict, dict]:
     """(model, optimizer) state dicts, whole and on the CPU even when sharded: the checkpoint format stays one.
 
+    Sharded, the optimizer's state is keyed by parameter name (torch.distributed.checkpoint's
+    full state dict), so it loads into any number of ranks, one included.
     A collective under FSDP: every rank must call it.
     """
     if not is_sharded(model):
@@ -176,17 +204,26 @@ def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tupl
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return get_model_state_dict(model, options=opts), get_optimizer_state_dict(model, optimizer, options=opts)
+    optim = {name: get_optimizer_state_dict(model, opt, options=opts) for name, opt in _optimizer_parts(optimizer)}
+    return get_model_state_dict(model, options=opts), optim.get(None, optim)
 
 
-def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, model_sd: dict, optim_sd: dict) -> None:
+def load_full_state(model: torch.nn.Module, optimizer, model_sd: dict, optim_sd: dict) -> None:
     """Load whole state dicts (as `full_state` makes them) into a plain or sharded model and its optimizer."""
-    if not is_sharded(model):
+    parts = _optimizer_parts(optimizer)
+    named = {name: optim_sd if name is None else optim_sd.get(name, {}) for name, _ in parts}
+    by_name = any(isinstance(k, str) for sd in named.values() for k in (sd.get("state") or {}))
+    if not is_sharded(model) and not by_name:
         model.load_state_dict(model_sd)
         optimizer.load_state_dict(optim_sd)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     opts = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(model, model_sd, options=opts)
-    set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)
+    if is_sharded(model):
+        set_model_state_dict(model, model_sd, options=opts)
+    else:
+        model.load_state_dict(model_sd)  # a sharded run's checkpoint, resumed without FSDP (one rank)
+    for name, opt in parts:
+        set_optimizer_state_dict(model, opt, named[name], options=opts)
+

@@ -143,7 +143,7 @@ class GuardCallback(Callback):
                     out = t.model(x, y)
                 (out.loss / accum).backward()
                 ce += out.ce_loss.detach()
-            norm = torch.nn.utils.clip_grad_norm_(t.raw_model.parameters(), math.inf)
+            norm = dist.local_tensor(torch.nn.utils.clip_grad_norm_(t.raw_model.parameters(), math.inf))
             return metrics_to_floats(dist.all_reduce_mean(ce / accum, t.dist), norm)
         finally:
             set_rng_state(after)

@@ -30,10 +30,12 @@ from typing import Any
 import torch
 
 from logbook.errors import RunFailedError
+from logbook.rankmarks import RankMark
 from logbook.sink import MetricsWriter
 
 from . import dist
 from .attempts import Heartbeat
+from .slurm import slurm_info
 from .callbacks import Action, Callback, CallbackList
 from .checkpoint import Checkpointer
 from .compiling import CompileCache, warm_up
@@ -104,6 +106,7 @@ class Trainer:
         self.checkpointer: Checkpointer | None = None
         self.metrics: MetricsWriter | None = None
         self.heartbeat: Heartbeat | None = None
+        self.rank_mark: RankMark | None = None
         self.dist: dist.DistInfo | None = None
         self._torch_before: tuple[int, bool, bool] | None = None
 
@@ -178,7 +181,12 @@ class Trainer:
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._stop_signal = signum  # acted on between steps, never in the middle of one
+        # Acted on between steps, never in the middle of one. The first request is the cause: Slurm's
+        # USR1 reaches the trainer directly and again as the SIGTERM its launcher sends torchrun.
+        self._stop_signal = self._stop_signal or signum
+        if self.rank_mark is not None:
+            # torchrun stops the survivors of a lost rank with SIGTERM, then SIGKILL: they did not vanish.
+            self.rank_mark.ended(signal.Signals(signum).name)
 
     # --- training ----------------------------------------------------------------------
 
@@ -210,7 +218,7 @@ class Trainer:
             ce_sum += out.ce_loss
             z_sum += out.z_loss
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
+        grad_norm = dist.local_tensor(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip))
         return dist.all_reduce_mean(ce_sum / accum, self.dist), z_sum / accum, grad_norm
 
     def _train_step(self) -> None:
@@ -279,6 +287,7 @@ class Trainer:
             x, y = self.data.val_batch(i)
             with self.autocast:
                 total += self.raw_model(x, y).ce_loss
+        dist.reshard(self.raw_model)
         self.model.train()
         val = float(dist.all_reduce_mean(total / self.cfg.train.eval_batches, self.dist))
         self.last_val = (self.step, val)
@@ -330,7 +339,8 @@ class Trainer:
         if self.last_saved_step != self.step:  # known alike on every rank, unlike the outcome of a save
             self.save(sync=True)
         name = signal.Signals(sig).name
-        self.emit("preempted", drill=self.drill_active, signal=name, saved_step=self.last_good_step)
+        self.emit("preempted", drill=self.drill_active, signal=name, saved_step=self.last_good_step,
+                  slurm=slurm_info(self.env))
         raise Preempted(name, self.last_good_step)
 
     # --- ending ------------------------------------------------------------------------
@@ -350,6 +360,8 @@ class Trainer:
         return TrainResult(self.attempt, self.step, self.tokens, self.last_loss, self.last_val[1])
 
     def _record_failure(self, e: BaseException) -> None:
+        if self.rank_mark is not None:
+            self.rank_mark.ended()  # first: torchrun may SIGKILL a failing group before it is torn down
         if self.callbacks is not None:
             self.callbacks.on_error(e)
         tb = traceback.format_exception(type(e), e, e.__traceback__)
@@ -358,6 +370,8 @@ class Trainer:
                   traceback="".join(tb[-3:])[-4000:])
 
     def _teardown(self) -> None:
+        if self.rank_mark is not None:
+            self.rank_mark.ended()
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
         if self.checkpointer is not None:

@@ -2,10 +2,10 @@
 
 Under Slurm the job id, step, node list and array index are part of a run's
 story (a requeued job keeps its id and bumps SLURM_RESTART_COUNT). They go
-into `run_started` as `slurm: {...}`. Preemption needs nothing extra here:
-`sbatch --signal=B:USR1@120` (or the SIGTERM Slurm sends at the time limit)
-reaches the trainer through torchrun, which saves, writes `preempted` and
-exits 75; a requeued job resumes with `logbook run --resume RUN`.
+into `run_started`, and into `preempted` and `restart` (with the requeue
+count), as `slurm: {...}`. Getting Slurm's signals to the trainer and the job
+requeued after it saved is the batch script's part: see `logbook/slurm.py`
+(`logbook slurm-script`) and docs/slurm.md.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ count.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +24,7 @@ import torch
 
 from logbook.errors import NotFoundError
 from logbook.project import open_project
+from logbook.rankmarks import RankMark
 from logbook.runs import load_run_record
 from logbook.sink import EventSink, KeepRule, MetricsWriter, full_metrics_path
 
@@ -65,7 +68,9 @@ def open_logbook(t: Trainer) -> dict[str, Any]:
         t.run_record = None  # launched directly, not through `logbook run`
     t.heartbeat = Heartbeat(t.project.state_dir / "heartbeat" / f"{t.run_id}.json")
     # Rank 0 reads the run's history; every rank acts on what it found.
-    t.history = RunHistory.read(t.run_dir, t.heartbeat, full_metrics_path(t.project.state_dir, t.run_id)) \
+    ranks_dir = t.project.state_dir / "ranks" / t.run_id
+    t.rank_mark = RankMark(ranks_dir, t.dist.rank)
+    t.history = RunHistory.read(t.run_dir, t.heartbeat, full_metrics_path(t.project.state_dir, t.run_id), ranks_dir) \
         if t.dist.rank == 0 else RunHistory()
     aborted, finished = t.history.has("run_aborted"), t.history.has("run_finished")
     facts = dist.broadcast_object({
@@ -195,7 +200,7 @@ def announce(t: Trainer) -> None:
             payload = classify_restart(t.history, prev, t.step, start, t.env if latest else {})
             prev_events = t.history.of_attempt(prev)
             drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
-            t.emit("restart", drill=drill, next_attempt=prev + 1, **payload)
+            t.emit("restart", drill=drill, next_attempt=prev + 1, slurm=slurm_info(t.env), **payload)
     rec = t.run_record
     snapshot = rec.snapshot if rec else {}
     t.emit(
@@ -211,7 +216,11 @@ def announce(t: Trainer) -> None:
         started_at=t.started_at, restore_s=round(t.restore_s, 6), compiled=t.cfg.train.compile,
         compile_s=round(t.compile_s, 6),
         config_changed=_changed_keys(t.saved_config, config_to_dict(t.cfg)) if t.saved_config else [],
+        members=t.dist.members, group_id=t.dist.group_id or None,
     )
+    member = t.dist.members[t.dist.rank] if t.dist.members else \
+        {"rank": 0, "node": 0, "local_rank": 0, "host": socket.gethostname(), "pid": os.getpid()}
+    t.rank_mark.started(t.attempt, member)
     if t.dist.rank == 0:
         # The attempt counts from here: one that dies while building or restoring leaves
         # no trace, so the next start takes its number and its restart names the attempt

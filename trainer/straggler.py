@@ -118,7 +118,7 @@ class StragglerMonitor(Callback):
         if len(self._streak) >= self.cfg.patience and self._reported != slowest:
             self._reported = slowest
             t.emit("straggler", drill=self.cfg.drill_rank == slowest and self.cfg.drill_sleep_s > 0,
-                   rank_slow=slowest, ratio=round(ratio, 3), steps=[self._streak[0][0] - self.cfg.every + 1, step],
+                   rank_slow=slowest, node_slow=t.dist.node_of(slowest), ratio=round(ratio, 3), steps=[self._streak[0][0] - self.cfg.every + 1, step],
                    checks=len(self._streak), step_s=[round(x, 6) for x in per_rank], median_s=round(median, 6))
 
     def close(self) -> None:

@@ -57,6 +57,10 @@ class HangWatchdog(Callback):
                 median = statistics.median(self._times) if self._times else None
                 t.emit("hang", drill=t.drill_active, timeout_s=round(timeout, 3), elapsed_s=round(elapsed, 3),
                        floor_s=self.floor_s, median_step_s=None if median is None else round(median, 6))
+                if t.rank_mark is not None:
+                    # Only rank 0 writes events: a hung rank elsewhere says so in its own mark, so the
+                    # restart names it instead of the broken collective its peers saw.
+                    t.rank_mark.ended("hang")
                 os._exit(EXIT_HANG)  # the training thread is stuck: no clean unwinding is possible
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from . import chronicle_cmd  # noqa: F401
 from . import review_cmd  # noqa: F401
 from . import outcome_cmd  # noqa: F401
 from . import ckpt_cmd  # noqa: F401
+from . import slurm_cmd  # noqa: F401
 
 __all__ = ["app", "main"]
 

@@ -23,6 +23,8 @@ def run_cmd(
     node_rank: int = typer.Option(0, "--node-rank", help="This node's rank; node 0 keeps the run's record."),
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous address (required with --nnodes > 1)."),
     rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Rendezvous id (default: the run id)."),
+    join_timeout: float = typer.Option(600.0, "--join-timeout", metavar="SECONDS", help="How long the rendezvous waits for every node (at the start, and for a lost node to rejoin) before the run fails."),
+    startup_timeout: float = typer.Option(300.0, "--startup-timeout", metavar="SECONDS", help="How long a worker waits for the other workers of its attempt before it fails, naming those missing."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Run training under torchrun: check, snapshot the code, record, restart on failure.
@@ -40,7 +42,8 @@ def run_cmd(
     from ..launch import Rendezvous, launch_run
 
     project = open_for_writing()
-    rdzv = Rendezvous(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
+    rdzv = Rendezvous(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
+                      join_timeout_s=join_timeout, startup_timeout_s=startup_timeout)
     result = launch_run(
         project, config, list(overrides or []), prereg_id=prereg, exploratory=exploratory, nproc=nproc,
         max_restarts=max_restarts, run_id=run_id, resume=resume, rendezvous=rdzv, say=err,

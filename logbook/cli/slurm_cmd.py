@@ -1,0 +1,55 @@
+"""`logbook slurm-script`: a Slurm batch script for a run, resumed on requeue and requeued after a save."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._app import app
+
+
+@app.command("slurm-script")
+def slurm_script_cmd(
+    config: str = typer.Argument(..., help="Training config (YAML), relative to the project.", show_default=False),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Config overrides: key.sub=value ...", show_default=False),
+    run_id: str = typer.Option(..., "--run-id", help="The run's id: every requeue of the job resumes this run."),
+    prereg: Optional[str] = typer.Option(None, "--prereg", help="Id of the preregistration the run answers to."),
+    exploratory: bool = typer.Option(False, "--exploratory", help="Run without a preregistration."),
+    nodes: int = typer.Option(1, "--nodes", help="Nodes of the job (one `logbook run` each)."),
+    nproc: int = typer.Option(1, "--nproc", help="Worker processes per node."),
+    gpus_per_node: int = typer.Option(0, "--gpus-per-node", help="GPUs to ask Slurm for on each node (0: none)."),
+    time_limit: str = typer.Option("24:00:00", "--time", help="The job's time limit (Slurm's syntax)."),
+    warn: int = typer.Option(120, "--warn", metavar="SECONDS", help="Seconds before the time limit the run is told to save and stop."),
+    max_restarts: int = typer.Option(3, "--max-restarts", help="torchrun restarts within one job."),
+    rdzv_port: int = typer.Option(29500, "--rdzv-port", help="Rendezvous port on the job's first node (several nodes)."),
+    join_timeout: float = typer.Option(600.0, "--join-timeout", metavar="SECONDS", help="How long the rendezvous waits for a lost node."),
+    output: Optional[str] = typer.Option(None, "--output", help="The job's output file (appended to across requeues)."),
+    logbook_cmd: str = typer.Option("logbook", "--logbook-cmd", help="How the nodes call the logbook CLI."),
+) -> None:
+    """Print a Slurm batch script for a run: resumed when requeued, saved and requeued on Slurm's signals.
+
+    The script starts `logbook run` on every node with srun (with --resume
+    once Slurm has requeued the job), passes the time-limit warning (SIGUSR1,
+    sent to the batch shell only) and SIGTERM on to the run, and requeues its
+    own job when the run saved and exited 75: Slurm never requeues a job that
+    ends by itself. A failed run (exit 5) is not requeued. See docs/slurm.md.
+
+    Example: logbook slurm-script configs/1b.yaml --prereg 2026-11-30-qknorm-removes-spikes-3f9a --run-id qknorm-1 --nodes 2 --nproc 8 --gpus-per-node 8 > qknorm.sbatch
+    """
+    from ..errors import UsageError
+    from ..project import open_project
+    from ..runs import check_run_id
+    from ..slurm import SbatchSpec, sbatch_script
+
+    if bool(prereg) == exploratory:
+        raise UsageError("give --prereg ID or --exploratory (one of them)")
+    project = open_project()
+    spec = SbatchSpec(
+        run_id=check_run_id(run_id), config=config, project=Path(project.root), overrides=list(overrides or []),
+        prereg=prereg, nodes=nodes, nproc=nproc, gpus_per_node=gpus_per_node, time=time_limit, warn_s=warn,
+        max_restarts=max_restarts, rdzv_port=rdzv_port, join_timeout_s=join_timeout, output=output,
+        logbook_cmd=logbook_cmd,
+    )
+    typer.echo(sbatch_script(spec), nl=False)
