@@ -35,11 +35,19 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert "rollback from step 11 to step 4, batches 10-19 never trained on" in res.stderr
     # The live change, made through `logbook set`'s library after the first spike: who, why, old, new.
     (change,) = of_kind(events(where, run_id), "hparam_change")
-    assert change["data"]["key"] == "lr_scale" and change["data"]["new"] == 0.8 and change["step"] > 10
+    assert change["data"]["key"] == "lr_scale" and change["data"]["new"] == 0.8
+    # Asked for after the first spike: it lands after that skip in the log (at the next step the run
+    # takes, which is after the rollback when the second spike came first on a busy machine).
+    first_skip = of_kind(events(where, run_id), "step_skipped")[0]
+    assert change["seq"] > first_skip["seq"]
     assert change["data"]["reason"] == "demo: gentler after the spike" and change["data"]["who"]
     assert out["live_change"]["outcome"]["status"] == "applied"
     assert f"hparam_change at step {change['step']}: lr_scale 1.0 -> 0.8 by" in res.stderr
-    assert "lr_scaled at step 4: lr_scale 0.8 -> 0.72" in res.stderr  # the rollback scales the live value
+    (rolled,) = of_kind(events(where, run_id), "rollback")
+    if change["seq"] < rolled["seq"]:  # the live value is what the rollback scales
+        assert "lr_scaled at step 4: lr_scale 0.8 -> 0.72" in res.stderr
+    else:  # the run reached the second spike before its next step picked the request up
+        assert "lr_scaled at step 4: lr_scale 1.0 -> 0.9" in res.stderr
     assert any("rollback" in line for line in out["spike_entry"]) and any("0.8" in line for line in out["change_entry"])
     assert change["data"]["plan"]["follows"] is False  # the live change was not in the plan: a deviation
 
