@@ -14,19 +14,16 @@ The first compile of the micro model takes tens of seconds on a CPU: slow.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT
+from lab import Lab
 
 from logbook.control import new_request, write_request
-from logbook.events import iter_events
-from logbook.init import init_logbook
 from logbook.project import open_project
 from logbook.sink import read_metrics
 
@@ -39,25 +36,20 @@ COMMON = [f"train.steps={STEPS}", "train.eval_every=0", "checkpoint.every=4", "c
           "guard.skip_batches=2", "train.compile=true"]
 
 
-class Repo:
-    def __init__(self, root: Path, home: Path) -> None:
-        self.root = root
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home), "CI": "true",
-                    "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"), "GIT_CONFIG_NOSYSTEM": "1"}
-        for key in ("TORCHELASTIC_ERROR_FILE", "TORCHINDUCTOR_CACHE_DIR"):
-            self.env.pop(key, None)
+class Repo(Lab):
+    """The shared scratch logbook (`lab.Lab`), training the micro config with compile on."""
 
-    def train(self, run: str, *overrides: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "trainer", "--project", str(self.root), "--run", run, str(MICRO), *overrides]
-        return subprocess.run(cmd, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=600)
+    def __init__(self, root: Path, home: Path) -> None:
+        super().__init__(root, home)
+        self.env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the run keeps its own cache under .logbook/
+
+    def train(self, run: str, *overrides: str) -> subprocess.CompletedProcess:  # type: ignore[override]
+        return super().train(run, MICRO, *overrides, timeout=600)
 
     def ask_for_change(self, run: str) -> None:
         """A live change waiting before the run starts, so both runs take it at the same step."""
         request = new_request(run, {"lr": 2e-3, "grad_clip": 0.5}, "test: a change under compile", "Ada Tester")
         write_request(open_project(self.root).control_dir(run), request)
-
-    def events(self, run: str) -> list[dict]:
-        return list(iter_events(self.root / "entries" / "runs" / run / "events.jsonl"))
 
     def losses(self, run: str) -> dict[int, float]:
         return {r["step"]: r["loss"] for r in read_metrics(self.root / "entries" / "runs" / run) if "loss" in r}
@@ -73,24 +65,7 @@ class Repo:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Repo:
-    root = tmp_path_factory.mktemp("compiled") / "repo"
-    home = root.parent / "home"
-    home.mkdir()
-    (home / ".gitconfig").write_text("[user]\n\tname = Ada Tester\n\temail = ada@example.org\n")
-    root.mkdir()
-    r = Repo(root, home)
-    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "initial"]):
-        subprocess.run(["git", *args], cwd=root, env=r.env, check=True)
-    old = os.environ.get("GIT_CONFIG_GLOBAL")
-    os.environ["GIT_CONFIG_GLOBAL"] = r.env["GIT_CONFIG_GLOBAL"]
-    try:
-        init_logbook(start=root)
-    finally:
-        if old is None:
-            os.environ.pop("GIT_CONFIG_GLOBAL", None)
-        else:
-            os.environ["GIT_CONFIG_GLOBAL"] = old
-    return r
+    return Repo.create(tmp_path_factory.mktemp("compiled"))
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +115,7 @@ def test_run_started_says_the_run_was_compiled_and_what_compiling_cost(repo, run
 
 
 def test_the_compiled_step_computes_what_the_eager_step_computes_to_float_rounding(repo):
-    overrides = [f"train.steps=3", "train.eval_every=0", "checkpoint.every=3", "train.threads=1"]
+    overrides = ["train.steps=3", "train.eval_every=0", "checkpoint.every=3", "train.threads=1"]
     for run, extra in (("eager3", []), ("compiled3", ["train.compile=true"])):
         res = repo.train(run, *overrides, *extra)
         assert res.returncode == 0, res.stderr[-3000:]
