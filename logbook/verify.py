@@ -255,10 +255,12 @@ def _check_record_files(project: Project, report: VerifyReport) -> None:
     root = project.root
     folders = [project.notes_dir, project.reviews_dir]
     folders += sorted(project.runs_dir.glob("*/outcomes")) if project.runs_dir.is_dir() else []
+    named = {f.path for f in report.problems}  # a committed record edited on disk is named once, by `worktree`
     for folder in folders:
         for sentence in damaged_records(folder, root):
             rel = sentence.split(":", 1)[0]
-            report.problems.append(Finding(rel, "edited", sentence))
+            if rel not in named:
+                report.problems.append(Finding(rel, "edited", sentence))
 
 
 def _records(project: Project, head_files: dict[str, str]) -> list[_Record]:
