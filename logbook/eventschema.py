@@ -124,7 +124,7 @@ _KINDS: tuple[Kind, ...] = (
          starts_attempt=True, run_state="running", fields=(
              _f("config_hash", "str", "hash of the resolved config"),
              _f("config_path", "str", "the config file the run was launched with"),
-             _f("world_size", "int", "number of workers", required=True),
+             _f("world_size", "int", "number of workers"),
              _f("prereg_id", "str", "the preregistration the run tests"),
              _f("exploratory", "bool", "launched without a preregistration"),
              _f("snapshot_commit", "str", "commit of the code snapshot"),
