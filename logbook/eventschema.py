@@ -153,7 +153,7 @@ _KINDS: tuple[Kind, ...] = (
          alert="WARN", fields=(
              _f("cause", "str", "exception | signal | preempted | hang | unknown", required=True),
              _f("detail", "str", "what the previous attempt left behind, in words"),
-             _f("prev_attempt", "int", "the attempt that ended", required=True),
+             _f("prev_attempt", "int", "the attempt that ended"),
              _f("next_attempt", "int", "the attempt that resumed"),
              _f("resumed_from_step", "int", "the checkpoint step resumed from"),
              _f("failed_at_step", "int", "the last step the previous attempt reached"),
@@ -176,7 +176,7 @@ _KINDS: tuple[Kind, ...] = (
          )),
     Kind("checkpoint_saved", "a checkpoint was written completely (step, path, blocking seconds)", "checkpoint saved",
          routine=True, keeps_incident=True, fields=(
-             _f("path", "str", "the checkpoint folder", required=True),
+             _f("path", "str", "the checkpoint folder"),
              _f("blocking_s", "number", "seconds training waited"),
              _f("total_s", "number", "seconds until it was complete"),
              _f("bytes", "int", "size on disk"),
@@ -224,9 +224,9 @@ _KINDS: tuple[Kind, ...] = (
              _f("signals", "list", "every signal that flagged the step"),
              _f("reason", "str", "the guard's reasoning in words"),
          )),
-    Kind("step_skipped", "the guard skipped an optimizer update", "update skipped",
+    Kind("step_skipped", "the guard skipped an optimizer update", "step skipped",
          routine=True, counted_as="skipped_steps", guard="action", fields=(
-             _f("reason", "str", "why", required=True),
+             _f("reason", "str", "why"),
              _f("metric", "str", "the metric that spiked"),
              _f("batch_ids", "list", "the batches of the step"),
              _f("batch_id", "int", "the batch of the step"),
@@ -355,7 +355,7 @@ _KINDS: tuple[Kind, ...] = (
          )),
     Kind("outcome", "the run's predictions scored against its preregistration (logbook outcome)", "outcome",
          reviewable=True, afterwards=True, fields=(
-             _f("content_sha256", "str", "hash of the scorecard's content", required=True),
+             _f("content_sha256", "str", "hash of the scorecard's content"),
              _f("prereg_id", "str", "the preregistration scored against"),
              _f("prereg_sha256", "str", "its hash"),
              _f("verify_ok", "bool", "the preregistration verified"),
@@ -392,6 +392,10 @@ def kinds_where(predicate: Callable[[Kind], Any] | None = None, **flags: Any) ->
         raise TypeError(f"no such event flag: {', '.join(sorted(unknown))}")
     return tuple(k.name for k in _KINDS if all(getattr(k, f) == v for f, v in flags.items())
                  and (predicate is None or predicate(k)))
+
+
+AFTERWARDS_KINDS = kinds_where(afterwards=True)
+"""Kinds recorded about a run after the fact, by people's commands: no attempt's life, no run's figures."""
 
 
 def label(kind: Any) -> str:
