@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .eventschema import Event, kinds_where
 from .eventstream import NOTES_SOURCE, Item
 from .milestones import is_late, milestone_step
 from .project import Project
@@ -20,7 +21,7 @@ from .render_md import MarkdownRenderer, Raw, View, view
 from .textfmt import is_number
 
 # Routine events are summarised in one line per run per day instead of one entry each.
-ROUTINE_KINDS = frozenset({"checkpoint_saved", "step_skipped"})
+ROUTINE_KINDS = frozenset(kinds_where(routine=True))
 
 
 def entry_id(source: str, seq: Any) -> str:
@@ -55,13 +56,6 @@ def _seq(item: Item) -> Any:
     return seq if isinstance(seq, int) else f"L{item.line}"
 
 
-def _data(rec: dict[str, Any]) -> dict[str, Any]:
-    data = rec.get("data")
-    if isinstance(data, dict):
-        return data
-    return {} if data is None else {"value": data}
-
-
 def erratum_views(errata: list[dict[str, Any]], r: MarkdownRenderer) -> list[dict[str, Any]]:
     return [{**x, "link": r.link(x["note_day"], x["note_anchor"])} for x in errata]
 
@@ -84,7 +78,7 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
         "ts": ts, "day": item.day, "time": ts[11:16], "source": item.source,
         "run": item.source if item.source != NOTES_SOURCE else rec.get("run"),
         "attempt": rec.get("attempt"), "step": rec.get("step"), "tokens": rec.get("tokens"),
-        "drill": rec.get("drill") is True, "data": view(_data(rec)),
+        "drill": rec.get("drill") is True, "data": view(Event.of(rec).data),
         "errata": view(erratum_views(errata.get(eid, []), r)),
         "reviews": view((reviews or {}).get(eid, [])),
     })

@@ -34,6 +34,7 @@ from typing import Any
 from .chain import utc_now
 from .errors import RefusedError, UsageError, did_you_mean
 from .events import iter_events
+from .eventschema import kinds_where
 from .fsutil import atomic_write_json, fsync_dir
 from .project import Project
 from .runs import RunRecord, check_run_id, load_run_record, run_status
@@ -43,8 +44,8 @@ MAX_REQUEST_BYTES = 256 * 1024
 MAX_REASON_CHARS = 2000
 WEIGHTS_PREFIX = "data.weights."
 _SOURCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-TERMINAL_KINDS = ("run_finished", "run_failed", "run_aborted")
-_LIFECYCLE_KINDS = ("run_started", "restart", *TERMINAL_KINDS)
+TERMINAL_KINDS = kinds_where(terminal=True)
+_LIFECYCLE_KINDS = (*kinds_where(starts_attempt=True), *TERMINAL_KINDS)
 
 
 @dataclass(frozen=True)

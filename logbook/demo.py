@@ -27,6 +27,7 @@ from typing import Any
 
 from .bundled import bundled_dir
 from .errors import RefusedError, UsageError
+from .eventschema import kinds_where
 from .launch import RunResult, launch_run
 from .project import Project, open_project
 from .textfmt import fmt_setting
@@ -44,7 +45,7 @@ LIVE_REASON = "demo: gentler after the spike"
 GUARD = {"warmup": 8, "cooldown": 1, "rollback_after": 2, "rollback_window": 50, "rollback_steps": 5,
          "skip_batches": 10, "lr_factor": 0.9}
 """The guard as the demo's contingency rule says: two spikes within 50 steps -> back 5 steps, skip 10 batches, lr x 0.9."""
-GUARD_KINDS = ("divergence_detected", "step_skipped", "rollback", "lr_scaled", "run_aborted")
+GUARD_KINDS = kinds_where(lambda k: k.guard)
 
 Say = Callable[[str], None]
 

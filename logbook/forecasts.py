@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .predictions import POINT_OP, At, Prediction
-from .runfacts import RunFacts, parse_ts
+from .eventschema import parse_ts
+from .runfacts import RunFacts
 
 
 def run_start_time(facts: RunFacts) -> float | None:

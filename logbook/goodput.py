@@ -38,9 +38,10 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from .eventschema import AFTERWARDS_KINDS, Event, parse_ts
 
 CATEGORIES = ("startup_s", "compile_s", "restore_s", "checkpoint_save_s", "lost_s", "downtime_s", "data_s", "productive_s")
 LABELS = {"startup_s": "start-up", "compile_s": "compiling", "restore_s": "restore", "checkpoint_save_s": "checkpoint saves",
@@ -57,13 +58,7 @@ def number(x: Any) -> float | None:
 
 def event_time(event: dict[str, Any]) -> float | None:
     """Seconds since the epoch of an event's UTC `ts`, or None."""
-    ts = event.get("ts")
-    if not isinstance(ts, str):
-        return None
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return parse_ts(event.get("ts"))
 
 
 @dataclass
@@ -149,11 +144,6 @@ class _Attempt:
     end: float | None = None
 
 
-def _data(e: dict[str, Any]) -> dict[str, Any]:
-    d = e.get("data")
-    return d if isinstance(d, dict) else {}
-
-
 def _training_rows(metrics: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in metrics if isinstance(r.get("step"), int) and isinstance(r.get("attempt"), int)
             and number(r.get("time")) is not None and number(r.get("loss")) is not None]
@@ -208,7 +198,7 @@ def _first_step(att: _Attempt, events: list[dict[str, Any]], metrics: list[dict[
                 step_s: float | None) -> float | None:
     """When the attempt began its first training step (estimated from its first step-bearing record)."""
     began = event_time(att.started)
-    resumed = _data(att.started).get("resumed_from_step")
+    resumed = Event.of(att.started).data.get("resumed_from_step")
     resumed = resumed if isinstance(resumed, int) else 0
     marks: list[tuple[int, float]] = []
     rows = [r for r in _training_rows(metrics) if r["attempt"] == att.number]
@@ -231,7 +221,6 @@ def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str,
     Records written about the run afterwards (`outcome`) are left out: scoring a
     run later must not stretch its wall time.
     """
-    from .runfacts import AFTERWARDS_KINDS
 
     events = [e for e in events if e.get("kind") not in AFTERWARDS_KINDS]
     metrics = list(metrics or [])
@@ -248,8 +237,8 @@ def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str,
     for prev, att in zip(attempts, attempts[1:]):
         rep.downtime_s += max(0.0, att.start - prev.end)
     for att in attempts:
-        restore = number(_data(att.started).get("restore_s")) or 0.0
-        compiling = number(_data(att.started).get("compile_s")) or 0.0
+        restore = number(Event.of(att.started).data.get("restore_s")) or 0.0
+        compiling = number(Event.of(att.started).data.get("compile_s")) or 0.0
         span = max(0.0, (att.first_step or att.start) - att.start)
         restore = min(restore, span)
         compiling = min(compiling, span - restore)
@@ -258,7 +247,7 @@ def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str,
         rep.startup_s += span - restore - compiling
     _losses(events, attempts, step_s, rep)
     for e in events:
-        d = _data(e)
+        d = Event.of(e).data
         if e.get("kind") == "checkpoint_saved":
             rep.checkpoint_save_s += number(d.get("blocking_s")) or 0.0
         elif e.get("kind") == "rollback":
@@ -273,7 +262,7 @@ def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str,
 def _place_attempts(attempts: list[_Attempt], rep: GoodputReport) -> None:
     """Each attempt's process start and last sign of life, without overlaps between attempts."""
     for i, att in enumerate(attempts):
-        d_start, d_restart = _data(att.started), _data(att.restart) if att.restart else {}
+        d_start, d_restart = Event.of(att.started).data, Event.of(att.restart).data if att.restart else {}
         announced = event_time(att.started)
         started_at = number(d_start.get("started_at")) or number(d_restart.get("started_at"))
         downtime = number(d_restart.get("downtime_s"))
@@ -296,7 +285,7 @@ def _place_attempts(attempts: list[_Attempt], rep: GoodputReport) -> None:
 def _losses(events: list[dict[str, Any]], attempts: list[_Attempt], step_s: float | None, rep: GoodputReport) -> None:
     by_number = {a.number: a for a in attempts}
     for e in events:
-        d = _data(e)
+        d = Event.of(e).data
         kind = e.get("kind")
         steps_lost = d.get("steps_lost") if isinstance(d.get("steps_lost"), int) else None
         if kind == "restart":
@@ -318,7 +307,7 @@ def _data_seconds(events: list[dict[str, Any]], metrics: list[dict[str, Any]]) -
     """Telemetry's data-loading seconds, less those of steps a failure threw away (already counted as lost)."""
     lost_after: dict[int, int] = {}
     for e in events:
-        d = _data(e)
+        d = Event.of(e).data
         if e.get("kind") == "restart" and isinstance(d.get("prev_attempt"), int) and isinstance(d.get("resumed_from_step"), int):
             lost_after[d["prev_attempt"]] = d["resumed_from_step"]
     total = 0.0

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .chain import iter_records
-from .runfacts import AFTERWARDS_KINDS
-from .textfmt import signal_name
+from .eventschema import AFTERWARDS_KINDS, KINDS, Event, kinds_where, restart_cause
 
 
 @dataclass
@@ -35,24 +34,11 @@ class Attempt:
 
 
 # What an attempt's own last words say; a stronger ending replaces a weaker one.
-_OWN_ENDINGS = {"run_finished": 3, "run_failed": 3, "run_aborted": 3, "attempt_failed": 2, "preempted": 2, "hang": 2}
-
-
-def _restart_cause(data: dict[str, Any]) -> str:
-    cause = data.get("cause")
-    if cause == "signal":
-        return f"killed by {signal_name(data.get('signal'))}"
-    if cause == "exception":
-        return f"raised {data.get('exception_type') or 'an exception'}"
-    if cause == "preempted":
-        return "preempted"
-    if cause == "hang":
-        return "hung (step timeout)"
-    return "ended without a record of why"
+_OWN_ENDINGS = {name: KINDS[name].ends_attempt for name in kinds_where(lambda k: k.ends_attempt)}
 
 
 def _own_ending(kind: str, rec: dict[str, Any]) -> str:
-    data = rec.get("data") if isinstance(rec.get("data"), dict) else {}
+    data = Event.of(rec).data
     if kind == "run_finished":
         return "finished the run"
     if kind == "run_failed":
@@ -91,13 +77,13 @@ def run_lineage(events_path: Path) -> list[Attempt]:
             cur.how = _own_ending(kind, rec)
             cur.drill = bool(rec.get("drill"))  # the ending was a drill's doing, not a real failure
         elif kind == "restart":
-            data = rec.get("data") if isinstance(rec.get("data"), dict) else {}
+            data = Event.of(rec).data
             prev = data.get("prev_attempt")
             if isinstance(prev, int) and strength.get(prev, 0) < 3:
                 strength[prev] = 3
                 if prev not in attempts:
                     attempts[prev] = Attempt(prev, "", "")
-                attempts[prev].how = _restart_cause(data)
+                attempts[prev].how = restart_cause(data)
                 attempts[prev].drill = bool(rec.get("drill"))
             fail = data.get("failed_at_step")
             if isinstance(prev, int) and isinstance(fail, int):

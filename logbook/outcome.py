@@ -40,6 +40,7 @@ from typing import Any
 from . import chain
 from .chain import canonical
 from .errors import NotFoundError, RefusedError, TamperedError
+from .eventschema import kinds_where
 from .records import iter_folder, write_record
 from .predictions import Prediction
 from .project import Project
@@ -288,8 +289,8 @@ def _prereg_id(rec: RunRecord | None, facts: RunFacts) -> str | None:
     return facts.prereg_id
 
 
-_GUARD_ACTIONS = ("step_skipped", "rollback", "lr_scaled", "run_aborted")
-_QUIET = ("checkpoint_saved", "checkpoint_failed", "milestone")
+_GUARD_ACTIONS = kinds_where(guard="action")
+_QUIET = kinds_where(keeps_incident=True)
 
 
 def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .bundled import bundled_dir
+from .eventschema import label as kind_label
+from .eventschema import restart_cause
 from .project import Project
 from .textfmt import (
     code_block, code_span, fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_pct, fmt_setting,
@@ -144,6 +146,7 @@ def _new_environment(dirs: list[Path]):
         listing=_listing, url=_url,
         cell=lambda v: Raw(table_cell(fmt_num(v) if is_number(v) else md_escape(v) if isinstance(v, str) else _inline_value(v))),
         cellcode=lambda v: Raw(table_cell(code_span(v))),
+        kind_label=kind_label, restart_cause=restart_cause,
     )
     env.tests["number"] = is_number
 

@@ -31,16 +31,14 @@ from typing import Any
 from .errors import LogbookError, NotFoundError, RefusedError, TamperedError, UsageError
 from .fsutil import atomic_write_bytes, atomic_write_text
 from .project import Project
-from .runfacts import RunFacts, load_facts, parse_ts
+from .eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts
+from .runfacts import RunFacts, load_facts
 from .runs import RunRecord, check_run_id, load_run_record
 from .textfmt import is_number
 
 MD_TEMPLATE = "report.md.j2"
 TYP_TEMPLATE = "report.typ"
-AFTERWARDS_KINDS = ("outcome",)
-"""Kinds written after a run, by people's commands: they are not part of any attempt's span."""
-INCIDENT_KINDS = ("restart", "preempted", "hang", "divergence_detected", "rollback", "run_aborted",
-                  "checkpoint_failed", "checkpoint_rejected", "run_failed")
+INCIDENT_KINDS = kinds_where(incident=True)
 
 
 class ReportError(LogbookError):
@@ -61,10 +59,6 @@ class ReportResult:
 
 def _hours(facts: RunFacts, seconds: float | None) -> float | None:
     return facts.device_hours(seconds)
-
-
-def _data(e: dict[str, Any]) -> dict[str, Any]:
-    return e.get("data") if isinstance(e.get("data"), dict) else {}
 
 
 # --- lineage and incidents --------------------------------------------------------------------
@@ -97,7 +91,7 @@ def incidents(facts: RunFacts) -> list[dict[str, Any]]:
     per_step = facts.seconds_per_step()
     out = []
     for e in facts.of_kind(*INCIDENT_KINDS):
-        d, kind = _data(e), e.get("kind")
+        d, kind = Event.of(e).data, e.get("kind")
         lost_s = None
         if kind == "restart":
             parts = [d.get("seconds_lost"), d.get("downtime_s")]
@@ -115,7 +109,7 @@ def incidents(facts: RunFacts) -> list[dict[str, Any]]:
 
 
 def _other_summary(e: dict[str, Any]) -> str:
-    d, kind = _data(e), e.get("kind")
+    d, kind = Event.of(e).data, e.get("kind")
     if kind == "preempted":
         return f"preempted by {d.get('signal') or 'a signal'}, saved at step {d.get('saved_step')}"
     if kind == "hang":
@@ -129,12 +123,12 @@ def _manual_restart(facts: RunFacts, restart: dict[str, Any]) -> bool:
     """A resume that torchrun did not make: its attempt's `run_started` counts no elastic restart."""
     for e in facts.of_kind("run_started"):
         if e.get("attempt") == restart.get("attempt"):
-            return _data(e).get("torchelastic_restart_count") == 0
+            return Event.of(e).data.get("torchelastic_restart_count") == 0
     return False
 
 
 def _action(e: dict[str, Any], manual: bool = False) -> str:
-    d, kind = _data(e), e.get("kind")
+    d, kind = Event.of(e).data, e.get("kind")
     plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
     tag = ""
     if plan.get("follows") is True:
@@ -210,7 +204,7 @@ def changes(facts: RunFacts) -> list[dict[str, Any]]:
     """Every hyperparameter change (and guard learning-rate scaling), in order."""
     out = []
     for e in facts.of_kind("hparam_change", "lr_scaled"):
-        d = _data(e)
+        d = Event.of(e).data
         plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
         if e.get("kind") == "lr_scaled":
             row = {"key": "lr_scale", "who": "guard", "source": "guard", "old": d.get("old"), "new": d.get("new"),
@@ -249,7 +243,7 @@ def mixture(project: Project, facts: RunFacts, rec: RunRecord | None) -> list[di
                      "why": "preregistered config" + ("" if phases else " (equal weights)"), "who": "config"})
         start = float(p.get("until") or 1.0)
     for e in facts.of_kind("hparam_change"):
-        d = _data(e)
+        d = Event.of(e).data
         if str(d.get("key", "")).startswith("data."):
             rows.append({"step": e.get("step"), "fraction": None, "weights": {str(d.get("key")): exact(d.get("new"))},
                          "old": exact(d.get("old")), "why": d.get("reason") or d.get("source"), "who": d.get("who")})
@@ -262,7 +256,7 @@ def _shares(w: dict[str, Any]) -> dict[str, float]:
 
 
 def _first_started(facts: RunFacts) -> dict[str, Any]:
-    return next((_data(e) for e in facts.of_kind("run_started")), {})
+    return next((Event.of(e).data for e in facts.of_kind("run_started")), {})
 
 
 def _run_config(project: Project, facts: RunFacts, rec: RunRecord | None) -> dict[str, Any]:
@@ -297,8 +291,8 @@ def interventions(facts: RunFacts) -> list[dict[str, Any]]:
     manual_restarts = sum(1 for e in facts.of_kind("restart") if _manual_restart(facts, e))
     auto_restarts = len(facts.of_kind("restart")) - manual_restarts
     changes_ = facts.of_kind("hparam_change")
-    manual_changes = sum(1 for e in changes_ if _data(e).get("source") in ("live", "advice"))
-    scheduled = sum(1 for e in changes_ if _data(e).get("source") == "schedule")
+    manual_changes = sum(1 for e in changes_ if Event.of(e).data.get("source") in ("live", "advice"))
+    scheduled = sum(1 for e in changes_ if Event.of(e).data.get("source") == "schedule")
     rows = [
         ("restarts", manual_restarts, auto_restarts),
         ("hyperparameter changes", manual_changes, scheduled),

@@ -38,13 +38,14 @@ from . import chain
 from .chain import iter_records
 from .clockskew import clock_warnings
 from .errors import NotFoundError, RefusedError, TamperedError, UsageError
+from .eventschema import Event, kinds_where, restart_cause
 from .eventstream import list_event_runs, run_log_path
 from .fsutil import exclusive
 from .project import Project
 from .records import damaged_records, iter_folder, write_record
-from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, signal_name
+from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting
 
-REVIEW_KINDS = ("restart", "divergence_detected", "rollback", "run_aborted", "hparam_change", "milestone", "outcome")
+REVIEW_KINDS = kinds_where(reviewable=True)
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
 ACTIONS = ("comment", "approve", "request_changes")
 MAX_TEXT_CHARS = 4000
@@ -130,28 +131,20 @@ def needs_review(rec: dict[str, Any]) -> bool:
     if kind not in REVIEW_KINDS:
         return False
     if kind == "hparam_change":
-        return _data(rec).get("source") != "schedule"
+        return Event.of(rec).data.get("source") != "schedule"
     return True
-
-
-def _data(rec: dict[str, Any]) -> dict[str, Any]:
-    d = rec.get("data")
-    return d if isinstance(d, dict) else {}
 
 
 def summarize(rec: dict[str, Any]) -> str:
     """One line for a person: what the entry says."""
-    kind, d = rec.get("kind"), _data(rec)
+    kind, d = rec.get("kind"), Event.of(rec).data
     fn = _SUMMARIES.get(str(kind))
     text = fn(rec, d) if fn else str(kind).replace("_", " ")
     return " ".join(text.split())
 
 
 def _sum_restart(rec, d) -> str:
-    cause = d.get("cause")
-    why = {"signal": f"killed by {signal_name(d.get('signal'))}", "exception": f"raised {d.get('exception_type') or 'an exception'}",
-           "preempted": "preempted", "hang": "hung"}.get(str(cause), "ended without a record of why")
-    parts = [f"attempt {d.get('prev_attempt', '?')} → {rec.get('attempt', '?')}: {why}"]
+    parts = [f"attempt {d.get('prev_attempt', '?')} → {rec.get('attempt', '?')}: {restart_cause(d)}"]
     if isinstance(d.get("resumed_from_step"), int):
         parts.append(f"resumed from step {fmt_int(d['resumed_from_step'])}")
     if isinstance(d.get("steps_lost"), int):

@@ -18,28 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from .chain import iter_records
-from .goodput import event_time
+from .eventschema import AFTERWARDS_KINDS, KINDS, Event, changes_lr, kinds_where, parse_ts
 from .project import Project
 from .sink import read_metrics
 from .textfmt import is_number
 
-AFTERWARDS_KINDS = ("outcome",)
-"""Kinds recorded about a run after the fact, by people's commands."""
-LIFECYCLE = {"run_started": "running", "restart": "running", "preempted": "preempted",
-             "run_finished": "finished", "run_failed": "failed", "run_aborted": "aborted"}
-COUNT_KINDS = {"restarts": ("restart",), "spikes": ("divergence_detected",), "rollbacks": ("rollback",),
-               "skipped_steps": ("step_skipped",), "lr_changes": ("lr_scaled", "hparam_change")}
-LR_KEYS = ("lr", "lr_scale", "muon_lr")
+LIFECYCLE = {name: k.run_state for name, k in KINDS.items() if k.run_state}
+"""The run's state after each lifecycle kind."""
+COUNT_KINDS = {**{c: kinds_where(counted_as=c) for c in ("restarts", "spikes", "rollbacks", "skipped_steps")},
+               "lr_changes": kinds_where(lr_change=True)}
 _COUNT_RULES = {
     "restarts": "restart events", "spikes": "divergence_detected events", "rollbacks": "rollback events",
     "skipped_steps": "step_skipped events",
     "lr_changes": "lr_scaled events plus hparam_change events of lr, lr_scale or muon_lr",
 }
-
-
-def parse_ts(ts: Any) -> float | None:
-    """Seconds since the epoch of an event's `ts`, or None."""
-    return event_time({"ts": ts})
 
 
 @dataclass
@@ -81,7 +73,7 @@ class RunFacts:
 
         found = None
         for e in self.events:
-            d = e.get("data") if isinstance(e.get("data"), dict) else {}
+            d = Event.of(e).data
             if e.get("kind") == "milestone" and isinstance(e.get("step"), int) and e["step"] <= upto and is_number(d.get(key)):
                 found = (e["step"], float(d[key]), d.get("fraction"))
         if found is None:
@@ -103,7 +95,7 @@ class RunFacts:
         for e in self.events:
             if e.get("kind") not in kinds:
                 continue
-            if e.get("kind") == "hparam_change" and (e.get("data") or {}).get("key") not in LR_KEYS:
+            if metric == "lr_changes" and not changes_lr(e):
                 continue
             if cutoff is not None and (parse_ts(e.get("ts")) or 0.0) >= cutoff:
                 continue

@@ -17,6 +17,7 @@ from typing import Any
 
 from .chain import canonical
 from .events import KINDS, RunLog, event_record
+from .eventschema import check_event, strict_events
 
 
 def _plain(value: Any, root: str | None = None) -> Any:
@@ -52,6 +53,8 @@ class EventSink:
         self.rank = rank
         self.log = RunLog(self.run_dir / "events.jsonl")
         self._root = os.path.join(str(Path(root).resolve()), "") if root is not None else None
+        # Read once here, not per event: outside the tests, writing an event costs nothing more.
+        self._strict = strict_events()
 
     @property
     def active(self) -> bool:
@@ -78,8 +81,11 @@ class EventSink:
             # must still be simple identifiers.
             if not kind.replace("_", "").isalnum():
                 raise ValueError(f"event kind must be an identifier, got {kind!r}")
+        payload = _plain(data, self._root)
+        if self._strict:
+            check_event(kind, payload)
         rec = event_record(kind, run=self.run_id, attempt=self.attempt, rank=self.rank,
-                           step=step, tokens=tokens, drill=drill, data=_plain(data, self._root))
+                           step=step, tokens=tokens, drill=drill, data=payload)
         return self.log.append(rec)
 
 

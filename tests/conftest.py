@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Every event any test writes, in this process or in a trainer it launches (subprocesses and
+# torchrun's workers inherit the environment), is checked against logbook/eventschema.py.
+os.environ["LOGBOOK_STRICT_EVENTS"] = "1"
 
 
 def git(repo: Path, *args: str) -> str:

@@ -22,14 +22,15 @@ import time
 import traceback
 from typing import Any
 
+from logbook.eventschema import kinds_where
 from logbook.forecasts import forecast_standings
 from logbook.milestones import due_milestones, emitted_milestones, milestone_step
 from logbook.plots import plot_ref, progress_plot_path, write_progress_plot
 
 from .callbacks import Callback
 
-SINCE_KINDS = {"restarts": ("restart",), "rollbacks": ("rollback",),
-               "changes": ("hparam_change", "lr_scaled"), "skips": ("step_skipped",)}
+SINCE_KINDS = {"restarts": kinds_where(counted_as="restarts"), "rollbacks": kinds_where(counted_as="rollbacks"),
+               "changes": kinds_where(setting_change=True), "skips": kinds_where(counted_as="skipped_steps")}
 """What `since_last` counts, by the event kinds counted."""
 
 

@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from logbook.errors import UsageError
+from logbook.eventschema import KINDS
 
 from .callbacks import Callback
 
 MODES = ("offline", "online")
-ALERT_KINDS = {"restart": "WARN", "rollback": "WARN", "divergence_detected": "WARN", "hang": "WARN",
-               "run_failed": "ERROR", "run_aborted": "ERROR"}
+ALERT_KINDS = {name: k.alert for name, k in KINDS.items() if k.alert}
 _STATE_BYTES = 4096
 _MAX_ID = 64
 
