@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -35,6 +34,7 @@ from .chain import utc_now
 from .errors import RefusedError, UsageError, did_you_mean
 from .events import iter_events
 from .fsutil import atomic_write_json, fsync_dir
+from .identity import git_identity
 from .project import Project
 from .runs import RunRecord, check_run_id, load_run_record, run_status
 
@@ -224,21 +224,6 @@ def last_lifecycle_event(events_path: Path) -> dict[str, Any] | None:
     return last
 
 
-def git_identity(root: Path) -> str:
-    """`Name <email>` from git config, or the login name when git has none."""
-    def get(key: str) -> str:
-        try:
-            return subprocess.run(["git", "config", key], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    name, email = get("user.name"), get("user.email")
-    if name or email:
-        return f"{name} <{email}>" if email else name
-    import getpass
-
-    return getpass.getuser()
-
-
 # --- request files ---------------------------------------------------------------
 
 def pending_dir(control_dir: Path) -> Path:
@@ -290,7 +275,7 @@ class Submitted:
 def submit_change(project: Project, run_id: str, changes: Mapping[str, Any], reason: str,
                   who: str | None = None) -> Submitted:
     """Validate a change for a running run and queue it for the trainer."""
-    request = new_request(run_id, changes, reason, who or git_identity(project.root))
+    request = new_request(run_id, changes, reason, who or str(git_identity(project.root)))
     run_accepts_changes(project, run_id)
     path = write_request(project.control_dir(run_id), request)
     return Submitted(request=request, path=path)

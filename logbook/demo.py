@@ -27,6 +27,7 @@ from typing import Any
 
 from .bundled import bundled_dir
 from .errors import RefusedError, UsageError
+from .identity import git_identity
 from .launch import RunResult, launch_run
 from .project import Project, open_project
 from .textfmt import fmt_setting
@@ -130,7 +131,7 @@ def make_repository(st: DemoState) -> None:
     st.root.mkdir(parents=True, exist_ok=True)
     (st.root / MARKER).write_text("scratch folder made by `logbook demo`; safe to delete\n")
     _git(st.root, "init", "-q", "-b", "main")
-    if not _git_identity(st.root):
+    if git_identity(st.root).guessed:
         # A fresh machine may have no git identity; the scratch repository gets its own.
         _git(st.root, "config", "user.name", "Logbook Demo")
         _git(st.root, "config", "user.email", "demo@logbook.invalid")
@@ -138,11 +139,6 @@ def make_repository(st: DemoState) -> None:
     (st.root / ".gitignore").write_text(f"{MARKER}\n/{TEAM_DIR}/\n")
     _git(st.root, "add", "README.md", ".gitignore")
     _git(st.root, "commit", "-q", "-m", "Start a research project")
-
-
-def _git_identity(root: Path) -> bool:
-    p = subprocess.run(["git", "config", "user.email"], cwd=root, capture_output=True, text=True)
-    return bool(p.stdout.strip())
 
 
 def init_logbook(st: DemoState) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 from . import gitbind
 from .chain import utc_now
 from .errors import RefusedError, UsageError
+from .identity import git_identity
 from .launch_watch import EXIT_PREEMPTED, RunResult, StderrPump, Watcher, next_seq, outcome
 from .project import Project
 from .runlock import RunLock
@@ -313,7 +314,7 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
     rec = RunRecord(
         run_id=run_id, created=utc_now(), config_path=_rel(project, config), config_hash=digest,
         prereg_id=prereg_id, exploratory=exploratory, snapshot=dict(snapshot), overrides=list(overrides),
-        nproc=nproc, nnodes=rdzv.nnodes, max_restarts=max_restarts, author=_git_author(project.root),
+        nproc=nproc, nnodes=rdzv.nnodes, max_restarts=max_restarts, author=str(git_identity(project.root)),
         status="running",
     )
     if prereg is not None:
@@ -371,15 +372,6 @@ def _deviations(rec: RunRecord) -> list[str]:
     if rec.overrides:
         out.append(f"launched with overrides not in the preregistered config: {' '.join(rec.overrides)}")
     return out
-
-
-def _git_author(root: Path) -> str:
-    def get(key: str) -> str:
-        p = subprocess.run(["git", "config", key], cwd=root, capture_output=True, text=True)
-        return p.stdout.strip()
-
-    name, email = get("user.name"), get("user.email")
-    return f"{name} <{email}>" if email else name
 
 
 def _rel(project: Project, path: Path) -> str:
