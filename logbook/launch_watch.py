@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from .chain import iter_records
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
+from .fsutil import log_tail
 from .project import Project
 from .rankmarks import lost_ranks, name_ranks, read_marks
 from .runs import RunRecord
@@ -73,7 +74,9 @@ class EventTail:
         self.path = Path(path)
         self.offset = 0
         if from_end and self.path.exists():
-            self.offset = _end_of_last_line(self.path)
+            # A torn last line (a kill mid-append) is read once it is repaired.
+            with open(self.path, "rb") as f:
+                self.offset = log_tail(f).complete_end
 
     def new(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -94,20 +97,6 @@ class EventTail:
             if isinstance(rec, dict):
                 out.append(rec)
         return out
-
-
-def _end_of_last_line(path: Path, chunk: int = 1 << 16) -> int:
-    """Offset just past the last newline: a torn last line (a kill mid-append) is read once repaired."""
-    with open(path, "rb") as f:
-        end = f.seek(0, 2)
-        while end > 0:
-            start = max(0, end - chunk)
-            f.seek(start)
-            nl = f.read(end - start).rfind(b"\n")
-            if nl >= 0:
-                return start + nl + 1
-            end = start
-    return 0
 
 
 class StderrPump:
