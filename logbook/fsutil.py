@@ -136,18 +136,6 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def append_durable(path: Path, data: bytes) -> None:
-    """Append bytes with O_APPEND and fsync before returning."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @contextmanager
 def exclusive(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive lock on `lock_path` (created if missing): a check and the write it guards run alone.
