@@ -8,6 +8,7 @@ Exit codes (documented in the README and in `logbook --help`):
 - 3: refused: the request is well formed but cannot be honoured in this state
 - 4: tampered: a verification found a record that was changed after it was written
 - 5: the training run failed or was aborted
+- 75: preempted: the run saved its state and stopped; resuming it continues (a Slurm job requeues on it)
 - 130: interrupted (Ctrl-C)
 """
 
@@ -19,6 +20,7 @@ EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_TAMPERED = 4
 EXIT_RUN_FAILED = 5
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL in sysexits.h: try again later
 EXIT_INTERRUPTED = 130
 
 

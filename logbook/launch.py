@@ -36,13 +36,13 @@ from . import gitbind
 from .chain import utc_now
 from .errors import RefusedError, UsageError
 from .identity import git_identity
-from .launch_watch import EXIT_PREEMPTED, RunResult, StderrPump, Watcher, next_seq, outcome
+from .launch_watch import RunResult, StderrPump, Watcher, next_seq, outcome
 from .project import Project
 from .runlock import RunLock
 from .runs import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from .yamlsafe import load_training_config
 
-__all__ = ["EXIT_PREEMPTED", "Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
+__all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
 DEFAULT_MAX_RESTARTS = 3
 """torchrun --max-restarts for a new run when none is given."""

@@ -25,14 +25,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from .chain import iter_records
-from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_RUN_FAILED
 from .fsutil import log_tail
 from .project import Project
 from .rankmarks import lost_ranks, name_ranks, read_marks
 from .runs import RunRecord
 from .sink import EventSink
 
-EXIT_PREEMPTED = 75
 """EX_TEMPFAIL: the run saved and stopped on request; a requeue resumes it."""
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import EXIT_TAMPERED
 from ._app import app, err, print_json
 
 
@@ -40,7 +41,7 @@ def demo_cmd(
     if res.run.exit_code != 0:
         raise typer.Exit(res.run.exit_code)
     if not res.verify_ok:
-        raise typer.Exit(4)
+        raise typer.Exit(EXIT_TAMPERED)
 
 
 def _summary(res) -> None:
