@@ -16,7 +16,6 @@ from ._app import JSON_OPTION, app, command_group, err, print_json
 
 prereg_app = command_group("prereg")
 
-_JSON = JSON_OPTION
 _PREDICT_HELP = ("Machine-checkable prediction `metric@point op threshold [± tol] [(C%)]`, or a forecast "
                  "`metric@point ≈ value [lo, hi] L%` or `metric ≈ {point: value [lo, hi], ...} L%`; repeatable. "
                  "Points: final, step:N (or N), P%. Example: 'val_loss@final < 1.45 ± 0.02 (80%)'.")
@@ -35,7 +34,7 @@ def prereg_cmd(
     rationale: Optional[str] = typer.Option(None, "--rationale", metavar="TEXT", help="Why you expect it: reasoning, prior evidence."),
     assume: Optional[list[str]] = typer.Option(None, "--assume", metavar="TEXT", help="An assumption the prediction rests on; repeatable."),
     from_file: Optional[Path] = typer.Option(None, "--from-file", metavar="YAML", help="Read all of the above from a YAML file."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Preregister a run before it starts: hypothesis, predictions, contingency plan, config hash.
 
@@ -169,7 +168,7 @@ def amend_cmd(
     seen: str = typer.Option(..., "--seen", metavar="WHAT", help="What you had seen: nothing | run-started | results."),
     predict: Optional[list[str]] = typer.Option(None, "--predict", metavar="EXPR", help="A prediction to add; repeatable."),
     contingency: Optional[list[str]] = typer.Option(None, "--contingency", metavar="RULE", help="A contingency rule to add; repeatable."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Amend a preregistration: a new, linked, committed record; the original is never edited.
 
@@ -201,7 +200,7 @@ def amend_cmd(
 def verify_cmd(
     prereg_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="Check only this preregistration."),
     full: bool = typer.Option(False, "--full", help="Read every commit again, ignoring (and not updating) the cache."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Check that every record and log is as first committed, over the whole history of HEAD.
 
@@ -249,7 +248,7 @@ def _count(n: int, word: str) -> str:
 
 
 @app.command("ls")
-def ls_cmd(as_json: bool = _JSON) -> None:
+def ls_cmd(as_json: bool = JSON_OPTION) -> None:
     """List preregistrations: id, date, author, title, predictions, amendments, runs.
 
     Example: logbook ls --json
@@ -301,7 +300,7 @@ def _amend_text(row: dict[str, Any]) -> str:
 @app.command("show")
 def show_cmd(
     ident: str = typer.Argument(..., metavar="ID", help="A preregistration id (or unique prefix) or a run id."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Show one preregistration in full (with amendments), or a run record with its events.
 
