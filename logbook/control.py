@@ -2,7 +2,7 @@
 
 `logbook set RUN key=value --reason ...` writes one request file into the run's
 control folder; the trainer (`trainer/control.py`) picks it up at its next step
-boundary, applies or rejects it, and moves it to `processed/` with the outcome
+boundary, applies or rejects it, and moves it to `processed/` with its reply
 appended. This module is torch-free and shared by both sides, so the keys,
 types and ranges the CLI checks up front are exactly those the trainer enforces:
 `SETTINGS` is the one allow-list.
@@ -10,7 +10,7 @@ types and ranges the CLI checks up front are exactly those the trainer enforces:
 Layout under `project.control_dir(run)` (uncommitted runtime state):
 
     pending/<utc-ts>-<uuid>.json    requests not answered yet, written atomically
-    processed/<same name>           the request plus {"outcome": {...}}
+    processed/<same name>           the request plus its reply, {"outcome": {...}}
 
 File names sort in submission order and never collide, so two `logbook set`
 calls at once both land and are both answered. A temporary file of an atomic
@@ -41,6 +41,11 @@ from .runs import RunRecord, check_run_id, load_run_record, run_status
 REQUEST_VERSION = 1
 MAX_REQUEST_BYTES = 256 * 1024
 MAX_REASON_CHARS = 2000
+REPLY_KEY = "outcome"
+"""Where a processed request holds the run's reply (status, step, applied or reason).
+
+Named "outcome" on disk since the first request files; trainer/control.py
+writes and reads the same key, so the name stays for compatibility."""
 WEIGHTS_PREFIX = "data.weights."
 _SOURCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 TERMINAL_KINDS = ("run_finished", "run_failed", "run_aborted")
@@ -312,14 +317,14 @@ def decode_request(raw: bytes, run_id: str) -> dict[str, Any]:
     return req
 
 
-def finish_request(control_dir: Path, name: str, body: Mapping[str, Any], outcome: Mapping[str, Any]) -> Path:
-    """Answer a request: write processed/<name> (request + outcome) atomically, then drop pending/<name>.
+def finish_request(control_dir: Path, name: str, body: Mapping[str, Any], reply: Mapping[str, Any]) -> Path:
+    """Answer a request: write processed/<name> (request + reply) atomically, then drop pending/<name>.
 
     The answer is durable before the request disappears, so a kill between the
     two leaves both files, and the processed one says what happened.
     """
     out = processed_dir(control_dir) / name
-    atomic_write_json(out, {**dict(body), "outcome": dict(outcome)})
+    atomic_write_json(out, {**dict(body), REPLY_KEY: dict(reply)})
     src = pending_dir(control_dir) / name
     try:
         src.unlink()
@@ -330,13 +335,13 @@ def finish_request(control_dir: Path, name: str, body: Mapping[str, Any], outcom
 
 
 def read_answer(control_dir: Path, name: str) -> dict[str, Any] | None:
-    """The processed request with its outcome, or None while it is unanswered."""
+    """The processed request with the run's reply under REPLY_KEY, or None while it is unanswered."""
     path = processed_dir(control_dir) / name
     try:
         doc = json.loads(path.read_text("utf-8"))
     except (FileNotFoundError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("outcome"), dict) else None
+    return doc if isinstance(doc, dict) and isinstance(doc.get(REPLY_KEY), dict) else None
 
 
 def wait_for_answer(control_dir: Path, name: str, timeout_s: float, poll_s: float = 0.2) -> dict[str, Any] | None:

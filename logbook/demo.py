@@ -238,7 +238,7 @@ def train(st: DemoState) -> None:
 
 def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
     """`logbook set RUN lr_scale=0.8` through the library, once the guard has skipped the first spike."""
-    from .control import read_answer, submit_change, wait_for_answer
+    from .control import REPLY_KEY, read_answer, submit_change, wait_for_answer
 
     if not st.spike_steps:
         return
@@ -260,7 +260,7 @@ def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
     while answer is None and not stop.is_set():  # the run answers at its next step, or has ended
         answer = wait_for_answer(project.control_dir(st.run_id), sub.name, timeout_s=0.2, poll_s=0.05)
     answer = answer or read_answer(project.control_dir(st.run_id), sub.name)
-    st.live_change = {"request": sub.request, "outcome": (answer or {}).get("outcome")}
+    st.live_change = {"request": sub.request, REPLY_KEY: (answer or {}).get(REPLY_KEY)}
     if answer is None:
         st.live_note = "the live change was never answered: the run ended first"
 

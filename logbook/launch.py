@@ -36,7 +36,7 @@ from . import gitbind
 from .chain import utc_now
 from .errors import RefusedError, UsageError
 from .identity import git_identity
-from .launch_watch import RunResult, StderrPump, Watcher, next_seq, outcome
+from .launch_watch import RunResult, StderrPump, Watcher, launch_ending, next_seq
 from .project import Project
 from .runlock import RunLock
 from .runs import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
@@ -442,7 +442,7 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     pump = StderrPump(proc.stderr, launch_dir / "torchrun.log", muted=lambda: bool(watcher.signals))
     torchrun_exit = watcher.wait(poll_s)
     pump.join()
-    return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0,
+    return launch_ending(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0,
                    join_timeout_s=rdzv.join_timeout_s if rdzv.nnodes > 1 else None)
 
 

@@ -32,7 +32,6 @@ from .rankmarks import lost_ranks, name_ranks, read_marks
 from .runs import RunRecord
 from .sink import EventSink
 
-"""EX_TEMPFAIL: the run saved and stopped on request; a requeue resumes it."""
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 """SIGUSR1 is Slurm's warning before a time limit (`--signal=USR1@120`): torchrun itself would die of it."""
@@ -240,7 +239,7 @@ def next_seq(events_path: Path) -> int:
     return 1 + max((int(e.get("seq", -1)) for e in iter_records(events_path)), default=-1)
 
 
-def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[int], launch_dir: Path,
+def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[int], launch_dir: Path,
             first_seq: int = 0, record: bool = True, join_timeout_s: float | None = None) -> RunResult:
     """Decide how the launch ended; with `record`, write run_failed into the run's event log.
 

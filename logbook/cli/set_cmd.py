@@ -33,7 +33,7 @@ def set_cmd(
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds --wait waits for the answer."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    from ..control import check_reason, parse_assignment, submit_change, wait_for_answer
+    from ..control import REPLY_KEY, check_reason, parse_assignment, submit_change, wait_for_answer
     from ..errors import RefusedError, UsageError
     from ..project import open_project
 
@@ -57,16 +57,16 @@ def set_cmd(
     answer = wait_for_answer(project.control_dir(run), sub.name, timeout)
     if answer is None:
         if as_json:
-            print_json({**sub.request, "outcome": None})
+            print_json({**sub.request, REPLY_KEY: None})
         raise RefusedError(f"no answer from run {run} within {timeout:g} s; the request stays pending",
                            hint="it applies when the run reaches its next step; check that the run is still training")
     if as_json:
         print_json(answer)
-    out = answer["outcome"]
-    if out.get("status") != "applied":
-        raise RefusedError(f"run {run} rejected the change: {out.get('reason')}")
-    for ch in out.get("applied") or []:
-        line = f"applied at step {out.get('step')}: {ch['key']} {ch['old']} -> {ch['new']}"
+    reply = answer[REPLY_KEY]
+    if reply.get("status") != "applied":
+        raise RefusedError(f"run {run} rejected the change: {reply.get('reason')}")
+    for ch in reply.get("applied") or []:
+        line = f"applied at step {reply.get('step')}: {ch['key']} {ch['old']} -> {ch['new']}"
         if as_json:
             err(line)
         else:
