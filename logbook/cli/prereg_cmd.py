@@ -11,8 +11,8 @@ from typing import Any, Optional
 
 import typer
 
-from . import _app
-from ._app import JSON_OPTION, app, command_group, err, print_json
+from ._app import (JSON_OPTION, app, command_group, err, is_interactive, open_for_writing, print_json,
+                   stdout_console)
 
 prereg_app = command_group("prereg")
 
@@ -49,7 +49,7 @@ def prereg_cmd(
         return
     from ..prereg import create_prereg
 
-    project = _app.open_for_writing()
+    project = open_for_writing()
     inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
                         config=config, budget=budget, rationale=rationale, assume=assume, from_file=from_file)
     written = create_prereg(project, inp)
@@ -89,7 +89,7 @@ def _gather_input(*, title, hypothesis, predict, contingency, config, budget, ra
         return PreregInput(title=title or "", hypothesis=hypothesis or "", predictions=list(predict or []),
                            contingency=list(contingency or []), config=config, budget=budget,
                            rationale=rationale or "", assumptions=list(assume or []))
-    if _app.is_interactive():
+    if is_interactive():
         return _input_from_editor()
     raise UsageError("nothing to preregister",
                      hint="give --title, --hypothesis and --predict (repeatable), or --from-file prereg.yaml; "
@@ -180,7 +180,7 @@ def amend_cmd(
     """
     from ..prereg import amend_prereg, resolve_prereg_id
 
-    project = _app.open_for_writing()
+    project = open_for_writing()
     pid = resolve_prereg_id(project, prereg_id) or prereg_id
     written = amend_prereg(project, pid, reason=reason, seen=seen, predictions=list(predict or []),
                            contingency=list(contingency or []))
@@ -271,7 +271,7 @@ def ls_cmd(as_json: bool = JSON_OPTION) -> None:
     if not rows:
         err("No preregistrations yet. Create one with `logbook prereg --help`.")
         return
-    con = _app.stdout_console()
+    con = stdout_console()
     if con.width < 110:  # a table this wide would be cut: one block per preregistration instead
         for r in rows:
             con.print(f"{r['id']}  {r['title']}", soft_wrap=True)
@@ -336,10 +336,10 @@ def show_cmd(
 
 def _print_markdown(text: str) -> None:
     """Rendered at a terminal; the Markdown itself when piped (so `> file.md` works)."""
-    if _app.is_interactive():
+    if is_interactive():
         from rich.markdown import Markdown
 
-        _app.stdout_console().print(Markdown(text))
+        stdout_console().print(Markdown(text))
     else:
         typer.echo(text)
 
@@ -356,7 +356,7 @@ def _show_run(project, run_id: str, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    con = _app.stdout_console()
+    con = stdout_console()
     head = Table(show_header=False, show_edge=False, pad_edge=False)
     for key, value in record.to_dict().items():
         if value not in (None, "", [], {}):
