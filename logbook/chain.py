@@ -20,9 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .fsutil import log_tail
+
 SCHEMA_VERSION = 1
 GENESIS = "0" * 64
-_TAIL_READ = 1 << 16
 
 
 def utc_now() -> str:
@@ -62,27 +63,6 @@ class LogContents:
         return not self.problems
 
 
-def _last_complete_line(f) -> tuple[bytes | None, int, int]:
-    """(last complete line, offset where the file's complete part ends, file size)."""
-    size = f.seek(0, os.SEEK_END)
-    if size == 0:
-        return None, 0, 0
-    start = max(0, size - _TAIL_READ)
-    while True:
-        f.seek(start)
-        chunk = f.read(size - start)
-        end = chunk.rfind(b"\n")
-        if end >= 0:
-            complete_end = start + end + 1
-            prev_nl = chunk.rfind(b"\n", 0, end)
-            if prev_nl >= 0 or start == 0:
-                line = chunk[prev_nl + 1 : end]
-                return line, complete_end, size
-        if start == 0:
-            return None, 0, size  # no newline at all: the whole file is a torn line
-        start = max(0, start - _TAIL_READ * 4)
-
-
 class ChainedLog:
     """One hash-chained JSONL file. Safe for several appending processes."""
 
@@ -96,7 +76,8 @@ class ChainedLog:
         with os.fdopen(fd, "r+b") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
-                last, complete_end, size = _last_complete_line(f)
+                tail = log_tail(f)
+                last, complete_end, size = tail.last_line, tail.complete_end, tail.size
                 prev_hash, seq = GENESIS, 0
                 if last:
                     prev = json.loads(last)

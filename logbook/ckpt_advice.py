@@ -199,29 +199,6 @@ def count_failures(events: list[dict[str, Any]], include_drills: bool = False) -
     return n
 
 
-def median_save_cost(events: list[dict[str, Any]]) -> float | None:
-    """Median blocking seconds of the run's completed saves."""
-    costs = [c for e in events if e.get("kind") == "checkpoint_saved"
-             if (c := _number((e.get("data") or {}).get("blocking_s"))) is not None]
-    return statistics.median(costs) if costs else None
-
-
-def median_save_interval(events: list[dict[str, Any]]) -> float | None:
-    """Median wall time between consecutive saves of the same attempt."""
-    by_attempt: dict[Any, list[float]] = {}
-    for e in events:
-        if e.get("kind") == "checkpoint_saved" and (t := _ts(e)) is not None:
-            by_attempt.setdefault(e.get("attempt"), []).append(t)
-    gaps = [b - a for ts in by_attempt.values() for a, b in zip(sorted(ts), sorted(ts)[1:]) if b > a]
-    return statistics.median(gaps) if gaps else None
-
-
-def run_wall_s(events: list[dict[str, Any]]) -> float | None:
-    """From the first event to the last."""
-    times = [t for e in events if (t := _ts(e)) is not None]
-    return max(times) - min(times) if len(times) >= 2 else None
-
-
 class AdviceTracker:
     """`advise_from_run` kept up to date one event at a time, for readers that stream a log.
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -94,6 +93,3 @@ def load_config(path: Path) -> LogbookConfig:
     cfg.validate()
     return cfg
 
-
-def config_as_dict(cfg: LogbookConfig) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)

@@ -246,6 +246,3 @@ def parse_rule(text: str) -> ContingencyRule:
         return ContingencyRule(text, False, warning=f"{why}: kept as free text")
     return ContingencyRule(text, True, trigger, tuple(actions))  # type: ignore[arg-type]
 
-
-def parse_rules(texts: list[str]) -> list[ContingencyRule]:
-    return [parse_rule(t) for t in texts]

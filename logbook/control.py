@@ -2,7 +2,7 @@
 
 `logbook set RUN key=value --reason ...` writes one request file into the run's
 control folder; the trainer (`trainer/control.py`) picks it up at its next step
-boundary, applies or rejects it, and moves it to `processed/` with the outcome
+boundary, applies or rejects it, and moves it to `processed/` with its reply
 appended. This module is torch-free and shared by both sides, so the keys,
 types and ranges the CLI checks up front are exactly those the trainer enforces:
 `SETTINGS` is the one allow-list.
@@ -10,7 +10,7 @@ types and ranges the CLI checks up front are exactly those the trainer enforces:
 Layout under `project.control_dir(run)` (uncommitted runtime state):
 
     pending/<utc-ts>-<uuid>.json    requests not answered yet, written atomically
-    processed/<same name>           the request plus {"outcome": {...}}
+    processed/<same name>           the request plus its reply, {"outcome": {...}}
 
 File names sort in submission order and never collide, so two `logbook set`
 calls at once both land and are both answered. A temporary file of an atomic
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -36,12 +35,18 @@ from .errors import RefusedError, UsageError, did_you_mean
 from .events import iter_events
 from .eventschema import kinds_where
 from .fsutil import atomic_write_json, fsync_dir
+from .identity import git_identity
 from .project import Project
 from .runs import RunRecord, check_run_id, load_run_record, run_status
 
 REQUEST_VERSION = 1
 MAX_REQUEST_BYTES = 256 * 1024
 MAX_REASON_CHARS = 2000
+REPLY_KEY = "outcome"
+"""Where a processed request holds the run's reply (status, step, applied or reason).
+
+Named "outcome" on disk since the first request files; trainer/control.py
+writes and reads the same key, so the name stays for compatibility."""
 WEIGHTS_PREFIX = "data.weights."
 _SOURCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 TERMINAL_KINDS = kinds_where(terminal=True)
@@ -225,21 +230,6 @@ def last_lifecycle_event(events_path: Path) -> dict[str, Any] | None:
     return last
 
 
-def git_identity(root: Path) -> str:
-    """`Name <email>` from git config, or the login name when git has none."""
-    def get(key: str) -> str:
-        try:
-            return subprocess.run(["git", "config", key], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    name, email = get("user.name"), get("user.email")
-    if name or email:
-        return f"{name} <{email}>" if email else name
-    import getpass
-
-    return getpass.getuser()
-
-
 # --- request files ---------------------------------------------------------------
 
 def pending_dir(control_dir: Path) -> Path:
@@ -291,7 +281,7 @@ class Submitted:
 def submit_change(project: Project, run_id: str, changes: Mapping[str, Any], reason: str,
                   who: str | None = None) -> Submitted:
     """Validate a change for a running run and queue it for the trainer."""
-    request = new_request(run_id, changes, reason, who or git_identity(project.root))
+    request = new_request(run_id, changes, reason, who or str(git_identity(project.root)))
     run_accepts_changes(project, run_id)
     path = write_request(project.control_dir(run_id), request)
     return Submitted(request=request, path=path)
@@ -328,14 +318,14 @@ def decode_request(raw: bytes, run_id: str) -> dict[str, Any]:
     return req
 
 
-def finish_request(control_dir: Path, name: str, body: Mapping[str, Any], outcome: Mapping[str, Any]) -> Path:
-    """Answer a request: write processed/<name> (request + outcome) atomically, then drop pending/<name>.
+def finish_request(control_dir: Path, name: str, body: Mapping[str, Any], reply: Mapping[str, Any]) -> Path:
+    """Answer a request: write processed/<name> (request + reply) atomically, then drop pending/<name>.
 
     The answer is durable before the request disappears, so a kill between the
     two leaves both files, and the processed one says what happened.
     """
     out = processed_dir(control_dir) / name
-    atomic_write_json(out, {**dict(body), "outcome": dict(outcome)})
+    atomic_write_json(out, {**dict(body), REPLY_KEY: dict(reply)})
     src = pending_dir(control_dir) / name
     try:
         src.unlink()
@@ -346,13 +336,13 @@ def finish_request(control_dir: Path, name: str, body: Mapping[str, Any], outcom
 
 
 def read_answer(control_dir: Path, name: str) -> dict[str, Any] | None:
-    """The processed request with its outcome, or None while it is unanswered."""
+    """The processed request with the run's reply under REPLY_KEY, or None while it is unanswered."""
     path = processed_dir(control_dir) / name
     try:
         doc = json.loads(path.read_text("utf-8"))
     except (FileNotFoundError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("outcome"), dict) else None
+    return doc if isinstance(doc, dict) and isinstance(doc.get(REPLY_KEY), dict) else None
 
 
 def wait_for_answer(control_dir: Path, name: str, timeout_s: float, poll_s: float = 0.2) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ from typing import Any
 from .bundled import bundled_dir
 from .errors import RefusedError, UsageError
 from .eventschema import kinds_where
+from .identity import git_identity
 from .launch import RunResult, launch_run
 from .project import Project, open_project
 from .textfmt import fmt_setting
@@ -131,7 +132,7 @@ def make_repository(st: DemoState) -> None:
     st.root.mkdir(parents=True, exist_ok=True)
     (st.root / MARKER).write_text("scratch folder made by `logbook demo`; safe to delete\n")
     _git(st.root, "init", "-q", "-b", "main")
-    if not _git_identity(st.root):
+    if git_identity(st.root).guessed:
         # A fresh machine may have no git identity; the scratch repository gets its own.
         _git(st.root, "config", "user.name", "Logbook Demo")
         _git(st.root, "config", "user.email", "demo@logbook.invalid")
@@ -139,11 +140,6 @@ def make_repository(st: DemoState) -> None:
     (st.root / ".gitignore").write_text(f"{MARKER}\n/{TEAM_DIR}/\n")
     _git(st.root, "add", "README.md", ".gitignore")
     _git(st.root, "commit", "-q", "-m", "Start a research project")
-
-
-def _git_identity(root: Path) -> bool:
-    p = subprocess.run(["git", "config", "user.email"], cwd=root, capture_output=True, text=True)
-    return bool(p.stdout.strip())
 
 
 def init_logbook(st: DemoState) -> None:
@@ -243,7 +239,7 @@ def train(st: DemoState) -> None:
 
 def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
     """`logbook set RUN lr_scale=0.8` through the library, once the guard has skipped the first spike."""
-    from .control import read_answer, submit_change, wait_for_answer
+    from .control import REPLY_KEY, read_answer, submit_change, wait_for_answer
 
     if not st.spike_steps:
         return
@@ -265,7 +261,7 @@ def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
     while answer is None and not stop.is_set():  # the run answers at its next step, or has ended
         answer = wait_for_answer(project.control_dir(st.run_id), sub.name, timeout_s=0.2, poll_s=0.05)
     answer = answer or read_answer(project.control_dir(st.run_id), sub.name)
-    st.live_change = {"request": sub.request, "outcome": (answer or {}).get("outcome")}
+    st.live_change = {"request": sub.request, REPLY_KEY: (answer or {}).get(REPLY_KEY)}
     if answer is None:
         st.live_note = "the live change was never answered: the run ended first"
 

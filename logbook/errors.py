@@ -8,7 +8,12 @@ Exit codes (documented in the README and in `logbook --help`):
 - 3: refused: the request is well formed but cannot be honoured in this state
 - 4: tampered: a verification found a record that was changed after it was written
 - 5: the training run failed or was aborted
+- 75: preempted: the run saved its state and stopped; resuming it continues (a Slurm job requeues on it)
 - 130: interrupted (Ctrl-C)
+
+The trainer process exits with 75 when it saved and stopped on a signal, and
+with 124 (EXIT_HANG, as timeout(1) does) when its watchdog saw no progress;
+torchrun restarts it on either.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_TAMPERED = 4
 EXIT_RUN_FAILED = 5
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL in sysexits.h: try again later
+EXIT_HANG = 124  # the trainer only: never an exit code of `logbook`
 EXIT_INTERRUPTED = 130
 
 

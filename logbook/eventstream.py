@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .errors import TamperedError
+from .fsutil import log_tail
 from .project import Project
 
 NOTES_SOURCE = "note"
@@ -237,29 +238,11 @@ def torn_tail(source: str, path: Path) -> TornTail | None:
     except FileNotFoundError:
         return None
     with f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return None
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return None
-        block = 1 << 16
-        start = max(0, size - block)
-        while True:
-            f.seek(start)
-            chunk = f.read(size - start)
-            nl = chunk.rfind(b"\n")
-            if nl >= 0 or start == 0:
-                break
-            start = max(0, start - block * 4)
-        torn_from = start + nl + 1 if nl >= 0 else 0
-        day = None
-        if nl >= 0:
-            prev_nl = chunk.rfind(b"\n", 0, nl)
-            if prev_nl >= 0 or start == 0:
-                ts = _line_ts(chunk[prev_nl + 1 : nl + 1])
-                day = ts[:10] if ts else None
-        return TornTail(source, path, size - torn_from, day)
+        tail = log_tail(f)
+    if tail.complete_end == tail.size:
+        return None  # empty, or ends with a newline: nothing is torn
+    ts = _line_ts(tail.last_line) if tail.last_line is not None else None
+    return TornTail(source, path, tail.size - tail.complete_end, ts[:10] if ts else None)
 
 
 def merged(project: Project, *, runs: Iterable[str] | None = None, notes: bool = True,

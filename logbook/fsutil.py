@@ -1,7 +1,8 @@
-"""Durable file writes: atomic replace and fsync'd appends.
+"""Durable file writes (atomic replace, fsync'd appends) and the tail of an append-only log.
 
 Every file the logbook writes goes through here, so that a kill at any moment
-leaves either the old content or the new one, never half of it.
+leaves either the old content or the new one, never half of it; and every
+reader that must find where a log's complete lines end asks `log_tail`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def fsync_dir(path: Path) -> None:
@@ -134,18 +136,6 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def append_durable(path: Path, data: bytes) -> None:
-    """Append bytes with O_APPEND and fsync before returning."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @contextmanager
 def exclusive(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive lock on `lock_path` (created if missing): a check and the write it guards run alone.
@@ -161,3 +151,39 @@ def exclusive(lock_path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """Where an append-only log's complete lines end, and the last of them."""
+
+    size: int
+    """The file's size in bytes."""
+    complete_end: int
+    """Offset just past the last newline: what follows it (size - complete_end bytes) is a torn line."""
+    last_line: bytes | None
+    """The last complete line, without its newline; None when the file has no newline."""
+
+
+def log_tail(f: BinaryIO, block: int = 1 << 16) -> LogTail:
+    """Scan an open log backwards from its end for its last complete line.
+
+    A log is appended to a line at a time, so a kill mid-append leaves a torn
+    last line with no newline; readers and the next writer must know where the
+    complete part ends. The window read grows fourfold until it holds the last
+    line whole, so a line longer than `block` costs a few reads, not a scan.
+    """
+    size = f.seek(0, os.SEEK_END)
+    span = block
+    while True:
+        start = max(0, size - span)
+        f.seek(start)
+        chunk = f.read(size - start)
+        end = chunk.rfind(b"\n")
+        if end >= 0:
+            prev = chunk.rfind(b"\n", 0, end)
+            if prev >= 0 or start == 0:
+                return LogTail(size, start + end + 1, chunk[prev + 1 : end])
+        if start == 0:
+            return LogTail(size, 0, None)  # no newline at all: the whole file is one torn line
+        span *= 4

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from .errors import RefusedError, UsageError
 from .fsutil import atomic_create_bytes
+from .identity import git_identity, signing_identity
 
 if TYPE_CHECKING:
     from .project import Project
@@ -128,12 +129,8 @@ def check_repo_state(root: Path) -> RepoState:
 
 
 def author_ident(root: Path) -> str:
-    """`Name <email>` as git would write it for a commit made now."""
-    out = git(root, "var", "GIT_AUTHOR_IDENT", check=False).strip()
-    if not out:
-        raise RefusedError("git does not know who you are",
-                           hint='set it with `git config user.name "Your Name"` and `git config user.email you@example.org`')
-    return out.rsplit(" ", 2)[0]  # drop "<timestamp> <zone>"
+    """`Name <email>` of whoever commits here now (see `identity.git_identity`), or a refusal."""
+    return str(signing_identity(root, "a preregistration"))
 
 
 def path_known(root: Path, relpath: str) -> bool:
@@ -402,10 +399,9 @@ def _add_untracked(root: Path, env: dict[str, str], cap: int) -> list[str]:
     return sorted(skipped)
 
 
-def _identity_env(root: Path) -> dict[str, str] | None:
-    """Snapshots are made by launchers on machines that may have no git identity."""
-    if git(root, "var", "GIT_COMMITTER_IDENT", check=False).strip() and \
-            git(root, "var", "GIT_AUTHOR_IDENT", check=False).strip():
-        return None
-    return {"GIT_AUTHOR_NAME": "logbook", "GIT_AUTHOR_EMAIL": "logbook@localhost",
-            "GIT_COMMITTER_NAME": "logbook", "GIT_COMMITTER_EMAIL": "logbook@localhost"}
+def _identity_env(root: Path) -> dict[str, str]:
+    """Snapshots are made by launchers on machines that may have no git identity; a guess goes on no commit."""
+    ident = git_identity(root)
+    name, email = ("logbook", "logbook@localhost") if ident.guessed else (ident.name, ident.email)
+    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}

@@ -35,13 +35,14 @@ from typing import Any
 from . import gitbind
 from .chain import utc_now
 from .errors import RefusedError, UsageError
-from .launch_watch import EXIT_PREEMPTED, RunResult, StderrPump, Watcher, next_seq, outcome
+from .identity import git_identity
+from .launch_watch import RunResult, StderrPump, Watcher, launch_ending, next_seq
 from .project import Project
 from .runlock import RunLock
 from .runs import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from .yamlsafe import load_training_config
 
-__all__ = ["EXIT_PREEMPTED", "Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
+__all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
 DEFAULT_MAX_RESTARTS = 3
 """torchrun --max-restarts for a new run when none is given."""
@@ -313,7 +314,7 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
     rec = RunRecord(
         run_id=run_id, created=utc_now(), config_path=_rel(project, config), config_hash=digest,
         prereg_id=prereg_id, exploratory=exploratory, snapshot=dict(snapshot), overrides=list(overrides),
-        nproc=nproc, nnodes=rdzv.nnodes, max_restarts=max_restarts, author=_git_author(project.root),
+        nproc=nproc, nnodes=rdzv.nnodes, max_restarts=max_restarts, author=str(git_identity(project.root)),
         status="running",
     )
     if prereg is not None:
@@ -371,15 +372,6 @@ def _deviations(rec: RunRecord) -> list[str]:
     if rec.overrides:
         out.append(f"launched with overrides not in the preregistered config: {' '.join(rec.overrides)}")
     return out
-
-
-def _git_author(root: Path) -> str:
-    def get(key: str) -> str:
-        p = subprocess.run(["git", "config", key], cwd=root, capture_output=True, text=True)
-        return p.stdout.strip()
-
-    name, email = get("user.name"), get("user.email")
-    return f"{name} <{email}>" if email else name
 
 
 def _rel(project: Project, path: Path) -> str:
@@ -450,7 +442,7 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     pump = StderrPump(proc.stderr, launch_dir / "torchrun.log", muted=lambda: bool(watcher.signals))
     torchrun_exit = watcher.wait(poll_s)
     pump.join()
-    return outcome(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0,
+    return launch_ending(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0,
                    join_timeout_s=rdzv.join_timeout_s if rdzv.nnodes > 1 else None)
 
 

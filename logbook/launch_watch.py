@@ -25,14 +25,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from .chain import iter_records
-from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_RUN_FAILED
+from .fsutil import log_tail
 from .project import Project
 from .rankmarks import lost_ranks, name_ranks, read_marks
 from .runs import RunRecord
 from .sink import EventSink
 
-EXIT_PREEMPTED = 75
-"""EX_TEMPFAIL: the run saved and stopped on request; a requeue resumes it."""
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 """SIGUSR1 is Slurm's warning before a time limit (`--signal=USR1@120`): torchrun itself would die of it."""
@@ -73,7 +72,9 @@ class EventTail:
         self.path = Path(path)
         self.offset = 0
         if from_end and self.path.exists():
-            self.offset = _end_of_last_line(self.path)
+            # A torn last line (a kill mid-append) is read once it is repaired.
+            with open(self.path, "rb") as f:
+                self.offset = log_tail(f).complete_end
 
     def new(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -94,20 +95,6 @@ class EventTail:
             if isinstance(rec, dict):
                 out.append(rec)
         return out
-
-
-def _end_of_last_line(path: Path, chunk: int = 1 << 16) -> int:
-    """Offset just past the last newline: a torn last line (a kill mid-append) is read once repaired."""
-    with open(path, "rb") as f:
-        end = f.seek(0, 2)
-        while end > 0:
-            start = max(0, end - chunk)
-            f.seek(start)
-            nl = f.read(end - start).rfind(b"\n")
-            if nl >= 0:
-                return start + nl + 1
-            end = start
-    return 0
 
 
 class StderrPump:
@@ -252,7 +239,7 @@ def next_seq(events_path: Path) -> int:
     return 1 + max((int(e.get("seq", -1)) for e in iter_records(events_path)), default=-1)
 
 
-def outcome(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[int], launch_dir: Path,
+def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals: list[int], launch_dir: Path,
             first_seq: int = 0, record: bool = True, join_timeout_s: float | None = None) -> RunResult:
     """Decide how the launch ended; with `record`, write run_failed into the run's event log.
 

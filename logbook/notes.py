@@ -10,17 +10,16 @@ same on every clone, and never taken by a teammate writing on the same day.
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from . import chain
 from .chain import iter_records
 from .chronicle import RenderResult, render_chronicle
 from .clockskew import clock_warnings
-from .errors import NotFoundError, RefusedError, UsageError
+from .errors import NotFoundError, UsageError
 from .eventstream import NOTES_SOURCE, list_event_runs, run_log_path
+from .identity import signing_identity
 from .project import Project
 from .records import is_record_id, iter_folder, read_record, write_record
 from .runs import check_run_id
@@ -51,21 +50,6 @@ class NoteResult:
     record: dict[str, Any]
     id: str
     rendered: RenderResult
-
-
-def git_identity(root: Path) -> tuple[str, str]:
-    """(user.name, user.email) from git config, or a refusal that says how to set them."""
-    def get(key: str) -> str:
-        r = subprocess.run(["git", "config", "--get", key], cwd=root, capture_output=True, text=True)
-        return r.stdout.strip() if r.returncode == 0 else ""
-
-    name, email = get("user.name"), get("user.email")
-    if not name:
-        raise RefusedError(
-            "no git identity: notes are signed with git's user.name, which is not set",
-            hint='run `git config user.name "Your Name"` and `git config user.email you@example.org`',
-        )
-    return name, email
 
 
 def check_note_text(text: str | bytes) -> str:
@@ -166,7 +150,7 @@ def add_note(project: Project, text: str | bytes, *, run: str | None = None, ste
              about: str | None = None, render: bool = True) -> NoteResult:
     """Write a signed note (an erratum with `about`) as its own record and re-render the days it shows on."""
     text = check_note_text(text)
-    name, email = git_identity(project.root)
+    signer = signing_identity(project.root, "a note")
     if run is not None:
         check_run_id(run)
         if not run_log_path(project, run).is_file() and not (project.run_dir(run) / "run.json").is_file():
@@ -174,11 +158,11 @@ def add_note(project: Project, text: str | bytes, *, run: str | None = None, ste
             raise NotFoundError(f"unknown run {run!r}", hint=f"runs: {known}")
     _check_step(project, run, step)
     target = find_entry(project, about) if about is not None else None
-    rec: dict[str, Any] = {"kind": "note", "author": name, "email": email, "text": text, "run": run, "step": step}
+    rec: dict[str, Any] = {"kind": "note", "author": signer.name, "email": signer.email, "text": text, "run": run, "step": step}
     if target is not None:
         rec.update(about=target.id, about_ts=target.ts, about_kind=target.kind)
     now = chain.utc_now()
-    warnings = clock_warnings(now, email, _signed_records(project))
+    warnings = clock_warnings(now, signer.email, _signed_records(project))
     if warnings:
         rec["clock_warnings"] = warnings
     written = write_record(project.notes_dir, rec, ts=now)

@@ -41,6 +41,7 @@ from . import chain
 from .chain import canonical
 from .errors import NotFoundError, RefusedError, TamperedError
 from .eventschema import kinds_where
+from .identity import git_identity
 from .records import iter_folder, write_record
 from .predictions import Prediction
 from .project import Project
@@ -461,8 +462,6 @@ def record_outcome(project: Project, run_id: str, *, render: bool = True) -> Sco
 
     With `render`, the chronicle's day file that shows the new outcome entry is re-rendered.
     """
-    from .review import reviewer_identity
-
     card = evaluate(project, run_id)
     if not card.final:
         return card
@@ -474,10 +473,8 @@ def record_outcome(project: Project, run_id: str, *, render: bool = True) -> Sco
         card.supersedes = prev["scorecard"].get("supersedes")
         card.computed_at, card.computed_by = str(prev.get("ts")), prev["scorecard"].get("computed_by")
         return card
-    try:
-        card.computed_by = str(reviewer_identity(project.root))
-    except RefusedError:
-        card.computed_by = None
+    signer = git_identity(project.root)
+    card.computed_by = None if signer.guessed else str(signer)
     card.supersedes = f"{OUTCOME_SOURCE}:{prev.get('id')}" if prev is not None else None
     now = chain.utc_now()
     card.computed_at = now

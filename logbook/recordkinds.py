@@ -38,7 +38,3 @@ def classify(rel: str) -> Kind:
     if _LOG.match(rel):
         return "log"
     return "record"
-
-
-def is_derived(rel: str) -> bool:
-    return classify(rel) == "derived"

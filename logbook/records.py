@@ -40,11 +40,6 @@ def is_record_id(value: str) -> bool:
     return bool(RECORD_ID_RE.match(value or ""))
 
 
-def id_day(record_id: str) -> str:
-    """The UTC day (`2026-11-30`) a record id was minted on."""
-    return f"{record_id[:4]}-{record_id[4:6]}-{record_id[6:8]}"
-
-
 def write_record(folder: Path, record: dict[str, Any], *, ts: str | None = None) -> dict[str, Any]:
     """Write `record` as a new file `<folder>/<id>.json` and return it completed (v, ts, id, hash).
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import subprocess
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from .errors import NotFoundError, RefusedError, TamperedError, UsageError
 from .eventschema import Event, kinds_where, restart_cause
 from .eventstream import list_event_runs, run_log_path
 from .fsutil import exclusive
+from .identity import signing_identity
 from .project import Project
 from .records import damaged_records, iter_folder, write_record
 from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting
@@ -74,20 +74,9 @@ class Reviewer:
 
 
 def reviewer_identity(root: Path) -> Reviewer:
-    """git's user.name and user.email, or a refusal that says how to set them."""
-    def get(key: str) -> str:
-        r = subprocess.run(["git", "config", "--get", key], cwd=root, capture_output=True, text=True)
-        return r.stdout.strip() if r.returncode == 0 else ""
-
-    name, email = get("user.name"), get("user.email")
-    missing = [k for k, v in (("user.name", name), ("user.email", email)) if not v]
-    if missing:
-        raise RefusedError(
-            f"no git identity: a review is signed with git's user.name and user.email, and {' and '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} not set",
-            hint='run `git config user.name "Your Name"` and `git config user.email you@example.org`',
-        )
-    return Reviewer(name, email)
+    """git's user.name and user.email (see `identity.git_identity`), or a refusal that says how to set them."""
+    ident = signing_identity(root, "a review")
+    return Reviewer(ident.name, ident.email)
 
 
 @dataclass

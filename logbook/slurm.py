@@ -26,7 +26,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import EXIT_PREEMPTED, UsageError
 
 _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 
@@ -122,13 +122,13 @@ done
 if [ "$rc" -gt 128 ]; then wait "$step"; again=$?; [ "$again" -ne 127 ] && rc=$again; fi
 
 state=$(scontrol show job "$SLURM_JOB_ID" -o | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-if [ "$rc" -eq 75 ] && [ "$state" = RUNNING ]; then
+if [ "$rc" -eq {EXIT_PREEMPTED} ] && [ "$state" = RUNNING ]; then
   # Saved and stopped: Slurm does not requeue a job that ends by itself, so ask for it.
-  echo "logbook: run $run saved and stopped (exit 75); requeueing job $SLURM_JOB_ID"
+  echo "logbook: run $run saved and stopped (exit {EXIT_PREEMPTED}); requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
-elif [ "$rc" -eq 75 ]; then
+elif [ "$rc" -eq {EXIT_PREEMPTED} ]; then
   # Cancelled (scancel), or already requeued by Slurm (scontrol requeue, preemption): leave it so.
-  echo "logbook: run $run saved and stopped (exit 75); job $SLURM_JOB_ID is $state, not requeueing it"
+  echo "logbook: run $run saved and stopped (exit {EXIT_PREEMPTED}); job $SLURM_JOB_ID is $state, not requeueing it"
 fi
 exit "$rc"
 """

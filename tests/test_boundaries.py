@@ -1,7 +1,8 @@
-"""The CLI starts fast and never drags torch or wandb in."""
+"""The CLI starts fast, never drags torch or wandb in, and its modules import downwards only."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -39,3 +40,13 @@ def test_no_logbook_module_imports_torch():
             s = line.strip()
             assert not s.startswith(("import torch", "from torch")), f"{path} imports torch"
             assert not s.startswith(("import wandb", "from wandb")), f"{path} imports wandb"
+
+
+def test_command_modules_never_import_the_cli_package_that_imports_them():
+    # logbook.cli imports every command module to register it; one that imports
+    # logbook.cli back sees it half-initialised. What they share lives in _app.
+    for path in (ROOT / "logbook" / "cli").glob("*_cmd.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                package = node.module if node.level == 0 else (node.level == 1 and node.module is None and "logbook.cli")
+                assert package != "logbook.cli", f"{path.name}:{node.lineno} imports logbook.cli"

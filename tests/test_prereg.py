@@ -144,7 +144,7 @@ def test_editor_template_is_parsed_like_a_file(logbook_repo, cli, monkeypatch, t
         "text = text.replace('predictions:\\n', 'predictions:\\n  - spikes@final == 0\\n', 1)\n"
         "open(sys.argv[1], 'w', encoding='utf-8').write(text)\n")
     monkeypatch.setenv("EDITOR", f"{sys.executable} {script}")
-    monkeypatch.setattr("logbook.cli._app.is_interactive", lambda: True)
+    monkeypatch.setattr("logbook.cli.prereg_cmd.is_interactive", lambda: True)
     res = cli("prereg", "--json")
     assert res.exit_code == 0, res.output
     p = load_prereg(open_project(), json.loads(res.stdout)["id"])
@@ -154,7 +154,7 @@ def test_editor_template_is_parsed_like_a_file(logbook_repo, cli, monkeypatch, t
 
 def test_editor_left_unchanged_preregisters_nothing(logbook_repo, cli, monkeypatch):
     monkeypatch.setenv("EDITOR", "true")
-    monkeypatch.setattr("logbook.cli._app.is_interactive", lambda: True)
+    monkeypatch.setattr("logbook.cli.prereg_cmd.is_interactive", lambda: True)
     before = _head(logbook_repo)
     res = cli("prereg")
     assert res.exit_code == 2 and "left empty" in res.stderr

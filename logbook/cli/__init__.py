@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import EXIT_OK
 from ._app import app
 from . import init_cmd  # noqa: F401  (registers commands)
 from . import run_cmd  # noqa: F401
@@ -27,5 +28,5 @@ def main() -> None:
         # makes click exit 1 after wrapping stdout; a reader that left early
         # (`logbook --help | head -1`) is no failure.
         if e.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
-            sys.exit(0)
+            sys.exit(EXIT_OK)
         raise

@@ -16,11 +16,13 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, LogbookError, UsageError
+from ..errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_REFUSED, EXIT_RUN_FAILED,
+                      EXIT_TAMPERED, EXIT_USAGE, LogbookError, UsageError)
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok · 1 internal error · 2 usage · 3 refused · 4 tampered · "
-    "5 run failed · 75 preempted (saved; resume it) · 130 interrupted."
+    f"Exit codes: {EXIT_OK} ok · {EXIT_INTERNAL} internal error · {EXIT_USAGE} usage · {EXIT_REFUSED} refused · "
+    f"{EXIT_TAMPERED} tampered · {EXIT_RUN_FAILED} run failed · {EXIT_PREEMPTED} preempted (saved; resume it) · "
+    f"{EXIT_INTERRUPTED} interrupted."
 )
 
 
@@ -97,7 +99,7 @@ class LogbookGroup(TyperGroup):
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             _quiet_closed_stdout()
-            raise typer.Exit(0) from None
+            raise typer.Exit(EXIT_OK) from None
         except Exception as e:  # a bug: say so plainly, show the trace only on request
             if _is_cli_control_flow(e):
                 raise

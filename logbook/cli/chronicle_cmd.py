@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from ._app import app, checked_out_path, err, open_for_writing, print_json
+from ._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -25,7 +25,7 @@ def note_cmd(
     run: Optional[str] = typer.Option(None, "--run", help="The run the note is about."),
     step: Optional[int] = typer.Option(None, "--step", help="The step the note refers to."),
     about: Optional[str] = typer.Option(None, "--about", help="Entry id (e.g. qknorm:17 or note:3) this note corrects: an erratum."),
-    as_json: bool = typer.Option(False, "--json", help="Print the note record as JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Add a signed note to the chronicle (author from git); --about attaches it to an earlier entry as an erratum.
 
@@ -56,7 +56,7 @@ def render_cmd(
     fmt: str = typer.Option("md", "--format", help="md (dated day files, or one file with --out) or pdf."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write one file here (default for pdf: chronicle.pdf)."),
     check: bool = typer.Option(False, "--check", help="Render in memory and compare with the day files on disk; exit 3 if any differ."),
-    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Render the chronicle from the event logs and notes: dated Markdown files, one Markdown file, or a PDF.
 
@@ -115,7 +115,7 @@ def render_cmd(
 @app.command("commit")
 def commit_cmd(
     message: Optional[str] = typer.Option(None, "-m", "--message", help="Subject line (the generated summary goes in the body)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the commit as JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Commit everything that changed under the logbook folder, in one commit, leaving your staged and unstaged work alone.
 
@@ -138,7 +138,7 @@ def commit_cmd(
 
 @app.command("migrate")
 def migrate_cmd(
-    as_json: bool = typer.Option(False, "--json", help="Print what was migrated as JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Copy a logbook's shared logs (notes.jsonl, reviews.jsonl, outcome.json) into one file per record.
 

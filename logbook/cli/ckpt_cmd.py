@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ._app import app, err, print_json
+from ._app import JSON_OPTION, app, err, print_json
 
 
 @app.command("ckpt-interval")
@@ -17,7 +17,7 @@ def ckpt_interval_cmd(
                                             help="Seconds a save blocks training, e.g. 5m (default with --run: measured)."),
     run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN",
                                          help="Measure the MTBF and save cost from this run's event log."),
-    as_json: bool = typer.Option(False, "--json", help="Print the advice as JSON on stdout."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Advise a checkpoint interval: Young's sqrt(2dM) and Daly's refinement.
 

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from ._app import app, err, print_json
+from ..errors import EXIT_TAMPERED
+from ._app import JSON_OPTION, app, err, print_json
 
 
 @app.command("demo")
@@ -16,7 +17,7 @@ def demo_cmd(
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary scratch repository at the end."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Training steps of the demo run (default 120; fewer is quicker, the loss ends higher).", show_default=False),
     nproc: int = typer.Option(1, "--nproc", help="Worker processes under torchrun."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Make a scratch logbook, preregister, train a tiny GPT with drills and a live change, verify.
 
@@ -40,7 +41,7 @@ def demo_cmd(
     if res.run.exit_code != 0:
         raise typer.Exit(res.run.exit_code)
     if not res.verify_ok:
-        raise typer.Exit(4)
+        raise typer.Exit(EXIT_TAMPERED)
 
 
 def _summary(res) -> None:

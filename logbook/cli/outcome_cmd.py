@@ -10,14 +10,13 @@ import typer
 from ..errors import UsageError
 from ._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json, stdout_console
 
-_JSON = JSON_OPTION
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
 
 
 @app.command("outcome")
 def outcome_cmd(
     run: str = typer.Argument(..., help="The run to score."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Score a run's preregistered predictions: confirmed, refuted or inconclusive, with the measured values.
 
@@ -113,7 +112,7 @@ def calibration_cmd(
     period: str = typer.Option("month", "--period", help="Group time by month or week (of the preregistration)."),
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="PNG",
                                         help="Also draw the reliability diagram, interval coverage and scores over time."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """How well predictions and forecasts did, over every run with a recorded outcome: per author, over time, per metric.
 
@@ -249,7 +248,7 @@ def report_cmd(
     run: str = typer.Argument(..., help="The run to report on."),
     fmt: str = typer.Option("md", "--format", help="md or pdf."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where to write (default: entries/reports/<run>.md or .pdf)."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Write the retrospective of a run: preregistration, attempts, incidents and their cost, scorecard, sign-offs, disclosures.
 

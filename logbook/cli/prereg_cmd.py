@@ -11,12 +11,11 @@ from typing import Any, Optional
 
 import typer
 
-from . import _app
-from ._app import JSON_OPTION, app, command_group, err, print_json
+from ._app import (JSON_OPTION, app, command_group, err, is_interactive, open_for_writing, print_json,
+                   stdout_console)
 
 prereg_app = command_group("prereg")
 
-_JSON = JSON_OPTION
 _PREDICT_HELP = ("Machine-checkable prediction `metric@point op threshold [± tol] [(C%)]`, or a forecast "
                  "`metric@point ≈ value [lo, hi] L%` or `metric ≈ {point: value [lo, hi], ...} L%`; repeatable. "
                  "Points: final, step:N (or N), P%. Example: 'val_loss@final < 1.45 ± 0.02 (80%)'.")
@@ -35,7 +34,7 @@ def prereg_cmd(
     rationale: Optional[str] = typer.Option(None, "--rationale", metavar="TEXT", help="Why you expect it: reasoning, prior evidence."),
     assume: Optional[list[str]] = typer.Option(None, "--assume", metavar="TEXT", help="An assumption the prediction rests on; repeatable."),
     from_file: Optional[Path] = typer.Option(None, "--from-file", metavar="YAML", help="Read all of the above from a YAML file."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Preregister a run before it starts: hypothesis, predictions, contingency plan, config hash.
 
@@ -50,7 +49,7 @@ def prereg_cmd(
         return
     from ..prereg import create_prereg
 
-    project = _app.open_for_writing()
+    project = open_for_writing()
     inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
                         config=config, budget=budget, rationale=rationale, assume=assume, from_file=from_file)
     written = create_prereg(project, inp)
@@ -90,7 +89,7 @@ def _gather_input(*, title, hypothesis, predict, contingency, config, budget, ra
         return PreregInput(title=title or "", hypothesis=hypothesis or "", predictions=list(predict or []),
                            contingency=list(contingency or []), config=config, budget=budget,
                            rationale=rationale or "", assumptions=list(assume or []))
-    if _app.is_interactive():
+    if is_interactive():
         return _input_from_editor()
     raise UsageError("nothing to preregister",
                      hint="give --title, --hypothesis and --predict (repeatable), or --from-file prereg.yaml; "
@@ -169,7 +168,7 @@ def amend_cmd(
     seen: str = typer.Option(..., "--seen", metavar="WHAT", help="What you had seen: nothing | run-started | results."),
     predict: Optional[list[str]] = typer.Option(None, "--predict", metavar="EXPR", help="A prediction to add; repeatable."),
     contingency: Optional[list[str]] = typer.Option(None, "--contingency", metavar="RULE", help="A contingency rule to add; repeatable."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Amend a preregistration: a new, linked, committed record; the original is never edited.
 
@@ -181,7 +180,7 @@ def amend_cmd(
     """
     from ..prereg import amend_prereg, resolve_prereg_id
 
-    project = _app.open_for_writing()
+    project = open_for_writing()
     pid = resolve_prereg_id(project, prereg_id) or prereg_id
     written = amend_prereg(project, pid, reason=reason, seen=seen, predictions=list(predict or []),
                            contingency=list(contingency or []))
@@ -201,7 +200,7 @@ def amend_cmd(
 def verify_cmd(
     prereg_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="Check only this preregistration."),
     full: bool = typer.Option(False, "--full", help="Read every commit again, ignoring (and not updating) the cache."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Check that every record and log is as first committed, over the whole history of HEAD.
 
@@ -249,7 +248,7 @@ def _count(n: int, word: str) -> str:
 
 
 @app.command("ls")
-def ls_cmd(as_json: bool = _JSON) -> None:
+def ls_cmd(as_json: bool = JSON_OPTION) -> None:
     """List preregistrations: id, date, author, title, predictions, amendments, runs.
 
     Example: logbook ls --json
@@ -272,7 +271,7 @@ def ls_cmd(as_json: bool = _JSON) -> None:
     if not rows:
         err("No preregistrations yet. Create one with `logbook prereg --help`.")
         return
-    con = _app.stdout_console()
+    con = stdout_console()
     if con.width < 110:  # a table this wide would be cut: one block per preregistration instead
         for r in rows:
             con.print(f"{r['id']}  {r['title']}", soft_wrap=True)
@@ -301,7 +300,7 @@ def _amend_text(row: dict[str, Any]) -> str:
 @app.command("show")
 def show_cmd(
     ident: str = typer.Argument(..., metavar="ID", help="A preregistration id (or unique prefix) or a run id."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Show one preregistration in full (with amendments), or a run record with its events.
 
@@ -337,10 +336,10 @@ def show_cmd(
 
 def _print_markdown(text: str) -> None:
     """Rendered at a terminal; the Markdown itself when piped (so `> file.md` works)."""
-    if _app.is_interactive():
+    if is_interactive():
         from rich.markdown import Markdown
 
-        _app.stdout_console().print(Markdown(text))
+        stdout_console().print(Markdown(text))
     else:
         typer.echo(text)
 
@@ -357,7 +356,7 @@ def _show_run(project, run_id: str, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    con = _app.stdout_console()
+    con = stdout_console()
     head = Table(show_header=False, show_edge=False, pad_edge=False)
     for key, value in record.to_dict().items():
         if value not in (None, "", [], {}):

@@ -10,8 +10,6 @@ from ._app import JSON_OPTION, command_group, err, open_for_writing, print_json,
 
 review_app = command_group("review")
 
-_JSON = JSON_OPTION
-
 
 @review_app.callback()
 def review_cmd(
@@ -19,7 +17,7 @@ def review_cmd(
     status: bool = typer.Option(False, "--status", help="One line per run: entries needing review, approved, changes requested, outcome."),
     all_: bool = typer.Option(False, "--all", help="List approved entries too."),
     run: Optional[str] = typer.Option(None, "--run", help="Only this run's entries."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """List what needs a reviewer: restarts, divergences, rollbacks, aborts, manual changes, progress notes, outcomes.
 
@@ -123,7 +121,7 @@ def _done(res, as_json: bool, verb: str) -> None:
 def comment_cmd(
     entry: str = typer.Argument(..., help="Entry id, e.g. qknorm:17."),
     text: str = typer.Argument(..., help="The comment."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Comment on an entry in the review queue; it does not change its approval state.
 
@@ -138,7 +136,7 @@ def comment_cmd(
 def approve_cmd(
     entry: str = typer.Argument(..., help="Entry id, e.g. qknorm:17."),
     comment: Optional[str] = typer.Option(None, "--comment", help="A remark recorded with the approval."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Approve an entry (once per reviewer; approving replaces your earlier request for changes).
 
@@ -153,7 +151,7 @@ def approve_cmd(
 def request_changes_cmd(
     entry: str = typer.Argument(..., help="Entry id, e.g. qknorm:17."),
     text: str = typer.Argument(..., help="What should change, or what is unclear."),
-    as_json: bool = _JSON,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Ask for changes on an entry; it stays open until you approve it.
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ._app import app, err, open_for_writing, print_json
+from ._app import JSON_OPTION, app, err, open_for_writing, print_json
 
 
 @app.command("run")
@@ -25,7 +25,7 @@ def run_cmd(
     rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Rendezvous id (default: the run id)."),
     join_timeout: float = typer.Option(600.0, "--join-timeout", metavar="SECONDS", help="How long the rendezvous waits for every node (at the start, and for a lost node to rejoin) before the run fails."),
     startup_timeout: float = typer.Option(300.0, "--startup-timeout", metavar="SECONDS", help="How long a worker waits for the other workers of its attempt before it fails, naming those missing."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Run training under torchrun: check, snapshot the code, record, restart on failure.
 

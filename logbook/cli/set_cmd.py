@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..control import SETTINGS
-from ._app import app, err, print_json
+from ._app import JSON_OPTION, app, err, print_json
 
 
 def _keys_help() -> str:
@@ -29,11 +29,11 @@ def set_cmd(
     run: str = typer.Argument(..., metavar="RUN", help="Id of the running run.", show_default=False),
     assignments: list[str] = typer.Argument(..., metavar="KEY=VALUE...", help="One or more changes, e.g. lr=3e-4.", show_default=False),
     reason: Optional[str] = typer.Option(None, "--reason", "-r", help="Why (required; it goes into the chronicle)."),
-    wait: bool = typer.Option(False, "--wait", help="Wait for the run's answer and print it."),
+    wait: bool = typer.Option(False, "--wait", help="Wait for the run's answer and print it (as JSON with --json)."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds --wait waits for the answer."),
-    as_json: bool = typer.Option(False, "--json", help="Print the request (and the answer with --wait) as JSON on stdout."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
-    from ..control import check_reason, parse_assignment, submit_change, wait_for_answer
+    from ..control import REPLY_KEY, check_reason, parse_assignment, submit_change, wait_for_answer
     from ..errors import RefusedError, UsageError
     from ..project import open_project
 
@@ -57,16 +57,16 @@ def set_cmd(
     answer = wait_for_answer(project.control_dir(run), sub.name, timeout)
     if answer is None:
         if as_json:
-            print_json({**sub.request, "outcome": None})
+            print_json({**sub.request, REPLY_KEY: None})
         raise RefusedError(f"no answer from run {run} within {timeout:g} s; the request stays pending",
                            hint="it applies when the run reaches its next step; check that the run is still training")
     if as_json:
         print_json(answer)
-    out = answer["outcome"]
-    if out.get("status") != "applied":
-        raise RefusedError(f"run {run} rejected the change: {out.get('reason')}")
-    for ch in out.get("applied") or []:
-        line = f"applied at step {out.get('step')}: {ch['key']} {ch['old']} -> {ch['new']}"
+    reply = answer[REPLY_KEY]
+    if reply.get("status") != "applied":
+        raise RefusedError(f"run {run} rejected the change: {reply.get('reason')}")
+    for ch in reply.get("applied") or []:
+        line = f"applied at step {reply.get('step')}: {ch['key']} {ch['old']} -> {ch['new']}"
         if as_json:
             err(line)
         else:
