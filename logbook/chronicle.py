@@ -20,7 +20,7 @@ from typing import Any
 
 from .chain import iter_records
 from .chronicle_views import ROUTINE_KINDS, entry_anchor, event_view, routine_views
-from .errors import RefusedError
+from .errors import LogbookError, RefusedError
 from .eventschema import AFTERWARDS_KINDS
 from .eventstream import (
     NOTES_SOURCE, Item, TornTail, by_day, check_day, days_of, merged, run_log_path, sources, torn_tail,
@@ -116,7 +116,7 @@ class Chronicle:
         self.only_run = only_run
         self.make_plots = make_plots
         self.errata = errata_index(project)
-        from .review import reviews_for
+        from .reviews import reviews_for
 
         self.reviews = reviews_for(project)
         self._advice: dict[str, dict[Any, str]] = {}
@@ -201,7 +201,6 @@ class Chronicle:
     def _exploratory(self, run: str) -> bool:
         """Whether the run's record says it answers to no preregistration (read once per run)."""
         if run not in self._explore:
-            from .errors import LogbookError
             from .runs import load_run_record
 
             try:
@@ -429,3 +428,16 @@ def render_markdown_file(project: Project, out: Path, *, run: str | None = None,
     res.written.append(out)
     res.warnings = chron.warnings
     return res
+
+
+def rerender_days(project: Project, days: list[str]) -> list[str]:
+    """Re-render the chronicle's day files for `days` so they show what was just recorded.
+
+    The record is already written when this runs, so a rendering problem is
+    returned as a warning (fix it, then `logbook render`) rather than raised.
+    """
+    try:
+        res = render_chronicle(project, days=sorted(set(days)), make_plots=False)
+    except LogbookError as e:
+        return [f"recorded, but the chronicle could not be re-rendered: {e.message}; run `logbook render`"]
+    return list(res.warnings)

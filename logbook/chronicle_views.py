@@ -66,7 +66,7 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
     """The template context of one run event (not routine) or one note.
 
     `make_plot(entry, path)` is called for a milestone whose plot file is missing.
-    `reviews` maps entry ids to their review records (`logbook.review.reviews_for`);
+    `reviews` maps entry ids to their review records (`logbook.reviews.reviews_for`);
     `extra` adds fields computed from other records (a restart's failure statistics).
     """
     rec = item.rec or {}

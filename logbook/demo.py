@@ -329,12 +329,15 @@ def _entry_with(markdown: str, marker: str) -> list[str]:
 
 def score_and_report(st: DemoState) -> None:
     """`logbook outcome` scores the run; `logbook report` writes its retrospective as Markdown and PDF."""
+    from .chronicle import rerender_days
     from .outcome import record_outcome
     from .report import write_report
 
     if st.result is None:
         return
     card = record_outcome(_project(st), st.result.run_id)
+    if card.final and not card.already_recorded:
+        card.warnings = rerender_days(_project(st), [card.computed_at[:10]])
     c = card.counts
     st.say(f"  outcome ({card.label.lower()}): {c['confirmed']} confirmed, {c['refuted']} refuted, "
            f"{c['inconclusive']} inconclusive, {len(card.deviations)} deviation(s)")

@@ -29,13 +29,27 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .errors import TamperedError
+from .errors import TamperedError, UsageError
 from .fsutil import log_tail
 from .project import Project
 
 NOTES_SOURCE = "note"
 _TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
 _DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_run_id(run_id: str) -> str:
+    """Refuse ids that could escape their folder or be read as options, and the notes' own name."""
+    if not RUN_ID_RE.match(run_id or "") or ".." in run_id:
+        raise UsageError(
+            f"invalid run id {run_id!r}",
+            hint="use letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    if run_id == NOTES_SOURCE:  # entry ids are SOURCE:SEQ, so `note:3` must keep meaning the third note
+        raise UsageError(f"the run id {run_id!r} is reserved for the team's notes", hint="choose another run id")
+    return run_id
 
 
 class Item(NamedTuple):
@@ -72,8 +86,6 @@ def run_log_path(project: Project, run_id: str) -> Path:
 
 def list_event_runs(project: Project) -> list[str]:
     """Runs that have an event log, sorted by id (folders whose name is not a valid run id are left out)."""
-    from .runs import RUN_ID_RE
-
     if not project.runs_dir.is_dir():
         return []
     return sorted(p.name for p in project.runs_dir.iterdir()
@@ -132,8 +144,6 @@ def valid_ts(ts: Any) -> bool:
 
 
 def check_day(value: str, what: str = "date") -> str:
-    from .errors import UsageError
-
     if not _DAY_RE.match(value or ""):
         raise UsageError(f"{what} must look like 2026-12-01, got {value!r}")
     try:

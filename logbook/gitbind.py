@@ -341,7 +341,7 @@ def snapshot_worktree(project: Project, run_id: str) -> dict:
     working tree. Returns {"ref", "commit", "head", "dirty", "skipped"}; when the
     working tree equals HEAD, `commit` is HEAD itself.
     """
-    from .runs import check_run_id
+    from .eventstream import check_run_id
 
     root = Path(project.root)
     ref = SNAPSHOT_REF_PREFIX + check_run_id(run_id)

@@ -45,7 +45,7 @@ from .identity import git_identity
 from .records import iter_folder, write_record
 from .predictions import Prediction
 from .project import Project
-from .runfacts import RunFacts, load_facts
+from .runfacts import Measurement, RunFacts, load_facts
 from .runs import RunRecord, check_run_id, load_run_record
 from .textfmt import fmt_setting
 
@@ -67,18 +67,6 @@ def outcome_records(project: Project, run_id: str) -> list[dict[str, Any]]:
     """The run's scorecard records, oldest first by (time, id); the last one is the run's outcome."""
     recs = [r for r in iter_folder(outcomes_dir(project, run_id)) if isinstance(r.get("scorecard"), dict)]
     return sorted(recs, key=lambda r: (str(r.get("ts")), str(r.get("id"))))
-
-
-@dataclass
-class Measurement:
-    """A metric's value at a point, or why there is none."""
-
-    value: float | None = None
-    step: int | None = None
-    rule: str = ""
-    missing: str | None = None
-    partial: bool = False
-    """A count taken before the point was reached (the run is still short of it)."""
 
 
 @dataclass
@@ -457,10 +445,11 @@ def _content_hash(card: Scorecard) -> str:
     return hashlib.sha256(canonical(card.content()).encode("utf-8")).hexdigest()
 
 
-def record_outcome(project: Project, run_id: str, *, render: bool = True) -> Scorecard:
+def record_outcome(project: Project, run_id: str) -> Scorecard:
     """Score the run; write a new scorecard record when it is final and says something new.
 
-    With `render`, the chronicle's day file that shows the new outcome entry is re-rendered.
+    The caller re-renders the day that shows a new record (`chronicle.rerender_days`
+    on `card.computed_at`'s day): scoring sits below the chronicle, which shows it.
     """
     card = evaluate(project, run_id)
     if not card.final:
@@ -483,10 +472,6 @@ def record_outcome(project: Project, run_id: str, *, render: bool = True) -> Sco
     rec = {"kind": "outcome", "run": run_id, "step": card.last_step, "data": payload, "scorecard": card.to_dict()}
     written = write_record(folder, rec, ts=now)
     card.event = f"{OUTCOME_SOURCE}:{written['id']}"
-    if render:
-        from .review import rerender_days
-
-        card.warnings = rerender_days(project, [card.computed_at[:10]])
     return card
 
 

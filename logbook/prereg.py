@@ -31,11 +31,9 @@ from . import gitbind
 from .contingency import ContingencyRule
 from .errors import NotFoundError, RefusedError, TamperedError, UsageError
 from .predictions import Forecast, Prediction, flatten, forecast_from_dict
-from .prereg_format import SCHEMA, SEEN, hash_as_written, read_record, render_amendment_body, render_body, render_record
-from .prereg_input import (ID_RE, PreregInput, check_contingency, check_id, check_predictions, check_text, slugify,
-                           validate_input)
+from .prereg_format import SCHEMA, hash_as_written, read_record, render_body, render_record
+from .prereg_input import ID_RE, PreregInput, check_id, slugify, validate_input
 from .project import Project
-from .records import new_record_id
 
 AMEND_RE = re.compile(r"^(?P<id>[a-z0-9-]+)\.amend-(?P<n>[1-9]\d{0,3}|\d{8}T\d{12}Z-[0-9a-f]{8})\.md$")
 """`<prereg id>.amend-<key>.md`: the key is a record id (or, in older logbooks, a number)."""
@@ -143,11 +141,11 @@ def amendment_path(project: Project, prereg_id: str, key: str) -> Path:
     return project.prereg_dir / f"{check_id(prereg_id)}.amend-{key}.md"
 
 
-def _relpath(project: Project, path: Path) -> str:
+def relpath(project: Project, path: Path) -> str:
     return path.relative_to(project.root).as_posix()
 
 
-def _utc(now: datetime | None) -> datetime:
+def utc_or_now(now: datetime | None) -> datetime:
     return (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
 
 
@@ -161,7 +159,7 @@ def create_prereg(project: Project, inp: PreregInput, *, now: datetime | None = 
     fields, warnings = validate_input(project, inp)
     state = gitbind.check_repo_state(project.root)
     author = gitbind.author_ident(project.root)
-    created = _utc(now).replace(microsecond=0)
+    created = utc_or_now(now).replace(microsecond=0)
     prereg_id = _new_id(created, fields["title"], author, nonce if nonce is not None else os.urandom(16))
     path = prereg_path(project, prereg_id)
     if path.exists() or _committed_anywhere(project, prereg_id):
@@ -173,7 +171,7 @@ def create_prereg(project: Project, inp: PreregInput, *, now: datetime | None = 
              "base_commit": state.head}
     # What the working tree held beyond the base commit (an untracked config, an
     # edit not yet committed): a run that trains this very code is no deviation.
-    uncommitted = gitbind.uncommitted_blobs(project.root, _relpath(project, project.entries))
+    uncommitted = gitbind.uncommitted_blobs(project.root, relpath(project, project.entries))
     if uncommitted:
         front["uncommitted"] = uncommitted
     body = render_body(front)
@@ -183,7 +181,7 @@ def create_prereg(project: Project, inp: PreregInput, *, now: datetime | None = 
         f"{fields['title']}\n\n" + "\n".join(f"- {p['text']}" for p in fields["predictions"]),
         [("Logbook-Prereg", prereg_id), ("Logbook-Sha256", digest)],
     )
-    done = gitbind.commit_file(project.root, _relpath(project, path),
+    done = gitbind.commit_file(project.root, relpath(project, path),
                                render_record(front, body).encode("utf-8"), message, state)
     return Written(prereg_id, done.commit, digest, path, front, warnings)
 
@@ -193,65 +191,10 @@ def _committed_anywhere(project: Project, prereg_id: str) -> bool:
     return any(tc.trailers.get("Logbook-Prereg") == prereg_id for tc in tcs)
 
 
-def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
-                 predictions: list[str] | None = None, contingency: list[str] | None = None,
-                 now: datetime | None = None) -> Written:
-    """Add an amendment; its file links the original and the latest amendment seen here by hash.
-
-    An amendment that adds neither a prediction nor a contingency rule changes
-    nothing and is refused as a usage error.
-    """
-    from .verify import verify_project
-
-    check_id(prereg_id)
-    if seen not in SEEN:
-        raise UsageError(f"--seen must be one of {', '.join(SEEN)}, got {seen!r}",
-                         hint="nothing: nothing run yet; run-started: no results seen; results: results seen")
-    reason = check_text(reason or "", "the reason", required=True)
-    preds = check_predictions(list(predictions or []))
-    rules, warnings = check_contingency(list(contingency or []))
-    prereg = load_prereg(project, prereg_id)
-    if not preds and not rules:
-        raise UsageError("the amendment changes nothing: it adds no prediction and no contingency rule",
-                         hint='add --predict "metric@point op value" or --contingency "RULE"; '
-                              "to remark on the plan, use `logbook note`")
-    report = verify_project(project, prereg_id)
-    if report.problems:
-        # The same hint `verify` gives: what fixes the record, never "go run the other command".
-        raise TamperedError(f"preregistration {prereg_id} does not verify, so it cannot be amended: "
-                            f"{report.problems[0].message}", hint=report.hint_for(report.problems[0]))
-    runs = runs_referencing(project).get(prereg_id, [])
-    if seen == "nothing" and runs:
-        raise RefusedError(f"run {runs[0]} already answers to {prereg_id}, so `--seen nothing` is not true",
-                           hint="use --seen run-started (no results seen) or --seen results")
-    state = gitbind.check_repo_state(project.root)
-    prev_path, prev_hash = (prereg.amendments[-1].path, prereg.amendments[-1].sha256) if prereg.amendments \
-        else (prereg.path, prereg.sha256)
-    when = _utc(now)
-    key = new_record_id(when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-    front = {"schema": SCHEMA, "amends": prereg_id, "id": key,
-             "created": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-             "author": gitbind.author_ident(project.root), "reason": reason, "seen": seen,
-             "kind": "deviation" if seen == "results" else "amendment",
-             "original": {"file": prereg.path.name, "sha256": prereg.sha256},
-             "previous": {"file": prev_path.name, "sha256": prev_hash},
-             "predictions": [p.to_dict() for p in preds], "contingency": [r.to_dict() for r in rules],
-             "runs_started": runs, "base_commit": state.head}
-    body = render_amendment_body(front, prereg.title)
-    digest = hash_as_written(front, body)
-    path = amendment_path(project, prereg_id, key)
-    message = gitbind.format_message(
-        f"Amend {prereg_id} ({key})", reason.splitlines()[0][:200],
-        [("Logbook-Prereg", prereg_id), ("Logbook-Amendment", key), ("Logbook-Sha256", digest)])
-    done = gitbind.commit_file(project.root, _relpath(project, path),
-                               render_record(front, body).encode("utf-8"), message, state)
-    return Written(prereg_id, done.commit, digest, path, front, warnings)
-
-
 # --- reading -----------------------------------------------------------------
 
 def _load_amendment(project: Project, prereg_id: str, key: str, path: Path) -> Amendment:
-    front, body, digest = read_record(path, _relpath(project, path))
+    front, body, digest = read_record(path, relpath(project, path))
     try:
         return Amendment(
             prereg_id=prereg_id, n=0, key=key, created=str(front["created"]), author=str(front["author"]),
@@ -260,7 +203,7 @@ def _load_amendment(project: Project, prereg_id: str, key: str, path: Path) -> A
             contingency=[ContingencyRule.from_dict(d) for d in front.get("contingency") or []],
             runs_started=list(front.get("runs_started") or []), path=path, sha256=digest, front=front, body=body)
     except (KeyError, TypeError, ValueError, AttributeError, UsageError) as e:
-        raise TamperedError(f"{_relpath(project, path)}: front matter is damaged ({e})") from None
+        raise TamperedError(f"{relpath(project, path)}: front matter is damaged ({e})") from None
 
 
 def amendment_files(project: Project, prereg_id: str) -> list[tuple[str, Path]]:
@@ -287,7 +230,7 @@ def load_prereg(project: Project, prereg_id: str) -> Prereg:
         known = [p.stem for p in _prereg_files(project)]
         raise NotFoundError(f"unknown preregistration {prereg_id!r}",
                             hint=f"known: {', '.join(known[-5:])}" if known else "none yet: create one with `logbook prereg`")
-    front, body, digest = read_record(path, _relpath(project, path))
+    front, body, digest = read_record(path, relpath(project, path))
     try:
         prereg = Prereg(
             id=str(front["id"]), title=str(front["title"]), created=str(front["created"]),
@@ -298,7 +241,7 @@ def load_prereg(project: Project, prereg_id: str) -> Prereg:
             config=front.get("config"), budget=front.get("budget"), base_commit=str(front.get("base_commit", "")),
             path=path, sha256=digest, front=front, body=body)
     except (KeyError, TypeError, ValueError, AttributeError, UsageError) as e:
-        raise TamperedError(f"{_relpath(project, path)}: front matter is damaged ({e})") from None
+        raise TamperedError(f"{relpath(project, path)}: front matter is damaged ({e})") from None
     amendments = sorted((_load_amendment(project, prereg_id, k, p) for k, p in amendment_files(project, prereg_id)),
                         key=_order)
     for n, a in enumerate(amendments, start=1):

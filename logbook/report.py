@@ -383,7 +383,8 @@ def _prereg(project: Project, rec: RunRecord | None, facts: RunFacts) -> dict[st
 
 
 def _signoffs(project: Project, run_id: str) -> dict[str, Any]:
-    from .review import APPROVED, review_queue, reviews_for
+    from .review import APPROVED, review_queue
+    from .reviews import reviews_for
 
     items = [i for i in review_queue(project, run=run_id, include_approved=True)] \
         if (project.run_dir(run_id) / "events.jsonl").is_file() else []

@@ -39,15 +39,16 @@ from .clockskew import clock_warnings
 from .errors import NotFoundError, RefusedError, TamperedError, UsageError
 from .eventschema import Event, kinds_where, restart_cause
 from .eventstream import list_event_runs, run_log_path
+from .chronicle import rerender_days
 from .fsutil import exclusive
 from .identity import signing_identity
 from .project import Project
-from .records import damaged_records, iter_folder, write_record
+from .reviews import ACTIONS, review_records
+from .records import damaged_records, write_record
 from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting
 
 REVIEW_KINDS = kinds_where(reviewable=True)
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
-ACTIONS = ("comment", "approve", "request_changes")
 MAX_TEXT_CHARS = 4000
 ID_HINT = ("entry ids look like `qknorm:17` (run:seq) or `outcome:<record id>`; "
            "`logbook review` lists those that need review")
@@ -255,11 +256,6 @@ class _Verdicts:
     comments: int = 0
 
 
-def review_records(project: Project) -> list[dict[str, Any]]:
-    """Every readable review record, in (time, id) order."""
-    return sorted(iter_folder(project.reviews_dir), key=lambda r: (str(r.get("ts")), str(r.get("id"))))
-
-
 def _verdicts(project: Project) -> dict[str, _Verdicts]:
     out: dict[str, _Verdicts] = {}
     for rec in review_records(project):
@@ -281,28 +277,6 @@ def _apply_verdicts(item: QueueItem, v: _Verdicts | None) -> None:
     item.comments = v.comments
     for action, name in v.latest.values():
         (item.approvals if action == "approve" else item.changes_requested).append(name)
-
-
-def reviews_for(project: Project) -> dict[str, list[dict[str, Any]]]:
-    """Entry id -> its review records in order, as the chronicle templates read them.
-
-    Each record: `id` (`review:<record id>`), `action`, `verb` (approved, asked for
-    changes, commented), `reviewer`, `email`, `text`, `ts`, `date`, `time`, `clock_warnings`.
-    """
-    verbs = {"approve": "approved", "request_changes": "asked for changes", "comment": "commented"}
-    out: dict[str, list[dict[str, Any]]] = {}
-    for rec in review_records(project):
-        entry, action, ts = rec.get("entry"), rec.get("action"), rec.get("ts")
-        if not isinstance(entry, str) or action not in ACTIONS or not isinstance(ts, str):
-            continue
-        out.setdefault(entry, []).append({
-            "id": f"review:{rec.get('id')}", "action": action, "verb": verbs[action],
-            "reviewer": str(rec.get("reviewer") or "unknown"), "email": rec.get("email"),
-            "text": rec.get("text") if isinstance(rec.get("text"), str) else "",
-            "ts": ts, "date": ts[:10], "time": ts[11:16],
-            "clock_warnings": [str(w) for w in rec.get("clock_warnings") or [] if isinstance(w, str)],
-        })
-    return out
 
 
 def check_review_text(text: str | None, *, required: bool) -> str:
@@ -359,22 +333,6 @@ class ReviewResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"record": self.record, "entry": self.item.to_dict(), "warnings": self.warnings}
-
-
-def rerender_days(project: Project, days: list[str]) -> list[str]:
-    """Re-render the chronicle's day files for `days` so they show what was just recorded.
-
-    The record is already written when this runs, so a rendering problem is
-    returned as a warning (fix it, then `logbook render`) rather than raised.
-    """
-    from .chronicle import render_chronicle
-    from .errors import LogbookError
-
-    try:
-        res = render_chronicle(project, days=sorted(set(days)), make_plots=False)
-    except LogbookError as e:
-        return [f"recorded, but the chronicle could not be re-rendered: {e.message}; run `logbook render`"]
-    return list(res.warnings)
 
 
 def _check_records_intact(project: Project) -> None:

@@ -35,6 +35,18 @@ _COUNT_RULES = {
 
 
 @dataclass
+class Measurement:
+    """A metric's value at a point, or why there is none."""
+
+    value: float | None = None
+    step: int | None = None
+    rule: str = ""
+    missing: str | None = None
+    partial: bool = False
+    """A count taken before the point was reached (the run is still short of it)."""
+
+
+@dataclass
 class RunFacts:
     """One run's events and metric series, with the questions scoring and reports ask of them."""
 
@@ -69,8 +81,6 @@ class RunFacts:
 
     def milestone_value(self, key: str, upto: int):
         """The latest progress note's `key` at or before step `upto`, as a Measurement (or None)."""
-        from .outcome import Measurement
-
         found = None
         for e in self.events:
             d = Event.of(e).data
@@ -137,8 +147,6 @@ class RunFacts:
 
     def goodput(self, step: int | None = None):
         """Goodput at `step` (None: the whole run): as the trainer recorded it where it did, else computed."""
-        from .outcome import Measurement
-
         upto = self.last_step if step is None else step
         if step is None or step == self.last_step:
             fin = self.of_kind("run_finished")

@@ -11,30 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import NotFoundError, UsageError
-from .eventstream import NOTES_SOURCE
+from .errors import NotFoundError
+from .eventstream import RUN_ID_RE, check_run_id  # noqa: F401  (the run id's rules live with the logs they name)
 from .fsutil import atomic_create_bytes
 from .project import Project
-
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-def check_run_id(run_id: str) -> str:
-    """Refuse ids that could escape their folder or be read as options, and the notes' own name."""
-    if not RUN_ID_RE.match(run_id or "") or ".." in run_id:
-        raise UsageError(
-            f"invalid run id {run_id!r}",
-            hint="use letters, digits, '.', '_' and '-', starting with a letter or digit",
-        )
-    if run_id == NOTES_SOURCE:  # entry ids are SOURCE:SEQ, so `note:3` must keep meaning the third note
-        raise UsageError(f"the run id {run_id!r} is reserved for the team's notes", hint="choose another run id")
-    return run_id
-
 
 @dataclass
 class RunRecord:

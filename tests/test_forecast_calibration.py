@@ -67,7 +67,7 @@ BEFORE = datetime(2026, 10, 5, 7, 0, tzinfo=timezone.utc)
 
 def _forecasting_lab(repo, clock):
     """Ada (October) and Bo (November) forecast; Bo adds a late forecast after his run started."""
-    from logbook.prereg import amend_prereg
+    from logbook.amend import amend_prereg
 
     project = project_of(repo)
     ada = make_prereg(project, ["loss@final < 4 (80%)", "val_loss@final < 0.5 (30%)",

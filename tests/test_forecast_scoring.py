@@ -84,7 +84,7 @@ def test_outcome_scores_confident_thresholds_point_forecasts_and_trajectories(lo
 
 
 def test_a_forecast_amended_after_the_run_started_is_scored_apart_as_late(logbook_repo, story_clock, cli):
-    from logbook.prereg import amend_prereg
+    from logbook.amend import amend_prereg
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["val_loss@final ≈ 3 [2.8, 3.2] 80%"], now=BEFORE_RUN)

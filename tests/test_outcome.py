@@ -201,7 +201,7 @@ def test_an_unknown_run_is_refused_with_the_known_ones(logbook_repo, story_clock
 
 
 def test_a_new_amendment_supersedes_the_recorded_outcome(logbook_repo, story_clock):
-    from logbook.prereg import amend_prereg
+    from logbook.amend import amend_prereg
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["loss@final < 4"])

@@ -273,7 +273,7 @@ def test_a_repeated_id_is_refused(logbook_repo, monkeypatch, cli):
     with pytest.raises(RefusedError, match="already exists"):
         create_prereg(open_project(), inp, now=now, nonce=b"n")
     monkeypatch.setattr(prereg_mod.os, "urandom", lambda n: b"n")
-    monkeypatch.setattr(prereg_mod, "_utc", lambda _now: now)
+    monkeypatch.setattr(prereg_mod, "utc_or_now", lambda _now: now)
     before = _head(logbook_repo)
     res = cli("prereg", "--title", "same", "--hypothesis", "h", "--predict", "spikes@final == 0")
     assert res.exit_code == 3 and f"preregistration {first.id} already exists" in res.stderr

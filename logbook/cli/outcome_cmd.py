@@ -29,12 +29,15 @@ def outcome_cmd(
 
     Example: logbook outcome qknorm-3f9a
     """
+    from ..chronicle import rerender_days
     from ..outcome import record_outcome
     from ..trust import require_intact
 
     project = open_for_writing()
     require_intact(project, "outcome", run=run)
     card = record_outcome(project, run)
+    if card.final and not card.already_recorded:
+        card.warnings = rerender_days(project, [card.computed_at[:10]])
     for w in card.warnings:
         err(f"warning: {w}")
     if as_json:

@@ -178,7 +178,8 @@ def amend_cmd(
 
     Example: logbook prereg amend 2026-11-30-qknorm-removes-spikes-3f9a --seen nothing --reason "budget halved" --predict "restarts@final <= 2"
     """
-    from ..prereg import amend_prereg, resolve_prereg_id
+    from ..amend import amend_prereg
+    from ..prereg import resolve_prereg_id
 
     project = open_for_writing()
     pid = resolve_prereg_id(project, prereg_id) or prereg_id
