@@ -8,6 +8,8 @@ module that reads them. Readers ask it instead of keeping lists of kinds:
     kinds_where(counted_as="restarts")
     get_kind("restart").ends_attempt  # how strongly an event ends its attempt
     changes_lr(rec)                   # hparam_change of an lr key, or lr_scaled
+    summary(rec)                      # one line for a person: a review queue, a report's incidents
+    restart_cause(data)               # why an attempt ended, in the words of `RESTART_CAUSES`
 
 `Event.of(rec)` is a typed view of one record (kind, payload, parsed time),
 so readers need not guard `rec["data"]` themselves.
@@ -22,7 +24,8 @@ that way; production does not pay for it.
 Adding a new event kind (at most three files):
 
 1. Here: add a `Kind(...)` to `_KINDS` with its description, heading label,
-   payload fields and flags, then regenerate the reference with
+   payload fields, flags and (if people review it or a report lists it) a
+   one-line `summary` function, then regenerate the reference with
    `python3 -m logbook.eventschema > docs/events.md`.
 2. Maybe a template: `templates/chronicle/kinds/<kind>.md.j2` says it in prose
    in the chronicle (without one, `_generic.md.j2` lists its fields).
@@ -41,6 +44,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
+
+from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, signal_name
 
 STRICT_ENV = "LOGBOOK_STRICT_EVENTS"
 """Set to 1 to have `EventSink` check every event it writes (the test suite does)."""
@@ -106,6 +111,8 @@ class Kind:
     """Recorded about the run after the fact by a person's command, not by any attempt."""
     keeps_incident: bool = False
     """Does not end an off-plan incident that a scorecard folds the guard's actions into."""
+    summary: Callable[[Event], str] | None = field(default=None, repr=False)
+    """One line for a person (see `summary`); None: the description says it."""
 
     def field(self, name: str) -> Field | None:
         return next((f for f in self.fields if f.name == name), None)
@@ -113,6 +120,126 @@ class Kind:
 
 def _f(name: str, type_: str, meaning: str, required: bool = False) -> Field:
     return Field(name, type_, meaning, required)
+
+
+# --- what a restart says about the attempt that ended -------------------------------------------
+
+RESTART_CAUSES: dict[str, str] = {
+    "exception": "raised {exception}",
+    "signal": "killed by {signal}",
+    "preempted": "preempted",
+    "hang": "hung past its step timeout",
+}
+"""A `restart`'s cause, in the words every reader uses: lineage, review queue, report, chronicle, terminal.
+
+`{signal}` and `{exception}` stand for what the payload names; a medium adds
+its own frame around the words ("Attempt 3 was killed by ...").
+"""
+
+UNKNOWN_CAUSE = "ended without a record of why"
+"""The words for a cause of `unknown`, or one this registry does not know."""
+
+
+def restart_cause(data: dict[str, Any], *, name: Callable[[str], str] = str,
+                  code: Callable[[str], str] = str) -> str:
+    """Why the previous attempt ended, as a `restart` records it: "killed by signal 9 (SIGKILL)", ...
+
+    `name` formats a signal's name and `code` an exception's type, for a medium
+    that marks them up (the chronicle escapes one and code-spans the other).
+    """
+    words = RESTART_CAUSES.get(data.get("cause"), UNKNOWN_CAUSE)  # type: ignore[arg-type]
+    exc = data.get("exception_type")
+    return words.format(signal=name(signal_name(data.get("signal"))),
+                        exception=code(exc) if isinstance(exc, str) and exc else "an exception")
+
+
+# --- one line per event, for a person ------------------------------------------------------------
+
+
+def _plan_tag(d: dict[str, Any]) -> str:
+    plan = d.get("plan")
+    if isinstance(plan, dict) and plan.get("follows") is False:
+        return " [not in the plan]"
+    return ""
+
+
+def _sum_restart(e: Event) -> str:
+    d = e.data
+    parts = [f"attempt {d.get('prev_attempt', '?')} → {e.rec.get('attempt', '?')}: {restart_cause(d)}"]
+    if isinstance(d.get("resumed_from_step"), int):
+        parts.append(f"resumed from step {fmt_int(d['resumed_from_step'])}")
+    if isinstance(d.get("steps_lost"), int):
+        parts.append(f"{fmt_int(d['steps_lost'])} steps lost")
+    if isinstance(d.get("downtime_s"), (int, float)):
+        parts.append(f"{fmt_duration(d['downtime_s'])} down")
+    return ", ".join(parts) + (" (drill)" if e.drill else "")
+
+
+def _sum_divergence(e: Event) -> str:
+    d = e.data
+    metric = d.get("metric", "loss")
+    if d.get("nonfinite"):
+        what = f"non-finite {metric}"
+    else:
+        what = f"{metric} {fmt_num(d.get('value'))} vs {fmt_num(d.get('baseline'))}"
+        if isinstance(d.get("z"), (int, float)):
+            what += f" ({fmt_num(d['z'])}σ)"
+    return f"{what}; action: {d.get('action') or 'none'}" + _plan_tag(d)
+
+
+def _sum_rollback(e: Event) -> str:
+    d = e.data
+    s = f"rolled back from step {fmt_int(d.get('from_step'))} to {fmt_int(d.get('to_step'))}"
+    b = d.get("batches_skipped")
+    if isinstance(b, list) and len(b) == 2:
+        s += f", batches {fmt_int(b[0])}–{fmt_int(b[1])} skipped"
+    return s + _plan_tag(d)
+
+
+def _sum_abort(e: Event) -> str:
+    return f"aborted by the guard: {e.data.get('reason') or 'no reason recorded'}"
+
+
+def _sum_change(e: Event) -> str:
+    d = e.data
+    who = d.get("who") or "unknown"
+    s = f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))} by {who} ({d.get('source') or '?'})"
+    if d.get("reason"):
+        s += f": {d['reason']}"
+    return s + _plan_tag(d)
+
+
+def _sum_milestone(e: Event) -> str:
+    d = e.data
+    s = f"{fmt_fraction(d.get('fraction'))} of the run at step {fmt_int(e.rec.get('step'))}"
+    for key, words in (("loss", "loss"), ("val_loss", "val loss"), ("goodput", "goodput")):
+        if isinstance(d.get(key), (int, float)):
+            s += f", {words} {fmt_num(d[key])}"
+    return s
+
+
+def _sum_outcome(e: Event) -> str:
+    d = e.data
+    c = d.get("counts") if isinstance(d.get("counts"), dict) else {}
+    parts = [f"{c.get(k, 0)} {k}" for k in ("confirmed", "refuted", "inconclusive") if c.get(k)]
+    dev = d.get("deviations")
+    tail = f"; {len(dev)} deviation(s)" if isinstance(dev, list) and dev else ""
+    return f"scorecard: {', '.join(parts) or 'no predictions'}{tail}"
+
+
+def _sum_preempted(e: Event) -> str:
+    sig = e.data.get("signal")
+    by = f" by {signal_name(sig)}" if sig else ""
+    return f"{RESTART_CAUSES['preempted']}{by}, saved at step {fmt_int(e.data.get('saved_step'))}"
+
+
+def _sum_hang(e: Event) -> str:
+    d = e.data
+    return f"no progress for {fmt_duration(d.get('elapsed_s'))} (timeout {fmt_duration(d.get('timeout_s'))})"
+
+
+def _sum_reason(e: Event) -> str:
+    return str(e.data.get("reason") or label(e.kind))
 
 
 _PLAN = _f("plan", "dict", "{rule: int | null, follows: bool}: the preregistered contingency rule it follows, if any")
@@ -150,8 +277,8 @@ _KINDS: tuple[Kind, ...] = (
          )),
     Kind("restart", "an attempt resumed after a failure: cause, steps and seconds lost, downtime", "restart",
          starts_attempt=True, run_state="running", incident=True, reviewable=True, counted_as="restarts",
-         alert="WARN", fields=(
-             _f("cause", "str", "exception | signal | preempted | hang | unknown", required=True),
+         alert="WARN", summary=_sum_restart, fields=(
+             _f("cause", "str", " | ".join([*RESTART_CAUSES, "unknown"]), required=True),
              _f("detail", "str", "what the previous attempt left behind, in words"),
              _f("prev_attempt", "int", "the attempt that ended"),
              _f("next_attempt", "int", "the attempt that resumed"),
@@ -182,18 +309,18 @@ _KINDS: tuple[Kind, ...] = (
              _f("bytes", "int", "size on disk"),
          )),
     Kind("checkpoint_rejected", "a checkpoint failed its manifest check and was skipped on load", "checkpoint rejected",
-         incident=True, fields=(
+         incident=True, summary=_sum_reason, fields=(
              _f("path", "str", "the checkpoint folder"),
              _f("ckpt_step", "int", "its step"),
              _f("reason", "str", "what the check found", required=True),
          )),
     Kind("checkpoint_failed", "writing a checkpoint failed (for example a full disk); training went on",
-         "checkpoint failed", incident=True, keeps_incident=True, fields=(
+         "checkpoint failed", incident=True, keeps_incident=True, summary=_sum_reason, fields=(
              _f("reason", "str", "why the save failed", required=True),
              _f("errno", "int", "the OS error number"),
          )),
     Kind("preempted", "SIGTERM or SIGUSR1: the attempt saved and exited for requeue", "preempted",
-         incident=True, ends_attempt=2, run_state="preempted", fields=(
+         incident=True, ends_attempt=2, run_state="preempted", summary=_sum_preempted, fields=(
              _f("signal", "str", "the signal's name"),
              _f("saved_step", "int", "the step of the checkpoint saved on the way out"),
              _SLURM,
@@ -208,7 +335,8 @@ _KINDS: tuple[Kind, ...] = (
         _f("median_s", "number", "the median step seconds"),
     )),
     Kind("divergence_detected", "a loss or gradient-norm spike, or a non-finite value", "divergence",
-         incident=True, reviewable=True, counted_as="spikes", alert="WARN", guard="detection", fields=(
+         incident=True, reviewable=True, counted_as="spikes", alert="WARN", guard="detection",
+         summary=_sum_divergence, fields=(
              _f("metric", "str", "loss | grad_norm"),
              _f("value", "number", "the value seen"),
              _f("baseline", "number", "its rolling median"),
@@ -234,7 +362,8 @@ _KINDS: tuple[Kind, ...] = (
              _PLAN,
          )),
     Kind("rollback", "the guard rolled back to an earlier checkpoint and skipped batches", "rollback",
-         incident=True, reviewable=True, counted_as="rollbacks", alert="WARN", guard="action", fields=(
+         incident=True, reviewable=True, counted_as="rollbacks", alert="WARN", guard="action",
+         summary=_sum_rollback, fields=(
              _f("from_step", "int", "the step rolled back from", required=True),
              _f("to_step", "int", "the step rolled back to", required=True),
              _f("steps_lost", "int", "steps recomputed"),
@@ -260,13 +389,13 @@ _KINDS: tuple[Kind, ...] = (
          )),
     Kind("run_aborted", "the guard aborted the run after too many rollbacks", "run aborted",
          incident=True, reviewable=True, terminal=True, ends_attempt=3, run_state="aborted", alert="ERROR",
-         guard="action", fields=(
+         guard="action", summary=_sum_abort, fields=(
              _f("reason", "str", "why", required=True),
              _f("rollbacks", "int", "rollbacks before the abort"),
              _PLAN,
          )),
     Kind("hparam_change", "a hyperparameter changed mid-run (live request or scheduled)", "change",
-         reviewable=True, lr_change=True, setting_change=True, fields=(
+         reviewable=True, lr_change=True, setting_change=True, summary=_sum_change, fields=(
              _f("key", "str", "the setting", required=True),
              _f("old", "any", "its value before"),
              _f("new", "any", "its value after", required=True),
@@ -287,7 +416,7 @@ _KINDS: tuple[Kind, ...] = (
         _f("file", "str", "the request file"),
     )),
     Kind("milestone", "a progress note at a configured fraction of the run", "milestone", reviewable=True,
-         keeps_incident=True, fields=(
+         keeps_incident=True, summary=_sum_milestone, fields=(
              _f("fraction", "number", "the fraction of the run reached", required=True),
              _f("total_steps", "int", "steps the run is configured for"),
              _f("elapsed_s", "number", "seconds since the run began"),
@@ -306,7 +435,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("since_last", "dict", "{restarts, rollbacks, changes, skips} since the previous note"),
          )),
     Kind("hang", "a step exceeded its timeout; the attempt exited to be restarted", "hang",
-         incident=True, ends_attempt=2, alert="WARN", fields=(
+         incident=True, ends_attempt=2, alert="WARN", summary=_sum_hang, fields=(
              _f("timeout_s", "number", "the timeout"),
              _f("elapsed_s", "number", "seconds without progress"),
              _f("floor_s", "number", "the timeout's floor"),
@@ -334,7 +463,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("checkpoint_blocking_s", "number", "seconds training waited for checkpoints"),
          )),
     Kind("run_failed", "the run ended in failure (restarts exhausted or fatal error)", "run failed",
-         incident=True, terminal=True, ends_attempt=3, run_state="failed", alert="ERROR", fields=(
+         incident=True, terminal=True, ends_attempt=3, run_state="failed", alert="ERROR", summary=_sum_reason, fields=(
              _f("reason", "str", "why, in words", required=True),
              _f("exit_code", "int", "torchrun's exit code"),
              _f("attempts", "int", "attempts made"),
@@ -354,7 +483,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("url", "str", "the run's page (online only)"),
          )),
     Kind("outcome", "the run's predictions scored against its preregistration (logbook outcome)", "outcome",
-         reviewable=True, afterwards=True, fields=(
+         reviewable=True, afterwards=True, summary=_sum_outcome, fields=(
              _f("content_sha256", "str", "hash of the scorecard's content"),
              _f("prereg_id", "str", "the preregistration scored against"),
              _f("prereg_sha256", "str", "its hash"),
@@ -373,7 +502,7 @@ _KINDS: tuple[Kind, ...] = (
 KINDS: dict[str, Kind] = {k.name: k for k in _KINDS}
 """Every registered kind, by name, in the order of the reference."""
 
-_FLAGS = {f.name for f in fields(Kind)} - {"name", "description", "label", "fields"}
+_FLAGS = {f.name for f in fields(Kind)} - {"name", "description", "label", "fields", "summary"}
 
 
 def get_kind(name: Any) -> Kind | None:
@@ -404,6 +533,14 @@ def label(kind: Any) -> str:
     return k.label if k else str(kind).replace("_", " ")
 
 
+def summary(rec: dict[str, Any]) -> str:
+    """One line for a person: what the event says (its kind's description when it has no summary of its own)."""
+    e = Event.of(rec)
+    k = e.schema
+    text = k.summary(e) if k and k.summary else k.description if k else label(rec.get("kind"))
+    return " ".join(text.split())
+
+
 def changes_lr(rec: dict[str, Any]) -> bool:
     """True for an event that changed the learning rate: `lr_scaled`, or an `hparam_change` of an lr key."""
     kind = rec.get("kind")
@@ -411,22 +548,6 @@ def changes_lr(rec: dict[str, Any]) -> bool:
         return Event.of(rec).data.get("key") in LR_KEYS
     k = get_kind(kind)
     return bool(k and k.lr_change)
-
-
-def restart_cause(data: dict[str, Any]) -> str:
-    """Why the previous attempt ended, as a `restart` records it: "killed by signal 9 (SIGKILL)", ..."""
-    from .textfmt import signal_name
-
-    cause = data.get("cause")
-    if cause == "signal":
-        return f"killed by {signal_name(data.get('signal'))}"
-    if cause == "exception":
-        return f"raised {data.get('exception_type') or 'an exception'}"
-    if cause == "preempted":
-        return "preempted"
-    if cause == "hang":
-        return "hung (step timeout)"
-    return "ended without a record of why"
 
 
 # --- one record ---------------------------------------------------------------------------------

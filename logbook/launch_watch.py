@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from .chain import iter_records
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_RUN_FAILED
+from .eventschema import Event, restart_cause
 from .fsutil import log_tail
 from .project import Project
 from .rankmarks import lost_ranks, name_ranks, read_marks
@@ -218,11 +219,14 @@ def event_line(ev: dict[str, Any]) -> str | None:
 
 
 def restart_line(ev: dict[str, Any]) -> str:
-    d = ev.get("data") or {}
+    """The terminal's line for a restart: the registry's words for its cause, then what the trainer added."""
+    d = Event.of(ev).data
     prev = d.get("prev_attempt", (ev.get("attempt") or 1) - 1)
-    parts = [f"restart: attempt {prev} -> {ev.get('attempt')}, cause {d.get('cause', 'unknown')}"]
-    if d.get("detail"):
-        parts.append(str(d["detail"]))
+    words, detail = restart_cause(d), str(d.get("detail") or "")
+    # A detail that opens with the same words says them more fully ("killed by a signal with no record left").
+    parts = [f"restart: attempt {prev} -> {ev.get('attempt')}, {detail if detail.startswith(words) else words}"]
+    if detail and not detail.startswith(words):
+        parts.append(detail)
     if d.get("resumed_from_step") is not None:
         lost = f", {d['steps_lost']} step(s) lost" if d.get("steps_lost") is not None else ""
         parts.append(f"resumed from step {d['resumed_from_step']}{lost}")

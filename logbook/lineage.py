@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .chain import iter_records
-from .eventschema import AFTERWARDS_KINDS, KINDS, Event, kinds_where, restart_cause
+from .eventschema import AFTERWARDS_KINDS, KINDS, RESTART_CAUSES, Event, kinds_where, restart_cause
 
 
 @dataclass
@@ -45,12 +45,13 @@ def _own_ending(kind: str, rec: dict[str, Any]) -> str:
         return "run failed" + (f": {data['reason']}" if data.get("reason") else "")
     if kind == "run_aborted":
         return "aborted by the guard"
+    # The attempt's own record of a failure, a preemption or a hang: in the words a later `restart` would use.
     if kind == "attempt_failed":
-        return f"raised {data.get('exception_type') or 'an exception'}"
+        return restart_cause({**data, "cause": "exception"})
     if kind == "preempted":
         saved = data.get("saved_step")
-        return "preempted" + (f", saved at step {saved:,}" if isinstance(saved, int) else "")
-    return "hung (step timeout)"
+        return RESTART_CAUSES["preempted"] + (f", saved at step {saved:,}" if isinstance(saved, int) else "")
+    return RESTART_CAUSES["hang"]
 
 
 def run_lineage(events_path: Path) -> list[Attempt]:

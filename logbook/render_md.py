@@ -146,7 +146,8 @@ def _new_environment(dirs: list[Path]):
         listing=_listing, url=_url,
         cell=lambda v: Raw(table_cell(fmt_num(v) if is_number(v) else md_escape(v) if isinstance(v, str) else _inline_value(v))),
         cellcode=lambda v: Raw(table_cell(code_span(v))),
-        kind_label=kind_label, restart_cause=restart_cause,
+        kind_label=kind_label,
+        restart_cause=lambda d: Raw(restart_cause(d, name=md_escape, code=code_span)),
     )
     env.tests["number"] = is_number
 

@@ -31,7 +31,7 @@ from typing import Any
 from .errors import LogbookError, NotFoundError, RefusedError, TamperedError, UsageError
 from .fsutil import atomic_write_bytes, atomic_write_text
 from .project import Project
-from .eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts
+from .eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts, summary as event_summary
 from .runfacts import RunFacts, load_facts
 from .runs import RunRecord, check_run_id, load_run_record
 from .textfmt import is_number
@@ -86,8 +86,6 @@ def attempts(project: Project, facts: RunFacts) -> list[dict[str, Any]]:
 
 def incidents(facts: RunFacts) -> list[dict[str, Any]]:
     """Restarts, divergences, rollbacks, aborts and failures, each with what it cost."""
-    from .review import summarize
-
     per_step = facts.seconds_per_step()
     out = []
     for e in facts.of_kind(*INCIDENT_KINDS):
@@ -98,7 +96,7 @@ def incidents(facts: RunFacts) -> list[dict[str, Any]]:
             lost_s = sum(float(x) for x in parts if is_number(x)) if any(is_number(x) for x in parts) else None
         elif kind == "rollback" and is_number(d.get("steps_lost")) and per_step is not None:
             lost_s = float(d["steps_lost"]) * per_step
-        summary = summarize(e) if kind in ("restart", "divergence_detected", "rollback", "run_aborted") else _other_summary(e)
+        summary = event_summary(e)
         if e.get("drill") is True and not summary.endswith("(drill)"):
             summary += " (drill)"
         out.append({"id": f"{facts.run}:{e.get('seq')}", "ts": e.get("ts"), "kind": kind, "step": e.get("step"),
@@ -106,17 +104,6 @@ def incidents(facts: RunFacts) -> list[dict[str, Any]]:
                     "action": _action(e, kind == "restart" and _manual_restart(facts, e)), "steps_lost": d.get("steps_lost"), "seconds_lost": d.get("seconds_lost"),
                     "downtime_s": d.get("downtime_s"), "cost_s": lost_s, "device_hours": _hours(facts, lost_s)})
     return out
-
-
-def _other_summary(e: dict[str, Any]) -> str:
-    d, kind = Event.of(e).data, e.get("kind")
-    if kind == "preempted":
-        return f"preempted by {d.get('signal') or 'a signal'}, saved at step {d.get('saved_step')}"
-    if kind == "hang":
-        return f"no progress for {d.get('elapsed_s')} s (timeout {d.get('timeout_s')} s)"
-    if kind in ("checkpoint_failed", "checkpoint_rejected", "run_failed"):
-        return str(d.get("reason") or kind.replace("_", " "))
-    return kind.replace("_", " ")
 
 
 def _manual_restart(facts: RunFacts, restart: dict[str, Any]) -> bool:

@@ -37,15 +37,14 @@ from . import chain
 from .chain import iter_records
 from .clockskew import clock_warnings
 from .errors import NotFoundError, RefusedError, TamperedError, UsageError
-from .eventschema import Event, kinds_where, restart_cause
-from .eventstream import list_event_runs, run_log_path
+from .eventschema import Event, kinds_where, summary
 from .chronicle import rerender_days
+from .eventstream import list_event_runs, run_log_path
 from .fsutil import exclusive
 from .identity import signing_identity
 from .project import Project
-from .reviews import ACTIONS, review_records
 from .records import damaged_records, write_record
-from .textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting
+from .reviews import ACTIONS, review_records
 
 REVIEW_KINDS = kinds_where(reviewable=True)
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
@@ -125,84 +124,6 @@ def needs_review(rec: dict[str, Any]) -> bool:
     return True
 
 
-def summarize(rec: dict[str, Any]) -> str:
-    """One line for a person: what the entry says."""
-    kind, d = rec.get("kind"), Event.of(rec).data
-    fn = _SUMMARIES.get(str(kind))
-    text = fn(rec, d) if fn else str(kind).replace("_", " ")
-    return " ".join(text.split())
-
-
-def _sum_restart(rec, d) -> str:
-    parts = [f"attempt {d.get('prev_attempt', '?')} → {rec.get('attempt', '?')}: {restart_cause(d)}"]
-    if isinstance(d.get("resumed_from_step"), int):
-        parts.append(f"resumed from step {fmt_int(d['resumed_from_step'])}")
-    if isinstance(d.get("steps_lost"), int):
-        parts.append(f"{fmt_int(d['steps_lost'])} steps lost")
-    if isinstance(d.get("downtime_s"), (int, float)):
-        parts.append(f"{fmt_duration(d['downtime_s'])} down")
-    return ", ".join(parts) + (" (drill)" if rec.get("drill") else "")
-
-
-def _sum_divergence(rec, d) -> str:
-    metric = d.get("metric", "loss")
-    if d.get("nonfinite"):
-        what = f"non-finite {metric}"
-    else:
-        what = f"{metric} {fmt_num(d.get('value'))} vs {fmt_num(d.get('baseline'))}"
-        if isinstance(d.get("z"), (int, float)):
-            what += f" ({fmt_num(d['z'])}σ)"
-    return f"{what}; action: {d.get('action') or 'none'}" + _plan_tag(d)
-
-
-def _sum_rollback(rec, d) -> str:
-    s = f"rolled back from step {fmt_int(d.get('from_step'))} to {fmt_int(d.get('to_step'))}"
-    b = d.get("batches_skipped")
-    if isinstance(b, list) and len(b) == 2:
-        s += f", batches {fmt_int(b[0])}–{fmt_int(b[1])} skipped"
-    return s + _plan_tag(d)
-
-
-def _sum_abort(rec, d) -> str:
-    return f"aborted by the guard: {d.get('reason') or 'no reason recorded'}"
-
-
-def _sum_change(rec, d) -> str:
-    who = d.get("who") or "unknown"
-    s = f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))} by {who} ({d.get('source') or '?'})"
-    if d.get("reason"):
-        s += f": {d['reason']}"
-    return s + _plan_tag(d)
-
-
-def _sum_milestone(rec, d) -> str:
-    s = f"{fmt_fraction(d.get('fraction'))} of the run at step {fmt_int(rec.get('step'))}"
-    for key, label in (("loss", "loss"), ("val_loss", "val loss"), ("goodput", "goodput")):
-        if isinstance(d.get(key), (int, float)):
-            s += f", {label} {fmt_num(d[key])}"
-    return s
-
-
-def _sum_outcome(rec, d) -> str:
-    c = d.get("counts") if isinstance(d.get("counts"), dict) else {}
-    parts = [f"{c.get(k, 0)} {k}" for k in ("confirmed", "refuted", "inconclusive") if c.get(k)]
-    dev = d.get("deviations")
-    tail = f"; {len(dev)} deviation(s)" if isinstance(dev, list) and dev else ""
-    return f"scorecard: {', '.join(parts) or 'no predictions'}{tail}"
-
-
-def _plan_tag(d: dict[str, Any]) -> str:
-    plan = d.get("plan")
-    if isinstance(plan, dict) and plan.get("follows") is False:
-        return " [not in the plan]"
-    return ""
-
-
-_SUMMARIES = {"restart": _sum_restart, "divergence_detected": _sum_divergence, "rollback": _sum_rollback,
-              "run_aborted": _sum_abort, "hparam_change": _sum_change, "milestone": _sum_milestone,
-              "outcome": _sum_outcome}
-
-
 def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> Iterable[tuple[str, dict[str, Any]]]:
     from .outcome import outcome_records
 
@@ -227,7 +148,7 @@ def _item(run: str, rec: dict[str, Any], needed: int) -> QueueItem:
         id=_entry_id(run, rec), run=run, seq=seq, ts=str(rec.get("ts", "")), kind=str(rec.get("kind")),
         step=rec.get("step") if isinstance(rec.get("step"), int) else None,
         attempt=rec.get("attempt") if isinstance(rec.get("attempt"), int) else None,
-        drill=rec.get("drill") is True, summary=summarize(rec), needed=needed)
+        drill=rec.get("drill") is True, summary=summary(rec), needed=needed)
 
 
 def review_queue(project: Project, *, run: str | None = None, include_approved: bool = False) -> list[QueueItem]:

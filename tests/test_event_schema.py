@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from logbook.eventschema import (
-    KINDS, STRICT_ENV, Event, EventSchemaError, changes_lr, kinds_where, reference_markdown, restart_cause,
+    KINDS, STRICT_ENV, Event, EventSchemaError, changes_lr, kinds_where, reference_markdown,
+    restart_cause, summary,
 )
 from logbook.sink import EventSink
 
@@ -94,6 +95,19 @@ def test_restart_cause_says_why_in_words():
     assert restart_cause({"cause": "signal", "signal": -9}) == "killed by signal 9 (SIGKILL)"
     assert restart_cause({"cause": "exception", "exception_type": "OSError"}) == "raised OSError"
     assert restart_cause({"cause": "mystery"}) == "ended without a record of why"
+    assert restart_cause({"cause": "exception", "exception_type": "OSError"}, code=lambda t: f"`{t}`") == "raised `OSError`"
+
+
+@pytest.mark.parametrize("kind", kinds_where(reviewable=True) + kinds_where(incident=True))
+def test_every_reviewed_or_reported_kind_has_a_summary_of_its_own(kind):
+    assert KINDS[kind].summary is not None, f"{kind} has no one-line summary in logbook/eventschema.py"
+    assert summary({"kind": kind, "step": 3, "attempt": 2, "data": {}}).strip()  # an empty payload still reads
+
+
+def test_summary_falls_back_to_the_description_then_the_name():
+    assert summary({"kind": "note", "data": {}}) == KINDS["note"].description
+    assert summary({"kind": "from_next_year", "data": {"x": 1}}) == "from next year"
+
 
 
 def test_event_view_tolerates_odd_records():
