@@ -16,6 +16,7 @@ from typing import Any
 from .eventschema import Event, kinds_where
 from .eventstream import NOTES_SOURCE, Item
 from .milestones import is_late, milestone_step
+from .plots import progress_plot_path
 from .project import Project
 from .render_md import MarkdownRenderer, Raw, View, view
 from .textfmt import is_number
@@ -155,8 +156,6 @@ def milestone_fields(e: dict[str, Any], project: Project, r: MarkdownRenderer, m
 
 def plot_location(project: Project, run: str | None, data: dict[str, Any]) -> tuple[str | None, str | None]:
     """(path relative to entries/, None) for a plot inside the assets folder, else (None, the path refused)."""
-    from .plots import progress_plot_path
-
     plot = data.get("plot")
     if plot is None:
         if run is None or not is_number(data.get("fraction")):

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from .fsutil import atomic_write_text
 from .project import Project
+from .records import iter_folder
 
 SETUP_KEY = "logbook.clonesetup"
 """git config key a set-up clone carries; its value is the set-up's version."""
@@ -154,8 +155,6 @@ def clone_is_set_up(root: Path) -> bool:
 def setup_warning(project: Project) -> str | None:
     """A sentence for a clone that is not set up, or for a logbook still in the shared-log layout; else None."""
     if project.notes_log.is_file() or project.reviews_log.is_file():
-        from .records import iter_folder
-
         if not any(isinstance(r.get("legacy"), str) for r in iter_folder(project.notes_dir)) and \
                 not any(isinstance(r.get("legacy"), str) for r in iter_folder(project.reviews_dir)):
             return ("this logbook still keeps notes or reviews in shared logs (notes.jsonl, reviews.jsonl), "

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RefusedError
+from .gitstate import in_progress
 from .project import Project
+from .worktree import ignored_records
 
 _DAY_FILE = re.compile(r"/\d{4}/\d{2}/\d{2}\.md$")
 
@@ -64,7 +66,6 @@ def _check_state(root: Path) -> tuple[str, str, Path]:
     """(branch ref, HEAD commit, git dir), or a refusal for states where a commit would surprise."""
     git_dir = Path(_out(root, "rev-parse", "--absolute-git-dir"))
     # A rebase detaches HEAD: name the rebase first, since `git switch` would walk away from it.
-    from .gitstate import in_progress
 
     op = in_progress(git_dir)
     if op is not None:
@@ -181,8 +182,6 @@ def commit_logbook(project: Project, message: str | None = None) -> CommitResult
 
 def _refuse_ignored_records(project: Project) -> None:
     """`git add` skips ignored files without a word: a note or a run log would silently never be committed."""
-    from .worktree import ignored_records
-
     ignored = ignored_records(project)
     if ignored:
         names = ", ".join(f.path for f in ignored[:3]) + (f" and {len(ignored) - 3} more" if len(ignored) > 3 else "")

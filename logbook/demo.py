@@ -26,12 +26,25 @@ from pathlib import Path
 from typing import Any
 
 from .bundled import bundled_dir
+from .chronicle import render_chronicle, rerender_days
+from .commit import commit_logbook
+from .control import read_answer, REPLY_KEY, submit_change, wait_for_answer
 from .errors import RefusedError, UsageError
+from .events import iter_events
 from .eventschema import kinds_where
+from .forecasts import run_summary, summary_text
 from .identity import git_identity
-from .launch import RunResult, launch_run
+from .init import init_logbook as init
+from .launch import launch_run, new_run_id, RunResult
+from .notes import add_note
+from .outcome import record_outcome
+from .prereg import create_prereg
+from .prereg_input import PreregInput
 from .project import Project, open_project
+from .report import write_report
 from .textfmt import fmt_setting
+from .verify import verify_project
+from .yamlsafe import load_yaml_file
 
 DEFAULT_STEPS = 120
 """Training steps of the demo run: under a minute of training on 2 idle CPU cores."""
@@ -144,8 +157,6 @@ def make_repository(st: DemoState) -> None:
 
 def init_logbook(st: DemoState) -> None:
     """`logbook init`, committed."""
-    from .init import init_logbook as init
-
     init(start=st.root)
     _git(st.root, "add", "-A")
     _git(st.root, "commit", "-q", "-m", "Set up the logbook")
@@ -164,7 +175,6 @@ def copy_config(st: DemoState) -> None:
     """The tiny CPU config with a SIGKILL drill between two checkpoints and two spikes after it, committed."""
     import yaml
 
-    from .yamlsafe import load_yaml_file
 
     if not TINY_CONFIG.is_file():
         raise RefusedError(f"the tiny config is missing: {TINY_CONFIG}",
@@ -195,9 +205,6 @@ def copy_config(st: DemoState) -> None:
 def preregister(st: DemoState) -> None:
     """A hypothesis, predictions and forecasts (a stated confidence, a point forecast with its interval, a
     trajectory of the training loss) and a contingency rule, committed before the run."""
-    from .prereg import create_prereg
-    from .prereg_input import PreregInput
-
     inp = PreregInput(
         title="Tiny GPT survives a node loss and two loss spikes",
         hypothesis=("A 2-layer GPT trained on the Python standard library's source learns byte statistics, "
@@ -217,8 +224,6 @@ def preregister(st: DemoState) -> None:
 
 def train(st: DemoState) -> None:
     """The run: torchrun, up to 3 restarts, the drills; a live change arrives after the first spike."""
-    from .launch import new_run_id
-
     project = _project(st)
     st.run_id = new_run_id(project, st.prereg_id, st.config)
     stop = threading.Event()
@@ -239,8 +244,6 @@ def train(st: DemoState) -> None:
 
 def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
     """`logbook set RUN lr_scale=0.8` through the library, once the guard has skipped the first spike."""
-    from .control import REPLY_KEY, read_answer, submit_change, wait_for_answer
-
     if not st.spike_steps:
         return
     while not stop.wait(0.05):
@@ -267,8 +270,6 @@ def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
 
 
 def _run_events(st: DemoState) -> list[dict[str, Any]]:
-    from .events import iter_events
-
     if st.run_id is None:
         return []
     return list(iter_events(_project(st).run_dir(st.run_id) / "events.jsonl"))
@@ -301,8 +302,6 @@ def _change_line(e: dict[str, Any]) -> str:
 
 def render(st: DemoState) -> None:
     """The dated chronicle, rendered once more from the final event log."""
-    from .chronicle import render_chronicle
-
     render_chronicle(_project(st))
     st.chronicle = sorted(_project(st).entries.glob("[0-9][0-9][0-9][0-9]/[0-9][0-9]/[0-9][0-9].md"))
     for path in st.chronicle:
@@ -329,10 +328,6 @@ def _entry_with(markdown: str, marker: str) -> list[str]:
 
 def score_and_report(st: DemoState) -> None:
     """`logbook outcome` scores the run; `logbook report` writes its retrospective as Markdown and PDF."""
-    from .chronicle import rerender_days
-    from .outcome import record_outcome
-    from .report import write_report
-
     if st.result is None:
         return
     card = record_outcome(_project(st), st.result.run_id)
@@ -341,7 +336,6 @@ def score_and_report(st: DemoState) -> None:
     c = card.counts
     st.say(f"  outcome ({card.label.lower()}): {c['confirmed']} confirmed, {c['refuted']} refuted, "
            f"{c['inconclusive']} inconclusive, {len(card.deviations)} deviation(s)")
-    from .forecasts import run_summary, summary_text
 
     forecasts = summary_text(run_summary([p.to_dict() for p in card.predictions]))
     if forecasts:
@@ -352,8 +346,6 @@ def score_and_report(st: DemoState) -> None:
 
 def verify(st: DemoState) -> None:
     """`logbook verify`: the preregistration and the run's event log are intact."""
-    from .verify import verify_project
-
     report = verify_project(_project(st))
     st.verify_ok = bool(report.ok)
     st.verify_lines = [p.message for p in report.problems]
@@ -361,10 +353,6 @@ def verify(st: DemoState) -> None:
 
 def share(st: DemoState) -> None:
     """A teammate clones and runs `logbook init`; both write a note; `git pull` and `git push` meet no conflict."""
-    from .commit import commit_logbook
-    from .init import init_logbook as init
-    from .notes import add_note
-
     team = st.root / TEAM_DIR
     origin, mate = team / "origin.git", team / "teammate"
     _git(st.root, "init", "-q", "--bare", "-b", "main", str(origin))

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 from .errors import TamperedError, UsageError
 from .fsutil import log_tail
 from .project import Project
+from .records import iter_folder
 
 NOTES_SOURCE = "note"
 _TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
@@ -104,8 +105,6 @@ def sources(project: Project, runs: Iterable[str] | None = None) -> list[tuple[s
 def _stream_folder(folder: Path, source: str, rank: int, since: str | None, until: str | None,
                    skip_migrated: bool = False) -> Iterator[Item]:
     """One-file records of `folder` written on days in [since, until], each at its own time, in (time, id) order."""
-    from .records import iter_folder
-
     one_day = since if since and since == until else None  # the file names say the day: read only that day's
     items = []
     for n, rec in enumerate(iter_folder(folder, day=one_day)):

@@ -19,9 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .predictions import POINT_OP, At, Prediction
+from .chain import iter_records
+from .errors import LogbookError
 from .eventschema import parse_ts
+from .milestones import milestone_step
+from .predictions import POINT_OP, At, Prediction
+from .prereg import load_prereg
 from .runfacts import RunFacts
+from .textfmt import fmt_num
 
 
 def run_start_time(facts: RunFacts) -> float | None:
@@ -53,8 +58,6 @@ def late_sources(prereg, start: float | None, in_force: list[str] | None = None)
 
 def at_step(at: At, total_steps: int | None) -> int | None:
     """The step a point of the run falls on; None when it cannot be known (a fraction with no total)."""
-    from .milestones import milestone_step
-
     if at.kind == "step":
         return int(at.value)
     if not total_steps:
@@ -115,10 +118,6 @@ def curves(forecasts: list[tuple[Prediction, str]], total_steps: int | None,
 
 def run_curves(project, run_id: str, metrics: tuple[str, ...] = ("loss", "val_loss")) -> list[Curve]:
     """The forecast curves of a run's preregistration (none for an exploratory or unreadable one)."""
-    from .chain import iter_records
-    from .errors import LogbookError
-    from .prereg import load_prereg
-
     started = next((e for e in iter_records(project.run_dir(run_id) / "events.jsonl")
                     if e.get("kind") == "run_started"), None)
     data = started.get("data") if started and isinstance(started.get("data"), dict) else {}
@@ -168,8 +167,6 @@ def standing_against(curve: Curve, facts: RunFacts, step: int) -> dict[str, Any]
 
 def describe_scores(p: dict[str, Any]) -> str:
     """One phrase with a scored prediction's forecast scores (a scorecard row's dict), or ''."""
-    from .textfmt import fmt_num
-
     f = p.get("forecast") if isinstance(p.get("forecast"), dict) else None
     if not f:
         return ""

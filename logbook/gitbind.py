@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import RefusedError, UsageError
+from .eventstream import check_run_id
 from .fsutil import atomic_create_bytes
 from .identity import git_identity, signing_identity
 
@@ -341,8 +342,6 @@ def snapshot_worktree(project: Project, run_id: str) -> dict:
     working tree. Returns {"ref", "commit", "head", "dirty", "skipped"}; when the
     working tree equals HEAD, `commit` is HEAD itself.
     """
-    from .eventstream import check_run_id
-
     root = Path(project.root)
     ref = SNAPSHOT_REF_PREFIX + check_run_id(run_id)
     if subprocess.run(["git", "check-ref-format", ref], cwd=root, capture_output=True).returncode != 0:

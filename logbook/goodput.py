@@ -41,7 +41,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .chain import iter_records
 from .eventschema import AFTERWARDS_KINDS, Event, parse_ts
+from .sink import read_metrics
 
 CATEGORIES = ("startup_s", "compile_s", "restore_s", "checkpoint_save_s", "lost_s", "downtime_s", "data_s", "productive_s")
 LABELS = {"startup_s": "start-up", "compile_s": "compiling", "restore_s": "restore", "checkpoint_save_s": "checkpoint saves",
@@ -324,7 +326,4 @@ def _data_seconds(events: list[dict[str, Any]], metrics: list[dict[str, Any]]) -
 
 def goodput_of_run(run_dir: Path) -> GoodputReport:
     """`goodput_report` of the run stored in `run_dir` (its events.jsonl and metrics.jsonl)."""
-    from .chain import iter_records
-    from .sink import read_metrics
-
     return goodput_report(iter_records(Path(run_dir) / "events.jsonl"), read_metrics(Path(run_dir)))

@@ -32,15 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import gitbind
 from .chain import utc_now
 from .errors import RefusedError, UsageError
+from .gitbind import snapshot_worktree
 from .identity import git_identity
 from .launch_watch import RunResult, StderrPump, Watcher, launch_ending, next_seq
+from .prereg import load_prereg, resolve_prereg_id
 from .project import Project
 from .runlock import RunLock
 from .runs import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
+from .verify import verify_or_raise
 from .yamlsafe import load_training_config
+from . import gitbind
 
 __all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
@@ -259,7 +262,6 @@ def _checked_prereg(project: Project, prereg_id: str | None, exploratory: bool) 
             raise RefusedError("exploratory runs are switched off in logbook.yaml (allow_unregistered_runs: false)",
                                hint="preregister the run and pass --prereg ID")
         return None
-    from .prereg import load_prereg, resolve_prereg_id
 
     busy = gitbind.operation_in_progress(project.root)
     if busy is not None:
@@ -272,8 +274,6 @@ def _checked_prereg(project: Project, prereg_id: str | None, exploratory: bool) 
 
 def _verify_prereg(project: Project, prereg_id: str) -> None:
     """`logbook verify` for this one preregistration: a changed record starts no run."""
-    from .verify import verify_or_raise
-
     verify_or_raise(project, prereg_id)
 
 
@@ -307,7 +307,6 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         status = run_status(project, run_id, load_run_record(project, run_id))
         raise RefusedError(f"run {run_id} already exists (status {status})",
                            hint=f"resume it with `logbook run --resume {run_id}`, or choose another --run-id")
-    from .gitbind import snapshot_worktree
 
     snapshot = snapshot_worktree(project, run_id)
     digest = config_sha256(config)

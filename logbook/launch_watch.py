@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .chain import iter_records
+from .chronicle import render_chronicle
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_RUN_FAILED
 from .eventschema import Event, restart_cause
 from .fsutil import log_tail
@@ -169,8 +170,6 @@ class Watcher:
 
     def _render(self, days: list[str]) -> None:
         try:
-            from .chronicle import render_chronicle
-
             res = render_chronicle(self.project, days=days)
         except Exception as e:  # a renderer bug must never stop a run
             self._warn(f"chronicle not rendered: {type(e).__name__}: {e}")

@@ -37,17 +37,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import chain
 from .chain import canonical
 from .errors import NotFoundError, RefusedError, TamperedError
 from .eventschema import kinds_where
+from .forecasts import late_sources, run_start_time
 from .identity import git_identity
-from .records import iter_folder, write_record
+from .milestones import milestone_step
 from .predictions import Prediction
+from .prereg import load_prereg
 from .project import Project
+from .records import iter_folder, write_record
 from .runfacts import Measurement, RunFacts, load_facts
 from .runs import RunRecord, check_run_id, load_run_record
+from .scoring_rules import forecast_scores
 from .textfmt import fmt_setting
+from .verify import verify_project
+from . import chain
+from . import gitbind
 
 SCHEMA = 1
 STATUSES = ("confirmed", "refuted", "inconclusive")
@@ -166,7 +172,6 @@ def point_step(p: Prediction, facts: RunFacts) -> tuple[int | None, str | None]:
     if p.at.kind == "fraction":
         if not facts.total_steps:
             return None, "the run recorded no total_steps, so a fraction of it has no step"
-        from .milestones import milestone_step
 
         return milestone_step(float(p.at.value), facts.total_steps), None
     if facts.state == "finished":
@@ -257,8 +262,6 @@ def judge(p: Prediction, m: Measurement) -> tuple[str, bool, str]:
 
 
 def score(p: Prediction, source: str, facts: RunFacts, late: str | None = None) -> PredictionResult:
-    from .scoring_rules import forecast_scores
-
     m = measure(p, facts)
     status, within, reason = judge(p, m)
     return PredictionResult(text=p.to_text(), metric=p.metric, source=source, op=p.op, threshold=p.threshold,
@@ -362,8 +365,6 @@ def code_diff(project: Project, base: str | None, snapshot: str | None,
     preregistration was made (path -> blob id, None if deleted): a file the run's
     snapshot holds exactly so is the code that was preregistered, not a change.
     """
-    from . import gitbind
-
     if not base or not snapshot:
         return {}
     root = project.root
@@ -387,9 +388,6 @@ def code_diff(project: Project, base: str | None, snapshot: str | None,
 
 def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Scorecard:
     """Score a run without writing anything (`facts`: the run as already read, to save a second read)."""
-    from .prereg import load_prereg
-    from .verify import verify_project
-
     check_run_id(run_id)
     try:
         rec = load_run_record(project, run_id)
@@ -414,7 +412,6 @@ def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Sc
                      final=facts.state in ("finished", "failed", "aborted"), last_step=facts.last_step,
                      total_steps=facts.total_steps, verify_ok=report.ok,
                      verify_problems=[f.message for f in report.problems])
-    from .forecasts import late_sources, run_start_time
 
     # Amendments made after the run started are scored too, but apart and
     # labelled late (and listed as deviations): never as if preregistered.

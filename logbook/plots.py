@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .chain import iter_records
+from .forecasts import run_curves
 from .fsutil import atomic_write_bytes
 from .project import Project
 from .sink import read_metrics
@@ -113,7 +114,6 @@ def progress_figure(project: Project, run_id: str, upto_step: int, *, upto_seq: 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .forecasts import run_curves
 
     run_dir = project.run_dir(run_id)
     steps, losses, val = _curve(read_metrics(run_dir), upto_step, max_attempt)

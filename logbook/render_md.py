@@ -26,6 +26,7 @@ from .textfmt import (
     code_block, code_span, fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_pct, fmt_setting,
     fmt_tokens, is_number, md_escape, quote_text, signal_name, signal_number, table_cell,
 )
+from .errors import NotFoundError
 
 BUNDLED_TEMPLATES = bundled_dir("templates")
 _KIND_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
@@ -75,7 +76,6 @@ def find_template_file(project: Project | None, name: str) -> Path:
         p = d / name
         if p.is_file():
             return p
-    from .errors import NotFoundError
 
     raise NotFoundError(f"template {name} not found", hint=f"it is bundled in {BUNDLED_TEMPLATES}; reinstall logbook")
 

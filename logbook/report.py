@@ -28,13 +28,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .calibration import calibration
+from .calibration_plot import write_calibration_plot
 from .errors import LogbookError, NotFoundError, RefusedError, TamperedError, UsageError
-from .fsutil import atomic_write_bytes, atomic_write_text
-from .project import Project
 from .eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts, summary as event_summary
+from .forecasts import run_summary, summary_text
+from .fsutil import atomic_write_bytes, atomic_write_text
+from .lineage import run_lineage
+from .mdconvert import Converter, ImageStore
+from .outcome import evaluate, load_outcome
+from .plots import write_progress_plot
+from .prereg import load_prereg, runs_referencing
+from .project import Project
+from .render_md import find_template_file, MarkdownRenderer
+from .review import APPROVED, review_queue
+from .reviews import reviews_for
 from .runfacts import RunFacts, load_facts
 from .runs import RunRecord, check_run_id, load_run_record
 from .textfmt import is_number
+from .yamlsafe import load_yaml_text
+from . import gitbind
 
 MD_TEMPLATE = "report.md.j2"
 TYP_TEMPLATE = "report.typ"
@@ -66,8 +79,6 @@ def _hours(facts: RunFacts, seconds: float | None) -> float | None:
 
 def attempts(project: Project, facts: RunFacts) -> list[dict[str, Any]]:
     """Each attempt with its span, steps, ending, and device-hours."""
-    from .lineage import run_lineage
-
     spans: dict[int, list[float]] = {a: [lo, hi] for a, (lo, hi) in facts.attempt_times.items()}
     for e in facts.events:
         t, a = parse_ts(e.get("ts")), e.get("attempt")
@@ -168,8 +179,6 @@ def compute(project: Project, facts: RunFacts, rec: RunRecord | None, atts: list
 
 def _siblings(project: Project, run_id: str, rec: RunRecord | None) -> list[dict[str, Any]]:
     """Other runs answering to the same preregistration, with how they ended and what they cost."""
-    from .prereg import runs_referencing
-
     if rec is None or not rec.prereg_id:
         return []
     out = []
@@ -248,9 +257,6 @@ def _first_started(facts: RunFacts) -> dict[str, Any]:
 
 def _run_config(project: Project, facts: RunFacts, rec: RunRecord | None) -> dict[str, Any]:
     """The training config as of the run's code snapshot (falling back to the working tree)."""
-    from . import gitbind
-    from .yamlsafe import load_yaml_text
-
     path = rec.config_path if rec else _first_started(facts).get("config_path")
     if not path:
         return {}
@@ -296,8 +302,6 @@ def interventions(facts: RunFacts) -> list[dict[str, Any]]:
 
 def report_data(project: Project, run_id: str) -> dict[str, Any]:
     """Everything the report templates show, as plain values."""
-    from .outcome import evaluate, load_outcome
-
     check_run_id(run_id)
     try:
         rec = load_run_record(project, run_id)
@@ -329,8 +333,6 @@ def report_data(project: Project, run_id: str) -> dict[str, Any]:
 
 def forecast_rows(card: dict[str, Any] | None) -> dict[str, Any]:
     """The scorecard's forecasts for the report: probability forecasts, point forecasts, and their sum."""
-    from .forecasts import run_summary, summary_text
-
     preds = [p for p in (card or {}).get("predictions") or [] if isinstance(p, dict) and p.get("forecast")]
     prob = [p for p in preds if p["forecast"].get("kind") == "probability"]
     points = [p for p in preds if p["forecast"].get("kind") == "point"]
@@ -340,8 +342,6 @@ def forecast_rows(card: dict[str, Any] | None) -> dict[str, Any]:
 
 def _calibration(project: Project) -> dict[str, Any] | None:
     """Calibration across every scored run, when any forecast was scored (None otherwise)."""
-    from .calibration import calibration
-
     cal = calibration(project)
     if cal.forecasts.empty and cal.late.empty:
         return None
@@ -349,8 +349,6 @@ def _calibration(project: Project) -> dict[str, Any] | None:
 
 
 def _prereg(project: Project, rec: RunRecord | None, facts: RunFacts) -> dict[str, Any] | None:
-    from .prereg import load_prereg
-
     pid = (rec.prereg_id if rec else None) or (None if rec else facts.prereg_id)
     if not pid:
         return None
@@ -370,9 +368,6 @@ def _prereg(project: Project, rec: RunRecord | None, facts: RunFacts) -> dict[st
 
 
 def _signoffs(project: Project, run_id: str) -> dict[str, Any]:
-    from .review import APPROVED, review_queue
-    from .reviews import reviews_for
-
     items = [i for i in review_queue(project, run=run_id, include_approved=True)] \
         if (project.run_dir(run_id) / "events.jsonl").is_file() else []
     records = reviews_for(project)
@@ -400,16 +395,12 @@ def render_markdown(project: Project, data: dict[str, Any], *, plot_link: str | 
 
     `pdf` leaves out what only a Markdown reader needs (the generated-file comment).
     """
-    from .render_md import MarkdownRenderer
-
     env = MarkdownRenderer(project).env
     text = env.get_template(MD_TEMPLATE).render(r=data, plot=plot_link, pdf=pdf)
     return text.rstrip("\n") + "\n"
 
 
 def _plot(project: Project, data: dict[str, Any], warnings: list[str]) -> Path | None:
-    from .plots import write_progress_plot
-
     if not data["last_step"]:
         return None
     path = project.assets_dir / data["run"] / "report-loss.png"
@@ -422,9 +413,6 @@ def _plot(project: Project, data: dict[str, Any], warnings: list[str]) -> Path |
 
 
 def _calibration_plot(project: Project, data: dict[str, Any], warnings: list[str]) -> Path | None:
-    from .calibration import calibration
-    from .calibration_plot import write_calibration_plot
-
     if not data.get("calibration"):
         return None
     try:
@@ -461,8 +449,6 @@ def _compile_pdf(project: Project, data: dict[str, Any], md: str) -> bytes:
     """Typst in a temporary root holding only the template, data.json and allowed images."""
     import typst
 
-    from .mdconvert import Converter, ImageStore
-    from .render_md import find_template_file
 
     with tempfile.TemporaryDirectory(prefix="logbook-report-") as tmp:
         root = Path(tmp)

@@ -33,18 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import chain
 from .chain import iter_records
+from .chronicle import rerender_days
 from .clockskew import clock_warnings
 from .errors import NotFoundError, RefusedError, TamperedError, UsageError
 from .eventschema import Event, kinds_where, summary
-from .chronicle import rerender_days
 from .eventstream import list_event_runs, run_log_path
 from .fsutil import exclusive
+from .gitstate import restore_hint
 from .identity import signing_identity
+from .notes import note_records
+from .outcome import outcome_records
 from .project import Project
 from .records import damaged_records, write_record
 from .reviews import ACTIONS, review_records
+from .runs import load_run_record
+from . import chain
 
 REVIEW_KINDS = kinds_where(reviewable=True)
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
@@ -125,8 +129,6 @@ def needs_review(rec: dict[str, Any]) -> bool:
 
 
 def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> Iterable[tuple[str, dict[str, Any]]]:
-    from .outcome import outcome_records
-
     for run in (list_event_runs(project) if runs is None else runs):
         for rec in iter_records(run_log_path(project, run)):
             if isinstance(rec.get("seq"), int) and needs_review(rec):
@@ -259,16 +261,12 @@ class ReviewResult:
 def _check_records_intact(project: Project) -> None:
     damaged = damaged_records(project.reviews_dir, project.root)
     if damaged:
-        from .gitstate import restore_hint
-
         rel = damaged[0].split(":", 1)[0]
         raise TamperedError(f"{damaged[0]}; a review record changed after it was written",
                             hint=f"review records are never edited: {restore_hint(project.root, rel)}")
 
 
 def _run_author_email(project: Project, run: str) -> str | None:
-    from .runs import load_run_record
-
     try:
         author = load_run_record(project, run).author
     except (NotFoundError, ValueError, TypeError):
@@ -311,7 +309,6 @@ def add_review(project: Project, entry_id: str, action: str, text: str | None = 
                                "reviewer": reviewer.name, "email": reviewer.email, "run": item.run,
                                "entry_kind": item.kind, "entry_ts": item.ts}
         now = chain.utc_now()
-        from .notes import note_records
 
         existing = [*note_records(project), *((f"review:{r.get('id')}", r) for r in review_records(project))]
         warnings = clock_warnings(now, reviewer.email, existing)
@@ -348,8 +345,6 @@ class RunReviewStatus:
 
 def review_status(project: Project) -> list[RunReviewStatus]:
     """One line per run with an event log: counts of entries by review state, and the outcome."""
-    from .outcome import outcome_records
-
     items = review_queue(project, include_approved=True)
     out = []
     for run in list_event_runs(project):

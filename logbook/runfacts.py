@@ -19,6 +19,7 @@ from typing import Any
 
 from .chain import iter_records
 from .eventschema import AFTERWARDS_KINDS, KINDS, Event, changes_lr, kinds_where, parse_ts
+from .goodput import goodput_report
 from .project import Project
 from .sink import read_metrics
 from .textfmt import is_number
@@ -126,8 +127,6 @@ class RunFacts:
 
     def goodput_report(self, step: int | None = None):
         """`logbook.goodput` over the records written before the run first went past `step` (None: all)."""
-        from .goodput import goodput_report
-
         cutoff = None if step is None else self.time_past(step)
         if cutoff not in self._goodput:
             events, rows = self.run_events(), self.rows

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .chain import iter_records
 from .errors import NotFoundError
-from .eventstream import RUN_ID_RE, check_run_id  # noqa: F401  (the run id's rules live with the logs they name)
+from .eventstream import check_run_id, run_log_path
 from .fsutil import atomic_create_bytes
 from .project import Project
+from .runfacts import LIFECYCLE
 
 @dataclass
 class RunRecord:
@@ -77,10 +79,6 @@ def run_status(project: Project, run_id: str, rec: RunRecord | None = None) -> s
 
     Records written before run.json became write-once may carry a later status of their own.
     """
-    from .chain import iter_records
-    from .eventstream import run_log_path
-    from .runfacts import LIFECYCLE
-
     state = None
     for e in iter_records(run_log_path(project, run_id)):
         state = LIFECYCLE.get(str(e.get("kind")), state)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .errors import TamperedError
 from .project import Project
+from .verify import verify_project
 
 
 def require_intact(project: Project, command: str, *, run: str | None = None) -> None:
@@ -22,8 +23,6 @@ def require_intact(project: Project, command: str, *, run: str | None = None) ->
     does not stop scoring another. Everything else (preregistrations, notes,
     reviews) is read by every such command and always in scope.
     """
-    from .verify import verify_project
-
     report = verify_project(project)
     runs = f"{project.config.entries_dir.strip('/')}/runs/"
     mine = f"{runs}{run}/"

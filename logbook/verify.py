@@ -45,13 +45,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gitbind, history, remote, worktree
 from .chain import verify_log
 from .errors import NotFoundError, RefusedError, TamperedError
+from .gitstate import restore_hint
 from .prereg import AMEND_RE, runs_referencing
 from .prereg_format import record_hash, split_record
 from .prereg_input import ID_RE, check_id
 from .project import Project
+from .records import damaged_records
+from . import gitbind, history, remote, worktree
 
 TRAILER = "Logbook-Prereg"
 
@@ -124,7 +126,6 @@ class VerifyReport:
         if f.kind in ("edited", "deleted") and not (f.had and f.lost):
             # A file on disk differs from HEAD: the restore step that works in this git state
             # (mid-merge, a record that came with the merge is restored from MERGE_HEAD).
-            from .gitstate import restore_hint
 
             return restore_hint(self.root, f.path) + "; a correction is a new record, never an edit"
         if self.in_progress:
@@ -250,8 +251,6 @@ def _check_preregs(project: Project, prereg_id: str | None, hist: history.Histor
 
 def _check_record_files(project: Project, report: VerifyReport) -> None:
     """One-file records (notes, reviews, scorecards) match their own hash (deletions are `worktree`'s)."""
-    from .records import damaged_records
-
     root = project.root
     folders = [project.notes_dir, project.reviews_dir]
     folders += sorted(project.runs_dir.glob("*/outcomes")) if project.runs_dir.is_dir() else []

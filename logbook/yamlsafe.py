@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from .bundled import bundled_dir
 from .errors import UsageError
 
 MAX_YAML_BYTES = 4 * 1024 * 1024
@@ -105,8 +106,6 @@ def load_training_config(path: Path) -> dict[str, Any]:
     """
     data = load_yaml_mapping(path, "training config", "sections")
     if not data:
-        from .bundled import bundled_dir
-
         examples = ", ".join(f"configs/{p.name}" for p in sorted(bundled_dir("configs").glob("*.yaml")))
         raise UsageError(f"training config {path} is empty",
                          hint=f"start from an example config ({examples}); the defaults alone are never trained by accident")

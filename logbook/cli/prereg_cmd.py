@@ -310,7 +310,7 @@ def show_cmd(
     from ..errors import NotFoundError
     from ..prereg import load_prereg, resolve_prereg_id, runs_referencing
     from ..project import open_project
-    from ..runs import RUN_ID_RE
+    from ..eventstream import RUN_ID_RE
     from ..verify import verify_project
 
     project = open_project()
