@@ -9,8 +9,11 @@ trainer/restore.py. On CPU a resumed run computes bit for bit what an
 uninterrupted one computes.
 
 Decisions that change training come from callbacks (`post_backward` returns
-an `Action`); the loop carries them out and writes the event: `step_skipped`,
-`rollback`, `run_aborted`, `lr_scaled`. SIGTERM or SIGUSR1 ends the attempt
+a `LoopAction`); the loop carries them out and writes the events the action
+carries as they are (the guard's decision describes them: `step_skipped`,
+`rollback`, `run_aborted`, `lr_scaled`). Every change of the learning-rate
+multiplier, the guard's and live control's alike, goes through
+`Trainer.set_lr_scale`. SIGTERM or SIGUSR1 ends the attempt
 cleanly after the current step: a synchronous save, `preempted`, exit 75.
 """
 
@@ -36,12 +39,12 @@ from logbook.sink import MetricsWriter
 from . import dist
 from .attempts import Heartbeat
 from .slurm import slurm_info
-from .callbacks import Action, Callback, CallbackList
+from .callbacks import Callback, CallbackList, LoopAction
 from .checkpoint import Checkpointer
 from .compiling import CompileCache, warm_up
 from .config import TrainConfig
 from .faults import InjectedFault
-from .optim import lr_factor, qk_clip
+from .optim import apply_hyperparams, lr_factor, qk_clip
 from .restore import checkpoint_parts, resume, rollback
 from .startup import announce, build, open_logbook
 
@@ -199,8 +202,12 @@ class Trainer:
             self._train_step()
             self._after_step()
 
-    def _forward_backward(self, batch_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Accumulate the gradients of one batch; (rank-averaged loss, z-loss, global grad norm after clipping)."""
+    def forward_backward(self, batch_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Accumulate the gradients of one batch and clip them; (rank-averaged loss, z-loss, global grad norm).
+
+        The norm is the one before clipping (what `clip_grad_norm_` returns). The
+        guard's replay of a flagged step calls this too, so it recomputes the same thing.
+        """
         cfg, accum = self.cfg, self.cfg.train.grad_accum
         track = cfg.optim.qk_clip_tau > 0
         ce_sum = torch.zeros((), device=self.device)
@@ -227,7 +234,7 @@ class Trainer:
         factor = lr_factor(step, cfg.schedule, cfg.train.steps) * self.lr_scale
         self.optimizer.set_lr(factor)
         batch_id = self.data.take()
-        loss, z_loss, grad_norm = self._forward_backward(batch_id)
+        loss, z_loss, grad_norm = self.forward_backward(batch_id)
         action = self.callbacks.post_backward(loss, grad_norm)
         if action is None:
             self.optimizer.step()
@@ -239,7 +246,8 @@ class Trainer:
         self.step = step
         self.tokens += cfg.tokens_per_step * self.dist.world_size
         if action is not None:  # skipped: the batch is spent, the update is not made
-            self.emit("step_skipped", reason=action.reason, batch_id=batch_id, **action.event)
+            payload = action.events.get("step_skipped") or {"reason": action.reason, "batch_id": batch_id}
+            self.emit("step_skipped", drill=action.drill, **payload)
         self._report(step, factor, loss, z_loss, grad_norm, skipped=action is not None)
 
     def _report(self, step: int, factor: float, loss, z_loss, grad_norm, skipped: bool) -> None:
@@ -317,16 +325,34 @@ class Trainer:
 
     # --- decisions -------------------------------------------------------------------
 
-    def set_lr_scale(self, new: float, reason: str, **event: Any) -> None:
-        """Change the learning-rate multiplier (from the next step on) and record it."""
-        old = self.lr_scale
-        self.lr_scale = float(new)
-        self.emit("lr_scaled", old=old, new=self.lr_scale, factor=self.lr_scale / old if old else None,
-                  reason=reason, **event)
+    def set_lr_scale(self, new: float, kind: str, payload: dict[str, Any], *, drill: bool = False,
+                     step: int | None = None, tokens: int | None = None) -> None:
+        """The one way the learning-rate multiplier changes (from the next step on), recorded as `kind`.
 
-    def _carry_out(self, action: Action, failing_step: int) -> None:
+        Whoever asks, live control or the guard, comes through here; each keeps
+        the event kind its logs have always had (`hparam_change` for a live
+        change, `lr_scaled` for the guard) and describes the change in `payload`.
+        """
+        self.lr_scale = float(new)
+        self.emit(kind, step=step, tokens=tokens, drill=drill, **payload)
+
+    def apply_optimizer_config(self) -> None:
+        """Push the config's optimizer hyperparameters into the optimizer's groups (after a live change)."""
+        apply_hyperparams(self.optimizer, self.cfg.optim)
+
+    def mark_drill(self, step: int | None = None) -> None:
+        """A drill is under way: the events it leads to are marked. `step`: where a nan/spike drill struck."""
+        self.drill_active = True
+        if step is not None:
+            self.drill_step = step
+
+    def note_synced(self, step: int, loss: float, grad_norm: float | None) -> None:
+        """Floats a callback (the guard) already synced for `step`: the log row uses them, no second sync."""
+        self.synced = (step, loss, grad_norm)
+
+    def _carry_out(self, action: LoopAction, failing_step: int) -> None:
         if action.kind == "abort":
-            self.emit("run_aborted", reason=action.reason, **action.event)
+            self.emit("run_aborted", drill=action.drill, **(action.events.get("run_aborted") or {"reason": action.reason}))
             raise RunFailedError(f"run aborted at step {failing_step}: {action.reason}")
         rollback(self, action, failing_step)
 

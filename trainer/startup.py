@@ -35,7 +35,7 @@ from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
 from .compiling import CompileCache, compile_model
 from .config import TrainConfig, config_hash, config_to_dict
-from .control import ControlCallback
+from .live_control import ControlCallback
 from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector
 from .guard import GuardCallback
