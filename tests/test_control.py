@@ -351,7 +351,7 @@ def test_live_changes_in_a_real_run_survive_a_crash_and_restart(logbook_repo):
     from trainer.callbacks import Callback
     from trainer.config import load_train_config
     from trainer.live_control import ControlCallback
-    from trainer.loop import Trainer
+    from trainer.startup import build_trainer
 
     class AskAt(Callback):
         name, priority = "ask", 5  # before the control callback polls this step
@@ -366,7 +366,7 @@ def test_live_changes_in_a_real_run_survive_a_crash_and_restart(logbook_repo):
 
     def attempt():
         cfg = load_train_config(ROOT / "configs" / "micro-test.yaml", overrides)
-        t = Trainer(cfg, project_root=logbook_repo, run_id="live", callbacks=[ControlCallback(grace_s=0), AskAt()],
+        t = build_trainer(cfg, project_root=logbook_repo, run_id="live", callbacks=[ControlCallback(grace_s=0), AskAt()],
                     interactive=False)
         return t, cfg
 

@@ -312,12 +312,12 @@ def test_default_config_is_valid():
 
 def _guarded_run(root: Path, run_id: str, overrides: list[str], rules: list[str]) -> list[dict]:
     """A micro run with the guard judging against `rules`; the guard's events from its log."""
-    from trainer.loop import Trainer
+    from trainer.startup import build_trainer
 
     cfg = load_train_config(MICRO, overrides)
     guard = GuardCallback(cfg.guard, [parse_rule(r) for r in rules])
     try:
-        Trainer(cfg, project_root=root, run_id=run_id, callbacks=[guard], interactive=False).fit()
+        build_trainer(cfg, project_root=root, run_id=run_id, callbacks=[guard], interactive=False).fit()
     except RunFailedError:
         pass  # an abort: its events are what the test reads
     return [e for e in iter_events(root / "entries" / "runs" / run_id / "events.jsonl") if e["kind"] in GUARD_KINDS]
@@ -369,7 +369,7 @@ def test_guard_in_a_real_training_run_skips_rolls_back_and_aborts(logbook_repo):
     from trainer.callbacks import Callback
     from trainer.config import load_train_config
     from trainer.guard import GuardCallback
-    from trainer.loop import Trainer
+    from trainer.startup import build_trainer
 
     class InjectSpikes(Callback):
         name, priority = "inject", 5  # before the guard sees the numbers
@@ -381,7 +381,7 @@ def test_guard_in_a_real_training_run_skips_rolls_back_and_aborts(logbook_repo):
 
     cfg = load_train_config(ROOT / "configs" / "micro-test.yaml", ["train.steps=60", "checkpoint.every=10"])
     guard_cfg = GuardConfig(warmup=10, cooldown=3, skip_batches=5, max_rollbacks=1)
-    trainer = Trainer(cfg, project_root=logbook_repo, run_id="spiky", callbacks=[GuardCallback(guard_cfg), InjectSpikes()],
+    trainer = build_trainer(cfg, project_root=logbook_repo, run_id="spiky", callbacks=[GuardCallback(guard_cfg), InjectSpikes()],
                       interactive=False)
     with pytest.raises(RunFailedError):
         trainer.fit()

@@ -17,13 +17,14 @@ from trainer import checkpoint as ck
 from trainer.callbacks import Callback, LoopAction
 from trainer.config import load_train_config
 from trainer.loop import Trainer
+from trainer.startup import build_trainer
 
 MICRO = ROOT / "configs" / "micro-test.yaml"
 
 
 def _trainer(repo, run: str, *overrides: str, callbacks=None, env=None) -> Trainer:
     cfg = load_train_config(MICRO, list(overrides))
-    return Trainer(cfg, project_root=repo, run_id=run, callbacks=callbacks, interactive=False, env=env or {})
+    return build_trainer(cfg, project_root=repo, run_id=run, callbacks=callbacks, interactive=False, env=env or {})
 
 
 def _events(repo, run: str, *kinds: str) -> list[dict]:

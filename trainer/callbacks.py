@@ -160,12 +160,15 @@ class Callback:
 class CallbackList:
     """The attached callbacks, in priority order, with fan-out helpers."""
 
-    def __init__(self, callbacks: list[Callback], trainer: TrainerView) -> None:
+    def __init__(self, callbacks: list[Callback]) -> None:
         names = [c.name for c in callbacks]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise ValueError(f"callback names must be unique (they key the checkpoint): {sorted(dupes)}")
         self.items = sorted(callbacks, key=lambda c: c.priority)
+
+    def attach(self, trainer: TrainerView) -> None:
+        """Give every callback its trainer (the trainer does, once it is complete)."""
         for c in self.items:
             c.trainer = trainer
 

@@ -25,10 +25,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .callbacks import Callback, LoopAction
+from .checkpoint import list_checkpoints, mark_keep
 from .guard_config import GuardConfig
 from .guard_decision import Decision, Verdict
 from .guard_ladder import Guard
 from .guard_replay import label_replay, replay_check
+from .rng import get_rng_state, set_rng_state
 
 if TYPE_CHECKING:
     import torch
@@ -71,8 +73,6 @@ class GuardCallback(Callback):
 
     def pre_step(self, step: int) -> None:
         if self.guard.cfg.replay:
-            from .rng import get_rng_state
-
             self._rng = get_rng_state()  # what the step's forward pass will draw from
 
     def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> LoopAction | None:
@@ -100,8 +100,6 @@ class GuardCallback(Callback):
         moved; the one the loop is about to load is hard-linked, so it stays
         in place for the load.
         """
-        from .checkpoint import list_checkpoints, mark_keep
-
         t = self.trainer
         t.checkpointer.wait()  # a save in flight may be the one just after the spike
         found = dict(list_checkpoints(t.checkpointer.directory))
@@ -127,8 +125,6 @@ class GuardCallback(Callback):
         Through the loop's own forward/backward, so the replay computes what the
         step computed (the norm it returns is the one before clipping, as judged).
         """
-        from .rng import get_rng_state, set_rng_state
-
         t = self.trainer
         after = get_rng_state()
         set_rng_state(self._rng)

@@ -15,22 +15,39 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from logbook.errors import RefusedError, RunFailedError
 
 from . import dist
-from .callbacks import LoopAction
+from .callbacks import LoopAction, TrainerView
 from .checkpoint import check_model_compatible
 from .config import config_hash, config_to_dict
 from .guard_decision import complete_rollback
 from .optim import apply_hyperparams
 from .rng import get_rng_state, set_rng_state
 
-if TYPE_CHECKING:
-    from .loop import Trainer
-
 STATE_FORMAT = 1
+
+
+class Trainer(TrainerView, Protocol):
+    """The trainer as a restore sees it: what callbacks see, and the counters a checkpoint puts back.
+
+    Putting an attempt back is this module's whole job, so it writes the
+    trainer's step, tokens, multiplier and save marks itself (the loop's
+    `Trainer` calls it on itself, at the start and on a rollback).
+    """
+
+    resumed_from: Path | None
+    saved_config: dict[str, Any] | None
+    restore_s: float
+    last_saved_step: int
+    last_good_step: int
+
+    def save(self, sync: bool = False) -> None: ...
+
+    def poll_saves(self) -> None: ...
 
 
 def checkpoint_parts(t: Trainer) -> dict[str, Any]:
