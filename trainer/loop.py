@@ -344,7 +344,11 @@ class Trainer:
         self.emit(kind, step=step, tokens=tokens, drill=drill, **payload)
 
     def apply_optimizer_config(self) -> None:
-        """Push the config's optimizer hyperparameters into the optimizer's groups (after a live change)."""
+        """Push the config's optimizer hyperparameters into the optimizer's groups (after a live change).
+
+        The same rule a resume applies. It also sets betas, eps and Muon's momentum,
+        which no live change can touch: from an unchanged config that is a no-op.
+        """
         apply_hyperparams(self.optimizer, self.cfg.optim)
 
     def mark_drill(self, step: int | None = None) -> None:
