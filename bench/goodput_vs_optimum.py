@@ -25,7 +25,7 @@
      really restarts processes.
    The headline ratio is measured goodput over the full optimum; the ratio
    over the save-and-rework optimum is printed for information.
-5. Where a restart's time goes: `python -X importtime -c "import trainer.loop"`
+5. Where a restart's time goes: `python -X importtime -c "import trainer.startup"`
    (import cost) beside the measured start-up per attempt.
 
     python3 bench/goodput_vs_optimum.py [--mtbf 60] [--train-seconds 150] [--seed 7]
@@ -156,7 +156,7 @@ def main() -> None:
     report(events, metrics, seen, every, args.mtbf)
 
 
-def import_seconds(module: str = "trainer.loop") -> float | None:
+def import_seconds(module: str = "trainer.startup") -> float | None:
     """Cumulative import time of `module` in a fresh interpreter, from `python -X importtime`."""
     proc = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], cwd=ROOT,
                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -194,7 +194,7 @@ def report(events: list[dict], metrics: list[dict], seen: dict, every: int, mtbf
           f"(model R/M + R/W {r / mtbf + r / wall:.1%})")
     print(f"  waiting for data   {rep.data_s / wall:.1%} (not in either model)")
     if imp is not None:
-        print(f"  of the start-up, `import trainer.loop` alone takes {imp:.2f} s (python -X importtime)")
+        print(f"  of the start-up, `import trainer.startup` alone takes {imp:.2f} s (python -X importtime)")
     print(f"optimum, save and rework only (Young/Daly): 1 - (d/tau* + (tau*+d)/2M) = {opt_sr:.3f}")
     print(f"optimum, full model with the measured R:    1 - (d/tau* + (tau*+d)/2M + R/M + R/W) = {opt_full:.3f}")
     print(f"goodput measured {rep.goodput:.3f} (productive over the driver's wall clock: "

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._result import result  # noqa: E402
 from trainer.config import ModelConfig, OptimConfig, ScheduleConfig  # noqa: E402
-from trainer.control import ControlChannel  # noqa: E402
+from trainer.live_control import ControlChannel  # noqa: E402
 from trainer.data import stdlib_files  # noqa: E402
 from trainer.guard import metrics_to_floats  # noqa: E402
 from trainer.guard_config import GuardConfig  # noqa: E402

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from bench._result import result  # noqa: E402
 from trainer.callbacks import Callback  # noqa: E402
 from trainer.config import load_train_config  # noqa: E402
-from trainer.loop import Trainer  # noqa: E402
+from trainer.startup import build_trainer  # noqa: E402
 from trainer.telemetry import Telemetry, TelemetryConfig  # noqa: E402
 
 GOAL = 0.01
@@ -147,7 +147,7 @@ def main() -> None:
             "train.eval_every=0", "train.eval_batches=1", f"checkpoint.every={args.steps}", "data.sources.0.max_mb=1"])
         tele = TimedTelemetry(TelemetryConfig(), say=lambda line: None)
         switch = Switch(tele)
-        trainer = Trainer(cfg, project_root=repo, run_id="bench", callbacks=[switch], interactive=False)
+        trainer = build_trainer(cfg, project_root=repo, run_id="bench", callbacks=[switch], interactive=False)
         trainer.fit()
     on, off = switch.times["on"], switch.times["off"]
     off_med = statistics.median(off)

@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._result import result  # noqa: E402
 from trainer.callbacks import Callback  # noqa: E402
 from trainer.config import TrainConfig, load_train_config  # noqa: E402
-from trainer.loop import Trainer  # noqa: E402
 from trainer.model import GPT  # noqa: E402
 from trainer.optim import build_optimizer, lr_factor  # noqa: E402
+from trainer.startup import build_trainer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.98
@@ -124,7 +124,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         repo = scratch_logbook(Path(tmp))
         bench = Interleave(args.block, warmup=args.block)
-        Trainer(cfg, project_root=repo, run_id="bench", callbacks=[bench], interactive=False).fit()
+        build_trainer(cfg, project_root=repo, run_id="bench", callbacks=[bench], interactive=False).fit()
     tokens = args.block * cfg.tokens_per_step
     trainer_tps = statistics.median(tokens / s for s in bench.trainer_s)
     bare_tps = statistics.median(tokens / s for s in bench.bare_s)

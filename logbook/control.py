@@ -1,7 +1,7 @@
 """Live hyperparameter changes: the allow-list, and change requests as files.
 
 `logbook set RUN key=value --reason ...` writes one request file into the run's
-control folder; the trainer (`trainer/control.py`) picks it up at its next step
+control folder; the trainer (`trainer/live_control.py`) picks it up at its next step
 boundary, applies or rejects it, and moves it to `processed/` with its reply
 appended. This module is torch-free and shared by both sides, so the keys,
 types and ranges the CLI checks up front are exactly those the trainer enforces:

@@ -14,7 +14,7 @@ from logbook.control import list_pending, new_request, processed_dir, read_answe
 from logbook.events import iter_events
 from logbook.sink import EventSink
 from trainer.config import TrainConfig
-from trainer.control import ControlChannel, sync_optimizer
+from trainer.live_control import ControlChannel
 from trainer.guard_config import GuardConfig
 from trainer.guard_ladder import Guard
 
@@ -27,7 +27,15 @@ class Config(TrainConfig):
 
 
 class Live:
-    lr_scale = 1.0
+    """Where the multiplier lives, as the trainer keeps it: one method sets it and writes its event."""
+
+    def __init__(self, emit) -> None:
+        self.lr_scale = 1.0
+        self.emit = emit
+
+    def set_lr_scale(self, new, kind, payload, *, drill=False, step=None, tokens=None):
+        self.lr_scale = float(new)
+        self.emit(kind, step=step, tokens=tokens, drill=drill, **payload)
 
 
 @pytest.fixture
@@ -105,7 +113,7 @@ def test_a_request_is_applied_once_even_when_its_answer_was_lost(run):
 
 
 def test_a_failed_answer_write_does_not_apply_twice(run, monkeypatch):
-    import trainer.control as tc
+    import trainer.live_control as tc
 
     control, sink, events = run
     cfg = Config()
@@ -121,7 +129,7 @@ def test_a_failed_answer_write_does_not_apply_twice(run, monkeypatch):
         return real(*a, **k)
 
     monkeypatch.setattr(tc, "finish_request", full_disk_once)
-    live = Live()
+    live = Live(sink.emit)
     ch.live = live
     ch.poll(3)
     assert live.lr_scale == 0.5 and path.exists()
@@ -283,7 +291,7 @@ def test_scheduled_changes_are_recorded_with_source_schedule_and_follow_the_plan
 
 def test_lr_scale_sets_the_live_multiplier_and_is_judged_against_the_plan(run):
     control, sink, events = run
-    live = Live()
+    live = Live(sink.emit)
     ch = _channel(control, sink, live=live, rules=[parse_rule("loss spike > 4 sigma -> lr x 0.5")])
     _ask(control, {"lr_scale": 0.5})
     ch.poll(3)
@@ -313,18 +321,16 @@ def test_mixture_weights_change_through_the_data_hook(run):
     assert "cannot change mixture weights" in events("hparam_change_rejected")[0]["data"]["reason"]
 
 
-def test_sync_optimizer_pushes_live_values_into_the_parameter_groups():
-    from types import SimpleNamespace
-
+def test_applying_the_optimizer_config_pushes_live_values_into_the_parameter_groups():
     from trainer.config import ModelConfig
     from trainer.model import GPT
-    from trainer.optim import build_optimizer
+    from trainer.optim import apply_hyperparams, build_optimizer
 
     cfg = Config()
     cfg.model = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8)
     opt = build_optimizer(GPT(cfg.model), cfg.optim, "cpu")
     cfg.optim.lr, cfg.optim.weight_decay = 5e-4, 0.02
-    sync_optimizer(SimpleNamespace(cfg=cfg, optimizer=opt))
+    apply_hyperparams(opt, cfg.optim)  # what the trainer does after a live change of optim.*
     groups = {g["name"]: g for g in opt.param_groups}
     assert groups["decay"]["base_lr"] == 5e-4 and groups["decay"]["weight_decay"] == 0.02
     assert groups["no_decay"]["base_lr"] == 5e-4 and groups["no_decay"]["weight_decay"] == 0.0
@@ -344,8 +350,8 @@ def test_live_changes_in_a_real_run_survive_a_crash_and_restart(logbook_repo):
     from conftest import ROOT
     from trainer.callbacks import Callback
     from trainer.config import load_train_config
-    from trainer.control import ControlCallback
-    from trainer.loop import Trainer
+    from trainer.live_control import ControlCallback
+    from trainer.startup import build_trainer
 
     class AskAt(Callback):
         name, priority = "ask", 5  # before the control callback polls this step
@@ -360,7 +366,7 @@ def test_live_changes_in_a_real_run_survive_a_crash_and_restart(logbook_repo):
 
     def attempt():
         cfg = load_train_config(ROOT / "configs" / "micro-test.yaml", overrides)
-        t = Trainer(cfg, project_root=logbook_repo, run_id="live", callbacks=[ControlCallback(grace_s=0), AskAt()],
+        t = build_trainer(cfg, project_root=logbook_repo, run_id="live", callbacks=[ControlCallback(grace_s=0), AskAt()],
                     interactive=False)
         return t, cfg
 

@@ -20,6 +20,7 @@ from trainer.callbacks import Callback
 from trainer.checkpoint import list_checkpoints
 from trainer.config import FaultConfig, load_train_config
 from trainer.loop import Trainer
+from trainer.startup import build_trainer
 
 MICRO = ROOT / "configs" / "micro-test.yaml"
 GUARDED = ["guard.warmup=8", "guard.cooldown=3", "guard.skip_batches=4", "checkpoint.background=false"]
@@ -42,7 +43,7 @@ class RecordBatches(Callback):
 
 def _train(root: Path, run_id: str, overrides: list[str], *extra: Callback) -> Trainer:
     cfg = load_train_config(MICRO, overrides)
-    t = Trainer(cfg, project_root=root, run_id=run_id, callbacks=list(extra), interactive=False)
+    t = build_trainer(cfg, project_root=root, run_id=run_id, callbacks=list(extra), interactive=False)
     t.fit()
     return t
 

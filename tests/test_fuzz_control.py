@@ -19,7 +19,7 @@ from logbook.errors import UsageError
 from logbook.events import iter_events
 from logbook.sink import EventSink
 from trainer.config import TrainConfig, config_to_dict
-from trainer.control import ControlChannel
+from trainer.live_control import ControlChannel
 
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

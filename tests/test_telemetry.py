@@ -11,11 +11,11 @@ from logbook.errors import UsageError
 def _train(repo, run_id, telemetry, overrides=(), extra=()):
     from logbook.sink import read_metrics
     from trainer.config import load_train_config
-    from trainer.loop import Trainer
+    from trainer.startup import build_trainer
 
     cfg = load_train_config(ROOT / "configs" / "micro-test.yaml",
                             ["train.steps=20", "train.log_every=5", "checkpoint.every=10", *overrides])
-    trainer = Trainer(cfg, project_root=repo, run_id=run_id, callbacks=[telemetry, *extra], interactive=False)
+    trainer = build_trainer(cfg, project_root=repo, run_id=run_id, callbacks=[telemetry, *extra], interactive=False)
     trainer.fit()
     rows = read_metrics(repo / "entries" / "runs" / run_id)
     return trainer, rows

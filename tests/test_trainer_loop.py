@@ -14,16 +14,17 @@ from logbook.errors import RefusedError, RunFailedError, UsageError
 from logbook.events import iter_events
 from logbook.sink import EventSink, read_metrics
 from trainer import checkpoint as ck
-from trainer.callbacks import Action, Callback
+from trainer.callbacks import Callback, LoopAction
 from trainer.config import load_train_config
 from trainer.loop import Trainer
+from trainer.startup import build_trainer
 
 MICRO = ROOT / "configs" / "micro-test.yaml"
 
 
 def _trainer(repo, run: str, *overrides: str, callbacks=None, env=None) -> Trainer:
     cfg = load_train_config(MICRO, list(overrides))
-    return Trainer(cfg, project_root=repo, run_id=run, callbacks=callbacks, interactive=False, env=env or {})
+    return build_trainer(cfg, project_root=repo, run_id=run, callbacks=callbacks, interactive=False, env=env or {})
 
 
 def _events(repo, run: str, *kinds: str) -> list[dict]:
@@ -36,7 +37,7 @@ class Scripted(Callback):
 
     name = "scripted"
 
-    def __init__(self, actions: dict[int, Action] | None = None) -> None:
+    def __init__(self, actions: dict[int, LoopAction] | None = None) -> None:
         self.actions = dict(actions or {})
         self.batches: list[tuple[int, int]] = []
         self.steps_seen = 0
@@ -76,11 +77,11 @@ def test_a_full_disk_during_a_save_is_recorded_and_training_goes_on(logbook_repo
 
 
 def test_a_skipped_step_consumes_its_batch_but_not_an_optimizer_update(logbook_repo):
-    script = Scripted({4: Action("skip", "test skip", event={"metric": "loss"})})
+    script = Scripted({4: LoopAction("skip", "test skip")})
     t = _trainer(logbook_repo, "skip", "train.steps=10", callbacks=[script])
     t.fit()
     skipped = _events(logbook_repo, "skip", "step_skipped")
-    assert [(e["step"], e["data"]["batch_id"], e["data"]["metric"]) for e in skipped] == [(4, 4, "loss")]
+    assert [(e["step"], e["data"]["batch_id"], e["data"]["reason"]) for e in skipped] == [(4, 4, "test skip")]
     adam_steps = {float(s["step"]) for s in t.optimizer.optimizers["adamw"].state.values()}
     assert adam_steps == {9.0}
     rows = {r["step"]: r for r in read_metrics(logbook_repo / "entries" / "runs" / "skip") if "loss" in r}
@@ -88,7 +89,7 @@ def test_a_skipped_step_consumes_its_batch_but_not_an_optimizer_update(logbook_r
 
 
 def test_a_rollback_restores_a_checkpoint_skips_batches_and_rescales_the_lr(logbook_repo):
-    rollback = Action("rollback", "test rollback", to_step=12, skip_batches=(11, 16), lr_scale=0.5, event={"plan": None})
+    rollback = LoopAction("rollback", "test rollback", to_step=12, skip_batches=(11, 16), lr_scale=0.5)
     script = Scripted({17: rollback})
     t = _trainer(logbook_repo, "rb", "train.steps=20", callbacks=[script])
     t.fit()
@@ -105,7 +106,8 @@ def test_a_rollback_restores_a_checkpoint_skips_batches_and_rescales_the_lr(logb
 
 
 def test_an_abort_fails_the_run_and_a_relaunch_is_refused(logbook_repo):
-    script = Scripted({6: Action("abort", "too many rollbacks", event={"rollbacks": 3})})
+    script = Scripted({6: LoopAction("abort", "too many rollbacks",
+                                  events={"run_aborted": {"reason": "too many rollbacks", "rollbacks": 3}})})
     with pytest.raises(RunFailedError, match="too many rollbacks"):
         _trainer(logbook_repo, "ab", "train.steps=10", callbacks=[script]).fit()
     aborted = _events(logbook_repo, "ab", "run_aborted")
@@ -120,7 +122,7 @@ def test_lr_scale_and_callback_state_resume_with_the_run(logbook_repo):
     class Halve(Scripted):
         def pre_step(self, step):
             if step == 3:
-                self.trainer.set_lr_scale(0.5, reason="test")
+                self.trainer.set_lr_scale(0.5, "lr_scaled", {"old": 1.0, "new": 0.5, "factor": 0.5, "reason": "test"})
 
     _trainer(logbook_repo, "sc", "train.steps=10", callbacks=[Halve()]).fit()
     again = Scripted()

@@ -80,9 +80,9 @@ def _cfg(**over):
 
 
 def _fit(repo, cfg, sink, run_id="wb"):
-    from trainer.loop import Trainer
+    from trainer.startup import build_trainer
 
-    trainer = Trainer(cfg, project_root=repo, run_id=run_id, callbacks=[sink], interactive=False)
+    trainer = build_trainer(cfg, project_root=repo, run_id=run_id, callbacks=[sink], interactive=False)
     trainer.fit()
     return trainer
 

@@ -100,12 +100,14 @@ def _record_for_torchrun(exc: BaseException) -> None:
 
 
 def _train(cfg, args) -> int:
-    from .loop import Preempted, Trainer
+    # Here, not at the top: `--print-config` and argument errors answer without importing torch.
+    from .loop import Preempted
+    from .startup import build_trainer
 
     def run() -> int:
-        trainer = Trainer(cfg, project_root=Path(args.project), run_id=args.run_id, config_path=args.config,
-                          started_at=STARTED_AT)
         try:
+            trainer = build_trainer(cfg, project_root=Path(args.project), run_id=args.run_id, config_path=args.config,
+                                    started_at=STARTED_AT)
             trainer.fit()
         except Preempted as p:
             print(f"preempted by {p.signal_name}: saved at step {p.saved_step}; exiting {EXIT_PREEMPTED}", file=sys.stderr)

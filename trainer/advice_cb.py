@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import Any
 
+from . import dist
 from .callbacks import Callback
 
 _MIN_STEPS_MEASURED = 5
@@ -55,8 +56,6 @@ class AdviceCallback(Callback):
         boundary, self._after_boundary = self._after_boundary, step % t.cfg.checkpoint.every == 0
         if not boundary or len(self._times) < _MIN_STEPS_MEASURED:
             return
-        from . import dist
-
         proposal = dist.broadcast_object(self._propose(step) if t.dist.rank == 0 else None, t.dist)
         if proposal is None:
             return

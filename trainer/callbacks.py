@@ -6,27 +6,35 @@ has its own `state_dict()` / `load_state_dict()`, saved in every checkpoint
 under its `name`, so its state resumes exactly with the run. `on_error` and
 `close` are always called (from the loop's `finally`).
 
-Only `post_backward` may change what happens: it returns an `Action` (skip
+Only `post_backward` may change what happens: it returns a `LoopAction` (skip
 the update, roll back, abort) or None. Every rank runs the same callbacks on
 the same (all-reduced) loss and gradient norm, so every rank reaches the
 same decision without a broadcast. The first callback that asks wins.
+
+Callbacks see the trainer through `TrainerView`, the small interface defined
+here (the loop's `Trainer` implements it): what they may read, and the few
+methods through which they may change it. Nothing here imports the loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     import torch
 
-    from .checkpoint import SaveResult
-    from .loop import Trainer
+    from .checkpoint import Checkpointer, SaveResult
 
 
 @dataclass
-class Action:
-    """A request from `post_backward` that changes the step."""
+class LoopAction:
+    """A request from `post_backward` that changes what the loop does with the step.
+
+    Loop control, not the guard's vocabulary: the guard's own actions, in the
+    words preregistrations use, are `Decision.actions()` (trainer/guard_decision.py).
+    """
 
     kind: Literal["skip", "rollback", "abort"]
     """skip: drop this update | rollback: restore a checkpoint and skip batches | abort: end the run as failed."""
@@ -38,8 +46,72 @@ class Action:
     """rollback: batch ids (inclusive) never to train on again."""
     lr_scale: float | None = None
     """rollback: the learning-rate multiplier to continue with (None: unchanged)."""
-    event: dict[str, Any] = field(default_factory=dict)
-    """Extra fields for the event the loop writes (`rollback`, `run_aborted`), e.g. `plan`."""
+    events: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The payloads to write, by kind (`step_skipped`, `rollback`, `lr_scaled`, `run_aborted`).
+
+    The guard's decision describes them all; a kind left out gets a minimal
+    payload (the reason, and what the loop knows)."""
+    drill: bool = False
+    """A drill caused it: the events it leads to are marked as drills."""
+
+
+class TrainerView(Protocol):
+    """What a callback may see of the trainer, and the methods through which it may act on it.
+
+    Values are read-only to callbacks; `cfg` is mutable only through live
+    control (trainer/live_control.py). Types of torch objects are left open
+    so that this module, below everything else, imports none of them.
+    """
+
+    cfg: Any
+    """The resolved `TrainConfig` (trainer/config.py)."""
+    run_id: str
+    project: Any
+    """The logbook project (`logbook.project.Project`)."""
+    run_dir: Path
+    run_record: Any
+    """The run's record (`logbook.runs.RunRecord`), or None when launched directly."""
+    history: Any
+    """What earlier attempts left (`trainer.attempts.RunHistory`)."""
+    started_at: float
+    attempt: int
+    step: int
+    tokens: int
+    lr_scale: float
+    last_val: tuple[int, float] | None
+    last_progress: float
+    drill_active: bool
+    drill_step: int | None
+    dist: Any
+    device: Any
+    autocast: Any
+    data: Any
+    raw_model: Any
+    model: Any
+    optimizer: Any
+    checkpointer: Checkpointer
+    metrics: Any
+    rank_mark: Any
+    callbacks: CallbackList
+
+    def emit(self, kind: str, *, step: int | None = None, tokens: int | None = None, drill: bool = False,
+             **data: Any) -> Any:
+        """Write an event (rank 0), stamped with the current step and tokens unless given."""
+
+    def set_lr_scale(self, new: float, kind: str, payload: dict[str, Any], *, drill: bool = False) -> None:
+        """The one way to change the learning-rate multiplier; writes `kind` with `payload`."""
+
+    def apply_optimizer_config(self) -> None:
+        """Push the config's optimizer hyperparameters into the optimizer (after a live change)."""
+
+    def forward_backward(self, batch_id: int) -> tuple[Any, Any, Any]:
+        """Accumulate one batch's gradients as the loop does: (loss, z-loss, grad norm before clipping)."""
+
+    def mark_drill(self, step: int | None = None) -> None:
+        """A drill is under way (its events are marked); `step` is the step a nan/spike drill blew up."""
+
+    def note_synced(self, step: int, loss: float, grad_norm: float | None) -> None:
+        """This step's loss and grad norm as floats, already synced: the loop logs them without another sync."""
 
 
 class Callback:
@@ -47,7 +119,7 @@ class Callback:
 
     name: str = "callback"
     priority: int = 100
-    trainer: Trainer
+    trainer: TrainerView
 
     def pre_train(self) -> None:
         """After the state is restored, before the first step of this attempt."""
@@ -55,7 +127,7 @@ class Callback:
     def pre_step(self, step: int) -> None:
         """Before optimizer step `step` (1-based) computes its forward pass."""
 
-    def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> Action | None:
+    def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> LoopAction | None:
         """After the gradients of step `self.trainer.step + 1` are complete and clipped, before the update.
 
         `loss` and `grad_norm` are 0-dim tensors on the training device (averaged
@@ -88,12 +160,15 @@ class Callback:
 class CallbackList:
     """The attached callbacks, in priority order, with fan-out helpers."""
 
-    def __init__(self, callbacks: list[Callback], trainer: Trainer) -> None:
+    def __init__(self, callbacks: list[Callback]) -> None:
         names = [c.name for c in callbacks]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise ValueError(f"callback names must be unique (they key the checkpoint): {sorted(dupes)}")
         self.items = sorted(callbacks, key=lambda c: c.priority)
+
+    def attach(self, trainer: TrainerView) -> None:
+        """Give every callback its trainer (the trainer does, once it is complete)."""
         for c in self.items:
             c.trainer = trainer
 
@@ -108,7 +183,7 @@ class CallbackList:
         for c in self.items:
             c.pre_step(step)
 
-    def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> Action | None:
+    def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> LoopAction | None:
         for c in self.items:
             action = c.post_backward(loss, grad_norm)
             if action is not None:

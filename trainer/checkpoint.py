@@ -274,7 +274,7 @@ class Checkpointer:
         self.keep = keep
         self.background = background
         self.emit = emit or (lambda kind, **kw: None)
-        self.progress: Callable[[str, int], None] | None = None
+        self._progress: Callable[[str, int], None] | None = None
         self._thread: threading.Thread | None = None
         self._done: list[SaveResult] = []
         self._error: BaseException | None = None
@@ -313,7 +313,7 @@ class Checkpointer:
                blocking: float | None) -> SaveResult | None:
         """Write and report; `blocking` None means a synchronous save (all of it blocked training)."""
         try:
-            path, nbytes = write_checkpoint(self.directory, step, snapshot, self.progress)
+            path, nbytes = write_checkpoint(self.directory, step, snapshot, self._progress)
         except OSError as e:
             reason = f"{e.strerror or type(e).__name__} while writing checkpoint of step {step}"
             total = time.perf_counter() - t0
@@ -350,9 +350,9 @@ class Checkpointer:
             self._thread = None
         self._raise_error()
 
-    @property
-    def in_flight(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def watch_progress(self, hook: Callable[[str, int], None]) -> None:
+        """Call `hook(stage, step)` as each save goes along (a drill kills the process mid-save from it)."""
+        self._progress = hook
 
     def poll(self) -> list[SaveResult]:
         """Saves that finished since the last poll (successful or failed)."""

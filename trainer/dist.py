@@ -79,7 +79,7 @@ def init_distributed(device_pref: str) -> DistInfo:
     if world == 1 or dist.is_initialized():
         rank = dist.get_rank() if dist.is_initialized() else 0
         return DistInfo(rank=rank, local_rank=local, world_size=world, device=device)
-    from .rendezvous import join_group
+    from .rendezvous import join_group  # only multi-worker runs need it: a single process starts without it
 
     group = join_group(world)
     backend = "nccl" if device.type == "cuda" else "gloo"

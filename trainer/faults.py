@@ -55,7 +55,7 @@ class FaultInjector(Callback):
         self.elsewhere = [f for f in self.faults if f.rank not in (None, rank)] if rank == 0 else []
         self.faults = [f for f in self.faults if f.rank is None or f.rank == rank]
         if any(f.when == "save" for f in self.faults):
-            self.trainer.checkpointer.progress = self._during_save
+            self.trainer.checkpointer.watch_progress(self._during_save)
 
     def post_step(self, step: int, metrics: dict) -> None:
         for f in self.elsewhere:
@@ -66,7 +66,7 @@ class FaultInjector(Callback):
                 self._fire(f, step)
 
     def _announce(self, f: FaultConfig, step: int, **extra) -> None:
-        self.trainer.drill_active = True
+        self.trainer.mark_drill()
         self.trainer.emit("fault_injected", drill=True, fault=f.kind, at_step=step, **extra)
 
     def _during_save(self, stage: str, step: int) -> None:
@@ -119,8 +119,7 @@ class DivergenceDrill(Callback):
             self.fired.add(i)
             # Every rank knows the step is a drill (rank 0 writes the events), but only the
             # targeted rank blows up: the all-reduced loss carries it to the others.
-            t.drill_active = True
-            t.drill_step = step
+            t.mark_drill(step)
             factor = math.nan if f.kind == "nan" else float(f.factor)
             extra = {} if f.kind == "nan" else {"factor": factor}
             if f.rank is not None:

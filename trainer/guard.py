@@ -7,28 +7,30 @@ trainer/guard_ladder.py), which judges them with robust rolling statistics
 (trainer/guard_decision.py): carry on, skip the update, roll back to a
 checkpoint, or abort. The callback writes `divergence_detected`, sets the
 checkpoints around a rolled-back spike aside for study, optionally replays the
-flagged step (trainer/guard_replay.py), and hands the rest to the loop as an
-`Action`. The guard's config is `GuardConfig` (trainer/guard_config.py).
+flagged step (trainer/guard_replay.py), and hands the rest to the loop as a
+`LoopAction` carrying the decision's event payloads, which the loop writes as
+they are. The guard's config is `GuardConfig` (trainer/guard_config.py).
 
 Syncs. `observe` takes Python floats. `metrics_to_floats` turns the loss and
 gradient-norm tensors into floats with one host sync for both; when the loop
 has already synced them for logging, pass those floats and the guard adds
-none. The callback syncs once and leaves the floats in `trainer.synced`, so the
-loop logs them without a second sync.
+none. The callback syncs once and hands the floats to `trainer.note_synced`,
+so the loop logs them without a second sync.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .callbacks import Action, Callback
+from .callbacks import Callback, LoopAction
+from .checkpoint import list_checkpoints, mark_keep
 from .guard_config import GuardConfig
-from .guard_decision import Decision, Verdict, to_action
+from .guard_decision import Decision, Verdict
 from .guard_ladder import Guard
 from .guard_replay import label_replay, replay_check
+from .rng import get_rng_state, set_rng_state
 
 if TYPE_CHECKING:
     import torch
@@ -57,9 +59,9 @@ def checkpoints_to_keep(steps: Iterable[int], to_step: int, first_spike_step: in
 class GuardCallback(Callback):
     """Plugs the guard into the loop's `post_backward`; its state rides in every checkpoint.
 
-    It writes `divergence_detected` itself and hands the rest to the loop as an
-    `Action`, whose `event` carries the plan judgement (and, for a rollback,
-    the checkpoints kept for study) into the events the loop writes.
+    It writes `divergence_detected` itself and hands the rest to the loop as a
+    `LoopAction` whose `events` are the decision's payloads (for a rollback,
+    naming the checkpoints kept for study).
     """
 
     name = "guard"
@@ -71,27 +73,23 @@ class GuardCallback(Callback):
 
     def pre_step(self, step: int) -> None:
         if self.guard.cfg.replay:
-            from .rng import get_rng_state
-
             self._rng = get_rng_state()  # what the step's forward pass will draw from
 
-    def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> Action | None:
+    def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> LoopAction | None:
         t = self.trainer
         step, batch_id = t.step + 1, t.data.next_batch - 1  # `take()` has just handed out this batch
         loss_f, norm_f = metrics_to_floats(loss, grad_norm)
-        t.synced = (step, loss_f, norm_f)  # the loop logs these instead of syncing again
+        t.note_synced(step, loss_f, norm_f)  # the loop logs these instead of syncing again
         d = self.guard.observe(step, loss_f, norm_f, batch_id, lr_scale=t.lr_scale)
         if d.ok:
             return None
         if self.guard.cfg.replay and self._rng is not None:
             label_replay(d, replay_check(lambda: self._rerun(batch_id), d))
-        drill = getattr(t, "drill_step", None) == step  # a nan/spike drill caused it
+        drill = t.drill_step == step  # a nan/spike drill caused it
         t.emit("divergence_detected", step=step, drill=drill, **(d.payload("divergence_detected") or {}))
-        kept = self._keep_checkpoints(d) if d.verdict == Verdict.ROLLBACK else []
-        action = to_action(d, kept)
-        if action is not None and drill:
-            action.event["drill"] = True
-        return action
+        if d.verdict == Verdict.ROLLBACK:
+            d.keep(self._keep_checkpoints(d))
+        return to_loop_action(d, drill=drill)
 
     def _keep_checkpoints(self, d: Decision) -> list[str]:
         """Set the checkpoints on either side of the spike aside under `spikes/`; returns their paths.
@@ -102,8 +100,6 @@ class GuardCallback(Callback):
         moved; the one the loop is about to load is hard-linked, so it stays
         in place for the load.
         """
-        from .checkpoint import list_checkpoints, mark_keep
-
         t = self.trainer
         t.checkpointer.wait()  # a save in flight may be the one just after the spike
         found = dict(list_checkpoints(t.checkpointer.directory))
@@ -124,27 +120,18 @@ class GuardCallback(Callback):
         return kept
 
     def _rerun(self, batch_id: int) -> tuple[float, float | None]:
-        """The flagged step again, from its RNG state and batch, on the unchanged model."""
-        import torch
+        """The flagged step again, from its RNG state and batch, on the unchanged model.
 
-        from . import dist
-        from .rng import get_rng_state, set_rng_state
-
+        Through the loop's own forward/backward, so the replay computes what the
+        step computed (the norm it returns is the one before clipping, as judged).
+        """
         t = self.trainer
         after = get_rng_state()
         set_rng_state(self._rng)
         try:
             t.optimizer.zero_grad(set_to_none=True)
-            accum = t.cfg.train.grad_accum
-            ce = torch.zeros((), device=t.device)
-            for micro in range(accum):
-                x, y = t.data.batch(batch_id, micro)
-                with t.autocast:
-                    out = t.model(x, y)
-                (out.loss / accum).backward()
-                ce += out.ce_loss.detach()
-            norm = dist.local_tensor(torch.nn.utils.clip_grad_norm_(t.raw_model.parameters(), math.inf))
-            return metrics_to_floats(dist.all_reduce_mean(ce / accum, t.dist), norm)
+            loss, _, norm = t.forward_backward(batch_id)
+            return metrics_to_floats(loss, norm)
         finally:
             set_rng_state(after)
 
@@ -153,6 +140,19 @@ class GuardCallback(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.guard.load_state_dict(state)
+
+
+def to_loop_action(d: Decision, *, drill: bool = False) -> LoopAction | None:
+    """What the loop must do for a decision, with the decision's event payloads to write as they are."""
+    events = {k: data for k, data in d.events if k != "divergence_detected"}  # the callback wrote that one
+    if d.verdict == Verdict.SKIP:
+        return LoopAction("skip", d.reason, events=events, drill=drill)
+    if d.verdict == Verdict.ROLLBACK:
+        return LoopAction("rollback", d.reason, to_step=d.to_step, skip_batches=d.skip_range, lr_scale=d.lr_scale,
+                          events=events, drill=drill)
+    if d.verdict == Verdict.ABORT:
+        return LoopAction("abort", d.reason, events=events, drill=drill)
+    return None
 
 
 def _set_aside(src: os.PathLike, dest: os.PathLike, *, move: bool) -> None:

@@ -1,13 +1,21 @@
-"""The divergence guard's ruling on one step, and how it is told.
+"""The divergence guard's ruling on one step, and the events that record it.
 
 A `Decision` carries the `Verdict` (what the loop must do with the step), the
 signals behind it and, for a rollback, where to go back to. `describe` fills
 in its reason (one sentence) and the payloads of the events that record it
 (`divergence_detected`, `step_skipped`, `rollback`, `lr_scaled`,
 `run_aborted`; documented in logbook/events.py), each judged against the
-preregistration's contingency rules. `to_action` turns it into the loop's
-`Action`. Only a step that is not OK is described, so the common step pays
-for none of this.
+preregistration's contingency rules. This module is the only producer of
+those payloads: the loop and trainer/restore.py write them as described here,
+and the restore adds only what it alone knows (`complete_rollback`: the
+checkpoint it loaded, the step it landed on, what it retired). Only a step
+that is not OK is described, so the common step pays for none of this.
+
+The guard speaks the contingency vocabulary of preregistrations
+(`logbook.contingency.ACTION_KINDS`): `Decision.actions()` names what it does
+in those words, which is what a rule is compared with. The event field
+`action` keeps its older one-word summary (skip | rollback | abort), which
+readers of existing logs rely on.
 """
 
 from __future__ import annotations
@@ -17,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from logbook.contingency import ACTION_KINDS
 from logbook.plan import judge_against_plan
 
-from .callbacks import Action
 from .guard_config import GuardConfig
 from .guard_detector import Signal
 
@@ -67,6 +75,26 @@ class Decision:
         """The payload of the event `kind`, to complete before emitting (e.g. a rollback's path)."""
         return next((data for k, data in self.events if k == kind), None)
 
+    def actions(self) -> tuple[str, ...]:
+        """What the loop does for this decision, in the contingency vocabulary of preregistrations."""
+        if self.verdict == Verdict.SKIP:
+            acts: tuple[str, ...] = ("skip_update",)
+        elif self.verdict == Verdict.ROLLBACK:
+            acts = ("rollback",) + (("skip_batches",) if self.skip_range else ()) + \
+                   (("lr_scale",) if self.lr_factor != 1.0 else ())
+        elif self.verdict == Verdict.ABORT:
+            acts = ("abort",)
+        else:
+            acts = ()
+        assert set(acts) <= set(ACTION_KINDS)
+        return acts
+
+    def keep(self, kept: Sequence[str]) -> None:
+        """Name the checkpoints set aside for study in the rollback event."""
+        rb = self.payload("rollback")
+        if rb is not None:
+            rb["kept"] = list(kept)
+
 
 def describe(d: Decision, cfg: GuardConfig, rules: Sequence[Any], rollbacks: int) -> None:
     """Fill `d.reason` and `d.events` of a decision that is not OK (payloads as in logbook/events.py).
@@ -88,24 +116,43 @@ def describe(d: Decision, cfg: GuardConfig, rules: Sequence[Any], rollbacks: int
         "baseline": top.baseline if top else None, "scale": top.scale if top else None,
         "threshold": top.threshold if top else None, "z": top.z if top else None,
         "nonfinite": top.nonfinite if top else False, "batch_ids": [d.batch_id] if d.batch_id is not None else [],
-        "action": action, "plan": plan, "counted": d.counted, "spikes_in_window": len(d.spike_steps),
-        "signals": [s.to_dict() for s in d.signals], "reason": d.reason,
+        "action": action, "actions": list(d.actions()), "plan": plan, "counted": d.counted,
+        "spikes_in_window": len(d.spike_steps), "signals": [s.to_dict() for s in d.signals], "reason": d.reason,
     }
     d.events.append(("divergence_detected", detected))
     if d.verdict == Verdict.SKIP:
-        d.events.append(("step_skipped", {"reason": d.reason, "metric": detected["metric"],
-                                          "batch_ids": detected["batch_ids"], "counted": d.counted, "plan": plan}))
+        d.events.append(("step_skipped", {"reason": d.reason, "metric": detected["metric"], "batch_id": d.batch_id,
+                                          "counted": d.counted, "plan": plan}))
     elif d.verdict == Verdict.ROLLBACK:
+        # `from_step` is the last step trained (the flagged one never was); `to_step`,
+        # `steps_lost` and `checkpoint` are the restore's to fill in (`complete_rollback`).
         d.events.append(("rollback", {
-            "from_step": d.step, "to_step": d.to_step, "steps_lost": None, "checkpoint": None, "kept": [],
+            "from_step": d.step - 1, "to_step": d.to_step, "steps_lost": None, "checkpoint": None, "kept": [],
             "batches_skipped": list(d.skip_range) if d.skip_range else None, "rollbacks": rollbacks,
             "max_rollbacks": cfg.max_rollbacks, "reason": d.reason, "plan": plan,
         }))
         if d.lr_factor != 1.0 and d.lr_scale is not None:
             d.events.append(("lr_scaled", {"old": d.lr_scale_before, "new": d.lr_scale, "factor": d.lr_factor,
-                                           "reason": f"rollback {rollbacks} of the divergence guard", "plan": plan}))
+                                           "reason": d.reason, "plan": plan}))
     else:
         d.events.append(("run_aborted", {"reason": d.reason, "rollbacks": rollbacks, "plan": plan}))
+
+
+def complete_rollback(payload: dict[str, Any], *, to_step: int, checkpoint: str, abandoned: Sequence[str],
+                      restore_s: float, wanted_step: int | None = None) -> dict[str, Any]:
+    """The rollback event once the restore is done: where it landed, what it loaded and retired.
+
+    `wanted_step` is the target when no checkpoint was left that far back and
+    the restore went to the newest one before the spike instead.
+    """
+    done = {**payload, "to_step": to_step, "checkpoint": checkpoint, "abandoned": list(abandoned),
+            "restore_s": round(restore_s, 6)}
+    if isinstance(payload.get("from_step"), int):
+        done["steps_lost"] = payload["from_step"] - to_step
+    if wanted_step is not None:
+        done["wanted_step"] = wanted_step
+        done["note"] = "no checkpoint left that far back; rolled back to the newest before the spike"
+    return done
 
 
 def _reason(d: Decision, top: Signal | None, action: str, cfg: GuardConfig, rollbacks: int) -> str:
@@ -125,19 +172,3 @@ def _reason(d: Decision, top: Signal | None, action: str, cfg: GuardConfig, roll
                 f"rolled back to step {d.to_step} or earlier{rng}{lr}")
     return (f"{what}; the run needs rollback {rollbacks + 1} but at most {cfg.max_rollbacks} "
             f"are allowed: aborted by the divergence guard")
-
-
-def to_action(d: Decision, kept: list[str] | None = None) -> Action | None:
-    """The loop's `Action` for a decision; `event` holds only fields the loop does not write itself."""
-    detected = d.payload("divergence_detected") or {}
-    plan = detected.get("plan")
-    if d.verdict == Verdict.SKIP:
-        return Action("skip", d.reason, event={"metric": detected.get("metric"), "counted": d.counted, "plan": plan})
-    if d.verdict == Verdict.ROLLBACK:
-        rb = d.payload("rollback") or {}
-        return Action("rollback", d.reason, to_step=d.to_step, skip_batches=d.skip_range, lr_scale=d.lr_scale,
-                      event={"plan": plan, "rollbacks": rb.get("rollbacks"), "max_rollbacks": rb.get("max_rollbacks"),
-                             "kept": list(kept or [])})
-    if d.verdict == Verdict.ABORT:
-        return Action("abort", d.reason, event={"plan": plan, "rollbacks": (d.payload("run_aborted") or {}).get("rollbacks")})
-    return None

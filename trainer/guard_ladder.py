@@ -169,10 +169,6 @@ class Guard:
         self.skip_ranges = [[int(a), int(b)] for a, b in state.get("skip_ranges", [])]
         self.aborted = bool(state.get("aborted", False))
 
-    def finish_rollback(self) -> None:
-        """The loop restored the checkpoint without calling `load_state_dict` on the guard."""
-        self.rolling_back = False
-
 
 # --- multi-rank agreement -------------------------------------------------------------
 

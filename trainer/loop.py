@@ -1,16 +1,19 @@
 """The training loop: one attempt of a run, from restore to the last step.
 
-An attempt opens the run's logbook (event log, metrics, heartbeat), numbers
-itself after every attempt before it, builds data, model and optimizer,
-restores the newest good checkpoint, says why it is restarting (`restart`)
-and that it started (`run_started`), then trains. The steps before training
-are in trainer/startup.py; what a checkpoint holds, resume and rollback are in
-trainer/restore.py. On CPU a resumed run computes bit for bit what an
-uninterrupted one computes.
+`trainer.startup.build_trainer` opens the run's logbook (event log,
+metrics, heartbeat), numbers the attempt after every attempt before it,
+builds data, model and optimizer, and hands them to a `Trainer`. Its `fit()`
+restores the newest good checkpoint, says why the run is restarting
+(`restart`) and that the attempt started (`run_started`), then trains. What a
+checkpoint holds, resume and rollback are in trainer/restore.py. On CPU a
+resumed run computes bit for bit what an uninterrupted one computes.
 
 Decisions that change training come from callbacks (`post_backward` returns
-an `Action`); the loop carries them out and writes the event: `step_skipped`,
-`rollback`, `run_aborted`, `lr_scaled`. SIGTERM or SIGUSR1 ends the attempt
+a `LoopAction`); the loop carries them out and writes the events the action
+carries as they are (the guard's decision describes them: `step_skipped`,
+`rollback`, `run_aborted`, `lr_scaled`). Every change of the learning-rate
+multiplier, the guard's and live control's alike, goes through
+`Trainer.set_lr_scale`. SIGTERM or SIGUSR1 ends the attempt
 cleanly after the current step: a synchronous save, `preempted`, exit 75.
 """
 
@@ -20,9 +23,10 @@ import contextlib
 import math
 import os
 import signal
+import socket
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,20 +34,16 @@ from typing import Any
 import torch
 
 from logbook.errors import RunFailedError
-from logbook.rankmarks import RankMark
-from logbook.sink import MetricsWriter
 
 from . import dist
-from .attempts import Heartbeat
-from .slurm import slurm_info
-from .callbacks import Action, Callback, CallbackList
-from .checkpoint import Checkpointer
-from .compiling import CompileCache, warm_up
-from .config import TrainConfig
+from .callbacks import LoopAction
+from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
+from .config import TrainConfig, config_hash, config_to_dict
 from .faults import InjectedFault
-from .optim import lr_factor, qk_clip
+from .attempts import classify_restart
+from .optim import apply_hyperparams, lr_factor, qk_clip
 from .restore import checkpoint_parts, resume, rollback
-from .startup import announce, build, open_logbook
+from .slurm import slurm_info
 
 
 class Preempted(Exception):
@@ -65,24 +65,41 @@ class TrainResult:
 
 
 class Trainer:
-    """One attempt of one run. `fit()` trains to the last step (or raises)."""
+    """One attempt of one run, complete when constructed; `fit()` trains to the last step (or raises).
 
-    def __init__(self, cfg: TrainConfig, *, project_root: Path | str, run_id: str, config_path: str | None = None,
-                 callbacks: list[Callback] | None = None, started_at: float | None = None,
-                 env: Mapping[str, str] | None = None, interactive: bool | None = None) -> None:
+    Built by `trainer.startup.build_trainer`, which makes its components; from
+    then on the trainer owns them and closes them when the attempt ends. It is
+    the `TrainerView` its callbacks see (trainer/callbacks.py): they read its
+    fields and act through its methods (`set_lr_scale`, `apply_optimizer_config`,
+    `forward_backward`, `mark_drill`, `note_synced`, `emit`).
+    """
+
+    def __init__(self, cfg: TrainConfig, *, run_id: str, runtime: Runtime, book: RunLogbook, parts: TrainParts,
+                 stop: StopSignals, drills: Drills, config_path: str | None = None, started_at: float | None = None,
+                 env: Mapping[str, str] | None = None, warm_up: Callable[[Trainer], float] | None = None) -> None:
         self.cfg = cfg
-        self.project_root = Path(project_root)
         self.run_id = run_id
         self.config_path = config_path
-        self.extra_callbacks = list(callbacks or [])
         self.started_at = started_at or time.time()
         self.env = dict(os.environ if env is None else env)
-        self.interactive = interactive
+        # Components, owned from here on (closed in `_teardown`).
+        self._runtime, self._book, self._parts, self._stop, self._drills = runtime, book, parts, stop, drills
+        self._warm_up = warm_up
+        """Compiles the step before the first one (trainer/compiling.py); handed in, so the loop imports no compiler."""
+        self.dist: dist.DistInfo = runtime.dist
+        self.device: torch.device = runtime.device
+        self.autocast = runtime.autocast
+        self.project, self.run_dir, self.run_record = book.project, book.run_dir, book.run_record
+        self.history, self.attempt = book.history, book.attempt
+        self.sink, self.metrics, self.heartbeat, self.rank_mark = book.sink, book.metrics, book.heartbeat, book.rank_mark
+        self.data, self.raw_model, self.model = parts.data, parts.raw_model, parts.model
+        self.optimizer, self.checkpointer, self.callbacks = parts.optimizer, parts.checkpointer, parts.callbacks
+        self.progress = parts.progress
+        self.compile_cache = parts.compile_cache
+        # Where training stands; a resume puts back what the checkpoint holds (trainer/restore.py).
         self.step = 0
         self.tokens = 0
         self.lr_scale = 1.0
-        self.drill_active = False
-        self.drill_step: int | None = None  # the step a nan/spike drill blew up
         self.synced: tuple[int, float, float | None] | None = None
         """(step, loss, grad norm) as floats, once a callback (the guard) has synced them this step."""
         self.last_progress = time.monotonic()
@@ -99,16 +116,18 @@ class Trainer:
         self.restore_s = 0.0
         self.compile_s = 0.0
         """Seconds spent compiling the training step before the first step (train.compile)."""
-        self.compile_cache: CompileCache | None = None
-        self._stop_signal: int | None = None
-        self._old_handlers: dict[int, Any] = {}
-        self.callbacks: CallbackList | None = None
-        self.checkpointer: Checkpointer | None = None
-        self.metrics: MetricsWriter | None = None
-        self.heartbeat: Heartbeat | None = None
-        self.rank_mark: RankMark | None = None
-        self.dist: dist.DistInfo | None = None
-        self._torch_before: tuple[int, bool, bool] | None = None
+        self._log_mark = (time.perf_counter(), 0)
+        self.callbacks.attach(self)
+
+    @property
+    def drill_active(self) -> bool:
+        """A drill is under way in this attempt: the events it leads to are marked."""
+        return self._drills.active
+
+    @property
+    def drill_step(self) -> int | None:
+        """The step a nan/spike drill blew up, if one did."""
+        return self._drills.step
 
     # --- events -----------------------------------------------------------------
 
@@ -121,21 +140,12 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         try:
-            self._setup_runtime()
-            self._install_signals()  # from the start: a preemption during loading is still a preemption
-            self._facts = open_logbook(self)
-            self._refuse_if_ended()  # not a new failure: nothing to record
-        except BaseException:
-            self._teardown()
-            raise
-        try:
-            build(self)
             resume(self)
             if self._already_finished():
                 return TrainResult(self.attempt, self.step, self.tokens, None, None)
-            if self.cfg.train.compile:
-                self.compile_s = warm_up(self)  # compiled (or loaded from the cache) before the first step, timed
-            announce(self)
+            if self._warm_up is not None:
+                self.compile_s = self._warm_up(self)  # compiled (or loaded from the cache) before the first step, timed
+            self._announce()
             self.callbacks.pre_train()
             self._train()
             return self._finish()
@@ -147,46 +157,46 @@ class Trainer:
         finally:
             self._teardown()
 
-    def _setup_runtime(self) -> None:
-        t = self.cfg.train
-        # Restored at the end, so an in-process run (tests, benchmarks) leaves torch as it found it.
-        self._torch_before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
-                              torch.is_deterministic_algorithms_warn_only_enabled())
-        if t.threads:
-            torch.set_num_threads(t.threads)
-        self.dist = dist.init_distributed(t.device)
-        self.device = self.dist.device
-        if t.deterministic:
-            dist.set_deterministic(True, warn_only=self.device.type == "cuda", compiling=t.compile)
-            torch.backends.cudnn.benchmark = False
-        elif self.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16)
-                         if t.dtype == "bfloat16" else contextlib.nullcontext())
-
-    def _refuse_if_ended(self) -> None:
-        aborted = self._facts["aborted"]
-        if aborted is not None:
-            raise RunFailedError(f"run {self.run_id} was aborted at step {aborted['step']}: {aborted['reason']}",
-                                 hint="start a new run (a new run id) to train again")
-
     def _already_finished(self) -> bool:
         """A relaunch of a run that already finished: nothing to train, nothing to record."""
-        return self.step >= self.cfg.train.steps and self._facts["finished_step"] == self.step
+        return self.step >= self.cfg.train.steps and self._book.finished_step == self.step
 
-    def _install_signals(self) -> None:
-        if _in_main_thread():
-            for sig in (signal.SIGTERM, signal.SIGUSR1):
-                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        # Acted on between steps, never in the middle of one. The first request is the cause: Slurm's
-        # USR1 reaches the trainer directly and again as the SIGTERM its launcher sends torchrun.
-        self._stop_signal = self._stop_signal or signum
-        if self.rank_mark is not None:
-            # torchrun stops the survivors of a lost rank with SIGTERM, then SIGKILL: they did not vanish.
-            self.rank_mark.ended(signal.Signals(signum).name)
+    def _announce(self) -> None:
+        """Record the restarts owed by earlier attempts and this attempt's `run_started`; start the heartbeat."""
+        if self.dist.rank == 0:
+            for prev in self.history.unrecorded_ends(self.attempt):
+                latest = prev == self.attempt - 1
+                # An older end is owed by an attempt that died starting: it is timed to that start.
+                start = self.started_at if latest else (self.history.first_event_time(prev + 1) or self.started_at)
+                payload = classify_restart(self.history, prev, self.step, start, self.env if latest else {})
+                prev_events = self.history.of_attempt(prev)
+                drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
+                self.emit("restart", drill=drill, next_attempt=prev + 1, slurm=slurm_info(self.env), **payload)
+        rec = self.run_record
+        snapshot = rec.snapshot if rec else {}
+        self.emit(
+            "run_started",
+            config_hash=config_hash(self.cfg), config_path=self.config_path, world_size=self.dist.world_size,
+            prereg_id=rec.prereg_id if rec else None, exploratory=rec.exploratory if rec else None,
+            snapshot_commit=snapshot.get("commit"), total_steps=self.cfg.train.steps, slurm=slurm_info(self.env),
+            tokens_per_step=self.cfg.tokens_per_step * self.dist.world_size, device=str(self.device),
+            resumed_from_step=self.step, resumed_from=str(self.resumed_from) if self.resumed_from else None,
+            torchelastic_restart_count=int(self.env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
+            threads=torch.get_num_threads(), dtype=self.cfg.train.dtype, n_params=self.raw_model.num_params(),
+            flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
+            started_at=self.started_at, restore_s=round(self.restore_s, 6), compiled=self.cfg.train.compile,
+            compile_s=round(self.compile_s, 6),
+            config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
+            members=self.dist.members, group_id=self.dist.group_id or None,
+        )
+        member = self.dist.members[self.dist.rank] if self.dist.members else \
+            {"rank": 0, "node": 0, "local_rank": 0, "host": socket.gethostname(), "pid": os.getpid()}
+        self.rank_mark.started(self.attempt, member)
+        if self.dist.rank == 0:
+            # The attempt counts from here: one that dies while building or restoring leaves
+            # no trace, so the next start takes its number and its restart names the attempt
+            # before it (the failed start is downtime). Numbering it earlier lost its restart.
+            self.heartbeat.beat(self.attempt, self.step, time.time())
 
     # --- training ----------------------------------------------------------------------
 
@@ -199,8 +209,12 @@ class Trainer:
             self._train_step()
             self._after_step()
 
-    def _forward_backward(self, batch_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Accumulate the gradients of one batch; (rank-averaged loss, z-loss, global grad norm after clipping)."""
+    def forward_backward(self, batch_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Accumulate the gradients of one batch and clip them; (rank-averaged loss, z-loss, global grad norm).
+
+        The norm is the one before clipping (what `clip_grad_norm_` returns). The
+        guard's replay of a flagged step calls this too, so it recomputes the same thing.
+        """
         cfg, accum = self.cfg, self.cfg.train.grad_accum
         track = cfg.optim.qk_clip_tau > 0
         ce_sum = torch.zeros((), device=self.device)
@@ -227,7 +241,7 @@ class Trainer:
         factor = lr_factor(step, cfg.schedule, cfg.train.steps) * self.lr_scale
         self.optimizer.set_lr(factor)
         batch_id = self.data.take()
-        loss, z_loss, grad_norm = self._forward_backward(batch_id)
+        loss, z_loss, grad_norm = self.forward_backward(batch_id)
         action = self.callbacks.post_backward(loss, grad_norm)
         if action is None:
             self.optimizer.step()
@@ -239,7 +253,8 @@ class Trainer:
         self.step = step
         self.tokens += cfg.tokens_per_step * self.dist.world_size
         if action is not None:  # skipped: the batch is spent, the update is not made
-            self.emit("step_skipped", reason=action.reason, batch_id=batch_id, **action.event)
+            payload = action.events.get("step_skipped") or {"reason": action.reason, "batch_id": batch_id}
+            self.emit("step_skipped", drill=action.drill, **payload)
         self._report(step, factor, loss, z_loss, grad_norm, skipped=action is not None)
 
     def _report(self, step: int, factor: float, loss, z_loss, grad_norm, skipped: bool) -> None:
@@ -317,21 +332,41 @@ class Trainer:
 
     # --- decisions -------------------------------------------------------------------
 
-    def set_lr_scale(self, new: float, reason: str, **event: Any) -> None:
-        """Change the learning-rate multiplier (from the next step on) and record it."""
-        old = self.lr_scale
-        self.lr_scale = float(new)
-        self.emit("lr_scaled", old=old, new=self.lr_scale, factor=self.lr_scale / old if old else None,
-                  reason=reason, **event)
+    def set_lr_scale(self, new: float, kind: str, payload: dict[str, Any], *, drill: bool = False,
+                     step: int | None = None, tokens: int | None = None) -> None:
+        """The one way the learning-rate multiplier changes (from the next step on), recorded as `kind`.
 
-    def _carry_out(self, action: Action, failing_step: int) -> None:
+        Whoever asks, live control or the guard, comes through here; each keeps
+        the event kind its logs have always had (`hparam_change` for a live
+        change, `lr_scaled` for the guard) and describes the change in `payload`.
+        """
+        self.lr_scale = float(new)
+        self.emit(kind, step=step, tokens=tokens, drill=drill, **payload)
+
+    def apply_optimizer_config(self) -> None:
+        """Push the config's optimizer hyperparameters into the optimizer's groups (after a live change).
+
+        The same rule a resume applies. It also sets betas, eps and Muon's momentum,
+        which no live change can touch: from an unchanged config that is a no-op.
+        """
+        apply_hyperparams(self.optimizer, self.cfg.optim)
+
+    def mark_drill(self, step: int | None = None) -> None:
+        """A drill is under way: the events it leads to are marked. `step`: where a nan/spike drill struck."""
+        self._drills.mark(step)
+
+    def note_synced(self, step: int, loss: float, grad_norm: float | None) -> None:
+        """Floats a callback (the guard) already synced for `step`: the log row uses them, no second sync."""
+        self.synced = (step, loss, grad_norm)
+
+    def _carry_out(self, action: LoopAction, failing_step: int) -> None:
         if action.kind == "abort":
-            self.emit("run_aborted", reason=action.reason, **action.event)
+            self.emit("run_aborted", drill=action.drill, **(action.events.get("run_aborted") or {"reason": action.reason}))
             raise RunFailedError(f"run aborted at step {failing_step}: {action.reason}")
         rollback(self, action, failing_step)
 
     def _check_stop(self) -> None:
-        sig = dist.agree_max(self._stop_signal or 0, self.dist)
+        sig = dist.agree_max(self._stop.signum or 0, self.dist)
         if not sig:
             return
         self.checkpointer.wait()
@@ -360,42 +395,29 @@ class Trainer:
         return TrainResult(self.attempt, self.step, self.tokens, self.last_loss, self.last_val[1])
 
     def _record_failure(self, e: BaseException) -> None:
-        if self.rank_mark is not None:
-            self.rank_mark.ended()  # first: torchrun may SIGKILL a failing group before it is torn down
-        if self.callbacks is not None:
-            self.callbacks.on_error(e)
+        self.rank_mark.ended()  # first: torchrun may SIGKILL a failing group before it is torn down
+        self.callbacks.on_error(e)
         tb = traceback.format_exception(type(e), e, e.__traceback__)
         self.emit("attempt_failed", drill=self.drill_active or isinstance(e, InjectedFault),
                   exception_type=type(e).__name__, exception_message=str(e)[:2000],
                   traceback="".join(tb[-3:])[-4000:])
 
     def _teardown(self) -> None:
-        if self.rank_mark is not None:
-            self.rank_mark.ended()
-        for sig, old in self._old_handlers.items():
-            signal.signal(sig, old)
-        if self.checkpointer is not None:
-            try:
-                self.checkpointer.wait()  # a save in flight is worth finishing, even when failing
-            except Exception:
-                traceback.print_exc()
-        if self.callbacks is not None:
-            self.callbacks.close()
-        if self.metrics is not None:
-            self.metrics.close()
-        if self.heartbeat is not None:
-            self.heartbeat.close()
-        if self.compile_cache is not None:
-            self.compile_cache.close()
-        if self.dist is not None:
-            dist.shutdown(self.dist)
-        if self._torch_before is not None:
-            threads, det, warn_only = self._torch_before
-            torch.set_num_threads(threads)
-            dist.set_deterministic(det, warn_only=warn_only)
+        self.rank_mark.ended()
+        self._stop.close()
+        self._parts.close()  # waits for a save in flight, closes the callbacks and the compile cache
+        self._book.close()
+        self._runtime.close()
 
 
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two config dicts."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        key = f"{prefix}{k}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _changed_keys(a, b, key + ".")
+        elif a != b:
+            out.append(key)
+    return out

@@ -5,28 +5,49 @@ model, optimizer (with its step counters), step, tokens, lr_scale, data
 position and skip list, every RNG, and each callback's state. `resume` loads
 the newest good checkpoint when an attempt starts; `rollback` goes back to an
 older one when the guard asks, keeping what the deciders remember and the
-live learning-rate multiplier, and saves the new branch at once.
+live learning-rate multiplier, and saves the new branch at once. The events a
+rollback writes are the ones the action carries (the guard's decision
+describes them, trainer/guard_decision.py); the restore only completes the
+rollback event with what it alone knows (`complete_rollback`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from logbook.errors import RefusedError, RunFailedError
 
 from . import dist
-from .callbacks import Action
+from .callbacks import LoopAction, TrainerView
 from .checkpoint import check_model_compatible
 from .config import config_hash, config_to_dict
+from .guard_decision import complete_rollback
 from .optim import apply_hyperparams
 from .rng import get_rng_state, set_rng_state
 
-if TYPE_CHECKING:
-    from .loop import Trainer
-
 STATE_FORMAT = 1
+
+
+class Trainer(TrainerView, Protocol):
+    """The trainer as a restore sees it: what callbacks see, and the counters a checkpoint puts back.
+
+    Putting an attempt back is this module's whole job, so it writes the
+    trainer's step, tokens, multiplier and save marks itself (the loop's
+    `Trainer` calls it on itself, at the start and on a rollback).
+    """
+
+    resumed_from: Path | None
+    saved_config: dict[str, Any] | None
+    restore_s: float
+    last_saved_step: int
+    last_good_step: int
+
+    def save(self, sync: bool = False) -> None: ...
+
+    def poll_saves(self) -> None: ...
 
 
 def checkpoint_parts(t: Trainer) -> dict[str, Any]:
@@ -63,7 +84,7 @@ def resume(t: Trainer) -> None:
     t.restore_s = time.perf_counter() - t0  # goodput counts it as restore, not start-up
 
 
-def rollback(t: Trainer, action: Action, failing_step: int) -> None:
+def rollback(t: Trainer, action: LoopAction, failing_step: int) -> None:
     """Restore the newest good checkpoint at or before `action.to_step`; skip batches; maybe rescale the LR."""
     t.checkpointer.wait()
     t.poll_saves()
@@ -87,15 +108,17 @@ def rollback(t: Trainer, action: Action, failing_step: int) -> None:
         t.data.add_skip(*action.skip_batches)
     # Newer checkpoints hold the abandoned branch: left in place, a crash would resume it.
     abandoned = t.checkpointer.retire_after(t.step, f"rollback-from-{from_step}")
-    t.emit("rollback", from_step=from_step, to_step=t.step, steps_lost=from_step - t.step,
-           batches_skipped=list(action.skip_batches) if action.skip_batches else None,
-           checkpoint=str(path), abandoned=[str(p) for p in abandoned], reason=action.reason,
-           restore_s=round(restore_s, 6),
-           **({"wanted_step": target, "note": "no checkpoint left that far back; rolled back to the newest before the spike"}
-              if short else {}),
-           **action.event)
+    asked = action.events.get("rollback") or {
+        "from_step": from_step, "reason": action.reason,
+        "batches_skipped": list(action.skip_batches) if action.skip_batches else None}
+    t.emit("rollback", drill=action.drill, **complete_rollback(
+        asked, to_step=t.step, checkpoint=str(path), abandoned=[str(p) for p in abandoned], restore_s=restore_s,
+        wanted_step=target if short else None))
     if action.lr_scale is not None and action.lr_scale != t.lr_scale:
-        t.set_lr_scale(action.lr_scale, reason=action.reason, drill=bool(action.event.get("drill")))
+        old = t.lr_scale
+        told = action.events.get("lr_scaled") or {
+            "old": old, "new": action.lr_scale, "factor": action.lr_scale / old if old else None, "reason": action.reason}
+        t.set_lr_scale(action.lr_scale, "lr_scaled", told, drill=action.drill)
     # The new branch (skip list, learning rate, the guard's ladder) is saved at once, so a crash
     # from here on resumes it rather than the checkpoint the rollback restored.
     t.save(sync=True)

@@ -1,28 +1,32 @@
-"""An attempt's start-up: its logbook, what it trains with, and how it announces itself.
+"""An attempt's start-up: `build_trainer` makes one complete `Trainer`, in one place.
 
-`open_logbook` opens the run's event log, metrics and heartbeat and numbers
-the attempt after every attempt before it. `build` makes the data stream, the
-model (wrapped for DDP or FSDP2, compiled if asked, with its compile cache
-under .logbook/: trainer/compiling.py), the optimizer, the
-checkpointer and the callbacks, on the trainer; `default_callbacks` is where
-components register. `announce` writes, after the restore, a `restart` for
-every earlier attempt whose end is not yet recorded and this attempt's
-`run_started`, then starts the heartbeat: only from there does the attempt
-count.
+It sets up torch and the process group (`Runtime`), holds SIGTERM/SIGUSR1
+from the start (a preemption during loading is still a preemption), opens the
+run's logbook (`open_logbook`: event log, metrics, heartbeat; the attempt is
+numbered after every attempt before it), refuses a run that was aborted, and
+builds what the attempt trains with (`build_parts`: data stream, model
+wrapped for DDP or FSDP2 and compiled if asked, with its compile cache under
+.logbook/ (trainer/compiling.py), optimizer, checkpointer and callbacks;
+`default_callbacks` is where components register). Then it hands all of it
+to the `Trainer`, which owns it from there. A start-up that fails after the
+logbook is open is recorded as `attempt_failed`, as a failing attempt is.
+
+This module sits above the loop: the loop imports none of it, and the
+compile path reaches the loop only through the `warm_up` handed to it.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from logbook.errors import NotFoundError
+from logbook.errors import NotFoundError, RunFailedError
 from logbook.project import open_project
 from logbook.rankmarks import RankMark
 from logbook.runs import load_run_record
@@ -30,77 +34,128 @@ from logbook.sink import EventSink, KeepRule, MetricsWriter, full_metrics_path
 
 from . import dist
 from .advice_cb import AdviceCallback
-from .attempts import Heartbeat, RunHistory, classify_restart
+from .attempts import Heartbeat, RunHistory
 from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
-from .compiling import CompileCache, compile_model
-from .config import TrainConfig, config_hash, config_to_dict
-from .control import ControlCallback
+from .compiling import CompileCache, compile_model, warm_up
+from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
+from .config import TrainConfig
 from .data import DataStream, load_corpus
-from .faults import DivergenceDrill, FaultInjector
+from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard import GuardCallback
+from .live_control import ControlCallback
+from .loop import Trainer
 from .milestones_cb import MilestoneNotes
 from .model import GPT
 from .optim import build_optimizer
 from .progress import ProgressReporter
-from .slurm import slurm_info
 from .straggler import StragglerMonitor
 from .telemetry import Telemetry
 from .wandb_sink import WandbSink
 from .watchdog import HangWatchdog
 
-if TYPE_CHECKING:
-    from .loop import Trainer
 
+def build_trainer(cfg: TrainConfig, *, project_root: Path | str, run_id: str, config_path: str | None = None,
+                  callbacks: list[Callback] | None = None, started_at: float | None = None,
+                  env: Mapping[str, str] | None = None, interactive: bool | None = None) -> Trainer:
+    """One attempt of run `run_id`, complete and ready to `fit()`.
 
-def open_logbook(t: Trainer) -> dict[str, Any]:
-    """Open the run's logbook on `t` (event sink, metrics, heartbeat) and number the attempt.
-
-    Returns what rank 0 found in the run's history, the same on every rank:
-    `attempt`, `aborted` (the abort that ended the run, or None) and
-    `finished_step` (the step the run finished at, or None).
+    `callbacks` are added to the default ones (`default_callbacks`); one of the
+    same name replaces the default. Raises `RunFailedError` for a run that was
+    aborted (nothing is recorded: it is not a new failure).
     """
-    t.project = open_project(t.project_root)
-    t.run_dir = t.project.run_dir(t.run_id)
+    started_at = started_at or time.time()
+    env = dict(os.environ if env is None else env)
+    runtime = Runtime.start(cfg.train)
+    stop = StopSignals()
+    stop.install()  # from the start: a preemption during loading is still a preemption
+    book = parts = None
+    drills = Drills()
     try:
-        t.run_record = load_run_record(t.project, t.run_id)
+        book = open_logbook(cfg, Path(project_root), run_id, runtime.dist)
+        stop.rank_mark = book.rank_mark
+        if book.aborted is not None:
+            raise RunFailedError(f"run {run_id} was aborted at step {book.aborted['step']}: {book.aborted['reason']}",
+                                 hint="start a new run (a new run id) to train again")
+    except BaseException:
+        _close(stop, book, runtime)
+        raise
+    try:
+        parts = build_parts(cfg, book, runtime, run_id, list(callbacks or []), interactive, drills)
+        return Trainer(cfg, run_id=run_id, runtime=runtime, book=book, parts=parts, stop=stop, drills=drills,
+                       config_path=config_path, started_at=started_at, env=env,
+                       warm_up=warm_up if cfg.train.compile else None)
+    except BaseException as e:
+        _record_failed_start(book, parts, drills, e)
+        _close(stop, book, runtime, parts)
+        raise
+
+
+def _record_failed_start(book: RunLogbook, parts: TrainParts | None, drills: Drills, e: BaseException) -> None:
+    """The start-up failed after the logbook opened: `attempt_failed`, as a failing attempt records it."""
+    book.rank_mark.ended()  # first: torchrun may SIGKILL a failing group before it is torn down
+    if parts is not None:
+        parts.callbacks.on_error(e)
+    tb = traceback.format_exception(type(e), e, e.__traceback__)
+    book.sink.emit("attempt_failed", step=0, tokens=0, drill=drills.active or isinstance(e, InjectedFault),
+                   exception_type=type(e).__name__, exception_message=str(e)[:2000],
+                   traceback="".join(tb[-3:])[-4000:])
+
+
+def _close(stop: StopSignals, book: RunLogbook | None, runtime: Runtime, parts: TrainParts | None = None) -> None:
+    stop.close()
+    if parts is not None:
+        parts.close()
+    if book is not None:
+        book.close()
+    runtime.close()
+
+
+def open_logbook(cfg: TrainConfig, project_root: Path, run_id: str, info: dist.DistInfo) -> RunLogbook:
+    """Open the run's logbook (event sink, metrics, heartbeat) and number the attempt.
+
+    Rank 0 reads the run's history; every rank acts on what it found (the
+    attempt's number, whether the run was aborted or finished).
+    """
+    project = open_project(project_root)
+    run_dir = project.run_dir(run_id)
+    try:
+        record = load_run_record(project, run_id)
     except NotFoundError:
-        t.run_record = None  # launched directly, not through `logbook run`
-    t.heartbeat = Heartbeat(t.project.state_dir / "heartbeat" / f"{t.run_id}.json")
-    # Rank 0 reads the run's history; every rank acts on what it found.
-    ranks_dir = t.project.state_dir / "ranks" / t.run_id
-    t.rank_mark = RankMark(ranks_dir, t.dist.rank)
-    t.history = RunHistory.read(t.run_dir, t.heartbeat, full_metrics_path(t.project.state_dir, t.run_id), ranks_dir) \
-        if t.dist.rank == 0 else RunHistory()
-    aborted, finished = t.history.has("run_aborted"), t.history.has("run_finished")
+        record = None  # launched directly, not through `logbook run`
+    heartbeat = Heartbeat(project.state_dir / "heartbeat" / f"{run_id}.json")
+    ranks_dir = project.state_dir / "ranks" / run_id
+    rank_mark = RankMark(ranks_dir, info.rank)
+    metrics_path = full_metrics_path(project.state_dir, run_id)
+    history = RunHistory.read(run_dir, heartbeat, metrics_path, ranks_dir) if info.rank == 0 else RunHistory()
+    aborted, finished = history.has("run_aborted"), history.has("run_finished")
     facts = dist.broadcast_object({
-        "attempt": t.history.last_attempt() + 1,
+        "attempt": history.last_attempt() + 1,
         "aborted": None if aborted is None else {"step": aborted.get("step"), "reason": aborted.get("data", {}).get("reason", "")},
         "finished_step": None if finished is None else finished.get("step"),
-    }, t.dist)
-    t.attempt = facts["attempt"]
-    t.sink = EventSink(t.run_dir, t.run_id, t.attempt, t.dist.rank, root=t.project_root)
-    t.metrics = MetricsWriter(t.run_dir, t.dist.rank, full_path=full_metrics_path(t.project.state_dir, t.run_id),
-                              keep=_keep_rule(t))
-    return facts
+    }, info)
+    attempt = facts["attempt"]
+    sink = EventSink(run_dir, run_id, attempt, info.rank, root=project_root)
+    metrics = MetricsWriter(run_dir, info.rank, full_path=metrics_path, keep=_keep_rule(cfg, project, record))
+    return RunLogbook(project, run_dir, record, history, attempt, facts["aborted"], facts["finished_step"],
+                      sink, metrics, heartbeat, rank_mark)
 
 
-def _keep_rule(t: Trainer) -> KeepRule:
+def _keep_rule(cfg: TrainConfig, project: Any, rec: Any) -> KeepRule:
     """What the committed metrics keep: ~1,000 rows a run, plus every step a milestone or prediction names.
 
     Every row also goes to `.logbook/metrics/` (outside git) and, when it is on, to W&B.
     """
     from logbook.milestones import milestone_step
 
-    total = t.cfg.train.steps
-    exact = {milestone_step(f, total) for f in t.project.config.milestones}
-    rec = t.run_record
+    total = cfg.train.steps
+    exact = {milestone_step(f, total) for f in project.config.milestones}
     if rec is not None and rec.prereg_id:
         from logbook.errors import LogbookError
         from logbook.prereg import load_prereg
 
         try:
-            preds = load_prereg(t.project, rec.prereg_id).all_predictions(rec.amendments)
+            preds = load_prereg(project, rec.prereg_id).all_predictions(rec.amendments)
         except LogbookError:
             preds = []  # an unreadable preregistration is verify's to report; the stride still plots the run
         for p, _src in preds:
@@ -111,37 +166,39 @@ def _keep_rule(t: Trainer) -> KeepRule:
     return KeepRule.for_run(total, exact)
 
 
-def build(t: Trainer) -> None:
-    """Data, model, optimizer, checkpointer and callbacks of the attempt, set on `t`."""
-    cfg, train = t.cfg, t.cfg.train
-    corpora = [load_corpus(s, t.project.root, cfg.data) for s in cfg.data.sources]
-    t.data = DataStream(corpora, cfg.data, seed=train.seed, block_size=cfg.model.block_size,
-                        batch_size=train.batch_size, total_steps=train.steps, rank=t.dist.rank, device=t.device)
+def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: str, extra: list[Callback],
+                interactive: bool | None, drills: Drills) -> TrainParts:
+    """Data, model, optimizer, checkpointer and callbacks of the attempt."""
+    train, info, device = cfg.train, runtime.dist, runtime.device
+    corpora = [load_corpus(s, book.project.root, cfg.data) for s in cfg.data.sources]
+    data = DataStream(corpora, cfg.data, seed=train.seed, block_size=cfg.model.block_size,
+                      batch_size=train.batch_size, total_steps=train.steps, rank=info.rank, device=device)
     torch.manual_seed(train.seed)  # the same initial weights on every rank and every attempt
-    t.raw_model = GPT(cfg.model).to(t.device)
-    torch.manual_seed(train.seed + 1 + t.dist.rank)  # per-rank dropout streams
+    raw_model = GPT(cfg.model).to(device)
+    torch.manual_seed(train.seed + 1 + info.rank)  # per-rank dropout streams
     if train.parallel == "fsdp":
-        dist.wrap_model(t.raw_model, t.dist, "fsdp")  # shards in place, before compile and the optimizer
+        dist.wrap_model(raw_model, info, "fsdp")  # shards in place, before compile and the optimizer
+    cache = None
     if train.compile:
-        t.compile_cache = CompileCache(t.project.state_dir, t.device.type)  # before anything compiles
-        t.model = compile_model(t.raw_model)
+        cache = CompileCache(book.project.state_dir, device.type)  # before anything compiles
+        model = compile_model(raw_model)
     else:
-        t.model = t.raw_model
+        model = raw_model
     if train.parallel == "ddp":
-        t.model = dist.wrap_model(t.model, t.dist, "ddp")
-    t.optimizer = build_optimizer(t.raw_model, cfg.optim, t.device.type)
-    ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else t.project.checkpoint_dir(t.run_id)
+        model = dist.wrap_model(model, info, "ddp")
+    optimizer = build_optimizer(raw_model, cfg.optim, device.type)
+    ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else book.project.checkpoint_dir(run_id)
     if not ckpt_dir.is_absolute():
-        ckpt_dir = t.project.root / ckpt_dir
-    t.checkpointer = Checkpointer(ckpt_dir, keep=cfg.checkpoint.keep, background=cfg.checkpoint.background,
-                                  emit=_checkpoint_emitter(t), writer=t.dist.rank == 0)
+        ckpt_dir = book.project.root / ckpt_dir
+    checkpointer = Checkpointer(ckpt_dir, keep=cfg.checkpoint.keep, background=cfg.checkpoint.background,
+                                emit=_checkpoint_emitter(book, drills), writer=info.rank == 0)
     # A callback passed in explicitly replaces the default one of the same name.
-    extra = {c.name for c in t.extra_callbacks}
-    cbs = [c for c in default_callbacks(cfg, t.attempt, t.dist.rank, t.interactive,
-                                        _contingency_rules(t)) if c.name not in extra]
-    cbs += t.extra_callbacks
-    t.callbacks = CallbackList(cbs, t)
-    t.progress = next((c for c in t.callbacks if isinstance(c, ProgressReporter)), None)
+    names = {c.name for c in extra}
+    cbs = [c for c in default_callbacks(cfg, book.attempt, info.rank, interactive, _contingency_rules(book))
+           if c.name not in names]
+    callbacks = CallbackList(cbs + extra)
+    progress = next((c for c in callbacks if isinstance(c, ProgressReporter)), None)
+    return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress)
 
 
 def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bool | None,
@@ -167,75 +224,24 @@ def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bo
     return cbs
 
 
-def _contingency_rules(t: Trainer) -> list[Any]:
+def _contingency_rules(book: RunLogbook) -> list[Any]:
     """The preregistered contingency rules of this run (none for exploratory runs)."""
-    rec = t.run_record
+    rec = book.run_record
     if rec is None or not rec.prereg_id:
         return []
     from logbook.prereg import load_prereg
 
-    return list(load_prereg(t.project, rec.prereg_id).all_contingency(rec.amendments))
+    return list(load_prereg(book.project, rec.prereg_id).all_contingency(rec.amendments))
 
 
-def _checkpoint_emitter(t: Trainer) -> Callable[..., None]:
+def _checkpoint_emitter(book: RunLogbook, drills: Drills) -> Callable[..., None]:
     """The checkpointer's `emit`: a rejection of a checkpoint that a drill corrupted is part of the drill."""
-    drilled = {e.get("data", {}).get("path") for e in t.history.events
+    drilled = {e.get("data", {}).get("path") for e in book.history.events
                if e.get("kind") == "fault_injected" and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
 
     def emit(kind: str, **kw: Any) -> None:
         path = kw.get("path")  # as recorded (relative to the repository) or, in older logs, as given
-        drill = kind == "checkpoint_rejected" and (t.drill_active or path in drilled or t.sink.recorded(path) in drilled)
-        t.sink.emit(kind, drill=drill, **kw)
+        drill = kind == "checkpoint_rejected" and (drills.active or path in drilled or book.sink.recorded(path) in drilled)
+        book.sink.emit(kind, drill=drill, **kw)
 
     return emit
-
-
-def announce(t: Trainer) -> None:
-    """Record the restarts owed by earlier attempts and this attempt's `run_started`; start the heartbeat."""
-    if t.dist.rank == 0:
-        for prev in t.history.unrecorded_ends(t.attempt):
-            latest = prev == t.attempt - 1
-            # An older end is owed by an attempt that died starting: it is timed to that start.
-            start = t.started_at if latest else (t.history.first_event_time(prev + 1) or t.started_at)
-            payload = classify_restart(t.history, prev, t.step, start, t.env if latest else {})
-            prev_events = t.history.of_attempt(prev)
-            drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
-            t.emit("restart", drill=drill, next_attempt=prev + 1, slurm=slurm_info(t.env), **payload)
-    rec = t.run_record
-    snapshot = rec.snapshot if rec else {}
-    t.emit(
-        "run_started",
-        config_hash=config_hash(t.cfg), config_path=t.config_path, world_size=t.dist.world_size,
-        prereg_id=rec.prereg_id if rec else None, exploratory=rec.exploratory if rec else None,
-        snapshot_commit=snapshot.get("commit"), total_steps=t.cfg.train.steps, slurm=slurm_info(t.env),
-        tokens_per_step=t.cfg.tokens_per_step * t.dist.world_size, device=str(t.device),
-        resumed_from_step=t.step, resumed_from=str(t.resumed_from) if t.resumed_from else None,
-        torchelastic_restart_count=int(t.env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
-        threads=torch.get_num_threads(), dtype=t.cfg.train.dtype, n_params=t.raw_model.num_params(),
-        flops_per_token=t.raw_model.flops_per_token(), data_fingerprints=t.data.fingerprints(),
-        started_at=t.started_at, restore_s=round(t.restore_s, 6), compiled=t.cfg.train.compile,
-        compile_s=round(t.compile_s, 6),
-        config_changed=_changed_keys(t.saved_config, config_to_dict(t.cfg)) if t.saved_config else [],
-        members=t.dist.members, group_id=t.dist.group_id or None,
-    )
-    member = t.dist.members[t.dist.rank] if t.dist.members else \
-        {"rank": 0, "node": 0, "local_rank": 0, "host": socket.gethostname(), "pid": os.getpid()}
-    t.rank_mark.started(t.attempt, member)
-    if t.dist.rank == 0:
-        # The attempt counts from here: one that dies while building or restoring leaves
-        # no trace, so the next start takes its number and its restart names the attempt
-        # before it (the failed start is downtime). Numbering it earlier lost its restart.
-        t.heartbeat.beat(t.attempt, t.step, time.time())
-
-
-def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two config dicts."""
-    out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
-        key = f"{prefix}{k}"
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _changed_keys(a, b, key + ".")
-        elif a != b:
-            out.append(key)
-    return out

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from logbook.errors import UsageError
+
 from .callbacks import Callback
 
 
@@ -41,12 +43,16 @@ class StragglerConfig:
     """Drill: seconds of sleep per step on `drill_rank`."""
 
     def validate(self, where: str) -> None:
-        from .config import _check
-
         _check(self.every >= 0, f"{where}.every", f"must be >= 0, got {self.every}")
         _check(self.ratio > 1, f"{where}.ratio", f"must be > 1, got {self.ratio}")
         _check(self.patience >= 1, f"{where}.patience", f"must be >= 1, got {self.patience}")
         _check(self.drill_sleep_s >= 0, f"{where}.drill_sleep_s", f"must be >= 0, got {self.drill_sleep_s}")
+
+
+def _check(ok: bool, key: str, message: str) -> None:
+    # Its own copy of trainer/config.py's: that module composes this config and must not be imported back.
+    if not ok:
+        raise UsageError(f"config: `{key}` {message}")
 
 
 def slowest_rank(per_rank: list[float]) -> tuple[int, float, float]:
@@ -103,7 +109,7 @@ class StragglerMonitor(Callback):
         t = self.trainer
         if not t.dist.enabled or not self.cfg.every or step % self.cfg.every:
             return
-        from . import dist
+        from . import dist  # here, not at the top: trainer/config.py imports this module and stays torch-free
 
         rows = dist.gather_floats([self._busy, float(max(self._n, 1))], t.dist)
         self._busy, self._n = 0.0, 0

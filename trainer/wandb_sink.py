@@ -24,6 +24,7 @@ Only rank 0 talks to W&B.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -186,8 +187,6 @@ class WandbSink(Callback):
     def _start(self) -> None:
         import wandb  # optional: missing or broken means no W&B, not no training
 
-        from .config import config_to_dict
-
         t = self.trainer
         wid = wandb_run_id(t.run_id)
         self._state = SinkState(t.project.state_dir / "wandb" / f"{t.run_id}.json")
@@ -196,7 +195,7 @@ class WandbSink(Callback):
         directory = self._directory()
         run = wandb.init(
             project=self.cfg.project, entity=self.cfg.entity, id=wid, name=t.run_id, resume="allow",
-            mode=self.cfg.mode, dir=str(directory), config=config_to_dict(t.cfg), reinit="finish_previous",
+            mode=self.cfg.mode, dir=str(directory), config=dataclasses.asdict(t.cfg), reinit="finish_previous",
             settings=wandb.Settings(silent=True, console="off", init_timeout=self.cfg.init_timeout_s),
         )
         self.run = run

@@ -1,4 +1,4 @@
-"""Live hyperparameter changes, picked up at step boundaries and recorded as events.
+"""Live hyperparameter changes, the trainer's side: picked up at step boundaries and recorded as events.
 
 `logbook set RUN key=value --reason ...` leaves a request file in the run's
 control folder (see `logbook/control.py`, which also holds the allow-list).
@@ -46,7 +46,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from logbook.control import (
     config_path,
@@ -69,11 +69,22 @@ MAX_RAW_KEPT = 4096
 Emit = Callable[..., Any]
 
 
+class LiveTarget(Protocol):
+    """Where the live learning-rate multiplier lives: the trainer, in the loop."""
+
+    lr_scale: float
+
+    def set_lr_scale(self, new: float, kind: str, payload: dict[str, Any], *, drill: bool = False,
+                     step: int | None = None, tokens: int | None = None) -> None:
+        """Set the multiplier and write the event `kind` with `payload` (the trainer's one path for it)."""
+
+
 class ControlChannel:
     """The trainer's end of `logbook set`: one per run and process."""
 
     def __init__(self, project: Project | Path, run_id: str, config: Any, *, emit: Emit | None = None,
-                 rules: Iterable[Any] | None = None, rank: int = 0, world_size: int = 1, live: Any = None,
+                 rules: Iterable[Any] | None = None, rank: int = 0, world_size: int = 1,
+                 live: LiveTarget | None = None,
                  data_weights_hook: Callable[[dict[str, float]], None] | None = None,
                  grace_s: float = 1.0, attempt: int | None = None) -> None:
         self.control_dir = project.control_dir(run_id) if isinstance(project, Project) else Path(project)
@@ -82,8 +93,8 @@ class ControlChannel:
         self.emit = emit or (lambda kind, **kw: None)
         self.rules = list(rules or [])
         self.rank, self.world_size = rank, world_size
-        self.live = live if live is not None else _LiveValues()
-        """Holds `lr_scale` (the trainer itself, in the loop)."""
+        self.live: LiveTarget = live if live is not None else _LiveValues(self.emit if rank == 0 else None)
+        """Holds `lr_scale` and changes it (the trainer itself, in the loop)."""
         self.data_weights_hook = data_weights_hook
         self.grace_s = grace_s
         self.attempt = attempt
@@ -206,7 +217,9 @@ class ControlChannel:
             path = config_path(key)
             before = self._resolved_text()
             old = self._get(path)
-            self._set(path, new)
+            lr_scale = path == "live.lr_scale"
+            if not lr_scale:
+                self._set(path, new)
             if source == "live" and not path.startswith("live."):
                 self.overrides[path] = new
             elif source == "schedule":
@@ -214,12 +227,16 @@ class ControlChannel:
             change = {"key": key, "path": path, "old": old, "new": new, "request_id": req.get("request_id")}
             out.append(change)
             plan = judge_against_plan({"kind": "hparam_change", "source": source, "key": key, "old": old, "new": new}, self.rules)
+            after = self._resolved_text(float(new) if lr_scale else None)
             data = {"key": key, "old": old, "new": new, "reason": req.get("reason"), "who": req.get("who"),
                     "source": source, "request_id": req.get("request_id"),
-                    "config_diff": _diff(before, self._resolved_text(), step), "plan": plan}
+                    "config_diff": _diff(before, after, step), "plan": plan}
             if reapplied:
                 data["reapplied"] = True
-            if self.rank == 0:
+            if lr_scale:
+                # Every rank sets it; the trainer's one path for learning-rate changes also writes the event.
+                self.live.set_lr_scale(float(new), "hparam_change", data, step=step, tokens=tokens)
+            elif self.rank == 0:
                 self.emit("hparam_change", step=step, tokens=tokens, **data)
         if any(p.startswith("live.data.weights.") for p in (config_path(k) for k in changes)):
             self.data_weights_hook(dict(self.data_weights))  # type: ignore[misc]
@@ -233,9 +250,7 @@ class ControlChannel:
         return _get_path(self.config, path)
 
     def _set(self, path: str, value: Any) -> None:
-        if path == "live.lr_scale":
-            self.live.lr_scale = float(value)
-        elif path.startswith("live.data.weights."):
+        if path.startswith("live.data.weights."):
             self.data_weights[path.rsplit(".", 1)[1]] = float(value)
         else:
             _set_path(self.config, path, value)
@@ -327,8 +342,10 @@ class ControlChannel:
         paths = {s.path for s in SETTINGS.values() if not s.path.startswith("live.")}
         return {p: _get_path(self.config, p) for p in sorted(paths) if _has_path(self.config, p)}
 
-    def _resolved_text(self) -> str:
-        view = {"config": _as_plain(self.config), "live": {"lr_scale": self._get("live.lr_scale")}}
+    def _resolved_text(self, lr_scale: float | None = None) -> str:
+        """The resolved config as text, with `lr_scale` in place of the live one if given (a change about to apply)."""
+        lr = self._get("live.lr_scale") if lr_scale is None else lr_scale
+        view = {"config": _as_plain(self.config), "live": {"lr_scale": lr}}
         if self.data_weights:
             view["live"]["data_weights"] = dict(self.data_weights)
         return json.dumps(view, indent=2, sort_keys=True, default=str)
@@ -337,7 +354,15 @@ class ControlChannel:
 class _LiveValues:
     """Where live multipliers live when no trainer is attached (tests, tools)."""
 
-    lr_scale = 1.0
+    def __init__(self, emit: Emit | None) -> None:
+        self.lr_scale = 1.0
+        self._emit = emit
+
+    def set_lr_scale(self, new: float, kind: str, payload: dict[str, Any], *, drill: bool = False,
+                     step: int | None = None, tokens: int | None = None) -> None:
+        self.lr_scale = float(new)
+        if self._emit is not None:
+            self._emit(kind, step=step, tokens=tokens, drill=drill, **payload)
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -459,12 +484,12 @@ class ControlCallback(Callback):
         self.channel = self._build()
         if self._stashed is not None:
             self.channel.load_state_dict(self._stashed)
-        sync_optimizer(self.trainer)
+        self.trainer.apply_optimizer_config()  # the re-applied live changes count from the first step
 
     def pre_step(self, step: int) -> None:
         changes = self.channel.poll(step, tokens=self.trainer.tokens)
         if any(c["path"].startswith("optim.") for c in changes):
-            sync_optimizer(self.trainer)
+            self.trainer.apply_optimizer_config()
 
     def post_step(self, step: int, metrics: dict[str, Any]) -> None:
         self._note_mixture_stage(step)
@@ -481,17 +506,3 @@ class ControlCallback(Callback):
                     self.channel.note_scheduled(step, f"data.weights.{n}", self._last_weights.get(n), weights[n],
                                                 "the data mixture entered its next phase", tokens=self.trainer.tokens)
         self._last_weights = weights
-
-
-def sync_optimizer(trainer: Any) -> None:
-    """Push the config's peak learning rates and weight decay into the optimizer's groups.
-
-    torch's optimizer `load_state_dict` brings back each group's saved
-    hyperparameters, so without this a resumed run (or a live change) would
-    keep training with the values of the checkpoint.
-    """
-    o = trainer.cfg.optim
-    for g in trainer.optimizer.param_groups:
-        g["base_lr"] = o.muon_lr if g.get("name") == "hidden" else o.lr
-        if g.get("name") in ("decay", "hidden"):
-            g["weight_decay"] = o.weight_decay

@@ -1,0 +1,165 @@
+"""What one attempt is made of, as built by trainer/startup.py and owned by the loop's `Trainer`.
+
+`Runtime` is the process's torch and distributed set-up, `RunLogbook` the
+run's logbook as this attempt sees it (event sink, metrics, heartbeat, what
+earlier attempts left), `TrainParts` what it trains with (data, model,
+optimizer, checkpointer, callbacks). `Drills` says whether a drill is under
+way, for every component that marks its events, and `StopSignals` holds a
+SIGTERM/SIGUSR1 until the loop acts on it between steps. Each one that holds
+resources closes them itself; the trainer closes them in its teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from logbook.project import Project
+from logbook.rankmarks import RankMark
+from logbook.runs import RunRecord
+from logbook.sink import EventSink, MetricsWriter
+
+from . import dist
+from .attempts import Heartbeat, RunHistory
+from .callbacks import CallbackList
+from .checkpoint import Checkpointer
+
+
+@dataclass
+class Runtime:
+    """Torch's settings and the process group of this process, restored and shut down by `close`."""
+
+    dist: dist.DistInfo
+    device: torch.device
+    autocast: Any
+    """bfloat16 autocast on the device, or a null context."""
+    torch_before: tuple[int, bool, bool]
+    """Threads and determinism as torch had them: an in-process run (tests, benchmarks) leaves torch as it found it."""
+
+    @classmethod
+    def start(cls, train: Any) -> Runtime:
+        """Threads, determinism and the process group as `train` (the config's `train` section) asks."""
+        before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
+                  torch.is_deterministic_algorithms_warn_only_enabled())
+        if train.threads:
+            torch.set_num_threads(train.threads)
+        info = dist.init_distributed(train.device)
+        device = info.device
+        if train.deterministic:
+            dist.set_deterministic(True, warn_only=device.type == "cuda", compiling=train.compile)
+            torch.backends.cudnn.benchmark = False
+        elif device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16) if train.dtype == "bfloat16" \
+            else contextlib.nullcontext()
+        return cls(info, device, autocast, before)
+
+    def close(self) -> None:
+        dist.shutdown(self.dist)
+        threads, det, warn_only = self.torch_before
+        torch.set_num_threads(threads)
+        dist.set_deterministic(det, warn_only=warn_only)
+
+
+@dataclass
+class RunLogbook:
+    """The run's logbook as this attempt writes it, and what earlier attempts left in it."""
+
+    project: Project
+    run_dir: Path
+    run_record: RunRecord | None
+    """None when the trainer was launched directly, not through `logbook run`."""
+    history: RunHistory
+    """Read by rank 0; empty on the other ranks."""
+    attempt: int
+    aborted: dict[str, Any] | None
+    """The abort that ended the run ({step, reason}), or None; the same on every rank."""
+    finished_step: int | None
+    """The step the run finished at, or None; the same on every rank."""
+    sink: EventSink
+    metrics: MetricsWriter
+    heartbeat: Heartbeat
+    rank_mark: RankMark
+
+    def close(self) -> None:
+        self.rank_mark.ended()
+        self.metrics.close()
+        self.heartbeat.close()
+
+
+@dataclass
+class TrainParts:
+    """What the attempt trains with."""
+
+    data: Any
+    """The `DataStream` (trainer/data.py)."""
+    raw_model: Any
+    """The `GPT` itself (trainer/model.py), for state dicts, QK-clip and evaluation."""
+    model: Any
+    """What the step calls: `raw_model`, compiled and/or wrapped for DDP."""
+    optimizer: Any
+    """The `CombinedOptimizer` (trainer/optim.py)."""
+    checkpointer: Checkpointer
+    callbacks: CallbackList
+    compile_cache: Any = None
+    """The `CompileCache` (trainer/compiling.py) when compiling, closed with the attempt."""
+    progress: Any = None
+    """The `ProgressReporter` among the callbacks, told of evaluations (None off rank 0)."""
+
+    def close(self) -> None:
+        try:
+            self.checkpointer.wait()  # a save in flight is worth finishing, even when failing
+        except Exception:
+            traceback.print_exc()
+        self.callbacks.close()
+        if self.compile_cache is not None:
+            self.compile_cache.close()
+
+
+@dataclass
+class Drills:
+    """Whether a drill is under way in this attempt: the events it leads to are marked `drill`."""
+
+    active: bool = False
+    step: int | None = None
+    """The step a nan/spike drill blew up."""
+
+    def mark(self, step: int | None = None) -> None:
+        self.active = True
+        if step is not None:
+            self.step = step
+
+
+@dataclass
+class StopSignals:
+    """SIGTERM and SIGUSR1, held until the loop acts on them between steps (never in the middle of one)."""
+
+    signum: int | None = None
+    """The first request: it is the cause. Slurm's USR1 reaches the trainer directly and again
+    as the SIGTERM its launcher sends torchrun."""
+    rank_mark: RankMark | None = None
+    """Told at once: torchrun stops the survivors of a lost rank with SIGTERM, then SIGKILL."""
+    _old: dict[int, Any] = field(default_factory=dict)
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGUSR1):
+                self._old[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signum = self.signum or signum
+        if self.rank_mark is not None:
+            self.rank_mark.ended(signal.Signals(signum).name)  # the survivors did not vanish
+
+    def close(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
