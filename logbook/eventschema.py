@@ -346,6 +346,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("nonfinite", "bool", "the value was NaN or infinite"),
              _f("batch_ids", "list", "the batches of the step"),
              _f("action", "str", "skip | rollback | lr_scale | abort | none"),
+             _f("replay", "dict", "the flagged step re-run on the same batch: whether the spike came back (the guard's replay check)"),
+             _f("actions", "list", "the actions it asked for, in the contingency vocabulary (rollback, skip_batches, lr_scale, skip_update, abort)"),
              _PLAN,
              _f("counted", "bool", "counted towards the ladder (false within the cooldown)"),
              _f("spikes_in_window", "int", "spikes within the rollback window"),

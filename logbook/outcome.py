@@ -187,7 +187,7 @@ def measure(p: Prediction, facts: RunFacts) -> Measurement:
     reached = step is not None and facts.last_step is not None and facts.last_step >= step
     if not reached:
         return _not_reached(p, facts, step)
-    return _value_at(p.metric, facts, step)
+    return value_at(p.metric, facts, step)
 
 
 def _not_reached(p: Prediction, facts: RunFacts, step: int | None) -> Measurement:
@@ -198,13 +198,13 @@ def _not_reached(p: Prediction, facts: RunFacts, step: int | None) -> Measuremen
     else:
         why = f"the run {facts.state} at step {last:,}, before {where}"
     if p.metric in _COUNTS:
-        m = _value_at(p.metric, facts, None)
+        m = value_at(p.metric, facts, None)
         m.partial, m.missing = True, why
         return m
     return Measurement(missing=why)
 
 
-def _value_at(metric: str, facts: RunFacts, step: int | None) -> Measurement:
+def value_at(metric: str, facts: RunFacts, step: int | None) -> Measurement:
     """Measure at `step` (None: everything recorded so far)."""
     upto = step if step is not None else (facts.last_step or 0)
     if metric in _COUNTS:

@@ -32,10 +32,10 @@ FUZZ = settings(max_examples=200, deadline=None,
 
 def _write_log(root) -> tuple[bytes, list[dict]]:
     sink = EventSink(root, "fuzz", attempt=1)
-    sink.emit("run_started", step=0, tokens=0, config_hash="ab" * 32, world_size=1, note="naïve ✓ \"quoted\"")
+    sink.emit("run_started", step=0, tokens=0, config_hash="ab" * 32, world_size=1, config_path="naïve ✓ \"quoted\".yaml")
     sink.emit("checkpoint_saved", step=5, tokens=640, path="/x/step_000005", blocking_s=0.0125, bytes=123456)
     sink.emit("divergence_detected", step=7, metric="loss", value=float("nan"), baseline=2.5, z=1e-300)
-    sink.emit("hparam_change", step=8, key="lr", old=1e-3, new=3e-4, reason="#read(\"/etc/passwd\") {{ x }}")
+    sink.emit("hparam_change", step=8, key="lr", old=1e-3, new=3e-4, reason="#read(\"/etc/passwd\") {{ x }}", source="live")
     sink.emit("restart", step=9, cause="signal", prev_attempt=1, resumed_from_step=5, steps_lost=4)
     sink.emit("run_finished", step=10, final_loss=2.25, val_loss=None, wall_s=12.5)
     return sink.log.path.read_bytes(), read_log(sink.log.path).records

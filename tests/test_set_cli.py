@@ -26,7 +26,8 @@ def _make_run(run_id: str = "r1", status: str = "running", last_event: str | Non
         sink = EventSink(project.run_dir(run_id), run_id, attempt=1)
         sink.emit("run_started", step=0)
         if last_event != "run_started":
-            sink.emit(last_event, step=40)
+            ending = {"reason": "ended in this test"} if last_event in ("run_failed", "run_aborted") else {}
+            sink.emit(last_event, step=40, **ending)
     return project
 
 
@@ -126,7 +127,7 @@ def test_an_ended_run_is_refused(cli, logbook_repo, status, last_event, says):
 
 def test_a_restarted_run_takes_changes_again(cli, logbook_repo):
     project = _make_run("again", last_event="run_failed")
-    EventSink(project.run_dir("again"), "again", attempt=2).emit("restart", step=40)
+    EventSink(project.run_dir("again"), "again", attempt=2).emit("restart", step=40, cause="signal")
     assert cli("set", "again", "lr=1e-4", "--reason", "why").exit_code == 0
 
 

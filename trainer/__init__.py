@@ -3,8 +3,5 @@
 `python -m trainer` trains one attempt of a run (see `trainer/__main__.py`).
 """
 
-EXIT_PREEMPTED = 75
-"""The attempt was preempted (SIGTERM/SIGUSR1), saved its state and exited: restart it to resume."""
-
-EXIT_HANG = 124
-"""The hang watchdog ended an attempt that made no progress: restart it to resume."""
+# The exit codes an attempt ends with live with every other exit code, in logbook/errors.py.
+from logbook.errors import EXIT_HANG, EXIT_PREEMPTED  # noqa: F401  (re-exported)

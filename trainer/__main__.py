@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 
 from logbook.errors import LogbookError  # noqa: E402
 
-from . import EXIT_HANG, EXIT_PREEMPTED  # noqa: E402,F401  (re-exported: the documented exit codes)
+from logbook.errors import EXIT_PREEMPTED  # noqa: E402
 from .config import config_hash, config_to_dict, load_train_config  # noqa: E402
 
 

@@ -11,7 +11,7 @@ control folder (see `logbook/control.py`, which also holds the allow-list).
    against its config and applies them, all of a request or none of it.
 3. Rank 0 writes `hparam_change` per key (old, new, who, why, a unified diff
    of the resolved config) or `hparam_change_rejected`, and answers the
-   request: processed/<name> with the outcome, written before pending/<name>
+   request: processed/<name> with the reply, written before pending/<name>
    is removed.
 
 Exactly once. The ids of applied requests are part of the control state saved
@@ -55,6 +55,7 @@ from logbook.control import (
     iter_answers,
     list_pending,
     processed_dir,
+    REPLY_KEY,
     validate_changes,
 )
 from logbook.errors import UsageError
@@ -129,8 +130,8 @@ class ControlChannel:
             self._resync = False
             for name, doc in iter_answers(self.control_dir):
                 rid = doc.get("request_id")
-                if doc["outcome"].get("status") == "applied" and rid not in self.applied:
-                    items.append({"mode": "reapply", "name": name, "request": _without_outcome(doc)})
+                if doc[REPLY_KEY].get("status") == "applied" and rid not in self.applied:
+                    items.append({"mode": "reapply", "name": name, "request": _without_reply(doc)})
         for path in list_pending(self.control_dir):
             item = self._read(path)
             if item is not None:
@@ -183,12 +184,12 @@ class ControlChannel:
         self.applied.append(req["request_id"])
         self.applied_at[req["request_id"]] = step
         if self.rank == 0:
-            outcome = {"status": "applied", "step": step, "attempt": self.attempt,
+            reply = {"status": "applied", "step": step, "attempt": self.attempt,
                        "applied": [{k: c[k] for k in ("key", "old", "new")} for c in applied]}
             if mode == "reapply":
                 self._note_reapplied(name, step)
             else:
-                self._answer(name, req, outcome)
+                self._answer(name, req, reply)
         return applied
 
     # --- applying --------------------------------------------------------------------
@@ -262,26 +263,29 @@ class ControlChannel:
         self._record_rejection(req or {}, why, step, tokens, file=name)
         self._answer(name, body, {"status": "rejected", "reason": why, "step": step, "attempt": self.attempt})
 
-    def _answer(self, name: str, body: Mapping[str, Any], outcome: dict[str, Any]) -> None:
+    def _answer(self, name: str, body: Mapping[str, Any], reply: dict[str, Any]) -> None:
         """Rank 0 writes the answer. A failed write (a full disk) leaves the request pending: its id
         is already in the applied list, so the next poll answers it without applying it again."""
         if self.rank != 0:
             return
         try:
-            finish_request(self.control_dir, name, body, outcome)
+            finish_request(self.control_dir, name, body, reply)
         except OSError:
             pass
 
     def _record_rejection(self, req: Mapping[str, Any], why: str, step: int, tokens: int | None, **extra: Any) -> None:
         if self.rank == 0:
-            self.emit("hparam_change_rejected", step=step, tokens=tokens, request_id=req.get("request_id"),
-                      who=req.get("who"), reason=why, changes=req.get("changes"), source=req.get("source", "live"), **extra)
+            # A malformed file is recorded as far as it can be read: a field of the wrong type is left out.
+            self.emit("hparam_change_rejected", step=step, tokens=tokens, request_id=_str_or_none(req.get("request_id")),
+                      who=_str_or_none(req.get("who")), reason=why,
+                      changes=req.get("changes") if isinstance(req.get("changes"), dict) else None,
+                      source=_str_or_none(req.get("source")) or "live", **extra)
 
     def _note_reapplied(self, name: str, step: int) -> None:
         path = processed_dir(self.control_dir) / name
         try:
             doc = json.loads(path.read_text("utf-8"))
-            doc["outcome"].setdefault("reapplied", []).append({"step": step, "attempt": self.attempt})
+            doc[REPLY_KEY].setdefault("reapplied", []).append({"step": step, "attempt": self.attempt})
             atomic_write_json(path, doc)
         except (OSError, ValueError):
             pass  # the answer already says "applied"; this note is a courtesy
@@ -391,8 +395,8 @@ def _peek(raw: bytes) -> dict[str, Any]:
     return {k: doc[k] for k in ("request_id", "who", "changes") if isinstance(doc.get(k), (str, dict))}
 
 
-def _without_outcome(doc: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in doc.items() if k != "outcome"}
+def _without_reply(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != REPLY_KEY}
 
 
 def _key_of(path: str) -> str:
@@ -506,3 +510,7 @@ class ControlCallback(Callback):
                     self.channel.note_scheduled(step, f"data.weights.{n}", self._last_weights.get(n), weights[n],
                                                 "the data mixture entered its next phase", tokens=self.trainer.tokens)
         self._last_weights = weights
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

@@ -198,7 +198,7 @@ def standing(p, facts) -> dict[str, Any]:
     restart). Otherwise the current value is judged as if it were final: on
     the wrong side or within the tolerance is "at risk".
     """
-    from logbook.outcome import _value_at, judge, measure
+    from logbook.outcome import value_at, judge, measure
 
     m = measure(p, facts)
     status, _within, _ = judge(p, m)
@@ -207,7 +207,7 @@ def standing(p, facts) -> dict[str, Any]:
     elif status == "confirmed":  # judged only once it cannot change any more
         label = "met"
     else:
-        now = m if m.value is not None else _value_at(p.metric, facts, None)
+        now = m if m.value is not None else value_at(p.metric, facts, None)
         if now.value is None:
             label = "unknown"
         else:
