@@ -65,9 +65,9 @@ import logbook.cli
 t1 = time.perf_counter()
 import typer._adapters  # typer coerces every option value through pydantic TypeAdapters
 t2 = time.perf_counter()
-from logbook.prereg import create_prereg
-from logbook.prereg_input import PreregInput
-from logbook.project import open_project
+from logbook.records.prereg import create_prereg
+from logbook.records.prereg_input import PreregInput
+from logbook.core.project import open_project
 t3 = time.perf_counter()
 create_prereg(open_project(), PreregInput(title="breakdown", hypothesis="h", predictions=["spikes@final == 0"],
                                           config="configs/tiny.yaml", budget="8 GPU-hours"))

@@ -14,7 +14,7 @@
    the run finishes. Every restart is a real process: imports, data, model
    and the restore from the newest complete checkpoint.
 4. Goodput is measured from the run's own event log and metrics with
-   `logbook.goodput.goodput_report`, and compared with two analytic optima at
+   `logbook.runs.goodput.goodput_report`, and compared with two analytic optima at
    the realised MTBF M and save cost d:
    - save and rework only (Young/Daly): waste = d/tau + (tau + d)/2M;
    - the full model, which also prices the measured restart cost R (process
@@ -49,10 +49,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._result import result  # noqa: E402
-from logbook.chain import iter_records  # noqa: E402
-from logbook.ckpt_advice import advise_from_run, overhead, young_interval  # noqa: E402
-from logbook.goodput import goodput_report, median_step_seconds  # noqa: E402
-from logbook.sink import read_metrics  # noqa: E402
+from logbook.records.chain import iter_records  # noqa: E402
+from logbook.runs.ckpt_advice import advise_from_run, overhead, young_interval  # noqa: E402
+from logbook.runs.goodput import goodput_report, median_step_seconds  # noqa: E402
+from logbook.records.sink import read_metrics  # noqa: E402
 
 GOAL = 0.90
 BASE = ["train.log_every=1", "train.eval_every=0", "train.eval_batches=1", "train.threads=1",

@@ -28,12 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._result import result  # noqa: E402
-from logbook.chain import GENESIS, SCHEMA_VERSION, canonical, record_hash  # noqa: E402
-from logbook.chronicle import render_chronicle  # noqa: E402
-from logbook.init import init_logbook  # noqa: E402
-from logbook.project import open_project  # noqa: E402
-from logbook.records import write_record  # noqa: E402
-from logbook.sink import EventSink  # noqa: E402
+from logbook.records.chain import GENESIS, SCHEMA_VERSION, canonical, record_hash  # noqa: E402
+from logbook.chronicle.build import render_chronicle  # noqa: E402
+from logbook.records.init import init_logbook  # noqa: E402
+from logbook.core.project import open_project  # noqa: E402
+from logbook.records.files import write_record  # noqa: E402
+from logbook.records.sink import EventSink  # noqa: E402
 
 RUNS = ["alpha", "beta", "gamma", "delta"]
 MIX = [("checkpoint_saved", 40), ("step_skipped", 10), ("divergence_detected", 12), ("restart", 6),
@@ -138,7 +138,7 @@ def main() -> None:
             one = _time(lambda: render_chronicle(project, days=[day], make_plots=False))
             pdf = None
             if not args.no_pdf:
-                from logbook.render_pdf import render_pdf
+                from logbook.chronicle.pdf import render_pdf
 
                 pdf = _time(lambda: render_pdf(project, Path(tmp) / "c.pdf"))
             rows.append({"events": n, "days": days, "md_wall_s": md[0], "md_cpu_s": md[1], "one_day_wall_s": one[0],

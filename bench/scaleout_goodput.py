@@ -10,7 +10,7 @@ machine slows them alike:
   preempted with `scontrol requeue` after the first checkpoint and resumed by
   the requeued job (skipped, and said so, where Slurm cannot run).
 
-For each: goodput (`logbook.goodput`, from the run's own events and metrics)
+For each: goodput (`logbook.runs.goodput`, from the run's own events and metrics)
 and, for the faults, the seconds from the fault to the first resumed step
 (the metrics row of the next attempt's first step). Every figure is printed
 as a RESULT line; none has a goal: they describe what a node loss and a
@@ -37,8 +37,8 @@ from lab import Lab, run_config  # noqa: E402
 from nodes import free_port, kill_node, node_command, start_node, start_nodes  # noqa: E402
 from slurm_cluster import SlurmCluster, SlurmUnavailable  # noqa: E402
 
-from logbook.goodput import goodput_report  # noqa: E402
-from logbook.sink import read_metrics  # noqa: E402
+from logbook.runs.goodput import goodput_report  # noqa: E402
+from logbook.records.sink import read_metrics  # noqa: E402
 
 NODE_ARGS = ["--join-timeout", "120", "--startup-timeout", "120", "--max-restarts", "2"]
 

@@ -104,7 +104,7 @@ def scratch_logbook(where: Path) -> Path:
     env_git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.org"]
     subprocess.run(env_git + ["init", "-q"], cwd=root, check=True)
     subprocess.run(env_git + ["commit", "-q", "--allow-empty", "-m", "init"], cwd=root, check=True)
-    from logbook.init import init_logbook
+    from logbook.records.init import init_logbook
 
     init_logbook(start=root)
     return root

@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._result import result  # noqa: E402
-from logbook.chain import GENESIS, canonical, record_hash  # noqa: E402
-from logbook.prereg_format import render_record  # noqa: E402
+from logbook.records.chain import GENESIS, canonical, record_hash  # noqa: E402
+from logbook.records.prereg_format import render_record  # noqa: E402
 
 DAYS = 54
 STEPS = 1_000_000

@@ -1,3 +1,3 @@
-from .cli import main
+from logbook.cli import main
 
 main()

@@ -41,7 +41,7 @@ from typing import Any
 
 from lab import Lab, complete_checkpoints, wait_until
 
-from logbook.events import read_events
+from logbook.records.events import read_events
 
 KILL_KINDS = ("delay", "startup", "step", "save", "append", "milestone")
 """delay: a random time after the start (imports, loading, steps alike);
@@ -124,7 +124,7 @@ class Chaos:
         return self.rng.choice(kinds)
 
     def _milestones_left(self) -> bool:
-        from logbook.config import load_config
+        from logbook.core.settings import load_config
 
         done = {e["data"].get("fraction") for e in self.lab.events(self.run) if e["kind"] == "milestone"}
         return any(f not in done and f < 1.0 for f in load_config(self.lab.root / "logbook.yaml").milestones)
@@ -362,7 +362,7 @@ def check_verify(lab: Lab) -> list[str]:
 
 def check_milestones(lab: Lab, events: list[dict[str, Any]]) -> list[str]:
     """One progress note per configured fraction, however many times the run was killed around them."""
-    from logbook.config import load_config
+    from logbook.core.settings import load_config
 
     fractions = load_config(lab.root / "logbook.yaml").milestones
     got = sorted(e["data"].get("fraction") for e in events if e["kind"] == "milestone")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 ROOT = Path(__file__).resolve().parents[1]
 
 # Every event any test writes, in this process or in a trainer it launches (subprocesses and
-# torchrun's workers inherit the environment), is checked against logbook/eventschema.py.
+# torchrun's workers inherit the environment), is checked against logbook/records/eventschema.py.
 os.environ["LOGBOOK_STRICT_EVENTS"] = "1"
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from lab import Lab, run_config, wait_until
 
-from logbook.control import new_request
+from logbook.launch.change_requests import new_request
 
 STEPS = 24
 HANG_TIMEOUT_S = 4.0  # far above any real step of the tiny config, even on a busy 2-core machine
@@ -73,7 +73,7 @@ def matrix_config(with_guard_drills: bool) -> dict[str, Any]:
 
 def guard_drills_available() -> bool:
     """Whether the trainer has the NaN and spike drills (checked through its own config validation)."""
-    from logbook.errors import UsageError
+    from logbook.core.errors import UsageError
     from trainer.config import FaultConfig
 
     try:

@@ -146,8 +146,8 @@ def make_team(tmp_path: Path, names: list[str]) -> Team:
 
 def kind_violations(c: Clone, entries: str = "entries") -> list[str]:
     """Every commit of every branch, against each of its parents: a record changed or deleted, or a log that did
-    not only grow. Empty when every file under the entries folder obeyed its class (`logbook.recordkinds`)."""
-    from logbook.recordkinds import classify
+    not only grow. Empty when every file under the entries folder obeyed its class (`logbook.core.recordkinds`)."""
+    from logbook.core.recordkinds import classify
 
     out = []
     for line in c.git("rev-list", "--all", "--parents").stdout.splitlines():

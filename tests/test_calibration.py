@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from conftest import git
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
-from logbook.calibration import calibration, period_key
-from logbook.outcome import record_outcome
+from logbook.scoring.calibration import calibration, period_key
+from logbook.scoring.outcome import record_outcome
 
 
 def _two_authors(repo, clock):

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from logbook.errors import RefusedError
+from logbook.core.errors import RefusedError
 from trainer import checkpoint as ck
 from trainer.checkpoint import Checkpointer, check_model_compatible, list_checkpoints, mark_keep, read_checkpoint
 from trainer.config import ModelConfig

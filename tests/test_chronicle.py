@@ -9,8 +9,8 @@ import pytest
 from chronicle_helpers import clock, project_of, qknorm_story, sink  # noqa: F401  (clock is a fixture)
 from conftest import git
 
-from logbook.chronicle import check_chronicle, day_path, render_chronicle, render_markdown_file
-from logbook.errors import RefusedError
+from logbook.chronicle.build import check_chronicle, day_path, render_chronicle, render_markdown_file
+from logbook.core.errors import RefusedError
 
 
 def _all_day_files(entries: Path) -> dict[str, bytes]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from chronicle_helpers import clock, project_of, qknorm_story, sink  # noqa: F401  (clock is a fixture)
 
-from logbook.chronicle import check_chronicle, day_path, render_chronicle
-from logbook.goodput import goodput_report
-from logbook.lineage import run_lineage
-from logbook.runs import RunRecord, write_run_record
+from logbook.chronicle.build import check_chronicle, day_path, render_chronicle
+from logbook.runs.goodput import goodput_report
+from logbook.runs.lineage import run_lineage
+from logbook.runs.record import RunRecord, write_run_record
 
 
 def _run_with_failures(project, clock, run: str = "flaky") -> None:
@@ -84,7 +84,7 @@ def scored_run(logbook_repo, clock):
 
 
 def test_an_outcome_recorded_later_changes_neither_the_lineage_nor_the_goodput(scored_run):
-    from logbook.chain import iter_records
+    from logbook.records.chain import iter_records
 
     path = scored_run.run_dir("done") / "events.jsonl"
     attempts = run_lineage(path)

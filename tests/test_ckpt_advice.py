@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from logbook.ckpt_advice import (
+from logbook.runs.ckpt_advice import (
     advise,
     advise_from_run,
     daly_interval,
@@ -16,7 +16,7 @@ from logbook.ckpt_advice import (
     parse_duration,
     young_interval,
 )
-from logbook.errors import UsageError
+from logbook.core.errors import UsageError
 
 
 def _ev(kind, ts, attempt=1, step=None, drill=False, **data):
@@ -140,7 +140,7 @@ def test_command_refuses_bad_or_missing_durations_with_exit_2_and_an_example(cli
 
 
 def _logged_run(repo, run_id, events):
-    from logbook.events import RunLog
+    from logbook.records.events import RunLog
 
     log = RunLog(repo / "entries" / "runs" / run_id / "events.jsonl")
     for kind, step, data in events:

@@ -23,9 +23,9 @@ import torch
 from conftest import ROOT
 from lab import Lab
 
-from logbook.control import new_request, write_request
-from logbook.project import open_project
-from logbook.sink import read_metrics
+from logbook.launch.change_requests import new_request, write_request
+from logbook.core.project import open_project
+from logbook.records.sink import read_metrics
 
 pytestmark = pytest.mark.slow
 

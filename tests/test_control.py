@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from logbook.contingency import parse_rule
-from logbook.control import list_pending, new_request, processed_dir, read_answer, write_request
-from logbook.events import iter_events
-from logbook.sink import EventSink
+from logbook.records.contingency import parse_rule
+from logbook.launch.change_requests import list_pending, new_request, processed_dir, read_answer, write_request
+from logbook.records.events import iter_events
+from logbook.records.sink import EventSink
 from trainer.config import TrainConfig
 from trainer.live_control import ControlChannel
 from trainer.guard_config import GuardConfig

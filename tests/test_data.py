@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from logbook.errors import RefusedError, UsageError
+from logbook.core.errors import RefusedError, UsageError
 from trainer.config import DataConfig, PhaseConfig, SourceConfig
 from trainer.data import Corpus, DataStream, load_corpus, stdlib_files
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import git
 from runhelpers import events, of_kind, run_json
 
-from logbook.errors import EXIT_REFUSED
+from logbook.core.errors import EXIT_REFUSED
 
 
 @pytest.mark.slow
@@ -61,8 +61,8 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     (day,) = out["chronicle"]
     assert f"run {run_id}" in open(day).read()
     # Its forecasts (a stated confidence, a point forecast, a trajectory) are scored, plotted and reported.
-    from logbook.outcome import load_outcome
-    from logbook.project import open_project
+    from logbook.scoring.outcome import load_outcome
+    from logbook.core.project import open_project
 
     card = load_outcome(open_project(where), run_id)
     kinds = [p["forecast"]["kind"] for p in card["predictions"] if p.get("forecast")]

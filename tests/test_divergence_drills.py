@@ -10,12 +10,12 @@ import pytest
 import torch
 from conftest import ROOT
 
-from logbook.chronicle import render_chronicle
-from logbook.errors import UsageError
-from logbook.events import iter_events
-from logbook.project import open_project
-from logbook.sink import read_metrics
-from logbook.textfmt import fmt_num
+from logbook.chronicle.build import render_chronicle
+from logbook.core.errors import UsageError
+from logbook.records.events import iter_events
+from logbook.core.project import open_project
+from logbook.records.sink import read_metrics
+from logbook.core.textfmt import fmt_num
 from trainer.callbacks import Callback
 from trainer.checkpoint import list_checkpoints
 from trainer.config import FaultConfig, load_train_config
@@ -182,8 +182,8 @@ def test_a_live_lr_scale_from_logbook_set_survives_a_sigkill_and_a_rejected_requ
 
     from runhelpers import micro_config
 
-    from logbook.control import processed_dir, submit_change
-    from logbook.project import open_project
+    from logbook.launch.change_requests import processed_dir, submit_change
+    from logbook.core.project import open_project
     from trainer.config import ScheduleConfig
     from trainer.optim import lr_factor
 

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from logbook.fsutil import atomic_create_bytes, atomic_text_writer, atomic_write_bytes
+from logbook.core.fsutil import atomic_create_bytes, atomic_text_writer, atomic_write_bytes
 
 
 @pytest.fixture

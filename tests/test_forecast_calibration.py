@@ -9,8 +9,8 @@ import pytest
 from conftest import git
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
-from logbook.calibration import bin_index, calibration, murphy, reliability_bins, wilson
-from logbook.outcome import record_outcome
+from logbook.scoring.calibration import bin_index, calibration, murphy, reliability_bins, wilson
+from logbook.scoring.outcome import record_outcome
 
 # Four forecasts at 80% (three held) and three at 30% (one held): N = 7, base rate 4/7.
 PAIRS = [(0.8, 1), (0.8, 1), (0.8, 0), (0.8, 1), (0.3, 0), (0.3, 1), (0.3, 0)]
@@ -67,7 +67,7 @@ BEFORE = datetime(2026, 10, 5, 7, 0, tzinfo=timezone.utc)
 
 def _forecasting_lab(repo, clock):
     """Ada (October) and Bo (November) forecast; Bo adds a late forecast after his run started."""
-    from logbook.amend import amend_prereg
+    from logbook.records.amend import amend_prereg
 
     project = project_of(repo)
     ada = make_prereg(project, ["loss@final < 4 (80%)", "val_loss@final < 0.5 (30%)",

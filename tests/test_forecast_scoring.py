@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 import pytest
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
-from logbook.outcome import evaluate, record_outcome
-from logbook.predictions import parse_prediction
-from logbook.scoring_rules import brier, forecast_scores, interval_score, log_score, point_errors
+from logbook.scoring.outcome import evaluate, record_outcome
+from logbook.records.predictions import parse_prediction
+from logbook.scoring.rules import brier, forecast_scores, interval_score, log_score, point_errors
 
 BEFORE_RUN = datetime(2026, 11, 30, 7, 0, tzinfo=timezone.utc)  # the story run starts at 08:00
 
@@ -84,7 +84,7 @@ def test_outcome_scores_confident_thresholds_point_forecasts_and_trajectories(lo
 
 
 def test_a_forecast_amended_after_the_run_started_is_scored_apart_as_late(logbook_repo, story_clock, cli):
-    from logbook.amend import amend_prereg
+    from logbook.records.amend import amend_prereg
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["val_loss@final ≈ 3 [2.8, 3.2] 80%"], now=BEFORE_RUN)
@@ -109,7 +109,7 @@ def test_a_forecast_amended_after_the_run_started_is_scored_apart_as_late(logboo
 
 
 def test_the_scorecard_shows_each_forecast_score_and_their_sum(logbook_repo, story_clock, cli):
-    from logbook.forecasts import describe_scores, run_summary, summary_text
+    from logbook.scoring.forecasts import describe_scores, run_summary, summary_text
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["loss@final < 4 (80%)", "val_loss@final < 0.5 (70%)",

@@ -6,9 +6,9 @@ import pytest
 import torch
 from runhelpers import events, micro_config, of_kind
 
-from logbook.launch import launch_run
-from logbook.project import open_project
-from logbook.sink import read_metrics
+from logbook.launch.launcher import launch_run
+from logbook.core.project import open_project
+from logbook.records.sink import read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from logbook.fsutil import LogTail, atomic_create_bytes, atomic_write_bytes, log_tail
+from logbook.core.fsutil import LogTail, atomic_create_bytes, atomic_write_bytes, log_tail
 
 
 def test_atomic_create_never_replaces_a_file_and_leaves_no_temporary_behind(tmp_path):

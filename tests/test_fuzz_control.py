@@ -14,10 +14,10 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logbook.control import SETTINGS, WEIGHTS_PREFIX, decode_request, list_pending, parse_assignment, read_answer
-from logbook.errors import UsageError
-from logbook.events import iter_events
-from logbook.sink import EventSink
+from logbook.launch.change_requests import SETTINGS, WEIGHTS_PREFIX, decode_request, list_pending, parse_assignment, read_answer
+from logbook.core.errors import UsageError
+from logbook.records.events import iter_events
+from logbook.records.sink import EventSink
 from trainer.config import TrainConfig, config_to_dict
 from trainer.live_control import ControlChannel
 
@@ -49,7 +49,7 @@ _raw = st.one_of(
 @FUZZ
 @given(_changes)
 def test_random_changes_validate_or_are_one_usage_error(changes):
-    from logbook.control import validate_changes
+    from logbook.launch.change_requests import validate_changes
 
     try:
         out = validate_changes(changes)

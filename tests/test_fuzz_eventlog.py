@@ -23,8 +23,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logbook.chain import ChainedLog, iter_records, read_log, verify_log
-from logbook.sink import EventSink
+from logbook.records.chain import ChainedLog, iter_records, read_log, verify_log
+from logbook.records.sink import EventSink
 
 FUZZ = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -101,7 +101,7 @@ def test_a_damaged_log_never_crashes_a_reader_and_every_change_is_reported(tmp_p
     if data == original:
         assert not contents.problems
 
-    from logbook.eventstream import torn_tail
+    from logbook.records.eventstream import torn_tail
 
     torn_tail("fuzz", path)  # the chronicle's own look at the end of the log
 
@@ -166,8 +166,8 @@ def _history(raw: list[dict]) -> list[dict]:
        st.lists(st.fixed_dictionaries({"step": st.integers(0, 200), "attempt": st.integers(1, 4),
                                        "loss": st.floats(0, 10), "time": st.floats(1.7e9, 1.8e9)}), max_size=10))
 def test_any_run_history_is_read_by_goodput_lineage_and_restart_accounting_without_a_crash(tmp_path_factory, raw, rows):
-    from logbook.goodput import goodput_report
-    from logbook.lineage import run_lineage
+    from logbook.runs.goodput import goodput_report
+    from logbook.runs.lineage import run_lineage
     from trainer.attempts import RunHistory, classify_restart
 
     events = _history(raw)

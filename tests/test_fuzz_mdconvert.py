@@ -14,7 +14,7 @@ import json
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from logbook.mdconvert import Converter, ImageStore
+from logbook.chronicle.mdconvert import Converter, ImageStore
 
 BLOCKS = {"p", "h", "ul", "ol", "quote", "code", "hr", "table"}
 INLINES = {"strong", "em", "strike", "code", "link", "ref", "img", "br"}
@@ -91,8 +91,8 @@ def _walk(node):
 
 def _a_note(text: str) -> bool:
     """Text `logbook note` accepts (no control characters, not empty)."""
-    from logbook.errors import UsageError
-    from logbook.notes import check_note_text
+    from logbook.core.errors import UsageError
+    from logbook.chronicle.notes import check_note_text
 
     try:
         check_note_text(text)
@@ -106,10 +106,10 @@ def _a_note(text: str) -> bool:
 def test_random_notes_compile_to_a_pdf(tmp_path_factory, notes):
     import subprocess
 
-    from logbook.init import init_logbook
-    from logbook.notes import add_note
-    from logbook.project import open_project
-    from logbook.render_pdf import render_pdf
+    from logbook.records.init import init_logbook
+    from logbook.chronicle.notes import add_note
+    from logbook.core.project import open_project
+    from logbook.chronicle.pdf import render_pdf
 
     repo = tmp_path_factory.mktemp("pdf") / "repo"
     repo.mkdir()

@@ -11,8 +11,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logbook.errors import UsageError
-from logbook.predictions import METRICS, Prediction, parse_prediction, parse_prediction_syntax
+from logbook.core.errors import UsageError
+from logbook.records.predictions import METRICS, Prediction, parse_prediction, parse_prediction_syntax
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

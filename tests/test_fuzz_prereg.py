@@ -18,11 +18,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logbook.errors import LogbookError
-from logbook.prereg import create_prereg, load_prereg
-from logbook.prereg_format import render_record, split_record
-from logbook.prereg_input import PreregInput
-from logbook.verify import verify_project
+from logbook.core.errors import LogbookError
+from logbook.records.prereg import create_prereg, load_prereg
+from logbook.records.prereg_format import render_record, split_record
+from logbook.records.prereg_input import PreregInput
+from logbook.records.verify import verify_project
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -30,8 +30,8 @@ FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChe
 
 @pytest.fixture(scope="module")
 def prereg(tmp_path_factory):
-    from logbook.init import init_logbook
-    from logbook.project import open_project
+    from logbook.records.init import init_logbook
+    from logbook.core.project import open_project
 
     repo = tmp_path_factory.mktemp("prereg") / "repo"
     repo.mkdir()

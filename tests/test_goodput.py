@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from logbook.goodput import goodput_of_run, goodput_report
+from logbook.runs.goodput import goodput_of_run, goodput_report
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
@@ -115,7 +115,7 @@ def test_sentence_names_the_largest_losses_first():
 def test_goodput_of_run_reads_the_stored_logs(tmp_path):
     import json
 
-    from logbook.events import RunLog
+    from logbook.records.events import RunLog
 
     events, metrics = _two_attempt_run()
     log = RunLog(tmp_path / "events.jsonl")

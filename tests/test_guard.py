@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from logbook.contingency import ACTION_KINDS, parse_rule
-from logbook.errors import RunFailedError, UsageError
-from logbook.events import iter_events
+from logbook.records.contingency import ACTION_KINDS, parse_rule
+from logbook.core.errors import RunFailedError, UsageError
+from logbook.records.events import iter_events
 from trainer.config import load_train_config
 from trainer.guard import GuardCallback, checkpoints_to_keep, metrics_to_floats
 from trainer.guard_config import GuardConfig
@@ -434,7 +434,7 @@ def test_two_ranks_take_the_same_decisions_and_apply_the_same_live_changes(tmp_p
 
     import torch.multiprocessing as mp
 
-    from logbook.control import new_request, write_request
+    from logbook.launch.change_requests import new_request, write_request
 
     control = tmp_path / "control"
     write_request(control, new_request("r1", {"guard.spike_sigma": 4.0}, "tighter", "ada"))

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from logbook.errors import RefusedError
-from logbook.identity import Identity, git_identity, signing_identity
+from logbook.core.errors import RefusedError
+from logbook.core.identity import Identity, git_identity, signing_identity
 from conftest import git
 
 _ENV = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")

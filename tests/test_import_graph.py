@@ -2,7 +2,8 @@
 
 Every import counts: at module level, inside functions, and under
 `if TYPE_CHECKING` (a type-only cycle still means two modules that cannot be
-read, or moved, one without the other).
+read, or moved, one without the other). logbook/ is also layered by folder:
+each subpackage imports only those below it, as docs/architecture.md draws.
 """
 
 from __future__ import annotations
@@ -12,36 +13,37 @@ from pathlib import Path
 
 from conftest import ROOT
 
+LOGBOOK_LAYERS = ("core", "records", "runs", "scoring", "chronicle", "launch")
+"""logbook/'s subpackages, lowest first; the CLI, the demo and the package root sit above them all."""
+
+
+def _module_name(package: Path, path: Path) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
 
 def import_graph(package: Path) -> dict[str, set[str]]:
-    """{module: modules of the same package it imports}, for the .py files directly in `package`.
+    """{module: modules of the same package it imports}, with dotted names, for every .py file under `package`.
 
-    Modules are named by file stem (`__init__` for the package itself); any
-    form counts: `from . import x`, `from .x import y`, `import pkg.x`,
-    `from pkg.x import y`, `from pkg import x`.
+    Any form counts: `from . import x`, `from .x import y`, `from ..x import y`,
+    `import pkg.x`, `from pkg.x import y`, `from pkg import x`.
     """
-    name = package.name
-    modules = {p.stem for p in package.glob("*.py")}
+    paths = {_module_name(package, p): p for p in sorted(package.rglob("*.py"))}
     graph: dict[str, set[str]] = {}
-    for path in sorted(package.glob("*.py")):
+    for name, path in paths.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text("utf-8"), filename=str(path))):
-            if isinstance(node, ast.ImportFrom):
-                deps |= _from_import(node, name, modules)
-            elif isinstance(node, ast.Import):
-                deps |= {a.name.split(".")[1] for a in node.names if a.name.startswith(name + ".")}
-        graph[path.stem] = {d for d in deps if d in modules and d != path.stem}
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+                subs = {f"{base}.{a.name}" for a in node.names} & paths.keys()
+                deps |= subs if len(subs) == len(node.names) else subs | {base}
+        graph[name] = {d for d in deps if d in paths and d != name}
     return graph
-
-
-def _from_import(node: ast.ImportFrom, package: str, modules: set[str]) -> set[str]:
-    if node.level == 1 and node.module:  # from .x import y
-        return {node.module.split(".")[0]}
-    if (node.level == 1 and not node.module) or (node.level == 0 and node.module == package):  # from . / pkg import x
-        return {a.name for a in node.names if a.name in modules}
-    if node.level == 0 and node.module and node.module.startswith(package + "."):  # from pkg.x import y
-        return {node.module.split(".")[1]}
-    return set()
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -67,21 +69,46 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _layer(module: str) -> int:
+    """A logbook module's layer: its subpackage's place in LOGBOOK_LAYERS; above them all when in none."""
+    parts = module.split(".")
+    return LOGBOOK_LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LOGBOOK_LAYERS else len(LOGBOOK_LAYERS)
+
+
 def test_find_cycle_names_the_modules_of_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
 
 
-def test_import_graph_counts_type_checking_and_in_function_imports(tmp_path):
+def test_import_graph_counts_type_checking_in_function_and_nested_imports(tmp_path):
     pkg = tmp_path / "pkg"
-    pkg.mkdir()
+    (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n")
     (pkg / "b.py").write_text("def f():\n    from . import c\n")
-    (pkg / "c.py").write_text("import pkg.a\n")
-    assert import_graph(pkg) == {"__init__": set(), "a": {"b"}, "b": {"c"}, "c": {"a"}}
+    (pkg / "c.py").write_text("import pkg.a\nfrom pkg.sub import d\n")
+    (pkg / "sub" / "d.py").write_text("from ..b import f\n")
+    assert import_graph(pkg) == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.c"},
+                                 "pkg.c": {"pkg.a", "pkg.sub.d"}, "pkg.sub": set(), "pkg.sub.d": {"pkg.b"}}
 
 
 def test_trainer_has_no_import_cycle():
     cycle = find_cycle(import_graph(ROOT / "trainer"))
     assert cycle is None, "import cycle in trainer/: " + " -> ".join(cycle)
+
+
+def test_logbook_has_no_import_cycle():
+    cycle = find_cycle(import_graph(ROOT / "logbook"))
+    assert cycle is None, "import cycle in logbook/: " + " -> ".join(cycle)
+
+
+def test_each_logbook_layer_imports_only_the_layers_below_it():
+    upward = [f"{a} imports {b}" for a, deps in sorted(import_graph(ROOT / "logbook").items()) for b in sorted(deps)
+              if _layer(b) > _layer(a)]
+    assert upward == [], "a lower layer reaches up (move the shared piece down; see docs/architecture.md)"
+
+
+def test_every_logbook_module_sits_in_a_layer():
+    loose = sorted(p.name for p in (ROOT / "logbook").glob("*.py") if p.name not in ("__init__.py", "__main__.py", "demo.py"))
+    assert loose == [], "put these in the layer they belong to (see docs/architecture.md)"

@@ -7,10 +7,10 @@ import time
 import pytest
 from runhelpers import events, micro_config, of_kind, run_json
 
-from logbook.errors import RefusedError, UsageError
-from logbook.launch import Rendezvous, _check_overrides, _Plan, launch_run, new_run_id, torchrun_command
-from logbook.project import open_project
-from logbook.runs import RunRecord
+from logbook.core.errors import RefusedError, UsageError
+from logbook.launch.launcher import Rendezvous, _check_overrides, _Plan, launch_run, new_run_id, torchrun_command
+from logbook.core.project import open_project
+from logbook.runs.record import RunRecord
 
 
 @pytest.mark.slow

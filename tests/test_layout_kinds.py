@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from logbook.recordkinds import classify
+from logbook.core.recordkinds import classify
 
 RID = "20261130T101500123456Z-3f9a1c2e"
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from logbook.cli import app
-from logbook.project import open_project
-from logbook.runs import RunRecord, write_run_record
-from logbook.sink import EventSink
+from logbook.core.project import open_project
+from logbook.runs.record import RunRecord, write_run_record
+from logbook.records.sink import EventSink
 
 
 def _prereg(cli, title: str, *extra: str) -> str:

@@ -7,10 +7,10 @@ import json
 from conftest import git
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401  (story_clock is a fixture)
 
-from logbook.chain import ChainedLog
-from logbook.fsutil import atomic_write_json
-from logbook.records import iter_folder
-from logbook.sink import EventSink
+from logbook.records.chain import ChainedLog
+from logbook.core.fsutil import atomic_write_json
+from logbook.records.files import iter_folder
+from logbook.records.sink import EventSink
 
 
 def _old_layout(repo, clock):

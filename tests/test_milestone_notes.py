@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from logbook.chronicle import render_chronicle
-from logbook.predictions import parse_prediction
-from logbook.project import open_project
-from logbook.runfacts import RunFacts
-from logbook.sink import read_metrics
+from logbook.chronicle.build import render_chronicle
+from logbook.records.predictions import parse_prediction
+from logbook.core.project import open_project
+from logbook.runs.facts import RunFacts
+from logbook.records.sink import read_metrics
 from runhelpers import events, of_kind
 from trainer.milestones_cb import since_last, standing
 

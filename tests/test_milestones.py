@@ -10,9 +10,9 @@ from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logbook.chronicle import day_path, render_chronicle
-from logbook.milestones import due_milestones, emitted_milestones, milestone_step
-from logbook.plots import progress_plot_path, write_progress_plot
+from logbook.chronicle.build import day_path, render_chronicle
+from logbook.runs.milestones import due_milestones, emitted_milestones, milestone_step
+from logbook.chronicle.plots import progress_plot_path, write_progress_plot
 
 FRACTIONS = [0.1, 0.25, 0.5, 0.75, 1.0]
 
@@ -113,8 +113,8 @@ def test_progress_plot_is_a_deterministic_png_with_marks(logbook_repo, clock):
 
 
 def test_a_skipped_spike_is_marked_at_the_top_edge_and_does_not_flatten_the_curve(logbook_repo, clock):
-    from logbook.plots import progress_figure
-    from logbook.sink import EventSink, MetricsWriter
+    from logbook.chronicle.plots import progress_figure
+    from logbook.records.sink import EventSink, MetricsWriter
 
     project = project_of(logbook_repo)
     run_dir = project.run_dir("spiky")
@@ -161,7 +161,7 @@ def test_plotting_never_imports_torch(logbook_repo, clock):
     project = project_of(logbook_repo)
     qknorm_story(project, clock)
     code = (
-        "import sys\nfrom logbook.project import open_project\nfrom logbook.plots import write_progress_plot\n"
+        "import sys\nfrom logbook.core.project import open_project\nfrom logbook.chronicle.plots import write_progress_plot\n"
         f"p = open_project({str(logbook_repo)!r})\n"
         f"write_progress_plot(p, 'qknorm', 100, {str(logbook_repo / 'p.png')!r})\n"
         "print('torch' in sys.modules, 'matplotlib.pyplot' in sys.modules)\n"

@@ -8,10 +8,10 @@ from conftest import git
 
 import json
 
-from logbook.chain import verify_log
-from logbook.records import iter_folder
-from logbook.chronicle import check_chronicle, day_path
-from logbook.mdconvert import parser
+from logbook.records.chain import verify_log
+from logbook.records.files import iter_folder
+from logbook.chronicle.build import check_chronicle, day_path
+from logbook.chronicle.mdconvert import parser
 
 
 def test_note_is_signed_from_git_and_appears_on_its_day(logbook_repo, clock, cli):
@@ -115,7 +115,7 @@ def test_huge_and_non_utf8_notes_are_refused_and_nothing_is_written(logbook_repo
     assert res.exit_code == 2 and "limited to 64 KiB" in res.stderr
     res = cli("note", "-", input=b"caf\xe9 ol\xe9")
     assert res.exit_code == 2 and "not UTF-8" in res.stderr
-    from logbook.notes import check_note_text
+    from logbook.chronicle.notes import check_note_text
 
     for bad in (b"caf\xe9", "bell\x07", "   \n"):
         try:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logbook.errors import UsageError
-from logbook.predictions import METRICS, At, Prediction, check_falsifiable, parse_prediction
+from logbook.core.errors import UsageError
+from logbook.records.predictions import METRICS, At, Prediction, check_falsifiable, parse_prediction
 
 
 @pytest.mark.parametrize(

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from logbook.records import is_record_id
+from logbook.records.files import is_record_id
 from conftest import git
 
-from logbook import prereg as prereg_mod
-from logbook.errors import RefusedError
-from logbook.prereg import create_prereg, list_preregs, load_prereg
-from logbook.prereg_format import record_hash, split_record
-from logbook.prereg_input import PreregInput
-from logbook.project import open_project
-from logbook.runs import RunRecord, write_run_record
+from logbook.records import prereg as prereg_mod
+from logbook.core.errors import RefusedError
+from logbook.records.prereg import create_prereg, list_preregs, load_prereg
+from logbook.records.prereg_format import record_hash, split_record
+from logbook.records.prereg_input import PreregInput
+from logbook.core.project import open_project
+from logbook.runs.record import RunRecord, write_run_record
 
 FLAGS = ["--title", "QK-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
          "--predict", "val_loss@final < 1.45 ± 0.02", "--predict", "spikes@final == 0",

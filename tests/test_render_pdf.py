@@ -9,8 +9,8 @@ import pytest
 from chronicle_helpers import clock, project_of, qknorm_story, write_metrics  # noqa: F401  (clock is a fixture)
 from pdftext import pdf_text
 
-from logbook.mdconvert import Converter, ImageStore
-from logbook.render_pdf import render_pdf
+from logbook.chronicle.mdconvert import Converter, ImageStore
+from logbook.chronicle.pdf import render_pdf
 
 NASTY = ('#import "/etc/passwd" \n#read("/etc/passwd") and #include "../../../README.md"\n\n'
          '$x^2$ <script>alert(1)</script> `a ` b` ] [ *star* _under_ \\ #set page(width: 1cm)\n\n'

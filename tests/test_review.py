@@ -7,8 +7,8 @@ import json
 from conftest import git
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
-from logbook.records import damaged_records
-from logbook.reviews import reviews_for
+from logbook.records.files import damaged_records
+from logbook.records.reviews import reviews_for
 
 
 def _story(repo, clock, run="story", author="Lin Launcher <lin@example.org>"):
@@ -178,7 +178,7 @@ def test_status_gives_every_run_its_review_state_and_outcome(logbook_repo, story
 
 
 def test_review_records_render_under_their_entry_through_the_chronicle_template(logbook_repo, story_clock, cli):
-    from logbook.render_md import MarkdownRenderer
+    from logbook.chronicle.markdown import MarkdownRenderer
 
     project = _story(logbook_repo, story_clock)
     eid = _id(_queue(cli), "restart")
@@ -196,8 +196,8 @@ def test_two_approvals_at_once_by_one_reviewer_record_one(logbook_repo, story_cl
     import threading
     import time
 
-    import logbook.review as review
-    from logbook.errors import RefusedError
+    import logbook.chronicle.review as review
+    from logbook.core.errors import RefusedError
 
     project = _story(logbook_repo, story_clock)
     entry = next(i.id for i in review.review_queue(project) if i.kind == "restart")

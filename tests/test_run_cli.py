@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, git
 from runhelpers import events, micro_config, of_kind
 
-from logbook.errors import EXIT_REFUSED, EXIT_USAGE
+from logbook.core.errors import EXIT_REFUSED, EXIT_USAGE
 
 
 def _nothing_started(repo) -> bool:

@@ -8,12 +8,12 @@ import sys
 import pytest
 from conftest import ROOT
 
-from logbook.errors import RefusedError
-from logbook.runlock import RunLock
+from logbook.core.errors import RefusedError
+from logbook.runs.runlock import RunLock
 
 _HOLDER = """
 import sys, time
-from logbook.runlock import RunLock
+from logbook.runs.runlock import RunLock
 lock = RunLock(sys.argv[1])
 lock.acquire()
 print("locked", flush=True)

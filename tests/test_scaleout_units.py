@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT
 
-from logbook.errors import UsageError
+from logbook.core.errors import UsageError
 from trainer.advice_cb import advised_steps
 from trainer.attempts import peer_lost
 from trainer.config import load_train_config

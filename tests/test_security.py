@@ -48,9 +48,9 @@ def _png(path: Path) -> None:
 @pytest.fixture
 def hostile_logbook(logbook_repo, tmp_path, cli):
     """Notes and events that try every way out of the logbook; returns the secret file they aim at."""
-    from logbook.project import open_project
-    from logbook.eventschema import STRICT_ENV
-    from logbook.sink import EventSink
+    from logbook.core.project import open_project
+    from logbook.records.eventschema import STRICT_ENV
+    from logbook.records.sink import EventSink
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -90,7 +90,7 @@ def test_the_pdf_compile_root_holds_only_the_template_the_data_and_allowed_image
                                                                                    monkeypatch):
     import typst
 
-    from logbook.render_pdf import render_pdf
+    from logbook.chronicle.pdf import render_pdf
 
     project, secret = hostile_logbook
     roots: list[list[str]] = []
@@ -138,10 +138,10 @@ def test_the_report_shows_markup_from_the_preregistration_and_the_events_as_text
                                                                                    monkeypatch):
     import typst
 
-    from logbook.prereg import create_prereg
-    from logbook.prereg_input import PreregInput
-    from logbook.report import write_report
-    from logbook.runs import RunRecord, write_run_record
+    from logbook.records.prereg import create_prereg
+    from logbook.records.prereg_input import PreregInput
+    from logbook.chronicle.report import write_report
+    from logbook.runs.record import RunRecord, write_run_record
 
     project, secret = hostile_logbook
     git(project.root, "add", "-A")
@@ -248,8 +248,8 @@ def test_the_trainer_rejects_a_checkpoint_carrying_code_and_trains_from_scratch(
 @pytest.mark.parametrize("text", [BOMB, "a: !!python/object/apply:os.system ['touch pwned']\n",
                                   "a: !!python/name:os.system\n"])
 def test_yaml_bombs_and_tags_are_refused_everywhere_yaml_is_read(logbook_repo, cli, tmp_path, text):
-    from logbook.config import load_config
-    from logbook.errors import UsageError
+    from logbook.core.settings import load_config
+    from logbook.core.errors import UsageError
     from trainer.config import load_train_config
 
     path = tmp_path / "hostile.yaml"
@@ -287,7 +287,7 @@ ESCAPES = ["../../../decoy", "../decoy", "/tmp/decoy", "..", "a/../../b", "a\x00
 @pytest.fixture(scope="module")
 def decoy_repo(tmp_path_factory):
     """A logbook (made once for the module), with a run and a preregistration outside it where an escaping id would find them."""
-    from logbook.init import init_logbook
+    from logbook.records.init import init_logbook
 
     base = tmp_path_factory.mktemp("escape")
     repo = base / "repo"
@@ -362,8 +362,8 @@ TEMPLATE_TRAPS = ["{{ 7 * 7 }}", "{{ ''.__class__.__mro__[1].__subclasses__() }}
 
 
 def test_a_note_or_an_event_that_looks_like_a_template_is_printed_not_evaluated(logbook_repo, cli):
-    from logbook.project import open_project
-    from logbook.sink import EventSink
+    from logbook.core.project import open_project
+    from logbook.records.sink import EventSink
 
     project = open_project(logbook_repo)
     note = "\n\n".join(f"trap {i}: {t}" for i, t in enumerate(TEMPLATE_TRAPS))

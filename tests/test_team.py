@@ -9,7 +9,7 @@ from chronicle_helpers import clock  # noqa: F401  (a fixture)
 from scoring_helpers import story_clock, story_run  # noqa: F401  (story_clock is a fixture)
 from team import kind_violations, make_team
 
-from logbook.project import open_project
+from logbook.core.project import open_project
 
 
 def _entries_conflict_free(*clones) -> None:
@@ -213,7 +213,7 @@ def test_competing_amendments_both_survive_in_one_order_and_a_run_is_scored_agai
         tmp_path, story_clock, mode):
     from scoring_helpers import make_prereg
 
-    from logbook.prereg import load_prereg
+    from logbook.records.prereg import load_prereg
 
     team = make_team(tmp_path, ["ada", "bo", "cy"])
     ada, bo, cy = team["ada"], team["bo"], team["cy"]

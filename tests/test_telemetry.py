@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from conftest import ROOT
-from logbook.errors import UsageError
+from logbook.core.errors import UsageError
 
 
 def _train(repo, run_id, telemetry, overrides=(), extra=()):
-    from logbook.sink import read_metrics
+    from logbook.records.sink import read_metrics
     from trainer.config import load_train_config
     from trainer.startup import build_trainer
 

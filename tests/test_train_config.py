@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from logbook.errors import UsageError
+from logbook.core.errors import UsageError
 from trainer import config as C
 from trainer.config import TrainConfig, config_from_dict, config_hash, config_to_dict, load_train_config
 

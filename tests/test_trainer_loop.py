@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import ROOT
 
-from logbook.errors import RefusedError, RunFailedError, UsageError
-from logbook.events import iter_events
-from logbook.sink import EventSink, read_metrics
+from logbook.core.errors import RefusedError, RunFailedError, UsageError
+from logbook.records.events import iter_events
+from logbook.records.sink import EventSink, read_metrics
 from trainer import checkpoint as ck
 from trainer.callbacks import Callback, LoopAction
 from trainer.config import load_train_config

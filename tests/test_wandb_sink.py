@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from logbook.errors import UsageError
+from logbook.core.errors import UsageError
 
 _BLOCK = 32 * 1024  # the .wandb file is a LevelDB-style log: 32 KiB blocks of (crc, length, type) records
 
@@ -89,7 +89,7 @@ def _fit(repo, cfg, sink, run_id="wb"):
 
 @pytest.mark.slow
 def test_offline_run_resumed_across_a_restart_keeps_one_id_and_both_attempts_rows(logbook_repo, tmp_path, monkeypatch):
-    from logbook.events import iter_events
+    from logbook.records.events import iter_events
     from trainer.faults import InjectedFault
     from trainer.wandb_sink import WandbConfig, WandbSink
 

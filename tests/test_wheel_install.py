@@ -65,7 +65,7 @@ def test_an_installed_wheel_preregisters_runs_renders_and_reports_outside_the_so
     run("git", "init", "-q", "-b", "main")
     run("git", "commit", "-q", "--allow-empty", "-m", "start")
     run("logbook", "init")
-    shipped = run(str(py), "-c", "from logbook.bundled import bundled_dir; print(bundled_dir('configs'))").stdout.strip()
+    shipped = run(str(py), "-c", "from logbook.core.bundled import bundled_dir; print(bundled_dir('configs'))").stdout.strip()
     cfg = yaml.safe_load((Path(shipped) / "micro-test.yaml").read_text())
     cfg["train"].update(steps=6, eval_every=3)
     cfg["checkpoint"] = {"every": 3, "keep": 2, "background": False}

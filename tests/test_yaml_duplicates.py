@@ -26,6 +26,6 @@ def test_logbook_settings_with_a_key_twice_are_refused(logbook_repo, cli):
 
 
 def test_nested_mappings_may_reuse_a_key_that_a_sibling_mapping_has(logbook_repo, cli):
-    from logbook.yamlsafe import load_yaml_text
+    from logbook.core.yamlsafe import load_yaml_text
 
     assert load_yaml_text("a: {x: 1}\nb: {x: 2}\n") == {"a": {"x": 1}, "b": {"x": 2}}

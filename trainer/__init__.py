@@ -3,5 +3,5 @@
 `python -m trainer` trains one attempt of a run (see `trainer/__main__.py`).
 """
 
-# The exit codes an attempt ends with live with every other exit code, in logbook/errors.py.
-from logbook.errors import EXIT_HANG, EXIT_PREEMPTED  # noqa: F401  (re-exported)
+# The exit codes an attempt ends with live with every other exit code, in logbook/core/errors.py.
+from logbook.core.errors import EXIT_HANG, EXIT_PREEMPTED  # noqa: F401  (re-exported)

@@ -29,9 +29,9 @@ import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from logbook.errors import LogbookError  # noqa: E402
+from logbook.core.errors import LogbookError  # noqa: E402
 
-from logbook.errors import EXIT_PREEMPTED  # noqa: E402
+from logbook.core.errors import EXIT_PREEMPTED  # noqa: E402
 from .config import config_hash, config_to_dict, load_train_config  # noqa: E402
 
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.run_id:
             print("error: --run RUN_ID is required to train", file=sys.stderr)
             return 2
-        from logbook.runs import check_run_id
+        from logbook.runs.record import check_run_id
 
         check_run_id(args.run_id)
     except LogbookError as e:
@@ -89,7 +89,7 @@ def _record_for_torchrun(exc: BaseException) -> None:
     """
     import traceback
 
-    from logbook.fsutil import atomic_write_json
+    from logbook.core.fsutil import atomic_write_json
 
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):

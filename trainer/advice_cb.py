@@ -66,8 +66,8 @@ class AdviceCallback(Callback):
 
     def _propose(self, step: int) -> dict[str, Any] | None:
         """Rank 0: the new interval in steps and its reason, or None to keep the current one."""
-        from logbook.ckpt_advice import advise_from_run, format_duration
-        from logbook.events import iter_events
+        from logbook.runs.ckpt_advice import advise_from_run, format_duration
+        from logbook.records.events import iter_events
 
         t = self.trainer
         events = list(iter_events(t.run_dir / "events.jsonl"))

@@ -20,8 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from logbook.events import iter_events
-from logbook.rankmarks import lost_ranks, name_ranks, read_marks
+from logbook.records.events import iter_events
+from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
 
 _HEARTBEAT_BYTES = 256
 _METRICS_TAIL = 4 << 20  # bytes of the metrics stream read at start-up (tens of thousands of rows)
@@ -76,7 +76,7 @@ class RunHistory:
     def read(cls, run_dir: Path, heartbeat: Heartbeat, metrics_path: Path | None = None,
              ranks_dir: Path | None = None) -> RunHistory:
         """The run so far; `metrics_path` is the full-resolution stream (the committed one is thinned),
-        `ranks_dir` holds each worker's mark (see `logbook.rankmarks`)."""
+        `ranks_dir` holds each worker's mark (see `logbook.runs.rankmarks`)."""
         metrics = metrics_path if metrics_path is not None and metrics_path.is_file() else run_dir / "metrics.jsonl"
         return cls(list(iter_events(run_dir / "events.jsonl")), heartbeat.read(), _metrics_tail(metrics),
                    read_marks(ranks_dir) if ranks_dir is not None else [])

@@ -67,10 +67,10 @@ class TrainerView(Protocol):
     """The resolved `TrainConfig` (trainer/config.py)."""
     run_id: str
     project: Any
-    """The logbook project (`logbook.project.Project`)."""
+    """The logbook project (`logbook.core.project.Project`)."""
     run_dir: Path
     run_record: Any
-    """The run's record (`logbook.runs.RunRecord`), or None when launched directly."""
+    """The run's record (`logbook.runs.record.RunRecord`), or None when launched directly."""
     history: Any
     """What earlier attempts left (`trainer.attempts.RunHistory`)."""
     started_at: float

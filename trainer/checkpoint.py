@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from logbook.errors import RefusedError
-from logbook.fsutil import fsync_dir
+from logbook.core.errors import RefusedError
+from logbook.core.fsutil import fsync_dir
 
 PARTS = ("model", "optim", "state")
 MANIFEST = "manifest.json"

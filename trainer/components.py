@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from logbook.project import Project
-from logbook.rankmarks import RankMark
-from logbook.runs import RunRecord
-from logbook.sink import EventSink, MetricsWriter
+from logbook.core.project import Project
+from logbook.runs.rankmarks import RankMark
+from logbook.runs.record import RunRecord
+from logbook.records.sink import EventSink, MetricsWriter
 
 from . import dist
 from .attempts import Heartbeat, RunHistory

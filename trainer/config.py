@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.errors import UsageError, did_you_mean
-from logbook.yamlsafe import load_training_config, load_yaml_text
+from logbook.core.errors import UsageError, did_you_mean
+from logbook.core.yamlsafe import load_training_config, load_yaml_text
 
 # These sections are defined beside the components they configure; the
 # modules keep torch imports inside functions, so this file stays torch-free.

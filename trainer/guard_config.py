@@ -3,7 +3,7 @@
 Defined apart from the guard's code so that trainer/config.py, the detector
 and the ladder can all use it without importing each other. The ranges of the
 fields that may change live come from the live-change allow-list
-(logbook/control.py), so a live change and the config file agree.
+(logbook/launch/change_requests.py), so a live change and the config file agree.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from logbook.control import SETTINGS, coerce_value
-from logbook.errors import UsageError
+from logbook.launch.change_requests import SETTINGS, coerce_value
+from logbook.core.errors import UsageError
 
 @dataclass
 class GuardConfig:

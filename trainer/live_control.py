@@ -1,7 +1,7 @@
 """Live hyperparameter changes, the trainer's side: picked up at step boundaries and recorded as events.
 
 `logbook set RUN key=value --reason ...` leaves a request file in the run's
-control folder (see `logbook/control.py`, which also holds the allow-list).
+control folder (see `logbook/launch/change_requests.py`, which also holds the allow-list).
 `ControlChannel.poll(step)` runs at the start of every step:
 
 1. Rank 0 lists `pending/` in name order and decodes each file; a half-written
@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from logbook.control import (
+from logbook.launch.change_requests import (
     config_path,
     decode_request,
     finish_request,
@@ -58,10 +58,10 @@ from logbook.control import (
     REPLY_KEY,
     validate_changes,
 )
-from logbook.errors import UsageError
-from logbook.fsutil import atomic_write_json
-from logbook.plan import judge_against_plan
-from logbook.project import Project
+from logbook.core.errors import UsageError
+from logbook.core.fsutil import atomic_write_json
+from logbook.records.plan import judge_against_plan
+from logbook.core.project import Project
 
 from .callbacks import Callback
 
@@ -341,7 +341,7 @@ class ControlChannel:
             self.data_weights_hook(dict(self.data_weights))
 
     def _snapshot(self) -> dict[str, Any]:
-        from logbook.control import SETTINGS
+        from logbook.launch.change_requests import SETTINGS
 
         paths = {s.path for s in SETTINGS.values() if not s.path.startswith("live.")}
         return {p: _get_path(self.config, p) for p in sorted(paths) if _has_path(self.config, p)}
@@ -400,7 +400,7 @@ def _without_reply(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _key_of(path: str) -> str:
-    from logbook.control import SETTINGS
+    from logbook.launch.change_requests import SETTINGS
 
     return next((s.key for s in SETTINGS.values() if s.path == path), path)
 

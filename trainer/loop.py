@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from logbook.errors import RunFailedError
+from logbook.core.errors import RunFailedError
 
 from . import dist
 from .callbacks import LoopAction

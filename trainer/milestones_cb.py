@@ -1,7 +1,7 @@
 """Progress notes at the fractions of a run set in logbook.yaml (`milestones`), written by rank 0.
 
 After every step, and once right after resuming, the callback asks
-`logbook.milestones.due_milestones` which notes are due (exactly once per
+`logbook.runs.milestones.due_milestones` which notes are due (exactly once per
 fraction across restarts: the fractions already in the event log are read
 once per attempt, then kept in memory) and writes one `milestone` event each:
 step, tokens, elapsed time and ETA, loss, throughput, goodput so far, what
@@ -22,10 +22,10 @@ import time
 import traceback
 from typing import Any
 
-from logbook.eventschema import kinds_where
-from logbook.forecasts import forecast_standings
-from logbook.milestones import due_milestones, emitted_milestones, milestone_step
-from logbook.plots import plot_ref, progress_plot_path, write_progress_plot
+from logbook.records.eventschema import kinds_where
+from logbook.scoring.forecasts import forecast_standings
+from logbook.runs.milestones import due_milestones, emitted_milestones, milestone_step
+from logbook.chronicle.plots import plot_ref, progress_plot_path, write_progress_plot
 
 from .callbacks import Callback
 
@@ -95,7 +95,7 @@ class MilestoneNotes(Callback):
 
     def _emit_one(self, fraction: float, step: int, metrics: dict[str, Any]) -> None:
         tr = self.trainer
-        from logbook.runfacts import load_facts
+        from logbook.runs.facts import load_facts
 
         facts = load_facts(tr.project, tr.run_id, tr.run_record)
         path = progress_plot_path(tr.project, tr.run_id, fraction)
@@ -162,7 +162,7 @@ class MilestoneNotes(Callback):
         rec = self.trainer.run_record
         if rec is None or not rec.prereg_id:
             return None
-        from logbook.prereg import load_prereg
+        from logbook.records.prereg import load_prereg
 
         try:
             return load_prereg(self.trainer.project, rec.prereg_id)
@@ -198,7 +198,7 @@ def standing(p, facts) -> dict[str, Any]:
     restart). Otherwise the current value is judged as if it were final: on
     the wrong side or within the tolerance is "at risk".
     """
-    from logbook.outcome import value_at, judge, measure
+    from logbook.scoring.outcome import value_at, judge, measure
 
     m = measure(p, facts)
     status, _within, _ = judge(p, m)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from logbook.errors import RefusedError, RunFailedError
+from logbook.core.errors import RefusedError, RunFailedError
 
 from . import dist
 from .callbacks import LoopAction, TrainerView

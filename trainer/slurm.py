@@ -4,7 +4,7 @@ Under Slurm the job id, step, node list and array index are part of a run's
 story (a requeued job keeps its id and bumps SLURM_RESTART_COUNT). They go
 into `run_started`, and into `preempted` and `restart` (with the requeue
 count), as `slurm: {...}`. Getting Slurm's signals to the trainer and the job
-requeued after it saved is the batch script's part: see `logbook/slurm.py`
+requeued after it saved is the batch script's part: see `logbook/launch/slurm.py`
 (`logbook slurm-script`) and docs/slurm.md.
 """
 

@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from logbook.errors import NotFoundError, RunFailedError
-from logbook.project import open_project
-from logbook.rankmarks import RankMark
-from logbook.runs import load_run_record
-from logbook.sink import EventSink, KeepRule, MetricsWriter, full_metrics_path
+from logbook.core.errors import NotFoundError, RunFailedError
+from logbook.core.project import open_project
+from logbook.runs.rankmarks import RankMark
+from logbook.runs.record import load_run_record
+from logbook.records.sink import EventSink, KeepRule, MetricsWriter, full_metrics_path
 
 from . import dist
 from .advice_cb import AdviceCallback
@@ -146,13 +146,13 @@ def _keep_rule(cfg: TrainConfig, project: Any, rec: Any) -> KeepRule:
 
     Every row also goes to `.logbook/metrics/` (outside git) and, when it is on, to W&B.
     """
-    from logbook.milestones import milestone_step
+    from logbook.runs.milestones import milestone_step
 
     total = cfg.train.steps
     exact = {milestone_step(f, total) for f in project.config.milestones}
     if rec is not None and rec.prereg_id:
-        from logbook.errors import LogbookError
-        from logbook.prereg import load_prereg
+        from logbook.core.errors import LogbookError
+        from logbook.records.prereg import load_prereg
 
         try:
             preds = load_prereg(project, rec.prereg_id).all_predictions(rec.amendments)
@@ -229,7 +229,7 @@ def _contingency_rules(book: RunLogbook) -> list[Any]:
     rec = book.run_record
     if rec is None or not rec.prereg_id:
         return []
-    from logbook.prereg import load_prereg
+    from logbook.records.prereg import load_prereg
 
     return list(load_prereg(book.project, rec.prereg_id).all_contingency(rec.amendments))
 

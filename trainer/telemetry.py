@@ -24,7 +24,7 @@ loop's log step reads the loss, which waits for the device). With
 per log step, so the split is device time with no per-step host sync.
 
 MFU = tokens/s per device x the model's FLOPs per token / the device's peak
-(logbook/accelerators.py, or `telemetry.peak_tflops`). A missing or absurd
+(logbook/core/accelerators.py, or `telemetry.peak_tflops`). A missing or absurd
 peak prints one warning line and leaves MFU out of the rows; training goes on.
 """
 
@@ -35,9 +35,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from logbook.accelerators import resolve_peak
-from logbook.accelerators import mfu as mfu_of
-from logbook.errors import UsageError
+from logbook.core.accelerators import resolve_peak
+from logbook.core.accelerators import mfu as mfu_of
+from logbook.core.errors import UsageError
 
 from .callbacks import Callback
 
@@ -52,7 +52,7 @@ class TelemetryConfig:
     mode: str = "basic"
     """off | basic (wall clock around phases, never a device sync) | detailed (on CUDA, CUDA events read once per log step)."""
     peak_tflops: float | None = None
-    """Dense bf16 peak TFLOP/s per device for MFU; None looks the device up in logbook/accelerators.py. A missing or absurd figure (<= 0, > 10,000, not a number) leaves MFU unknown with a warning, never stops training."""
+    """Dense bf16 peak TFLOP/s per device for MFU; None looks the device up in logbook/core/accelerators.py. A missing or absurd figure (<= 0, > 10,000, not a number) leaves MFU unknown with a warning, never stops training."""
 
     def validate(self, where: str) -> None:
         if self.mode not in MODES:

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logbook.errors import UsageError
-from logbook.eventschema import KINDS
+from logbook.core.errors import UsageError
+from logbook.records.eventschema import KINDS
 
 from .callbacks import Callback
 
@@ -308,7 +308,7 @@ class WandbSink(Callback):
 
     def _summarise(self) -> None:
         """Goodput so far into the W&B summary (the logbook's own figure, from its logs)."""
-        from logbook.goodput import goodput_of_run
+        from logbook.runs.goodput import goodput_of_run
 
         rep = goodput_of_run(self.trainer.run_dir)
         if rep.goodput is not None:

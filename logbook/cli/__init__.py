@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from ..errors import EXIT_OK
-from ._app import app
-from . import init_cmd  # noqa: F401  (registers commands)
-from . import run_cmd  # noqa: F401
-from . import demo_cmd  # noqa: F401
-from . import prereg_cmd  # noqa: F401
-from . import set_cmd  # noqa: F401
-from . import chronicle_cmd  # noqa: F401
-from . import review_cmd  # noqa: F401
-from . import outcome_cmd  # noqa: F401
-from . import ckpt_cmd  # noqa: F401
-from . import slurm_cmd  # noqa: F401
+from logbook.core.errors import EXIT_OK
+from logbook.cli._app import app
+from logbook.cli import init_cmd  # noqa: F401  (registers commands)
+from logbook.cli import run_cmd  # noqa: F401
+from logbook.cli import demo_cmd  # noqa: F401
+from logbook.cli import prereg_cmd  # noqa: F401
+from logbook.cli import set_cmd  # noqa: F401
+from logbook.cli import chronicle_cmd  # noqa: F401
+from logbook.cli import review_cmd  # noqa: F401
+from logbook.cli import outcome_cmd  # noqa: F401
+from logbook.cli import ckpt_cmd  # noqa: F401
+from logbook.cli import slurm_cmd  # noqa: F401
 
 __all__ = ["app", "main"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from ..errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_REFUSED, EXIT_RUN_FAILED,
+from logbook.core.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_REFUSED, EXIT_RUN_FAILED,
                       EXIT_TAMPERED, EXIT_USAGE, LogbookError, UsageError)
 
 EXIT_CODES_HELP = (
@@ -145,7 +145,7 @@ def command_group(name: str) -> typer.Typer:
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from logbook import __version__
 
         typer.echo(f"logbook {__version__}")
         raise typer.Exit()
@@ -160,8 +160,8 @@ def _root(
 
 def open_for_writing():
     """The project, for a command that writes records: warns on stderr when this clone is not set up for sharing."""
-    from ..clonesetup import setup_warning
-    from ..project import open_project
+    from logbook.records.clonesetup import setup_warning
+    from logbook.core.project import open_project
 
     project = open_project()
     warning = setup_warning(project)

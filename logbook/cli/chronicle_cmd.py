@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import UsageError
-from ._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json
+from logbook.core.errors import UsageError
+from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -34,7 +34,7 @@ def note_cmd(
 
     Example: logbook note --about qknorm:17 "Batches 47,000-47,300 are a forum dump; see data issue #88"
     """
-    from ..notes import add_note
+    from logbook.chronicle.notes import add_note
 
     project = open_for_writing()
     body: str | bytes = sys.stdin.buffer.read() if text == "-" else text
@@ -65,9 +65,9 @@ def render_cmd(
 
     Example: logbook render --format pdf --since 2026-11-30 --out week.pdf
     """
-    from ..chronicle import check_chronicle, render_chronicle, render_markdown_file
-    from ..project import open_project
-    from ..trust import require_intact
+    from logbook.chronicle.build import check_chronicle, render_chronicle, render_markdown_file
+    from logbook.core.project import open_project
+    from logbook.records.trust import require_intact
 
     if fmt not in ("md", "pdf"):
         raise UsageError(f"--format must be md or pdf, got {fmt!r}")
@@ -84,7 +84,7 @@ def render_cmd(
         err(f"{len(res.matching)} day file(s) match the logs.")
         return
     if fmt == "pdf":
-        from ..render_pdf import render_pdf
+        from logbook.chronicle.pdf import render_pdf
 
         pres = render_pdf(project, out or Path("chronicle.pdf"), run=run, since=since, until=until)
         for w in pres.warnings:
@@ -124,8 +124,8 @@ def commit_cmd(
 
     Example: logbook commit -m "qknorm: first night"
     """
-    from ..commit import commit_logbook
-    from ..project import open_project
+    from logbook.records.commit import commit_logbook
+    from logbook.core.project import open_project
 
     res = commit_logbook(open_project(), message)
     if as_json:
@@ -148,7 +148,7 @@ def migrate_cmd(
 
     Example: logbook migrate && logbook render && logbook commit -m "one file per record"
     """
-    from ..migrate import migrate
+    from logbook.records.migrate import migrate
 
     project = open_for_writing()
     res = migrate(project)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ._app import JSON_OPTION, app, err, print_json
+from logbook.cli._app import JSON_OPTION, app, err, print_json
 
 
 @app.command("ckpt-interval")
@@ -34,8 +34,8 @@ def ckpt_interval_cmd(
 
     Example: logbook ckpt-interval --mtbf 3.1h --save-cost 5m
     """
-    from ..ckpt_advice import advise, advise_from_run, parse_duration
-    from ..errors import RefusedError, UsageError
+    from logbook.runs.ckpt_advice import advise, advise_from_run, parse_duration
+    from logbook.core.errors import RefusedError, UsageError
 
     mtbf_s = parse_duration(mtbf, "--mtbf") if mtbf is not None else None
     save_s = parse_duration(save_cost, "--save-cost") if save_cost is not None else None
@@ -59,9 +59,9 @@ def ckpt_interval_cmd(
 
 
 def _run_events(run_id: str) -> list[dict]:
-    from ..chain import iter_records
-    from ..project import open_project
-    from ..runs import check_run_id, load_run_record
+    from logbook.records.chain import iter_records
+    from logbook.core.project import open_project
+    from logbook.runs.record import check_run_id, load_run_record
 
     project = open_project()
     path = project.run_dir(check_run_id(run_id)) / "events.jsonl"
@@ -71,7 +71,7 @@ def _run_events(run_id: str) -> list[dict]:
 
 
 def _lines(advice) -> list[str]:
-    from ..ckpt_advice import format_duration as fmt
+    from logbook.runs.ckpt_advice import format_duration as fmt
 
     src = {"run": " (measured)", "given": ""}
     out = [f"MTBF {fmt(advice.mtbf_s)}{src[advice.mtbf_source]}, blocking save {fmt(advice.save_s)}"

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import EXIT_TAMPERED
-from ._app import JSON_OPTION, app, err, print_json
+from logbook.core.errors import EXIT_TAMPERED
+from logbook.cli._app import JSON_OPTION, app, err, print_json
 
 
 @app.command("demo")
@@ -32,7 +32,7 @@ def demo_cmd(
 
     Example: logbook demo --dir ./demo
     """
-    from ..demo import DEFAULT_STEPS, run_demo
+    from logbook.demo import DEFAULT_STEPS, run_demo
 
     res = run_demo(dir, steps=DEFAULT_STEPS if steps is None else steps, nproc=nproc, keep=keep, say=err)
     _summary(res)

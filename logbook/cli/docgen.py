@@ -13,7 +13,7 @@ import os
 import typer.main
 from typer.testing import CliRunner
 
-from . import app
+from logbook.cli import app
 
 
 def _walk(cmd, path: tuple[str, ...] = ()):

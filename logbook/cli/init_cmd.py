@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ._app import app, err
+from logbook.cli._app import app, err
 
 
 @app.command("init")
@@ -19,7 +19,7 @@ def init_cmd(
 
     Example: git clone git@host:lab/experiments.git && cd experiments && logbook init
     """
-    from ..init import init_logbook
+    from logbook.records.init import init_logbook
 
     res = init_logbook(entries_dir=entries_dir)
     verb = "Created" if res.created else "Found existing"

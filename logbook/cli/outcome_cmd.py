@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import UsageError
-from ._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json, stdout_console
+from logbook.core.errors import UsageError
+from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json, stdout_console
 
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
 
@@ -29,9 +29,9 @@ def outcome_cmd(
 
     Example: logbook outcome qknorm-3f9a
     """
-    from ..chronicle import rerender_days
-    from ..outcome import record_outcome
-    from ..trust import require_intact
+    from logbook.chronicle.build import rerender_days
+    from logbook.scoring.outcome import record_outcome
+    from logbook.records.trust import require_intact
 
     project = open_for_writing()
     require_intact(project, "outcome", run=run)
@@ -47,7 +47,7 @@ def outcome_cmd(
 
 
 def _value(p) -> str:
-    from ..textfmt import fmt_num
+    from logbook.core.textfmt import fmt_num
 
     if p.value is None:
         return "–"
@@ -58,7 +58,7 @@ def print_scorecard(card, root: Path) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..predictions import _shortest
+    from logbook.records.predictions import _shortest
 
     con = stdout_console()
     if not card.verify_ok:  # said before anything else: the promise itself is in doubt
@@ -74,7 +74,7 @@ def print_scorecard(card, root: Path) -> None:
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("#", "prediction", "measured", "threshold", "status", "how"):
         table.add_column(col, overflow="fold", no_wrap=col in ("#", "status"))
-    from ..forecasts import describe_scores, run_summary, summary_text
+    from logbook.scoring.forecasts import describe_scores, run_summary, summary_text
 
     for i, p in enumerate(card.predictions, start=1):
         f = p.forecast or {}
@@ -129,9 +129,9 @@ def calibration_cmd(
 
     Example: logbook calibration --period week --plot calibration.png
     """
-    from ..calibration import calibration
-    from ..project import open_project
-    from ..trust import require_intact
+    from logbook.scoring.calibration import calibration
+    from logbook.core.project import open_project
+    from logbook.records.trust import require_intact
 
     if period not in ("month", "week"):
         raise UsageError(f"--period must be month or week, got {period!r}")
@@ -139,7 +139,7 @@ def calibration_cmd(
     require_intact(project, "calibration")
     cal = calibration(project, period=period)
     if plot is not None:
-        from ..calibration_plot import write_calibration_plot
+        from logbook.scoring.calibration_plot import write_calibration_plot
 
         write_calibration_plot(cal, checked_out_path(plot, "--plot"))
     if as_json:
@@ -178,7 +178,7 @@ def _print_forecasts(cal) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..calibration import reliability_bins
+    from logbook.scoring.calibration import reliability_bins
 
     con = stdout_console()
     f = cal.forecasts.to_dict()
@@ -262,9 +262,9 @@ def report_cmd(
 
     Example: logbook report qknorm-3f9a --format pdf --out qknorm.pdf
     """
-    from ..project import open_project
-    from ..report import write_report
-    from ..trust import require_intact
+    from logbook.core.project import open_project
+    from logbook.chronicle.report import write_report
+    from logbook.records.trust import require_intact
 
     if fmt not in ("md", "pdf"):
         raise UsageError(f"--format must be md or pdf, got {fmt!r}")

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from ._app import (JSON_OPTION, app, command_group, err, is_interactive, open_for_writing, print_json,
+from logbook.cli._app import (JSON_OPTION, app, command_group, err, is_interactive, open_for_writing, print_json,
                    stdout_console)
 
 prereg_app = command_group("prereg")
@@ -47,7 +47,7 @@ def prereg_cmd(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ..prereg import create_prereg
+    from logbook.records.prereg import create_prereg
 
     project = open_for_writing()
     inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
@@ -72,8 +72,8 @@ def _echo_plan(front: dict[str, Any]) -> None:
 
 
 def _gather_input(*, title, hypothesis, predict, contingency, config, budget, rationale, assume, from_file):
-    from ..errors import UsageError
-    from ..prereg_input import PreregInput, input_from_mapping
+    from logbook.core.errors import UsageError
+    from logbook.records.prereg_input import PreregInput, input_from_mapping
 
     flags = {"--title": title, "--hypothesis": hypothesis, "--predict": predict, "--contingency": contingency,
              "--config": config, "--budget": budget, "--rationale": rationale, "--assume": assume}
@@ -82,7 +82,7 @@ def _gather_input(*, title, hypothesis, predict, contingency, config, budget, ra
         if given:
             raise UsageError(f"--from-file cannot be combined with {', '.join(given)}",
                              hint="put everything in the YAML file, or use flags only")
-        from ..yamlsafe import load_yaml_file
+        from logbook.core.yamlsafe import load_yaml_file
 
         return input_from_mapping(load_yaml_file(from_file, "preregistration file"), str(from_file))
     if given:
@@ -97,7 +97,7 @@ def _gather_input(*, title, hypothesis, predict, contingency, config, budget, ra
 
 
 def _template() -> str:
-    from ..predictions import known_metrics_text
+    from logbook.records.predictions import known_metrics_text
 
     return f"""\
 # Preregistration. Fill it in, save and close the editor.
@@ -130,9 +130,9 @@ assumptions:
 
 
 def _input_from_editor():
-    from ..errors import UsageError
-    from ..prereg_input import input_from_mapping
-    from ..yamlsafe import load_yaml_text, read_text_utf8
+    from logbook.core.errors import UsageError
+    from logbook.records.prereg_input import input_from_mapping
+    from logbook.core.yamlsafe import load_yaml_text, read_text_utf8
 
     template = _template()
     fd, name = tempfile.mkstemp(prefix="prereg-", suffix=".yaml")
@@ -178,8 +178,8 @@ def amend_cmd(
 
     Example: logbook prereg amend 2026-11-30-qknorm-removes-spikes-3f9a --seen nothing --reason "budget halved" --predict "restarts@final <= 2"
     """
-    from ..amend import amend_prereg
-    from ..prereg import resolve_prereg_id
+    from logbook.records.amend import amend_prereg
+    from logbook.records.prereg import resolve_prereg_id
 
     project = open_for_writing()
     pid = resolve_prereg_id(project, prereg_id) or prereg_id
@@ -220,9 +220,9 @@ def verify_cmd(
 
     Example: logbook verify
     """
-    from ..prereg import resolve_prereg_id
-    from ..project import open_project
-    from ..verify import verify_project
+    from logbook.records.prereg import resolve_prereg_id
+    from logbook.core.project import open_project
+    from logbook.records.verify import verify_project
 
     project = open_project()
     pid = None if prereg_id is None else (resolve_prereg_id(project, prereg_id) or prereg_id)
@@ -254,8 +254,8 @@ def ls_cmd(as_json: bool = JSON_OPTION) -> None:
 
     Example: logbook ls --json
     """
-    from ..prereg import runs_referencing, scan_preregs
-    from ..project import open_project
+    from logbook.records.prereg import runs_referencing, scan_preregs
+    from logbook.core.project import open_project
 
     project = open_project()
     preregs, damaged = scan_preregs(project)
@@ -307,11 +307,11 @@ def show_cmd(
 
     Example: logbook show 2026-11-30-qknorm-removes-spikes-3f9a
     """
-    from ..errors import NotFoundError
-    from ..prereg import load_prereg, resolve_prereg_id, runs_referencing
-    from ..project import open_project
-    from ..eventstream import RUN_ID_RE
-    from ..verify import verify_project
+    from logbook.core.errors import NotFoundError
+    from logbook.records.prereg import load_prereg, resolve_prereg_id, runs_referencing
+    from logbook.core.project import open_project
+    from logbook.records.eventstream import RUN_ID_RE
+    from logbook.records.verify import verify_project
 
     project = open_project()
     if RUN_ID_RE.match(ident) and ".." not in ident and (project.run_dir(ident) / "run.json").exists():
@@ -346,8 +346,8 @@ def _print_markdown(text: str) -> None:
 
 
 def _show_run(project, run_id: str, as_json: bool) -> None:
-    from ..events import read_events
-    from ..runs import load_run_record, run_status
+    from logbook.records.events import read_events
+    from logbook.runs.record import load_run_record, run_status
 
     record = load_run_record(project, run_id)
     record.status = run_status(project, run_id, record)  # run.json says how it started; the log, how it stands

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ._app import JSON_OPTION, command_group, err, open_for_writing, print_json, stdout_console
+from logbook.cli._app import JSON_OPTION, command_group, err, open_for_writing, print_json, stdout_console
 
 review_app = command_group("review")
 
@@ -30,7 +30,7 @@ def review_cmd(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ..review import review_queue, review_status
+    from logbook.chronicle.review import review_queue, review_status
 
     project = _checked_project(run)
     if status:
@@ -52,7 +52,7 @@ def review_cmd(
 
 def _checked_project(run: str | None = None):
     """The project, once `verify` passes for what a review reads (exit 4 naming the record otherwise)."""
-    from ..trust import require_intact
+    from logbook.records.trust import require_intact
 
     project = open_for_writing()  # a review is a record: warn when this clone is not set up for sharing
     require_intact(project, "review", run=run)
@@ -127,7 +127,7 @@ def comment_cmd(
 
     Example: logbook review comment qknorm:17 "was the OOM killer involved?"
     """
-    from ..review import add_review
+    from logbook.chronicle.review import add_review
 
     _done(add_review(_checked_project(), entry, "comment", text), as_json, "commented on")
 
@@ -142,7 +142,7 @@ def approve_cmd(
 
     Example: logbook review approve qknorm:17 --comment "cost matches the drill"
     """
-    from ..review import add_review
+    from logbook.chronicle.review import add_review
 
     _done(add_review(_checked_project(), entry, "approve", comment), as_json, "approved")
 
@@ -157,6 +157,6 @@ def request_changes_cmd(
 
     Example: logbook review request-changes qknorm:23 "the reason for the clip change is missing"
     """
-    from ..review import add_review
+    from logbook.chronicle.review import add_review
 
     _done(add_review(_checked_project(), entry, "request_changes", text), as_json, "asked for changes on")

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ._app import JSON_OPTION, app, err, open_for_writing, print_json
+from logbook.cli._app import JSON_OPTION, app, err, open_for_writing, print_json
 
 
 @app.command("run")
@@ -39,7 +39,7 @@ def run_cmd(
 
     Example: logbook run --prereg 2026-11-30-qknorm-removes-spikes-3f9a1c configs/tiny-cpu.yaml --nproc 2 --max-restarts 3
     """
-    from ..launch import Rendezvous, launch_run
+    from logbook.launch.launcher import Rendezvous, launch_run
 
     project = open_for_writing()
     rdzv = Rendezvous(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id,

@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from ..control import SETTINGS
-from ._app import JSON_OPTION, app, err, print_json
+from logbook.launch.change_requests import SETTINGS
+from logbook.cli._app import JSON_OPTION, app, err, print_json
 
 
 def _keys_help() -> str:
@@ -33,9 +33,9 @@ def set_cmd(
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds --wait waits for the answer."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    from ..control import REPLY_KEY, check_reason, parse_assignment, submit_change, wait_for_answer
-    from ..errors import RefusedError, UsageError
-    from ..project import open_project
+    from logbook.launch.change_requests import REPLY_KEY, check_reason, parse_assignment, submit_change, wait_for_answer
+    from logbook.core.errors import RefusedError, UsageError
+    from logbook.core.project import open_project
 
     changes: dict[str, float | int] = {}
     for text in assignments:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ._app import app
+from logbook.cli._app import app
 
 
 @app.command("slurm-script")
@@ -38,10 +38,10 @@ def slurm_script_cmd(
 
     Example: logbook slurm-script configs/1b.yaml --prereg 2026-11-30-qknorm-removes-spikes-3f9a --run-id qknorm-1 --nodes 2 --nproc 8 --gpus-per-node 8 > qknorm.sbatch
     """
-    from ..errors import UsageError
-    from ..project import open_project
-    from ..runs import check_run_id
-    from ..slurm import SbatchSpec, sbatch_script
+    from logbook.core.errors import UsageError
+    from logbook.core.project import open_project
+    from logbook.runs.record import check_run_id
+    from logbook.launch.slurm import SbatchSpec, sbatch_script
 
     if bool(prereg) == exploratory:
         raise UsageError("give --prereg ID or --exploratory (one of them)")

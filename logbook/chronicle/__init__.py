@@ -1,0 +1,1 @@
+"""The dated chronicle: views of the records, Markdown and PDF rendering, plots, notes, review and reports."""

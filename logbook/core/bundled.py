@@ -1,0 +1,20 @@
+"""Folders shipped with logbook: the templates and the example training configs.
+
+In a source checkout (and an editable install) they sit at the top of the
+repository, beside the package, where a team edits them. A wheel carries them
+inside the package (`logbook/templates`, `logbook/configs`; see
+pyproject.toml), found here through importlib.resources.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+
+def bundled_dir(name: str) -> Path:
+    """The shipped folder `name` ("templates" or "configs")."""
+    packaged = Path(str(resources.files("logbook"))) / name
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / name

@@ -1,0 +1,1 @@
+"""Launching and steering runs: torchrun under watch, Slurm, live change requests."""

@@ -1,0 +1,165 @@
+"""What a team's logbook needs in the repository, and in each clone, so `git pull` never stops on it.
+
+Records are one file each (`records.py`), so git merges them without help. What
+is left are the *derived* files (`recordkinds.py`): the dated chronicle, plots
+and indexes, rendered from the records. Two branches that both add a note on one
+day both change that day's file. The design, in two layers:
+
+- **In the repository** (committed, so every clone and a hosting service's merge
+  button obey it): `entries/.gitattributes` gives derived files git's built-in
+  `union` merge. A merge or a rebase never stops on a day file, with or without
+  any set-up, and the merged day file still reads as a chronicle (both sides'
+  entries are there), though it may be out of order until it is re-rendered.
+- **In each clone** (`logbook init`): git hooks (`post-merge` after a merge or
+  a `git pull`, `post-rewrite` after a rebase or `git pull --rebase`) run
+  `logbook render`, so the day files match the records again as soon as git has
+  brought new ones in, and `logbook render --check` passes without hand edits.
+  Commit the re-rendered files with `logbook commit`. And refspecs, so that the
+  code snapshots runs record (`refs/logbook/snapshots/<run>`) travel with
+  `git fetch` and `git push` like branches do: without them a teammate's clone
+  could not compare a run's code with its preregistration, and would score the
+  run differently.
+
+A clone that is not set up still merges without conflict; its day files are
+then stale until someone runs `logbook render`, and every logbook command there
+says so.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from logbook.core.fsutil import atomic_write_text
+from logbook.core.project import Project
+from logbook.records.files import iter_folder
+
+SETUP_KEY = "logbook.records.clonesetup"
+"""git config key a set-up clone carries; its value is the set-up's version."""
+SETUP_VERSION = "1"
+HOOKS = ("post-merge", "post-rewrite")
+LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
+"""Code snapshots (`gitbind.SNAPSHOT_REF_PREFIX`) are neither fetched nor pushed by default."""
+HOOK_MARK = "# logbook: re-render the chronicle after git brought in records"
+
+GITATTRIBUTES = """\
+# Written by `logbook init`. Files here that are rendered from the records (the dated chronicle
+# and its indexes) merge with git's built-in union driver, so a `git pull`, a rebase or a pull
+# request's merge button never stops on them; `logbook render` (run by the hooks `logbook init`
+# installs in each clone) then makes them match the records again.
+/[0-9][0-9][0-9][0-9]/** merge=union
+/index.md merge=union
+/reports/*.md merge=union
+"""
+
+
+@dataclass
+class SetupResult:
+    """What `set_up_clone` did, in sentences for the person who ran `logbook init`."""
+
+    done: list[str] = field(default_factory=list)
+    """Changes made in this run."""
+    already: list[str] = field(default_factory=list)
+    """Things found already in place."""
+    todo: list[str] = field(default_factory=list)
+    """Things left for a person to do (a hook of their own is in the way)."""
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+def hooks_dir(root: Path) -> Path:
+    """Where git looks for this clone's hooks (honours core.hooksPath and worktrees)."""
+    out = _git(root, "rev-parse", "--git-path", "hooks").stdout.strip() or ".git/hooks"
+    p = Path(out)
+    return p if p.is_absolute() else root / p
+
+
+def _hook_text() -> str:
+    cmd = f"{shlex.quote(sys.executable)} -m logbook render"
+    # A failed render must not turn a successful pull into a failed one: the records are merged either way.
+    return f"#!/bin/sh\n{HOOK_MARK} (written by `logbook init`)\n{cmd} || echo 'logbook: run `logbook render`' >&2\n"
+
+
+def write_gitattributes(project: Project) -> bool:
+    """Write entries/.gitattributes when it is missing or differs; True when written."""
+    path = project.entries / ".gitattributes"
+    if path.is_file() and path.read_text("utf-8", errors="replace") == GITATTRIBUTES:
+        return False
+    atomic_write_text(path, GITATTRIBUTES)
+    return True
+
+
+def _install_hook(root: Path, name: str, res: SetupResult) -> None:
+    path = hooks_dir(root) / name
+    text = _hook_text()
+    if path.is_file():
+        current = path.read_text("utf-8", errors="replace")
+        if current == text:
+            res.already.append(f"{name} hook")
+            return
+        if HOOK_MARK not in current:
+            res.todo.append(f"{path} is your own hook: add the line `{text.splitlines()[-1]}` to it")
+            return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+    os.chmod(path, 0o755)
+    res.done.append(f"installed the {name} hook (re-renders the chronicle after a pull, merge or rebase)")
+
+
+def set_up_clone(project: Project) -> SetupResult:
+    """Make this clone ready for a shared logbook; idempotent."""
+    res = SetupResult()
+    if write_gitattributes(project):
+        res.done.append(f"wrote {(project.entries / '.gitattributes').relative_to(project.root).as_posix()} "
+                        "(day files and plots merge without conflict; commit it)")
+    else:
+        res.already.append("entries/.gitattributes")
+    for name in HOOKS:
+        _install_hook(project.root, name, res)
+    for remote in [r for r in _git(project.root, "remote").stdout.split() if r]:
+        _add_refspecs(project.root, remote, res)
+    if _git(project.root, "config", "--get", SETUP_KEY).stdout.strip() != SETUP_VERSION:
+        _git(project.root, "config", SETUP_KEY, SETUP_VERSION)
+        res.done.append(f"marked this clone as set up (git config {SETUP_KEY})")
+    return res
+
+
+def _add_refspecs(root: Path, remote: str, res: SetupResult) -> None:
+    """Fetch and push refs/logbook/* with `remote`; a push list of one's own keeps its entries."""
+    fetch = _git(root, "config", "--get-all", f"remote.{remote}.fetch").stdout.split()
+    if LOGBOOK_REFSPEC not in fetch:
+        _git(root, "config", "--add", f"remote.{remote}.fetch", LOGBOOK_REFSPEC)
+        res.done.append(f"`git fetch {remote}` now also brings the runs' code snapshots (refs/logbook/*)")
+    push = _git(root, "config", "--get-all", f"remote.{remote}.push").stdout.split()
+    if LOGBOOK_REFSPEC in push:
+        res.already.append(f"refspecs for {remote}")
+        return
+    if not push:
+        # A configured push list replaces git's default, so the current branch goes first in it.
+        _git(root, "config", "--add", f"remote.{remote}.push", "HEAD")
+    _git(root, "config", "--add", f"remote.{remote}.push", LOGBOOK_REFSPEC)
+    res.done.append(f"`git push {remote}` now pushes the current branch and the runs' code snapshots "
+                    f"(remote.{remote}.push)")
+
+
+def clone_is_set_up(root: Path) -> bool:
+    return _git(root, "config", "--get", SETUP_KEY).stdout.strip() == SETUP_VERSION
+
+
+def setup_warning(project: Project) -> str | None:
+    """A sentence for a clone that is not set up, or for a logbook still in the shared-log layout; else None."""
+    if project.notes_log.is_file() or project.reviews_log.is_file():
+        if not any(isinstance(r.get("legacy"), str) for r in iter_folder(project.notes_dir)) and \
+                not any(isinstance(r.get("legacy"), str) for r in iter_folder(project.reviews_dir)):
+            return ("this logbook still keeps notes or reviews in shared logs (notes.jsonl, reviews.jsonl), "
+                    "which are no longer read: run `logbook migrate` once, then `logbook commit`")
+    if clone_is_set_up(project.root):
+        return None
+    return ("this clone is not set up for a shared logbook: after a `git pull` its day files stay stale "
+            "until someone renders them; run `logbook init` once here")

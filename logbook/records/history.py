@@ -1,0 +1,260 @@
+"""Tamper evidence over history: every record ever committed stays, byte for byte, in every later commit.
+
+What is checked, for every commit in the history of HEAD and against every one
+of its parents (so a merge is checked against each side):
+
+- a ``record`` (see `recordkinds`) present in the parent is present in the
+  commit with the same blob id and the same file mode: an edit, a deletion, a
+  merge that drops it, or turning it into a symlink is a `Break` naming the
+  record, the commit that had it and the commit that lost it;
+- a ``log`` present in the parent is present in the commit and starts with
+  every complete line the parent had (only read when the blob ids differ);
+- ``derived`` files are not checked: they are regenerated.
+
+Because each check compares one commit with its direct parents, a clean edge
+stays clean: a commit is verified once. The id of the newest commit whose whole
+history was clean is cached under `.logbook/` (outside the entries folder, so it
+never travels and cannot vouch for another clone), and the next walk covers only
+commits made since (`git rev-list HEAD ^<tip>`), one `git diff-tree --stdin`
+process for all of them and one `git cat-file --batch` for the log blobs.
+
+What this proves, and what it does not: within the history this clone has, no
+committed record was changed or lost later on. It cannot tell a first version
+that was forged from an honest one, nor a history rewritten from its root:
+that is what `remote_breaks` is for (a record the remote has seen, changed or
+missing here) and why a record should be pushed soon after it is made.
+Commit ids play no part in the proof, so a rebase, a cherry-pick or a
+squash-merge that carries the same bytes passes. In a shallow clone, history
+starts at the shallow boundary: what lies before it is not checked here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from logbook.records import gitbind
+from logbook.core.fsutil import atomic_write_json
+from logbook.core.project import Project
+from logbook.core.recordkinds import classify
+
+CACHE_FILE = "verified-history.json"
+_CACHE_VERSION = 1
+_NULL = "0" * 40
+_SYMLINK = "120000"
+
+
+@dataclass(frozen=True)
+class Break:
+    """One committed record or log that a later commit changed or lost."""
+
+    path: str
+    """The file, relative to the repository root."""
+    kind: str
+    """record_edited | record_deleted | record_dropped | record_symlink | log_rewritten | log_deleted |
+    log_dropped | remote_differs"""
+    had: str
+    """The commit (or remote ref) that held the version that was lost."""
+    lost: str
+    """The commit (or `HEAD`) that no longer holds it."""
+    message: str
+    """One sentence for a person: the record, what happened, `had` and `lost`."""
+
+
+@dataclass
+class HistoryCheck:
+    """What `check_history` walked and found."""
+
+    head: str | None
+    """The commit checked (None in a repository without commits)."""
+    commits_checked: int = 0
+    """Commits whose diffs were read in this call (0 when the cache covered everything)."""
+    breaks: list[Break] = field(default_factory=list)
+    introduced: dict[str, list[str]] = field(default_factory=dict)
+    """Entries-relative path -> commits that added it against every parent (a root commit counts)."""
+
+
+@dataclass(frozen=True)
+class _Change:
+    old_mode: str
+    new_mode: str
+    old_blob: str
+    new_blob: str
+    status: str
+    path: str
+
+
+def check_history(project: Project, *, use_cache: bool = True) -> HistoryCheck:
+    """Walk the commits of HEAD's history not yet verified; return every break found."""
+    root = project.root
+    head = gitbind.head_commit(root)
+    res = HistoryCheck(head)
+    if head is None:
+        return res
+    folder = project.config.entries_dir.strip("/")
+    cache = _load_cache(project, folder) if use_cache else None
+    tip = cache["tip"] if cache else None
+    if tip and not is_ancestor(root, tip, head):
+        tip, cache = None, None  # history was rewritten or another branch checked out: walk it all
+    res.introduced = {k: list(v) for k, v in (cache or {}).get("introduced", {}).items()}
+    commits = _rev_list(root, head, tip)
+    res.commits_checked = len(commits)
+    if not commits:
+        return res
+    edges = _edges(root, commits, folder)
+    _find_breaks(root, folder, commits, edges, res)
+    clean = _clean_head(commits, res.breaks)
+    if use_cache and clean:
+        _save_cache(project, folder, clean, res.introduced)
+    return res
+
+
+def is_ancestor(root: Path, a: str, b: str) -> bool:
+    """True when commit `a` is `b` or one of its ancestors (False when either is unknown)."""
+    return subprocess.run(["git", "merge-base", "--is-ancestor", a, b], cwd=root,
+                          capture_output=True).returncode == 0
+
+
+def _rev_list(root: Path, head: str, tip: str | None) -> list[list[str]]:
+    """[commit, parent, ...] for each commit to check, children before parents."""
+    args = ["rev-list", "--topo-order", "--parents", head]
+    if tip:
+        args += [f"^{tip}"]
+    return [line.split() for line in gitbind.git(root, *args, "--").splitlines() if line.strip()]
+
+
+def _edges(root: Path, commits: list[list[str]], folder: str) -> list[tuple[str, str | None, list[_Change]]]:
+    """(commit, parent or None for a root commit, changes under the entries folder) for every edge.
+
+    One `git diff-tree --stdin` reads them all; `--always` prints a header for
+    every edge, even an empty one, so the output maps back to the input in order.
+    """
+    order: list[tuple[str, str | None]] = []
+    lines = []
+    for c, *parents in commits:
+        for p in parents or [None]:
+            order.append((c, p))
+            lines.append(c if p is None else f"{c} {p}")
+    out = gitbind.git_bytes(root, "diff-tree", "--stdin", "--always", "--root", "-r", "--raw", "-z",
+                            "--no-renames", "--", folder, input=("\n".join(lines) + "\n").encode())
+    tokens = out.split(b"\0")
+    result: list[tuple[str, str | None, list[_Change]]] = []
+    i = 0
+    for c, p in order:
+        while i < len(tokens) and not tokens[i]:
+            i += 1
+        i += 1  # the header: this edge's commit id
+        changes: list[_Change] = []
+        while i < len(tokens) and tokens[i].startswith(b":"):
+            meta = tokens[i][1:].decode().split()
+            changes.append(_Change(meta[0], meta[1], meta[2], meta[3], meta[4][0],
+                                   tokens[i + 1].decode("utf-8", "surrogateescape")))
+            i += 2
+        result.append((c, p, changes))
+    return result
+
+
+def _find_breaks(root: Path, folder: str, commits: list[list[str]],
+                 edges: list[tuple[str, str | None, list[_Change]]], res: HistoryCheck) -> None:
+    n_parents = {c[0]: max(1, len(c) - 1) for c in commits}
+    added: dict[tuple[str, str], int] = {}
+    log_pairs: list[tuple[str, str | None, _Change]] = []
+    for c, p, changes in edges:
+        for ch in changes:
+            rel = ch.path[len(folder) + 1:]
+            kind = classify(rel)
+            if kind == "derived":
+                continue
+            if ch.status == "A":
+                added[(c, rel)] = added.get((c, rel), 0) + 1
+                if ch.new_mode == _SYMLINK:
+                    res.breaks.append(_break(ch.path, "record_symlink", p or c, c,
+                                             f"is added as a symlink in {c[:7]} (a record must be a plain file)"))
+            elif kind == "log" and ch.status == "M" and ch.new_mode == ch.old_mode:
+                log_pairs.append((c, p, ch))
+            else:
+                res.breaks.append(_lost(ch, kind, c, p or c, n_parents[c] > 1))
+    for (c, rel), n in added.items():
+        if n == n_parents[c]:
+            res.introduced.setdefault(rel, [])
+            if c not in res.introduced[rel]:
+                res.introduced[rel].append(c)
+    _check_log_prefixes(root, log_pairs, res)
+
+
+def _break(path: str, kind: str, had: str, lost: str, what: str) -> Break:
+    return Break(path, kind, had, lost, f"{path} {what}")
+
+
+def _lost(ch: _Change, kind: str, c: str, p: str, merge: bool) -> Break:
+    """A record or log changed (M/T) or removed (D) between parent `p` and commit `c`."""
+    noun = "record" if kind == "record" else "log"
+    if ch.status == "D":
+        how = "dropped by the merge" if merge else "deleted"
+        return _break(ch.path, f"{noun}_{'dropped' if merge else 'deleted'}", p, c,
+                      f"({noun}, committed in {p[:7]}) was {how} in {c[:7]}")
+    if ch.new_mode == _SYMLINK:
+        return _break(ch.path, "record_symlink", p, c, f"({noun} in {p[:7]}) was replaced by a symlink in {c[:7]}")
+    verb = "changed by the merge" if merge else "edited"
+    return _break(ch.path, f"{noun}_edited" if noun == "record" else "log_rewritten", p, c,
+                  f"({noun}, as committed in {p[:7]}) was {verb} in {c[:7]}")
+
+
+def _check_log_prefixes(root: Path, pairs: list[tuple[str, str | None, _Change]], res: HistoryCheck) -> None:
+    """A later version of a log must start with every complete line of the earlier one."""
+    if not pairs:
+        return
+    blobs = gitbind.read_blobs(root, sorted({b for _, _, ch in pairs for b in (ch.old_blob, ch.new_blob)}))
+    for c, p, ch in pairs:
+        old, new = blobs.get(ch.old_blob) or b"", blobs.get(ch.new_blob) or b""
+        complete = old[: old.rfind(b"\n") + 1]
+        if new.startswith(complete):
+            continue
+        old_n, new_n = complete.count(b"\n"), new.count(b"\n")
+        line = _first_differing_line(complete, new)
+        span = f"line {old_n}" if new_n + 1 == old_n else f"lines {new_n + 1}-{old_n}"
+        what = (f"lost {span} of the {old_n} committed" if new_n < old_n and complete.startswith(new)
+                else f"was rewritten from line {line}")
+        res.breaks.append(_break(ch.path, "log_rewritten", p or c, c,
+                                 f"(log, {old_n} lines in {(p or c)[:7]}) {what} in {c[:7]}"))
+
+
+def _first_differing_line(a: bytes, b: bytes) -> int:
+    for i, (x, y) in enumerate(zip(a.splitlines(), b.splitlines())):
+        if x != y:
+            return i + 1
+    return min(a.count(b"\n"), b.count(b"\n")) + 1
+
+
+def _clean_head(commits: list[list[str]], breaks: list[Break]) -> str | None:
+    """HEAD when its whole history is clean, else None (the cache then stays where it was)."""
+    bad = {b.lost for b in breaks}
+    ok: dict[str, bool] = {}
+    for c, *parents in reversed(commits):  # parents first
+        ok[c] = c not in bad and all(ok.get(p, True) for p in parents)  # a parent not walked is below the tip
+    head = commits[0][0]
+    return head if ok.get(head) else None
+
+
+# --- the cache ---------------------------------------------------------------
+
+def _cache_path(project: Project) -> Path:
+    return project.state_dir / CACHE_FILE
+
+
+def _load_cache(project: Project, folder: str) -> dict | None:
+    try:
+        data = json.loads(_cache_path(project).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION or data.get("entries") != folder \
+            or not isinstance(data.get("tip"), str) or not isinstance(data.get("introduced"), dict):
+        return None
+    return data
+
+
+def _save_cache(project: Project, folder: str, tip: str, introduced: dict[str, list[str]]) -> None:
+    atomic_write_json(_cache_path(project), {"version": _CACHE_VERSION, "entries": folder, "tip": tip,
+                                             "introduced": introduced})

@@ -1,0 +1,70 @@
+"""`logbook init`: a logbook in a git repository."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from logbook.records.clonesetup import SetupResult, set_up_clone
+from logbook.core.settings import CONFIG_FILE, LogbookConfig, load_config
+from logbook.core.errors import RefusedError
+from logbook.core.fsutil import atomic_write_text
+from logbook.records.gitbind import check_repo_state, commit_file
+from logbook.core.project import Project, find_git_root
+
+
+@dataclass
+class InitResult:
+    root: Path
+    config_path: Path
+    entries: Path
+    created: bool
+    setup: SetupResult
+    """What was set up in this clone (hooks, git config) and the repository (entries/.gitattributes)."""
+    committed: str | None = None
+    """The commit that added logbook.yaml, when this call created it."""
+
+
+def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> InitResult:
+    """Write `logbook.yaml`, create the entries folder and set this clone up for sharing; idempotent.
+
+    In a fresh clone of a repository that already has a logbook, this only does
+    the per-clone part (`clonesetup.set_up_clone`).
+    """
+    root = find_git_root(start)
+    if root is None:
+        raise RefusedError("not inside a git repository", hint="run `git init`, commit something, then `logbook init`")
+    import git  # deferred: GitPython costs start-up time
+
+    with git.Repo(root) as repo:
+        if not repo.head.is_valid():
+            raise RefusedError(
+                f"the repository at {root} has no commits yet",
+                hint="preregistrations are bound to commits: make a first commit (`git commit --allow-empty -m init`), then `logbook init`",
+            )
+    cfg_path = root / CONFIG_FILE
+    created = not cfg_path.exists()
+    committed = None
+    if created:
+        cfg = LogbookConfig(entries_dir=entries_dir)
+        cfg.validate()
+        # Committed at once, alone (the user's index and work stay as they are):
+        # a preregistration made next binds to a commit that already has the
+        # logbook's settings, so the run's snapshot shows no false code change.
+        state = check_repo_state(root)
+        message = f"Start a logbook\n\nSettings in {CONFIG_FILE}; records under {entries_dir}/.\n"
+        committed = commit_file(root, CONFIG_FILE, cfg.to_yaml().encode("utf-8"), message, state).commit
+    else:
+        cfg = load_config(cfg_path)
+    entries = root / cfg.entries_dir
+    entries.mkdir(parents=True, exist_ok=True)
+    keep = entries / "README.md"
+    if not keep.exists():
+        atomic_write_text(
+            keep,
+            "# Logbook\n\nPreregistrations, run logs and the dated chronicle live here.\n"
+            "The event logs under `runs/` are the source of truth; the dated Markdown is rendered from them.\n",
+        )
+    setup = set_up_clone(Project(root=root, config=cfg))
+    return InitResult(root=root, config_path=cfg_path, entries=entries, created=created, setup=setup,
+                      committed=committed)

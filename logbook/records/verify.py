@@ -1,0 +1,432 @@
+"""`verify`: prove that every record and log is as it was first committed, on any clone.
+
+Three layers, each asking `recordkinds` which files are records, logs or derived:
+
+- `history`: every commit in HEAD's history, against each of its parents, keeps
+  every committed record byte for byte and every committed log as a prefix
+  (incremental: commits verified before are not read again);
+- `worktree`: the files on disk against HEAD, symlinks, and records git ignores;
+- `remote`: a record a remote-tracking branch holds that HEAD holds with other
+  bytes, or lacks although an earlier HEAD of this clone held it (a warning
+  when HEAD simply has not pulled it yet).
+
+Then, for preregistrations and amendments (working-tree files, plus records
+whose `Logbook-Prereg` commits HEAD contains):
+
+- the record must be in HEAD's history (else: uncommitted; a warning when
+  another branch has exactly these bytes);
+- where a commit with its trailer is in HEAD's history, the record must hash to
+  that trailer's `Logbook-Sha256` (else: hash mismatch, the commit was amended);
+- each amendment must link, by hash, the preregistration and a record of it that
+  is present (two amendments made at once on two clones may link the same one:
+  a fork, not a break; else: amendment chain broken);
+- a run that answers to it must have been committed after it: some commit that
+  added the preregistration is a strict ancestor of a commit that added the
+  run's `run.json`, or, when one commit added both (a squash), the record's
+  `created` is not later than the run's (else: prereg_after_run).
+
+What is proven is content and order, not commit ids: a rebase, cherry-pick,
+merge commit or squash-merge that carries the same bytes verifies on every
+clone, with nothing but what `git push`/`git pull` carry. A `Logbook-Prereg`
+trailer is corroboration where it survives, never a requirement. What is not
+provable from one clone: that the first committed version was honest, or that
+history was not rewritten from before a record and never pushed; the remote
+check and pushing soon narrow that window.
+
+Every hash-chained log on disk (runs/*/events.jsonl, and the notes/reviews logs
+of older logbooks) is checked line by line with `chain.verify_log`; a torn last
+line is a warning, not tampering. One-file records (notes, reviews, scorecards)
+must match their own hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logbook.records.chain import verify_log
+from logbook.core.errors import NotFoundError, RefusedError, TamperedError
+from logbook.core.gitstate import restore_hint
+from logbook.records.prereg import AMEND_RE, runs_referencing
+from logbook.records.prereg_format import record_hash, split_record
+from logbook.records.prereg_input import ID_RE, check_id
+from logbook.core.project import Project
+from logbook.records.files import damaged_records
+from logbook.records import gitbind
+from logbook.records import history
+from logbook.records import remote
+from logbook.records import worktree
+
+TRAILER = "Logbook-Prereg"
+
+
+@dataclass
+class Finding:
+    """One thing that is not as it was written."""
+
+    path: str
+    """File, relative to the repository root."""
+    kind: str
+    """edited | deleted | uncommitted | hash_mismatch | chain_broken | prereg_after_run | symlink | ignored |
+    log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
+    history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
+    log_deleted | log_dropped | remote_differs | remote_dropped)"""
+    message: str
+    line: int | None = None
+    """First line that differs, where there is one."""
+    had: str | None = None
+    """The commit (or remote ref) that held the version that was lost, for history findings."""
+    lost: str | None = None
+    """The commit that lost it (or `HEAD`), for history findings."""
+
+
+@dataclass
+class VerifyReport:
+    """What `verify_project` checked and found."""
+
+    preregs: list[str] = field(default_factory=list)
+    amendments: int = 0
+    logs: list[str] = field(default_factory=list)
+    problems: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    unverifiable: list[Finding] = field(default_factory=list)
+    """Records git ignores: they can never be committed, so they can never be verified."""
+    commits_checked: int = 0
+    """Commits whose changes were read in this call (the rest were verified before)."""
+    in_progress: str | None = None
+    """A merge, rebase, cherry-pick... under way, with how to finish or abort it."""
+    root: Path | None = field(default=None, repr=False)
+    """The repository, for hints that depend on its git state."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.unverifiable
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "preregs": self.preregs, "amendments": self.amendments, "logs": self.logs,
+                "commits_checked": self.commits_checked, "in_progress": self.in_progress,
+                "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings],
+                "unverifiable": [asdict(f) for f in self.unverifiable]}
+
+    def raise_if_tampered(self, root: Path | None = None) -> None:
+        """TamperedError (exit 4) for a changed record; RefusedError (exit 3) for ignored ones only.
+
+        `root` is accepted for callers that pass the repository; the hints need nothing more.
+        """
+        if self.problems:
+            first = self.problems[0]
+            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            raise TamperedError(f"{first.message}{more}", hint=self.hint_for(first))
+        if self.unverifiable:
+            names = ", ".join(f.path for f in self.unverifiable[:3])
+            raise RefusedError(f"git ignores {len(self.unverifiable)} record(s), so they cannot be verified: {names}",
+                               hint=f"remove the ignore rule (`git check-ignore -v {self.unverifiable[0].path}` "
+                                    "names it), then `logbook commit`")
+
+    def hint_for(self, f: Finding) -> str:
+        """How to fix `f`; while a merge or rebase is under way, first how to finish or abort it."""
+        if f.kind in ("edited", "deleted") and not (f.had and f.lost):
+            # A file on disk differs from HEAD: the restore step that works in this git state
+            # (mid-merge, a record that came with the merge is restored from MERGE_HEAD).
+
+            return restore_hint(self.root, f.path) + "; a correction is a new record, never an edit"
+        if self.in_progress:
+            return f"{self.in_progress}, then run the command again"
+        return fix_hint(f)
+
+
+def fix_hint(f: Finding) -> str:
+    """What to do about one finding: steps that work, and never `run logbook verify` (it sent you here)."""
+    if f.had and f.lost and f.had != f.lost and not f.kind.startswith("remote"):
+        return (f"restore it as {f.had[:7]} had it (`git checkout {f.had[:7]} -- {f.path}`) and commit; "
+                "a record is never edited: a correction is a new record that supersedes it")
+    if f.kind in ("edited", "deleted", "log_lines_missing", "log_deleted", "log_edited"):
+        return f"restore it from git (`git checkout HEAD -- {f.path}`); a correction is a new record, never an edit"
+    if f.kind == "symlink" or f.kind == "record_symlink":
+        return f"replace {f.path} by the plain file git has for it (`git checkout HEAD -- {f.path}`)"
+    if f.kind == "remote_dropped":
+        return f"take it back from {f.had} (`git checkout {f.had} -- {f.path}`) and commit, or `git pull`"
+    if f.kind == "remote_differs":
+        return f"take the remote's version back (`git checkout {f.had} -- {f.path}`) and commit"
+    if f.kind == "uncommitted":
+        return "preregister with `logbook prereg`, which commits the record; a hand-written file proves nothing"
+    if f.kind == "prereg_after_run":
+        return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+    return "restore the record from git; a correction is a new record that supersedes it, never an edit"
+
+
+@dataclass
+class _Record:
+    prereg_id: str
+    key: str  # "" for the preregistration itself; an amendment's record id (a number in older logbooks)
+    relpath: str
+
+    @property
+    def label(self) -> str:
+        return "preregistration" if not self.key else f"amendment {self.key}"
+
+
+def verify_project(project: Project, prereg_id: str | None = None, *, full: bool = False) -> VerifyReport:
+    """Check history, the working tree, the remotes' copies, every preregistration and every log.
+
+    With `prereg_id`, only findings about that preregistration, its amendments
+    and the runs that answer to it are reported. With `full`, the cache of
+    verified commits is neither read nor written: every commit is read again.
+    """
+    root = project.root
+    report = VerifyReport(in_progress=_in_progress(root), root=root)
+    if prereg_id is not None:
+        check_id(prereg_id)
+    hist = history.check_history(project, use_cache=not full)
+    report.commits_checked = hist.commits_checked
+    report.problems += [Finding(b.path, b.kind, b.message, had=b.had, lost=b.lost) for b in hist.breaks]
+    for w in worktree.check_worktree(project):
+        finding = Finding(w.path, w.kind, w.message, w.line)
+        (report.unverifiable if w.kind == "ignored" else report.problems).append(finding)
+    for r in remote.check_remotes(project):
+        finding = Finding(r.path, r.kind, r.message, had=r.had, lost=r.lost)
+        (report.warnings if r.kind == "remote_missing" else report.problems).append(finding)
+    head_files = _head_blobs(project)
+    _check_preregs(project, prereg_id, hist, head_files, report)
+    _check_logs(project, prereg_id, report)
+    if prereg_id is not None:
+        _keep_scope(project, prereg_id, report)
+    return report
+
+
+def _in_progress(root: Path) -> str | None:
+    busy = gitbind.operation_in_progress(root)
+    return None if busy is None else f"{busy[0]}: {busy[1]}"
+
+
+def _head_blobs(project: Project) -> dict[str, str]:
+    """Repository-relative path -> blob id, for everything HEAD holds under the prereg folder."""
+    if gitbind.head_commit(project.root) is None:
+        return {}
+    folder = project.prereg_dir.relative_to(project.root).as_posix()
+    out = gitbind.git_bytes(project.root, "ls-tree", "-r", "-z", "HEAD", "--", folder)
+    blobs = {}
+    for entry in out.split(b"\0"):
+        if entry:
+            meta, _, path = entry.partition(b"\t")
+            blobs[path.decode("utf-8", "surrogateescape")] = meta.split()[2].decode()
+    return blobs
+
+
+def _keep_scope(project: Project, prereg_id: str, report: VerifyReport) -> None:
+    entries = project.entries.relative_to(project.root).as_posix()
+    runs = runs_referencing(project).get(prereg_id, [])
+    prefixes = (f"{entries}/prereg/{prereg_id}.", *(f"{entries}/runs/{r}/" for r in runs))
+    for name in ("problems", "warnings", "unverifiable"):
+        setattr(report, name, [f for f in getattr(report, name) if f.path.startswith(prefixes)])
+
+
+def _check_preregs(project: Project, prereg_id: str | None, hist: history.HistoryCheck,
+                   head_files: dict[str, str], report: VerifyReport) -> None:
+    root = project.root
+    has_head = hist.head is not None
+    commits = gitbind.trailer_commits(root, TRAILER) if has_head else []
+    on_head = gitbind.reachable_from_head(root, TRAILER) if has_head else set()
+    by_key: dict[tuple[str, str], list[gitbind.TrailerCommit]] = {}
+    for tc in commits:
+        key = (tc.trailers.get(TRAILER, ""), tc.trailers.get("Logbook-Amendment", "").strip())
+        by_key.setdefault(key, []).append(tc)
+    records = _records(project, head_files)
+    if prereg_id is not None:
+        records = [r for r in records if r.prereg_id == prereg_id]
+        if not records:
+            raise NotFoundError(f"unknown preregistration {prereg_id!r}", hint="see `logbook ls`")
+    blobs = gitbind.read_blobs(root, [head_files[r.relpath] for r in records if r.relpath in head_files]
+                               + [f"{c.commit}:{r.relpath}" for r in records if r.relpath not in head_files
+                                  for c in by_key.get((r.prereg_id, r.key), [])])
+    hashes: dict[tuple[str, str], str | None] = {}
+    for rec in records:
+        cands = by_key.get((rec.prereg_id, rec.key), [])
+        hashes[(rec.prereg_id, rec.key)] = _check_record(project, rec, cands, on_head, head_files, blobs, report)
+    _check_chains(project, records, hashes, report)
+    _check_order(project, records, hist, report)
+    report.preregs = sorted({r.prereg_id for r in records})
+    report.amendments = sum(1 for r in records if r.key)
+    if prereg_id is None:
+        _check_record_files(project, report)
+
+
+def _check_record_files(project: Project, report: VerifyReport) -> None:
+    """One-file records (notes, reviews, scorecards) match their own hash (deletions are `worktree`'s)."""
+    root = project.root
+    folders = [project.notes_dir, project.reviews_dir]
+    folders += sorted(project.runs_dir.glob("*/outcomes")) if project.runs_dir.is_dir() else []
+    named = {f.path for f in report.problems}  # a committed record edited on disk is named once, by `worktree`
+    for folder in folders:
+        for sentence in damaged_records(folder, root):
+            rel = sentence.split(":", 1)[0]
+            if rel not in named:
+                report.problems.append(Finding(rel, "edited", sentence))
+
+
+def _records(project: Project, head_files: dict[str, str]) -> list[_Record]:
+    """Records in the working tree plus those HEAD holds (a deleted one is reported by `worktree`)."""
+    base = project.prereg_dir.relative_to(project.root).as_posix()
+    names = {p.name for p in project.prereg_dir.iterdir()} if project.prereg_dir.is_dir() else set()
+    names |= {path.rsplit("/", 1)[-1] for path in head_files}
+    keys: set[tuple[str, str]] = set()
+    for name in names:
+        m = AMEND_RE.match(name)
+        if m and ID_RE.match(m.group("id")):
+            keys.add((m.group("id"), m.group("n")))
+        elif name.endswith(".md") and ID_RE.match(name[:-3]):
+            keys.add((name[:-3], ""))
+    return [_Record(i, k, f"{base}/{i}.md" if not k else f"{base}/{i}.amend-{k}.md") for i, k in sorted(keys)]
+
+
+def _check_record(project: Project, rec: _Record, candidates: list[gitbind.TrailerCommit], on_head: set[str],
+                  head_files: dict[str, str], blobs: dict[str, bytes | None], report: VerifyReport) -> str | None:
+    """Check one preregistration or amendment; returns its hash as committed (None when it cannot be trusted)."""
+    committed = blobs.get(head_files[rec.relpath]) if rec.relpath in head_files else None
+    if committed is None:
+        path = project.root / rec.relpath
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        if data is not None and any(blobs.get(f"{c.commit}:{rec.relpath}") == data for c in candidates):
+            report.warnings.append(Finding(rec.relpath, "elsewhere", (
+                f"{rec.relpath} ({rec.label}) is committed on another branch, not in HEAD's history")))
+            return _hash_bytes(data)
+        if data is not None:
+            report.problems.append(Finding(rec.relpath, "uncommitted", (
+                f"{rec.relpath} ({rec.label}) is in no commit of HEAD's history, so nothing proves when it was written")))
+        return None
+    actual = _hash_bytes(committed)
+    for c in candidates:
+        claimed = c.trailers.get("Logbook-Sha256", "")
+        if c.commit in on_head and claimed and actual != claimed:
+            report.problems.append(Finding(rec.relpath, "hash_mismatch", (
+                f"{rec.relpath} ({rec.label}) hashes to {(actual or 'nothing readable')[:12]}, but commit "
+                f"{c.commit[:7]} that made it says Logbook-Sha256 {claimed[:12]} (the commit was amended)"),
+                had=c.commit, lost="HEAD"))
+            return None
+    return actual
+
+
+def _hash_bytes(data: bytes) -> str | None:
+    try:
+        front, body = split_record(data.decode("utf-8"), "record")
+        return record_hash(front, body)
+    except (TamperedError, UnicodeDecodeError):
+        return None
+
+
+def _check_order(project: Project, records: list[_Record], hist: history.HistoryCheck, report: VerifyReport) -> None:
+    """A run answers to a preregistration only if the preregistration was committed first.
+
+    Provable from history: some commit that added the preregistration is an
+    ancestor of a commit that added the run's record. When both arrived in one
+    commit (a squash-merge of a branch that carried both), history cannot order
+    them, so the two records' own committed timestamps are compared instead.
+    """
+    entries = project.entries.relative_to(project.root).as_posix()
+    runs = runs_referencing(project)
+    for rec in records:
+        if rec.key:
+            continue
+        made = hist.introduced.get(rec.relpath[len(entries) + 1:], [])
+        for run in runs.get(rec.prereg_id, []):
+            started = hist.introduced.get(f"runs/{run}/run.json", [])
+            if not made or not started:
+                continue  # the run is not committed yet, or the record is reported as uncommitted
+            strictly = any(m != s and history.is_ancestor(project.root, m, s) for m in made for s in started)
+            together = set(made) & set(started)
+            if strictly or (together and _created_in_order(project, rec, run)):
+                continue
+            report.problems.append(Finding(f"{entries}/runs/{run}/run.json", "prereg_after_run", (
+                f"run {run} answers to {rec.prereg_id}, but the preregistration was first committed in "
+                f"{made[0][:7]}, which is not before {started[0][:7]}, where the run was first committed"
+                + (" (both arrived in one commit, and the preregistration's `created` is later than the run's)"
+                   if together else "")), had=made[0], lost=started[0]))
+
+
+def _created_in_order(project: Project, rec: _Record, run: str) -> bool:
+    import json
+
+    try:
+        front, _ = split_record((project.root / rec.relpath).read_text("utf-8"), rec.relpath)
+        run_rec = json.loads((project.run_dir(run) / "run.json").read_text("utf-8"))
+    except (OSError, ValueError, TamperedError):
+        return False
+    made, started = str(front.get("created") or ""), str(run_rec.get("created") or "")
+    return bool(made) and bool(started) and made[:19] <= started[:19]  # to the second: one has no fraction
+
+
+def _check_chains(project: Project, records: list[_Record], hashes: dict, report: VerifyReport) -> None:
+    """Each amendment links the original, and a record of the same preregistration, by their hashes.
+
+    Amendments made on two clones at once may link the same earlier record:
+    that is a fork, not a break. A link to a record that is not there is.
+    """
+    by_id: dict[str, list[_Record]] = {}
+    for r in records:
+        by_id.setdefault(r.prereg_id, []).append(r)
+    for pid, recs in by_id.items():
+        files = {Path(r.relpath).name: r for r in recs}
+        for r in recs:
+            path = project.root / r.relpath
+            if r.key and path.exists():
+                _check_link(pid, r, path, files, hashes, report)
+
+
+def _check_link(pid: str, r: _Record, path: Path, files: dict[str, _Record], hashes: dict,
+                report: VerifyReport) -> None:
+    try:
+        front, _ = split_record(path.read_bytes().decode("utf-8"), r.relpath)
+    except (TamperedError, UnicodeDecodeError):
+        return  # already reported as edited
+    prev = front.get("previous") if isinstance(front.get("previous"), dict) else {}
+    original = front.get("original") if isinstance(front.get("original"), dict) else {}
+    named = front.get("n") if r.key.isdigit() else front.get("id")
+    if front.get("amends") != pid or str(named) != r.key:
+        report.problems.append(Finding(r.relpath, "chain_broken", (
+            f"{r.relpath}: says it is amendment {named} of {front.get('amends')}, "
+            f"but its file name makes it amendment {r.key} of {pid}")))
+        return
+    for what, link in (("the record before it", prev), ("the preregistration", original)):
+        target = files.get(str(link.get("file")))
+        if target is None or target is r:
+            report.problems.append(Finding(r.relpath, "chain_broken", (
+                f"{r.relpath}: links {what} as {link.get('file')}, which is not among {pid}'s records: "
+                "the amendment chain is broken")))
+            continue
+        have = hashes.get((pid, target.key))
+        if have is not None and link.get("sha256") != have:
+            report.problems.append(Finding(r.relpath, "chain_broken", (
+                f"{r.relpath}: links {link.get('file')} by hash {str(link.get('sha256'))[:12]}, "
+                f"but that record hashes to {have[:12]}: the amendment chain is broken")))
+
+
+# --- logs --------------------------------------------------------------------
+
+def _log_paths(project: Project, prereg_id: str | None) -> list[str]:
+    """Hash-chained logs on disk to check line by line, relative to the root."""
+    root = project.root
+    if prereg_id is None:
+        present = [p for p in project.runs_dir.glob("*/events.jsonl")] if project.runs_dir.is_dir() else []
+        present += [p for p in (project.notes_log, project.reviews_log) if p.exists()]
+        return sorted(p.relative_to(root).as_posix() for p in present if p.is_file() and not p.is_symlink())
+    runs = runs_referencing(project).get(prereg_id, [])
+    entries = project.entries.relative_to(root).as_posix()
+    paths = [f"{entries}/runs/{r}/events.jsonl" for r in runs]
+    return [p for p in paths if (root / p).is_file() and not (root / p).is_symlink()]
+
+
+def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport) -> None:
+    for rel in _log_paths(project, prereg_id):
+        report.logs.append(rel)
+        for p in verify_log(project.root / rel):
+            kind = "log_torn_tail" if p.kind == "torn_tail" else "log_edited"
+            finding = Finding(rel, kind, f"{rel}: {p.message}", p.line)
+            (report.warnings if kind == "log_torn_tail" else report.problems).append(finding)
+
+
+def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyReport:
+    """`verify_project`, raising TamperedError when anything changed."""
+    report = verify_project(project, prereg_id)
+    report.raise_if_tampered(project.root)
+    return report

@@ -1,0 +1,231 @@
+"""What one run recorded, read once from its event log and metrics stream, for scoring and reports.
+
+Metrics are read in file order. A row whose step is lower than one seen
+before starts a new branch (a restart resumed from an older checkpoint, or a
+rollback): every value logged for that step and later is dropped, so the
+series hold exactly the steps that count, each with its last value.
+
+Goodput, wall time and step times come from `logbook.runs.goodput` over the
+run's records; records written after the run by people's commands (the
+`outcome` event) are left out, so scoring a run cannot change its figures.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logbook.records.chain import iter_records
+from logbook.records.eventschema import AFTERWARDS_KINDS, KINDS, Event, changes_lr, kinds_where, parse_ts
+from logbook.runs.goodput import goodput_report
+from logbook.core.project import Project
+from logbook.records.sink import read_metrics
+from logbook.core.textfmt import is_number
+
+LIFECYCLE = {name: k.run_state for name, k in KINDS.items() if k.run_state}
+"""The run's state after each lifecycle kind."""
+COUNT_KINDS = {**{c: kinds_where(counted_as=c) for c in ("restarts", "spikes", "rollbacks", "skipped_steps")},
+               "lr_changes": kinds_where(lr_change=True)}
+_COUNT_RULES = {
+    "restarts": "restart events", "spikes": "divergence_detected events", "rollbacks": "rollback events",
+    "skipped_steps": "step_skipped events",
+    "lr_changes": "lr_scaled events plus hparam_change events of lr, lr_scale or muon_lr",
+}
+
+
+@dataclass
+class Measurement:
+    """A metric's value at a point, or why there is none."""
+
+    value: float | None = None
+    step: int | None = None
+    rule: str = ""
+    missing: str | None = None
+    partial: bool = False
+    """A count taken before the point was reached (the run is still short of it)."""
+
+
+@dataclass
+class RunFacts:
+    """One run's events and metric series, with the questions scoring and reports ask of them."""
+
+    run: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+    series: dict[str, dict[int, float]] = field(default_factory=dict)
+    state: str = "running"
+    """finished | failed | aborted | preempted | running (also: nothing recorded yet)."""
+    last_step: int | None = None
+    total_steps: int | None = None
+    world_size: int = 1
+    prereg_id: str | None = None
+    snapshot_commit: str | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    """The metric rows as read (every branch), for `logbook.runs.goodput`."""
+    attempt_times: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """attempt -> (first, last) `time` of its metric rows."""
+    first_past: list[tuple[int, float]] = field(default_factory=list)
+    """(step, time) of each row that took the run further than any row before it, in file order."""
+    _goodput: dict[float | None, Any] = field(default_factory=dict, repr=False)
+    """goodput reports already computed, by cut-off time (None: the whole run)."""
+
+    # --- metric values -----------------------------------------------------------------
+
+    def value_at_or_before(self, metric: str, step: int) -> tuple[int, float] | None:
+        s = self.series.get(metric)
+        if not s:
+            return None
+        steps = sorted(s)
+        i = bisect.bisect_right(steps, step)
+        return (steps[i - 1], s[steps[i - 1]]) if i else None
+
+    def milestone_value(self, key: str, upto: int):
+        """The latest progress note's `key` at or before step `upto`, as a Measurement (or None)."""
+        found = None
+        for e in self.events:
+            d = Event.of(e).data
+            if e.get("kind") == "milestone" and isinstance(e.get("step"), int) and e["step"] <= upto and is_number(d.get(key)):
+                found = (e["step"], float(d[key]), d.get("fraction"))
+        if found is None:
+            return None
+        return Measurement(found[1], found[0], f"from the progress note at step {found[0]:,}")
+
+    # --- counts --------------------------------------------------------------------------
+
+    def time_past(self, step: int) -> float | None:
+        """When the run first logged a step beyond `step` (None: it never has)."""
+        i = bisect.bisect_right([s for s, _ in self.first_past], step)
+        return self.first_past[i][1] if i < len(self.first_past) else None
+
+    def count(self, metric: str, step: int | None = None) -> int:
+        """Events of the metric's kinds recorded before the run first went past `step` (None: all)."""
+        kinds = COUNT_KINDS[metric]
+        cutoff = None if step is None else self.time_past(step)
+        n = 0
+        for e in self.events:
+            if e.get("kind") not in kinds:
+                continue
+            if metric == "lr_changes" and not changes_lr(e):
+                continue
+            if cutoff is not None and (parse_ts(e.get("ts")) or 0.0) >= cutoff:
+                continue
+            n += 1
+        return n
+
+    def count_rule(self, metric: str) -> str:
+        return _COUNT_RULES[metric]
+
+    def of_kind(self, *kinds: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("kind") in kinds]
+
+    # --- time ----------------------------------------------------------------------------
+
+    def run_events(self) -> list[dict[str, Any]]:
+        """The events the run itself wrote (not those recorded about it afterwards)."""
+        return [e for e in self.events if e.get("kind") not in AFTERWARDS_KINDS]
+
+    def goodput_report(self, step: int | None = None):
+        """`logbook.runs.goodput` over the records written before the run first went past `step` (None: all)."""
+        cutoff = None if step is None else self.time_past(step)
+        if cutoff not in self._goodput:
+            events, rows = self.run_events(), self.rows
+            if cutoff is not None:
+                events = [e for e in events if (parse_ts(e.get("ts")) or 0.0) < cutoff]
+                rows = [r for r in rows if not is_number(r.get("time")) or r["time"] < cutoff]
+            self._goodput[cutoff] = goodput_report(events, rows)
+        return self._goodput[cutoff]
+
+    def seconds_per_step(self) -> float | None:
+        """Median seconds per training step over the whole run."""
+        return self.goodput_report().median_step_s
+
+    def wall_seconds(self, step: int | None = None) -> float | None:
+        rep = self.goodput_report(step)
+        return rep.wall_s if rep.attempts else None
+
+    def goodput(self, step: int | None = None):
+        """Goodput at `step` (None: the whole run): as the trainer recorded it where it did, else computed."""
+        upto = self.last_step if step is None else step
+        if step is None or step == self.last_step:
+            fin = self.of_kind("run_finished")
+            if fin and is_number((fin[-1].get("data") or {}).get("goodput")):
+                return Measurement(float(fin[-1]["data"]["goodput"]), upto, "recorded by the trainer at the end of the run")
+        noted = self.milestone_value("goodput", upto or 0)
+        if noted is not None and noted.step == upto:
+            return noted
+        rep = self.goodput_report(step)
+        if rep.goodput is None:
+            return Measurement(missing="no wall time recorded to compute goodput from")
+        scope = "" if step is None or step == self.last_step else f" up to step {step:,}"
+        return Measurement(rep.goodput, upto, f"productive time over wall time{scope}, from the event log and metrics")
+
+    def device_hours(self, seconds: float | None) -> float | None:
+        return None if seconds is None else self.world_size * seconds / 3600.0
+
+
+def _state(events: list[dict[str, Any]], record_status: str | None) -> str:
+    state = None
+    for e in events:
+        state = LIFECYCLE.get(str(e.get("kind")), state)
+    if state in (None, "running") and record_status in ("failed", "aborted", "finished"):
+        return record_status
+    return state or "running"
+
+
+_REFUSED_BY_GUARD = {"loss", "z_loss", "grad_norm"}
+"""Figures of a step whose update the guard skipped; its row keeps them, predictions do not see them."""
+
+
+def _read_metrics(facts: RunFacts, rows: list[dict[str, Any]]) -> None:
+    series: dict[str, dict[int, float]] = {}
+    furthest = -1
+    last_seen = -1
+    for r in rows:
+        s = r.get("step")
+        if not isinstance(s, int) or isinstance(s, bool):
+            continue
+        t = r.get("time") if is_number(r.get("time")) else None
+        a = r.get("attempt")
+        if t is not None and isinstance(a, int):
+            lo, hi = facts.attempt_times.get(a, (t, t))
+            facts.attempt_times[a] = (min(lo, t), max(hi, t))
+        if s < last_seen:  # a new branch: what was logged from here on no longer counts
+            for vals in series.values():
+                for k in [k for k in vals if k >= s]:
+                    del vals[k]
+        last_seen = s
+        for key, v in r.items():
+            if key in _REFUSED_BY_GUARD and r.get("skipped") is True:
+                continue  # the guard refused this step's update: its spike is not where the run stands
+            if key not in ("step", "attempt", "time") and is_number(v):
+                series.setdefault(key, {})[s] = float(v)
+        if s > furthest and t is not None:
+            facts.first_past.append((s, float(t)))
+            furthest = s
+    facts.series, facts.rows = series, rows
+
+
+def load_facts(project: Project, run_id: str, record=None) -> RunFacts:
+    """Read the run's event log and metrics once."""
+    run_dir: Path = project.run_dir(run_id)
+    facts = RunFacts(run=run_id)
+    facts.events = list(iter_records(run_dir / "events.jsonl"))
+    _read_metrics(facts, read_metrics(run_dir))
+    steps = [e["step"] for e in facts.run_events() if isinstance(e.get("step"), int)]
+    train = facts.series.get("loss") or {}
+    facts.last_step = max([*steps, *train.keys()], default=None)
+    for e in facts.events:
+        d = e.get("data") if isinstance(e.get("data"), dict) else {}
+        if e.get("kind") == "run_started":
+            if isinstance(d.get("total_steps"), int):
+                facts.total_steps = d["total_steps"]
+            if isinstance(d.get("world_size"), int) and d["world_size"] > 0:
+                facts.world_size = d["world_size"]
+            facts.prereg_id = d.get("prereg_id") or facts.prereg_id
+            facts.snapshot_commit = d.get("snapshot_commit") or facts.snapshot_commit
+    facts.state = _state(facts.events, getattr(record, "status", None))
+    fin = facts.of_kind("run_finished")
+    if facts.state == "finished" and fin and isinstance(fin[-1].get("step"), int):
+        facts.last_step = fin[-1]["step"]
+    return facts

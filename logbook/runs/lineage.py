@@ -1,0 +1,101 @@
+"""The lineage of a run: its attempts, when each ran, how far it got and how it ended.
+
+Read by streaming the run's event log once, keeping a few fields per attempt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from logbook.records.chain import iter_records
+from logbook.records.eventschema import AFTERWARDS_KINDS, KINDS, RESTART_CAUSES, Event, kinds_where, restart_cause
+
+
+@dataclass
+class Attempt:
+    """One attempt of a run, as the event log saw it."""
+
+    attempt: int
+    started: str
+    ended: str
+    first_step: int | None = None
+    last_step: int | None = None
+    how: str = ""
+    drill: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["steps"] = "–" if self.first_step is None else f"{self.first_step:,} → {self.last_step:,}"
+        d["started"] = self.started[:16].replace("T", " ") or "–"
+        d["ended"] = self.ended[:16].replace("T", " ") or "–"
+        return d
+
+
+# What an attempt's own last words say; a stronger ending replaces a weaker one.
+_OWN_ENDINGS = {name: KINDS[name].ends_attempt for name in kinds_where(lambda k: k.ends_attempt)}
+
+
+def _own_ending(kind: str, rec: dict[str, Any]) -> str:
+    data = Event.of(rec).data
+    if kind == "run_finished":
+        return "finished the run"
+    if kind == "run_failed":
+        return "run failed" + (f": {data['reason']}" if data.get("reason") else "")
+    if kind == "run_aborted":
+        return "aborted by the guard"
+    # The attempt's own record of a failure, a preemption or a hang: in the words a later `restart` would use.
+    if kind == "attempt_failed":
+        return restart_cause({**data, "cause": "exception"})
+    if kind == "preempted":
+        saved = data.get("saved_step")
+        return RESTART_CAUSES["preempted"] + (f", saved at step {saved:,}" if isinstance(saved, int) else "")
+    return RESTART_CAUSES["hang"]
+
+
+def run_lineage(events_path: Path) -> list[Attempt]:
+    """The attempts of one run in order; the last one reads "no end recorded" while it runs."""
+    attempts: dict[int, Attempt] = {}
+    strength: dict[int, int] = {}
+    for rec in iter_records(events_path):
+        a, ts = rec.get("attempt"), rec.get("ts")
+        if not isinstance(a, int) or not isinstance(ts, str):
+            continue
+        if rec.get("kind") in AFTERWARDS_KINDS:  # written about the run later: no attempt's life
+            continue
+        cur = attempts.get(a)
+        if cur is None:
+            cur = attempts[a] = Attempt(a, ts, ts)
+        cur.ended = max(cur.ended, ts)
+        step = rec.get("step")
+        if isinstance(step, int):
+            cur.first_step = step if cur.first_step is None else min(cur.first_step, step)
+            cur.last_step = step if cur.last_step is None else max(cur.last_step, step)
+        kind = rec.get("kind")
+        if kind in _OWN_ENDINGS and _OWN_ENDINGS[kind] >= strength.get(a, 0):
+            strength[a] = _OWN_ENDINGS[kind]
+            cur.how = _own_ending(kind, rec)
+            cur.drill = bool(rec.get("drill"))  # the ending was a drill's doing, not a real failure
+        elif kind == "restart":
+            data = Event.of(rec).data
+            prev = data.get("prev_attempt")
+            if isinstance(prev, int) and strength.get(prev, 0) < 3:
+                strength[prev] = 3
+                if prev not in attempts:
+                    attempts[prev] = Attempt(prev, "", "")
+                attempts[prev].how = restart_cause(data)
+                attempts[prev].drill = bool(rec.get("drill"))
+            fail = data.get("failed_at_step")
+            if isinstance(prev, int) and isinstance(fail, int):
+                p = attempts[prev]
+                p.last_step = fail if p.last_step is None else max(p.last_step, fail)
+    order = sorted(attempts)
+    for i, k in enumerate(order):
+        a = attempts[k]
+        if not a.how:
+            a.how = ("no end recorded yet (running, or lost without a trace)" if i == len(order) - 1
+                     else f"no end recorded; attempt {order[i + 1]} followed")
+        if a.drill:
+            a.how += " (drill)"
+    return [attempts[k] for k in order]

@@ -1,0 +1,61 @@
+"""Rank marks: each worker's own small file saying which attempt it belongs to and whether it ended by itself.
+
+A worker writes its mark when it starts training and again when it stops in
+any way Python sees (finished, preempted, an exception, or a SIGTERM asking it
+to stop). A mark still open after its attempt ended is a worker that vanished:
+SIGKILL, the OOM killer, a lost node. Only rank 0 writes the logbook, but only
+each worker knows whether it ended by itself; with the project on a filesystem
+every node shares, these files let the next attempt's `restart`, and the
+launcher's `run_failed`, name the rank, node and host that was lost. They live
+in the state folder (`.logbook/ranks/RUN/`), never in git.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from logbook.core.fsutil import atomic_write_json
+
+
+class RankMark:
+    """One worker's mark: {rank, node, local_rank, host, pid, attempt, ended}."""
+
+    def __init__(self, directory: Path, rank: int) -> None:
+        self.path = Path(directory) / f"rank{rank}.json"
+        self._mark: dict[str, Any] | None = None
+
+    def started(self, attempt: int, member: dict[str, Any]) -> None:
+        self._mark = {**member, "attempt": attempt, "ended": False}
+        atomic_write_json(self.path, self._mark)
+
+    def ended(self, signal_name: str | None = None) -> None:
+        """The worker stops by itself, or (`signal_name`) was asked to stop: either way it did not vanish."""
+        if self._mark is not None and not self._mark["ended"]:
+            self._mark["ended"] = signal_name or True
+            atomic_write_json(self.path, self._mark)
+
+
+def read_marks(directory: Path) -> list[dict[str, Any]]:
+    """Every rank's last mark in `directory` (unreadable files are skipped)."""
+    out = []
+    for p in sorted(Path(directory).glob("rank*.json")):
+        try:
+            mark = json.loads(p.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(mark, dict):
+            out.append(mark)
+    return out
+
+
+def lost_ranks(marks: list[dict[str, Any]], attempt: int) -> list[dict[str, Any]]:
+    """The workers of `attempt` that vanished without ending by themselves, in rank order."""
+    lost = [m for m in marks if m.get("attempt") == attempt and not m.get("ended")]
+    return sorted(lost, key=lambda m: int(m.get("rank") or 0))
+
+
+def name_ranks(marks: list[dict[str, Any]]) -> str:
+    """"rank 1 on node 1 (host gpu07)", joined with "and"."""
+    return " and ".join(f"rank {m.get('rank')} on node {m.get('node')} (host {m.get('host')})" for m in marks)

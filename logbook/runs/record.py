@@ -1,0 +1,104 @@
+"""The run record: `runs/<run>/run.json`, one per logical run (all its attempts).
+
+It links the run to its preregistration (and the amendments in force when it
+started), its code snapshot and the hash of the config it trains with, so every
+later reader can tell what ran and against which promise. It is a record: it is
+written once before the first step and never rewritten. How the run ended is
+in its event log (`run_status`), which the run alone appends to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logbook.records.chain import iter_records
+from logbook.core.errors import NotFoundError
+from logbook.records.eventstream import check_run_id, run_log_path
+from logbook.core.fsutil import atomic_create_bytes
+from logbook.core.project import Project
+from logbook.runs.facts import LIFECYCLE
+
+@dataclass
+class RunRecord:
+    """Everything that identifies a run, independent of its attempts."""
+
+    run_id: str
+    """Unique id; also the folder name under `runs/`."""
+    created: str
+    """UTC time the run was launched."""
+    config_path: str
+    """Training config file, relative to the repository root where possible."""
+    config_hash: str
+    """sha256 of the config file's bytes as launched."""
+    prereg_id: str | None = None
+    """Preregistration the run answers to; None for exploratory runs."""
+    exploratory: bool = False
+    """True when launched with `--exploratory` (no preregistration)."""
+    amendments: list[str] | None = None
+    """Keys of the preregistration's amendments in force when the run started (None in records older than this
+    field: every amendment counts). Later amendments are deviations for this run, not its promise."""
+    prereg_config_hash: str | None = None
+    """Config hash stored in the preregistration, for the deviation check."""
+    snapshot: dict[str, Any] = field(default_factory=dict)
+    """Code snapshot: {"ref": "refs/logbook/...", "commit": sha, "head": sha, "dirty": bool}."""
+    overrides: list[str] = field(default_factory=list)
+    """`key.sub=value` overrides given on the command line."""
+    nproc: int = 1
+    """Processes per node."""
+    nnodes: int = 1
+    """Nodes."""
+    max_restarts: int = 0
+    """torchrun --max-restarts."""
+    author: str = ""
+    """Who launched it (git config user.name <user.email>)."""
+    status: str = "running"
+    """The state at launch, always `running` in new records; `run_status` reads the state from the event log."""
+    deviations: list[str] = field(default_factory=list)
+    """Deviations recorded at launch (config differs from the preregistered one, ...)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def run_record_path(project: Project, run_id: str) -> Path:
+    return project.run_dir(check_run_id(run_id)) / "run.json"
+
+
+def write_run_record(project: Project, rec: RunRecord) -> None:
+    """Create run.json; a record is written once, so an existing one is never replaced (FileExistsError)."""
+    body = (json.dumps(rec.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    atomic_create_bytes(run_record_path(project, rec.run_id), body)
+
+
+def run_status(project: Project, run_id: str, rec: RunRecord | None = None) -> str:
+    """running | finished | failed | aborted | preempted, from the run's event log (streamed).
+
+    Records written before run.json became write-once may carry a later status of their own.
+    """
+    state = None
+    for e in iter_records(run_log_path(project, run_id)):
+        state = LIFECYCLE.get(str(e.get("kind")), state)
+    if state in (None, "running") and rec is not None and rec.status in ("failed", "aborted", "finished"):
+        return rec.status
+    return state or "running"
+
+
+def load_run_record(project: Project, run_id: str) -> RunRecord:
+    path = run_record_path(project, run_id)
+    if not path.exists():
+        known = list_run_ids(project)
+        hint = f"known runs: {', '.join(known[-10:])}" if known else "no runs yet: start one with `logbook run`"
+        raise NotFoundError(f"unknown run {run_id!r}", hint=hint)
+    raw = json.loads(path.read_text("utf-8"))
+    names = {f.name for f in dataclasses.fields(RunRecord)}
+    return RunRecord(**{k: v for k, v in raw.items() if k in names})
+
+
+def list_run_ids(project: Project) -> list[str]:
+    if not project.runs_dir.exists():
+        return []
+    return sorted(p.name for p in project.runs_dir.iterdir() if (p / "run.json").exists())

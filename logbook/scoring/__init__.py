@@ -1,0 +1,1 @@
+"""A run's outcome against its preregistration: predictions measured and judged, forecasts scored, calibration."""

@@ -1,0 +1,480 @@
+"""`logbook outcome RUN`: score a run's preregistered predictions against what it recorded.
+
+Every prediction of the run's preregistration (amendments included) is
+measured from the run's metrics stream and event log (see `runfacts` below)
+and judged with `Prediction.verdict`: **confirmed**, **refuted**, or
+**inconclusive** when there is nothing to judge (the metric was never logged,
+the run ended or is still going before that point). Each result keeps the
+measured value, the step it was taken at and the rule that picked it.
+
+Points in the run:
+
+- `final`: the run's last step; only a run that finished has one.
+- `step:N`: the value logged at step N or, failing that, the nearest logged
+  step before N (the result names the step used). The run must have reached N.
+- `P%`: step `milestone_step(P, total_steps)`, `total_steps` from `run_started`.
+
+Counts (restarts, spikes, rollbacks, skipped_steps, lr_changes) are counted
+over the events recorded before the run first went past the point. Counts
+only grow, so an incomplete run can already refute `spikes == 0` or confirm
+`restarts >= 1`; anything else waits.
+
+A run that has not ended gets a PROVISIONAL scorecard, which is shown but
+never written. A final one is its own immutable record,
+`runs/<run>/outcomes/<record id>.json` (`records.py`), with the scorecard and
+the deviations; it appears in the chronicle and in the review queue as
+`outcome:<record id>`. The run's event log is never touched: the run is its
+only writer. Scoring again with the same result writes nothing; a different
+result (an amendment, a repaired log) is a new record that supersedes the
+earlier one. Two people scoring on two clones each keep their record; the
+newest, by (time, id), is the run's outcome on every clone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logbook.records.chain import canonical
+from logbook.core.errors import NotFoundError, RefusedError, TamperedError
+from logbook.records.eventschema import kinds_where
+from logbook.scoring.forecasts import late_sources, run_start_time
+from logbook.core.identity import git_identity
+from logbook.runs.milestones import milestone_step
+from logbook.records.predictions import Prediction
+from logbook.records.prereg import load_prereg
+from logbook.core.project import Project
+from logbook.records.files import iter_folder, write_record
+from logbook.runs.facts import Measurement, RunFacts, load_facts
+from logbook.runs.record import RunRecord, check_run_id, load_run_record
+from logbook.scoring.rules import forecast_scores
+from logbook.core.textfmt import fmt_setting
+from logbook.records.verify import verify_project
+from logbook.records import chain
+from logbook.records import gitbind
+
+SCHEMA = 1
+STATUSES = ("confirmed", "refuted", "inconclusive")
+_COUNTS = {"restarts", "spikes", "rollbacks", "skipped_steps", "lr_changes"}
+_SERIES = {"loss", "val_loss", "grad_norm", "lr", "tokens_per_s", "mfu", "tokens"}
+
+
+OUTCOME_SOURCE = "outcome"
+"""Outcome records are cited as `outcome:<record id>`."""
+
+
+def outcomes_dir(project: Project, run_id: str) -> Path:
+    return project.run_dir(check_run_id(run_id)) / "outcomes"
+
+
+def outcome_records(project: Project, run_id: str) -> list[dict[str, Any]]:
+    """The run's scorecard records, oldest first by (time, id); the last one is the run's outcome."""
+    recs = [r for r in iter_folder(outcomes_dir(project, run_id)) if isinstance(r.get("scorecard"), dict)]
+    return sorted(recs, key=lambda r: (str(r.get("ts")), str(r.get("id"))))
+
+
+@dataclass
+class PredictionResult:
+    """One prediction, its measured value and the verdict."""
+
+    text: str
+    metric: str
+    source: str
+    """`original` or `amend-<n>`."""
+    op: str
+    threshold: float
+    tolerance: float
+    status: str
+    value: float | None
+    at_step: int | None
+    rule: str
+    reason: str = ""
+    within_tolerance: bool = False
+    forecast: dict[str, Any] | None = None
+    """Scores of a forecast (`scoring_rules.forecast_scores`); None for a plain threshold."""
+    late: str | None = None
+    """Why this prediction is a late forecast (made after the run started), else None."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        # Keys a plain, on-time prediction does not need are left out, so its record reads as before.
+        for key in ("forecast", "late"):
+            if d[key] is None:
+                del d[key]
+        return d
+
+
+@dataclass
+class Scorecard:
+    """Everything `logbook outcome` says about one run."""
+
+    run: str
+    prereg_id: str
+    prereg_sha256: str
+    prereg_title: str
+    prereg_author: str
+    prereg_created: str
+    run_state: str
+    """finished | failed | aborted | preempted | running"""
+    final: bool
+    last_step: int | None
+    total_steps: int | None
+    verify_ok: bool
+    verify_problems: list[str] = field(default_factory=list)
+    predictions: list[PredictionResult] = field(default_factory=list)
+    deviations: list[dict[str, Any]] = field(default_factory=list)
+    code_diff: str = ""
+    """`git diff --stat` between the preregistration's commit and the run's snapshot (entries excluded)."""
+    computed_at: str = ""
+    computed_by: str | None = None
+    event: str | None = None
+    """Id of the `outcome` event that records it (None while provisional)."""
+    supersedes: str | None = None
+    already_recorded: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return "FINAL" if self.final else "PROVISIONAL"
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Statuses of the on-time predictions; late forecasts are scored apart and never counted here."""
+        return {s: sum(1 for p in self.predictions if p.status == s and not p.late) for s in STATUSES}
+
+    def content(self) -> dict[str, Any]:
+        """What the outcome says, without when and by whom it was computed (compared on a rescore)."""
+        return {
+            "schema": SCHEMA, "run": self.run, "prereg_id": self.prereg_id, "prereg_sha256": self.prereg_sha256,
+            "prereg_title": self.prereg_title, "prereg_author": self.prereg_author,
+            "prereg_created": self.prereg_created, "run_state": self.run_state, "final": self.final,
+            "last_step": self.last_step, "total_steps": self.total_steps,
+            "verify": {"ok": self.verify_ok, "problems": self.verify_problems},
+            "predictions": [p.to_dict() for p in self.predictions], "counts": self.counts,
+            "deviations": self.deviations, "code_diff": self.code_diff,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.content(), "label": self.label, "computed_at": self.computed_at,
+                "computed_by": self.computed_by, "event": self.event, "supersedes": self.supersedes,
+                "already_recorded": self.already_recorded}
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+def point_step(p: Prediction, facts: RunFacts) -> tuple[int | None, str | None]:
+    """(the step a prediction is checked at, or None with the reason)."""
+    if p.at.kind == "step":
+        return int(p.at.value), None
+    if p.at.kind == "fraction":
+        if not facts.total_steps:
+            return None, "the run recorded no total_steps, so a fraction of it has no step"
+
+        return milestone_step(float(p.at.value), facts.total_steps), None
+    if facts.state == "finished":
+        return facts.last_step, None
+    return None, None  # final of a run that has not finished: handled by `measure`
+
+
+def measure(p: Prediction, facts: RunFacts) -> Measurement:
+    """The value of `p.metric` at `p.at` in this run."""
+    step, why = point_step(p, facts)
+    if why:
+        return Measurement(missing=why)
+    reached = step is not None and facts.last_step is not None and facts.last_step >= step
+    if not reached:
+        return _not_reached(p, facts, step)
+    return value_at(p.metric, facts, step)
+
+
+def _not_reached(p: Prediction, facts: RunFacts, step: int | None) -> Measurement:
+    where = "its last step" if step is None else f"step {step:,}"
+    last = facts.last_step or 0
+    if facts.state == "running" or facts.state == "preempted":
+        why = f"not reached yet: the run is {facts.state} at step {last:,}, short of {where}"
+    else:
+        why = f"the run {facts.state} at step {last:,}, before {where}"
+    if p.metric in _COUNTS:
+        m = value_at(p.metric, facts, None)
+        m.partial, m.missing = True, why
+        return m
+    return Measurement(missing=why)
+
+
+def value_at(metric: str, facts: RunFacts, step: int | None) -> Measurement:
+    """Measure at `step` (None: everything recorded so far)."""
+    upto = step if step is not None else (facts.last_step or 0)
+    if metric in _COUNTS:
+        n = facts.count(metric, step)
+        scope = "over the whole run" if step is None or step == facts.last_step else f"up to step {step:,}"
+        return Measurement(float(n), step, f"{facts.count_rule(metric)} {scope}")
+    if metric == "steps":
+        return Measurement(float(upto), upto, "steps completed")
+    if metric == "val_ppl":
+        m = _series(facts, "val_loss", upto)
+        if m.value is not None:
+            m.value, m.rule = math.exp(m.value), "exp(val_loss) " + m.rule
+        return m
+    if metric == "goodput":
+        return facts.goodput(step)
+    if metric == "wall_hours":
+        w = facts.wall_seconds(step)
+        return Measurement(None if w is None else w / 3600.0, upto, "wall time since the run started",
+                           missing=None if w is not None else "no timestamps to measure wall time from")
+    if metric == "mfu":
+        m = _series(facts, "mfu", upto)
+        return m if m.value is not None else facts.milestone_value("mfu", upto) or m
+    return _series(facts, metric, upto)
+
+
+def _series(facts: RunFacts, metric: str, step: int) -> Measurement:
+    found = facts.value_at_or_before(metric, step)
+    if found is None:
+        return Measurement(missing=f"no {metric} was logged at or before step {step:,}")
+    at, value = found
+    rule = f"at step {at:,}" if at == step else f"at step {at:,}, the nearest logged at or before step {step:,}"
+    return Measurement(value, at, rule)
+
+
+def judge(p: Prediction, m: Measurement) -> tuple[str, bool, str]:
+    """(status, within_tolerance, reason)."""
+    if m.value is None:
+        return "inconclusive", False, m.missing or "no value"
+    verdict = p.verdict(m.value)
+    if not m.partial:
+        return ("refuted" if verdict == "refuted" else "confirmed"), verdict == "within_tolerance", ""
+    # A count that only grows: some verdicts cannot change any more.
+    if p.is_point:
+        if m.value > p.hi:
+            return "refuted", False, f"already {m.value:g} before the point, above the interval, and counts only grow"
+        return "inconclusive", False, m.missing or ""
+    exceeded = m.value > p.threshold + p.tolerance
+    if p.op in ("<", "<=", "==") and verdict == "refuted" and exceeded:
+        return "refuted", False, f"already {m.value:g} before the point, and counts only grow"
+    if p.op in (">", ">=") and verdict != "refuted":
+        return "confirmed", verdict == "within_tolerance", f"already {m.value:g} before the point, and counts only grow"
+    if p.op == "!=" and exceeded:
+        return "confirmed", False, f"already {m.value:g} before the point, and counts only grow"
+    return "inconclusive", False, m.missing or ""
+
+
+def score(p: Prediction, source: str, facts: RunFacts, late: str | None = None) -> PredictionResult:
+    m = measure(p, facts)
+    status, within, reason = judge(p, m)
+    return PredictionResult(text=p.to_text(), metric=p.metric, source=source, op=p.op, threshold=p.threshold,
+                            tolerance=p.tolerance, status=status, value=m.value, at_step=m.step, rule=m.rule,
+                            reason=reason, within_tolerance=within, forecast=forecast_scores(p, status, m.value),
+                            late=late)
+
+
+# --- the run, its preregistration, its deviations -------------------------------------------
+
+
+def _prereg_id(rec: RunRecord | None, facts: RunFacts) -> str | None:
+    if rec is not None:
+        if rec.exploratory or not rec.prereg_id:
+            return None
+        return rec.prereg_id
+    return facts.prereg_id
+
+
+_GUARD_ACTIONS = kinds_where(guard="action")
+_QUIET = kinds_where(keeps_incident=True)
+
+
+def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
+    """Live changes, and guard decisions off the plan: one per incident.
+
+    The guard writes its judgement on the divergence and again on each action
+    that carries it out (the skip, the rollback, the learning-rate scaling), so
+    actions right after an off-plan divergence are folded into its deviation.
+    """
+    out: list[dict[str, Any]] = []
+    incident: dict[str, Any] | None = None
+    for e in facts.run_events():
+        kind, d = e.get("kind"), e.get("data") if isinstance(e.get("data"), dict) else {}
+        eid = f"{facts.run}:{e.get('seq')}"
+        plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
+        if kind == "hparam_change" and d.get("source") in ("live", "advice"):
+            out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
+                        "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
+                                f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))}"
+                                + (f" ({d['reason']})" if d.get("reason") else "")})
+        elif plan.get("follows") is False and incident is not None and kind in _GUARD_ACTIONS:
+            incident["actions"].append(str(kind).replace("_", " "))
+            incident["entries"].append(eid)
+            continue
+        elif plan.get("follows") is False:
+            rule = f" (rule {plan['rule']} said otherwise)" if isinstance(plan.get("rule"), int) else ""
+            what = str(kind).replace("_", " ")
+            if kind == "divergence_detected" and d.get("action"):
+                what += f" (action: {d['action']})"
+            incident = {"kind": "off_plan", "entry": eid, "step": e.get("step"), "entries": [eid], "actions": [],
+                        "text": f"{what} at step {e.get('step')} was not in the preregistered contingency plan{rule}"}
+            out.append(incident)
+            if kind != "divergence_detected":
+                incident = None
+            continue
+        if kind not in _QUIET:
+            incident = None
+    for dev in out:
+        if dev.get("actions"):
+            dev["text"] += f"; carried out as: {', '.join(dev['actions'])}"
+        dev.pop("actions", None)
+    return out
+
+
+def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts) -> tuple[list[dict[str, Any]], str]:
+    """Every departure from the preregistered plan, and the code diff text (may be empty)."""
+    out = _event_deviations(facts)
+    for text in (rec.deviations if rec else []):
+        out.append({"kind": "config", "entry": None, "step": None, "text": text})
+    want = (prereg.config or {}).get("sha256") if isinstance(prereg.config, dict) else None
+    if rec and want and rec.config_hash != want and not any(d["kind"] == "config" for d in out):
+        out.append({"kind": "config", "entry": None, "step": None,
+                    "text": f"config {rec.config_path} has sha256 {rec.config_hash[:12]}, the preregistration recorded {want[:12]}"})
+    in_force = {a.key for a in prereg.in_force(rec.amendments if rec is not None else None)}
+    for a in prereg.amendments:
+        if a.key not in in_force:
+            out.append({"kind": "amendment", "entry": None, "step": None,
+                        "text": f"amendment {a.n} ({a.created}, {a.author}) was made after the run started, "
+                                f"so the run is not scored against it: {a.reason}"})
+        elif a.kind == "deviation":
+            out.append({"kind": "amendment", "entry": None, "step": None,
+                        "text": f"amendment {a.n} ({a.created}) was made after results were seen: {a.reason}"})
+    diff = code_diff(project, prereg.base_commit, _snapshot_commit(rec, facts), prereg.front.get("uncommitted"))
+    if diff.get("text"):
+        out.append({"kind": "code", "entry": None, "step": None, "text": diff["summary"]})
+    return out, diff.get("text", "")
+
+
+def _snapshot_commit(rec: RunRecord | None, facts: RunFacts) -> str | None:
+    if rec is not None and isinstance(rec.snapshot, dict) and rec.snapshot.get("commit"):
+        return str(rec.snapshot["commit"])
+    return facts.snapshot_commit
+
+
+def code_diff(project: Project, base: str | None, snapshot: str | None,
+              uncommitted: dict[str, str | None] | None = None) -> dict[str, str]:
+    """`git diff --stat base snapshot`, leaving the logbook folder out; {} when nothing changed.
+
+    `uncommitted` is what the working tree held beyond `base` when the
+    preregistration was made (path -> blob id, None if deleted): a file the run's
+    snapshot holds exactly so is the code that was preregistered, not a change.
+    """
+    if not base or not snapshot:
+        return {}
+    root = project.root
+    for c in (base, snapshot):
+        if gitbind.git(root, "cat-file", "-t", c, check=False).strip() != "commit":
+            return {"text": f"commit {c[:12]} is not in this repository", "summary":
+                    f"the code cannot be compared: commit {c[:12]} is not in this repository"}
+    entries = project.entries.relative_to(root).as_posix()
+    spec = ["--", ".", f":(exclude){entries}"]
+    files = [f for f in gitbind.git(root, "diff", "--name-only", "--no-renames", base, snapshot, *spec).splitlines() if f]
+    if uncommitted and isinstance(uncommitted, dict):
+        now = gitbind.blob_ids(root, snapshot, [f for f in files if f in uncommitted])
+        files = [f for f in files if f not in now or now[f] != uncommitted[f]]
+    if not files:
+        return {}
+    stat = gitbind.git(root, "diff", "--stat=100", "--no-renames", base, snapshot, "--", *files).rstrip()
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    return {"text": stat, "summary": f"the code changed between the preregistration's commit {base[:7]} and the "
+                                     f"run's snapshot {snapshot[:7]}: {len(files)} file(s) ({shown})"}
+
+
+def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Scorecard:
+    """Score a run without writing anything (`facts`: the run as already read, to save a second read)."""
+    check_run_id(run_id)
+    try:
+        rec = load_run_record(project, run_id)
+    except NotFoundError:
+        rec = None
+    facts = facts if facts is not None else load_facts(project, run_id, rec)
+    if rec is None and not facts.events:
+        load_run_record(project, run_id)  # raises the not-found error with the known runs
+    pid = _prereg_id(rec, facts)
+    if pid is None:
+        raise RefusedError(f"run {run_id} is exploratory: it answers to no preregistration, so there is nothing to score",
+                           hint="preregister the next run (`logbook prereg`) and launch it with `logbook run --prereg ID`")
+    report = verify_project(project, pid)
+    try:
+        prereg = load_prereg(project, pid)
+    except (NotFoundError, TamperedError) as e:
+        first = report.problems[0].message if report.problems else e.message
+        raise TamperedError(f"preregistration {pid} of run {run_id} cannot be read, so it cannot be scored: {first}",
+                            hint="run `logbook verify` for the full list; restore the record from git") from None
+    card = Scorecard(run=run_id, prereg_id=pid, prereg_sha256=prereg.sha256, prereg_title=prereg.title,
+                     prereg_author=prereg.author, prereg_created=prereg.created, run_state=facts.state,
+                     final=facts.state in ("finished", "failed", "aborted"), last_step=facts.last_step,
+                     total_steps=facts.total_steps, verify_ok=report.ok,
+                     verify_problems=[f.message for f in report.problems])
+
+    # Amendments made after the run started are scored too, but apart and
+    # labelled late (and listed as deviations): never as if preregistered.
+    in_force = rec.amendments if rec is not None else None
+    late = late_sources(prereg, run_start_time(facts), in_force)
+    card.predictions = [score(p, src, facts, late.get(src)) for p, src in prereg.all_predictions()]
+    card.deviations, card.code_diff = deviations(project, rec, prereg, facts)
+    card.computed_at = chain.utc_now()
+    return card
+
+
+# --- recording ------------------------------------------------------------------------------
+
+
+def _event_payload(card: Scorecard, rel: str) -> dict[str, Any]:
+    return {"content_sha256": _content_hash(card), "prereg_id": card.prereg_id, "prereg_sha256": card.prereg_sha256,
+            "verify_ok": card.verify_ok, "verify_problems": card.verify_problems[:5], "run_state": card.run_state,
+            "counts": card.counts, "outcome_file": rel, "supersedes": card.supersedes,
+            "predictions": [{k: p.to_dict()[k] for k in ("text", "status", "value", "threshold", "tolerance", "at_step",
+                                                         "rule", "reason", "within_tolerance", "source")}
+                            for p in card.predictions],
+            "deviations": [{"kind": d["kind"], "text": d["text"], "entry": d["entry"]} for d in card.deviations]}
+
+
+def _content_hash(card: Scorecard) -> str:
+    import hashlib
+
+    return hashlib.sha256(canonical(card.content()).encode("utf-8")).hexdigest()
+
+
+def record_outcome(project: Project, run_id: str) -> Scorecard:
+    """Score the run; write a new scorecard record when it is final and says something new.
+
+    The caller re-renders the day that shows a new record (`chronicle.rerender_days`
+    on `card.computed_at`'s day): scoring sits below the chronicle, which shows it.
+    """
+    card = evaluate(project, run_id)
+    if not card.final:
+        return card
+    folder = outcomes_dir(project, run_id)
+    previous = outcome_records(project, run_id)
+    prev = previous[-1] if previous else None
+    if prev is not None and prev.get("data", {}).get("content_sha256") == _content_hash(card):
+        card.event, card.already_recorded = f"{OUTCOME_SOURCE}:{prev.get('id')}", True
+        card.supersedes = prev["scorecard"].get("supersedes")
+        card.computed_at, card.computed_by = str(prev.get("ts")), prev["scorecard"].get("computed_by")
+        return card
+    signer = git_identity(project.root)
+    card.computed_by = None if signer.guessed else str(signer)
+    card.supersedes = f"{OUTCOME_SOURCE}:{prev.get('id')}" if prev is not None else None
+    now = chain.utc_now()
+    card.computed_at = now
+    rel = folder.relative_to(project.root).as_posix()
+    payload = {**_event_payload(card, rel), "computed_by": card.computed_by}
+    rec = {"kind": "outcome", "run": run_id, "step": card.last_step, "data": payload, "scorecard": card.to_dict()}
+    written = write_record(folder, rec, ts=now)
+    card.event = f"{OUTCOME_SOURCE}:{written['id']}"
+    return card
+
+
+def load_outcome(project: Project, run_id: str) -> dict[str, Any] | None:
+    """The run's recorded outcome (the scorecard of its newest outcome record), or None."""
+    recs = outcome_records(project, run_id)
+    if not recs:
+        return None
+    return {**recs[-1]["scorecard"], "event": f"{OUTCOME_SOURCE}:{recs[-1].get('id')}"}
