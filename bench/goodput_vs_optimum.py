@@ -50,9 +50,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench._result import result  # noqa: E402
 from logbook.records.chain import iter_records  # noqa: E402
+from logbook.records.sink import read_metrics  # noqa: E402
 from logbook.runs.ckpt_advice import advise_from_run, overhead, young_interval  # noqa: E402
 from logbook.runs.goodput import goodput_report, median_step_seconds  # noqa: E402
-from logbook.records.sink import read_metrics  # noqa: E402
 
 GOAL = 0.90
 BASE = ["train.log_every=1", "train.eval_every=0", "train.eval_batches=1", "train.threads=1",

@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._result import result  # noqa: E402
-from logbook.records.init import init_logbook  # noqa: E402
-from logbook.launch.launcher import launch_run  # noqa: E402
 from logbook.core.project import open_project  # noqa: E402
+from logbook.launch.launcher import launch_run  # noqa: E402
+from logbook.records.init import init_logbook  # noqa: E402
 
 GOAL = 1.0
 COMPILED_GOAL = 1.5

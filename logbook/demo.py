@@ -25,26 +25,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.core.bundled import bundled_dir
 from logbook.chronicle.build import render_chronicle, rerender_days
-from logbook.records.commit import commit_logbook
-from logbook.launch.change_requests import read_answer, REPLY_KEY, submit_change, wait_for_answer
+from logbook.chronicle.notes import add_note
+from logbook.chronicle.report import write_report
+from logbook.core.bundled import bundled_dir
 from logbook.core.errors import RefusedError, UsageError
+from logbook.core.identity import git_identity
+from logbook.core.project import Project, open_project
+from logbook.core.textfmt import fmt_setting
+from logbook.core.yamlsafe import load_yaml_file
+from logbook.launch.change_requests import read_answer, REPLY_KEY, submit_change, wait_for_answer
+from logbook.launch.launcher import launch_run, new_run_id, RunResult
+from logbook.records.commit import commit_logbook
 from logbook.records.events import iter_events
 from logbook.records.eventschema import kinds_where
-from logbook.scoring.forecasts import run_summary, summary_text
-from logbook.core.identity import git_identity
 from logbook.records.init import init_logbook as init
-from logbook.launch.launcher import launch_run, new_run_id, RunResult
-from logbook.chronicle.notes import add_note
-from logbook.scoring.outcome import record_outcome
 from logbook.records.prereg import create_prereg
 from logbook.records.prereg_input import PreregInput
-from logbook.core.project import Project, open_project
-from logbook.chronicle.report import write_report
-from logbook.core.textfmt import fmt_setting
 from logbook.records.verify import verify_project
-from logbook.core.yamlsafe import load_yaml_file
+from logbook.scoring.forecasts import run_summary, summary_text
+from logbook.scoring.outcome import record_outcome
 
 DEFAULT_STEPS = 120
 """Training steps of the demo run: under a minute of training on 2 idle CPU cores."""

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 import logbook.records.chain as chain
+from logbook.core.project import Project, open_project
 from logbook.records.prereg import create_prereg
 from logbook.records.prereg_input import PreregInput
-from logbook.core.project import Project, open_project
-from logbook.runs.record import RunRecord, write_run_record
 from logbook.records.sink import EventSink, MetricsWriter
+from logbook.runs.record import RunRecord, write_run_record
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc).timestamp()
 

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from logbook.core.errors import UsageError
 from logbook.runs.ckpt_advice import (
     advise,
     advise_from_run,
@@ -16,7 +17,6 @@ from logbook.runs.ckpt_advice import (
     parse_duration,
     young_interval,
 )
-from logbook.core.errors import UsageError
 
 
 def _ev(kind, ts, attempt=1, step=None, drill=False, **data):

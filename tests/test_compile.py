@@ -23,8 +23,8 @@ import torch
 from conftest import ROOT
 from lab import Lab
 
-from logbook.launch.change_requests import new_request, write_request
 from logbook.core.project import open_project
+from logbook.launch.change_requests import new_request, write_request
 from logbook.records.sink import read_metrics
 
 pytestmark = pytest.mark.slow

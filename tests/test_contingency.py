@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from logbook.records.contingency import Action, ContingencyRule, Trigger, parse_rule
 from logbook.core.errors import UsageError
+from logbook.records.contingency import Action, ContingencyRule, Trigger, parse_rule
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from logbook.records.contingency import parse_rule
 from logbook.launch.change_requests import list_pending, new_request, processed_dir, read_answer, write_request
+from logbook.records.contingency import parse_rule
 from logbook.records.events import iter_events
 from logbook.records.sink import EventSink
 from trainer.config import TrainConfig

@@ -6,8 +6,8 @@ import pytest
 import torch
 from runhelpers import events, micro_config, of_kind
 
-from logbook.launch.launcher import launch_run
 from logbook.core.project import open_project
+from logbook.launch.launcher import launch_run
 from logbook.records.sink import read_metrics
 
 pytestmark = pytest.mark.slow

@@ -12,10 +12,10 @@ from conftest import ROOT
 
 from logbook.chronicle.build import render_chronicle
 from logbook.core.errors import UsageError
-from logbook.records.events import iter_events
 from logbook.core.project import open_project
-from logbook.records.sink import read_metrics
 from logbook.core.textfmt import fmt_num
+from logbook.records.events import iter_events
+from logbook.records.sink import read_metrics
 from trainer.callbacks import Callback
 from trainer.checkpoint import list_checkpoints
 from trainer.config import FaultConfig, load_train_config

@@ -12,12 +12,12 @@ import pytest
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
 from logbook.chronicle.build import day_path, render_chronicle
-from logbook.scoring.forecasts import Curve, curves, forecast_standings, run_curves
 from logbook.chronicle.plots import progress_figure
 from logbook.records.predictions import parse_prediction
 from logbook.records.prereg import load_prereg
-from logbook.runs.facts import load_facts
 from logbook.records.sink import EventSink
+from logbook.runs.facts import load_facts
+from logbook.scoring.forecasts import Curve, curves, forecast_standings, run_curves
 
 BEFORE = datetime(2026, 11, 30, 7, 0, tzinfo=timezone.utc)
 TRAJECTORY = "val_loss ≈ {25%: 4.3 [4.1, 4.5], 75%: 3.6 [3.4, 3.8], final: 3.3 [3.1, 3.5]} 80%"

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 import pytest
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
-from logbook.scoring.outcome import evaluate, record_outcome
 from logbook.records.predictions import parse_prediction
+from logbook.scoring.outcome import evaluate, record_outcome
 from logbook.scoring.rules import brier, forecast_scores, interval_score, log_score, point_errors
 
 BEFORE_RUN = datetime(2026, 11, 30, 7, 0, tzinfo=timezone.utc)  # the story run starts at 08:00

@@ -15,8 +15,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logbook.core.settings import LogbookConfig, load_config
 from logbook.core.errors import UsageError
+from logbook.core.settings import LogbookConfig, load_config
 from trainer.config import TrainConfig, load_train_config
 
 FUZZ = settings(max_examples=150, deadline=None,

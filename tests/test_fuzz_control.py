@@ -14,8 +14,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logbook.launch.change_requests import SETTINGS, WEIGHTS_PREFIX, decode_request, list_pending, parse_assignment, read_answer
 from logbook.core.errors import UsageError
+from logbook.launch.change_requests import SETTINGS, WEIGHTS_PREFIX, decode_request, list_pending, parse_assignment, read_answer
 from logbook.records.events import iter_events
 from logbook.records.sink import EventSink
 from trainer.config import TrainConfig, config_to_dict

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from logbook.records import gitbind
 from logbook.core.errors import RefusedError, UsageError
 from logbook.core.project import open_project
+from logbook.records import gitbind
 
 
 def _raw(repo: Path, *args: str) -> bytes:

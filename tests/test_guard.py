@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from logbook.records.contingency import ACTION_KINDS, parse_rule
 from logbook.core.errors import RunFailedError, UsageError
+from logbook.records.contingency import ACTION_KINDS, parse_rule
 from logbook.records.events import iter_events
 from trainer.config import load_train_config
 from trainer.guard import GuardCallback, checkpoints_to_keep, metrics_to_floats

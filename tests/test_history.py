@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from gitteam import Team, commit_all, git, head, write_record
 
-from logbook.records.history import CACHE_FILE
 from logbook.core.project import open_project
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.records.history import CACHE_FILE
 from logbook.records.sink import EventSink
+from logbook.runs.record import RunRecord, write_run_record
 
 FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
          "--predict", "val_loss@final < 1.45"]

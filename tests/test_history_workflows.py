@@ -11,11 +11,11 @@ from gitteam import Team, commit_all, git, write_record
 from runhelpers import micro_config
 from test_history import _prereg, _synthetic_run, _tampered, _verify
 
-from logbook.records.chain import ChainedLog
 from logbook.core.errors import TamperedError
 from logbook.core.project import open_project
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.records.chain import ChainedLog
 from logbook.records.trust import require_intact
+from logbook.runs.record import RunRecord, write_run_record
 
 
 @pytest.fixture

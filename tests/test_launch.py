@@ -8,8 +8,8 @@ import pytest
 from runhelpers import events, micro_config, of_kind, run_json
 
 from logbook.core.errors import RefusedError, UsageError
-from logbook.launch.launcher import Rendezvous, _check_overrides, _Plan, launch_run, new_run_id, torchrun_command
 from logbook.core.project import open_project
+from logbook.launch.launcher import Rendezvous, _check_overrides, _Plan, launch_run, new_run_id, torchrun_command
 from logbook.runs.record import RunRecord
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from logbook.cli import app
 from logbook.core.project import open_project
-from logbook.runs.record import RunRecord, write_run_record
 from logbook.records.sink import EventSink
+from logbook.runs.record import RunRecord, write_run_record
 
 
 def _prereg(cli, title: str, *extra: str) -> str:

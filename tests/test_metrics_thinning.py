@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from logbook.runs.goodput import _data_seconds
 from logbook.records.sink import KeepRule, MetricsWriter, full_metrics_path, read_metrics
+from logbook.runs.goodput import _data_seconds
 
 
 def _row(step: int, attempt: int) -> dict:

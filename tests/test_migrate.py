@@ -7,8 +7,8 @@ import json
 from conftest import git
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401  (story_clock is a fixture)
 
-from logbook.records.chain import ChainedLog
 from logbook.core.fsutil import atomic_write_json
+from logbook.records.chain import ChainedLog
 from logbook.records.files import iter_folder
 from logbook.records.sink import EventSink
 

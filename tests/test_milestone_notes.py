@@ -11,10 +11,10 @@ import pytest
 from conftest import ROOT
 
 from logbook.chronicle.build import render_chronicle
-from logbook.records.predictions import parse_prediction
 from logbook.core.project import open_project
-from logbook.runs.facts import RunFacts
+from logbook.records.predictions import parse_prediction
 from logbook.records.sink import read_metrics
+from logbook.runs.facts import RunFacts
 from runhelpers import events, of_kind
 from trainer.milestones_cb import since_last, standing
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logbook.chronicle.build import day_path, render_chronicle
-from logbook.runs.milestones import due_milestones, emitted_milestones, milestone_step
 from logbook.chronicle.plots import progress_plot_path, write_progress_plot
+from logbook.runs.milestones import due_milestones, emitted_milestones, milestone_step
 
 FRACTIONS = [0.1, 0.25, 0.5, 0.75, 1.0]
 

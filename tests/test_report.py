@@ -5,9 +5,9 @@ from __future__ import annotations
 from pdftext import pdf_text
 from scoring_helpers import STORY_PREDICTIONS, make_prereg, project_of, story_clock, story_run  # noqa: F401
 
-from logbook.scoring.outcome import record_outcome
 from logbook.chronicle.review import add_review, review_queue
 from logbook.records.sink import EventSink
+from logbook.scoring.outcome import record_outcome
 
 
 def _reviewed_story(repo, clock):

@@ -12,10 +12,10 @@ from contextlib import contextmanager
 import pytest
 
 from conftest import ROOT
-from logbook.launch.change_requests import list_pending, processed_dir
 from logbook.core.project import open_project
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.launch.change_requests import list_pending, processed_dir
 from logbook.records.sink import EventSink
+from logbook.runs.record import RunRecord, write_run_record
 
 
 def _make_run(run_id: str = "r1", status: str = "running", last_event: str | None = "run_started"):

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from conftest import git
 
+from logbook.core.project import open_project
 from logbook.records import gitbind
 from logbook.records.chain import ChainedLog
 from logbook.records.prereg import load_prereg
 from logbook.records.prereg_format import record_hash, render_record, split_record
-from logbook.core.project import open_project
-from logbook.runs.record import RunRecord, write_run_record
 from logbook.records.sink import EventSink
 from logbook.records.verify import verify_project
+from logbook.runs.record import RunRecord, write_run_record
 
 FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
          "--predict", "val_loss@final < 1.45", "--predict", "spikes@final == 0"]

@@ -30,8 +30,10 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from logbook.core.errors import LogbookError  # noqa: E402
-
 from logbook.core.errors import EXIT_PREEMPTED  # noqa: E402
+from logbook.core.fsutil import atomic_write_json
+from logbook.runs.record import check_run_id
+
 from .config import config_hash, config_to_dict, load_train_config  # noqa: E402
 
 
@@ -70,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
         if not args.run_id:
             print("error: --run RUN_ID is required to train", file=sys.stderr)
             return 2
-        from logbook.runs.record import check_run_id
 
         check_run_id(args.run_id)
     except LogbookError as e:
@@ -89,7 +90,6 @@ def _record_for_torchrun(exc: BaseException) -> None:
     """
     import traceback
 
-    from logbook.core.fsutil import atomic_write_json
 
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):

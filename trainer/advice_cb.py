@@ -17,8 +17,11 @@ import time
 from collections import deque
 from typing import Any
 
-from . import dist
+from logbook.records.events import iter_events
+from logbook.runs.ckpt_advice import advise_from_run, format_duration
+
 from .callbacks import Callback
+from . import dist
 
 _MIN_STEPS_MEASURED = 5
 _HYSTERESIS = 0.2
@@ -66,9 +69,6 @@ class AdviceCallback(Callback):
 
     def _propose(self, step: int) -> dict[str, Any] | None:
         """Rank 0: the new interval in steps and its reason, or None to keep the current one."""
-        from logbook.runs.ckpt_advice import advise_from_run, format_duration
-        from logbook.records.events import iter_events
-
         t = self.trainer
         events = list(iter_events(t.run_dir / "events.jsonl"))
         adv = advise_from_run(events, mtbf_s=t.cfg.checkpoint.mtbf_s or None)

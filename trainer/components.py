@@ -22,14 +22,14 @@ from typing import Any
 import torch
 
 from logbook.core.project import Project
+from logbook.records.sink import EventSink, MetricsWriter
 from logbook.runs.rankmarks import RankMark
 from logbook.runs.record import RunRecord
-from logbook.records.sink import EventSink, MetricsWriter
 
-from . import dist
 from .attempts import Heartbeat, RunHistory
 from .callbacks import CallbackList
 from .checkpoint import Checkpointer
+from . import dist
 
 
 @dataclass

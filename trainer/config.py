@@ -28,9 +28,9 @@ from logbook.core.yamlsafe import load_training_config, load_yaml_text
 # These sections are defined beside the components they configure; the
 # modules keep torch imports inside functions, so this file stays torch-free.
 from .guard_config import GuardConfig
+from .straggler import StragglerConfig
 from .telemetry import TelemetryConfig
 from .wandb_sink import WandbConfig
-from .straggler import StragglerConfig
 
 
 @dataclass

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from logbook.core.errors import UsageError
+
 
 
 @dataclass
@@ -44,8 +46,6 @@ def pick_device(pref: str, local_rank: int = 0) -> torch.device:
     if pref == "cpu" or (pref == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        from logbook.core.errors import UsageError
-
         raise UsageError("train.device is cuda but no CUDA device is available", hint="use train.device=cpu or auto")
     return torch.device("cuda", local_rank)
 

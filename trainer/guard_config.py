@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from logbook.launch.change_requests import SETTINGS, coerce_value
 from logbook.core.errors import UsageError
+from logbook.launch.change_requests import SETTINGS, coerce_value
 
 @dataclass
 class GuardConfig:

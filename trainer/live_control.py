@@ -48,20 +48,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from logbook.launch.change_requests import (
-    config_path,
-    decode_request,
-    finish_request,
-    iter_answers,
-    list_pending,
-    processed_dir,
-    REPLY_KEY,
-    validate_changes,
-)
 from logbook.core.errors import UsageError
 from logbook.core.fsutil import atomic_write_json
-from logbook.records.plan import judge_against_plan
 from logbook.core.project import Project
+from logbook.launch.change_requests import (config_path, decode_request, finish_request, iter_answers, list_pending, processed_dir, REPLY_KEY, SETTINGS, validate_changes)
+from logbook.records.plan import judge_against_plan
 
 from .callbacks import Callback
 
@@ -341,8 +332,6 @@ class ControlChannel:
             self.data_weights_hook(dict(self.data_weights))
 
     def _snapshot(self) -> dict[str, Any]:
-        from logbook.launch.change_requests import SETTINGS
-
         paths = {s.path for s in SETTINGS.values() if not s.path.startswith("live.")}
         return {p: _get_path(self.config, p) for p in sorted(paths) if _has_path(self.config, p)}
 
@@ -400,8 +389,6 @@ def _without_reply(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _key_of(path: str) -> str:
-    from logbook.launch.change_requests import SETTINGS
-
     return next((s.key for s in SETTINGS.values() if s.path == path), path)
 
 

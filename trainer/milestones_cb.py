@@ -22,10 +22,13 @@ import time
 import traceback
 from typing import Any
 
-from logbook.records.eventschema import kinds_where
-from logbook.scoring.forecasts import forecast_standings
-from logbook.runs.milestones import due_milestones, emitted_milestones, milestone_step
 from logbook.chronicle.plots import plot_ref, progress_plot_path, write_progress_plot
+from logbook.records.eventschema import kinds_where
+from logbook.records.prereg import load_prereg
+from logbook.runs.facts import load_facts
+from logbook.runs.milestones import due_milestones, emitted_milestones, milestone_step
+from logbook.scoring.forecasts import forecast_standings
+from logbook.scoring.outcome import judge, measure, value_at
 
 from .callbacks import Callback
 
@@ -95,7 +98,6 @@ class MilestoneNotes(Callback):
 
     def _emit_one(self, fraction: float, step: int, metrics: dict[str, Any]) -> None:
         tr = self.trainer
-        from logbook.runs.facts import load_facts
 
         facts = load_facts(tr.project, tr.run_id, tr.run_record)
         path = progress_plot_path(tr.project, tr.run_id, fraction)
@@ -162,7 +164,6 @@ class MilestoneNotes(Callback):
         rec = self.trainer.run_record
         if rec is None or not rec.prereg_id:
             return None
-        from logbook.records.prereg import load_prereg
 
         try:
             return load_prereg(self.trainer.project, rec.prereg_id)
@@ -198,8 +199,6 @@ def standing(p, facts) -> dict[str, Any]:
     restart). Otherwise the current value is judged as if it were final: on
     the wrong side or within the tolerance is "at risk".
     """
-    from logbook.scoring.outcome import value_at, judge, measure
-
     m = measure(p, facts)
     status, _within, _ = judge(p, m)
     if status == "refuted":

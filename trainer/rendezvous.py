@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 import torch.distributed as dist
+from logbook.core.errors import UsageError
+
 
 STARTUP_TIMEOUT_ENV = "LOGBOOK_STARTUP_TIMEOUT_S"
 DEFAULT_STARTUP_TIMEOUT_S = 300.0
@@ -82,8 +84,6 @@ def startup_timeout_s(env: Mapping[str, str]) -> float:
     except ValueError:
         value = -1.0
     if value <= 0:
-        from logbook.core.errors import UsageError
-
         raise UsageError(f"{STARTUP_TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
     return value
 
@@ -108,8 +108,6 @@ def _attempt_store(torch_rank: int, world: int, timeout: float, env: Mapping[str
     host, port = env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", "29500"))
     shared = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     if shared and int(env.get("GROUP_WORLD_SIZE", "1") or 1) > 1:
-        from logbook.core.errors import UsageError
-
         raise UsageError("on several nodes, torchrun's shared store cannot tell one attempt from the next",
                          hint="set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun (`logbook run` does)")
     try:
@@ -142,7 +140,5 @@ def _refuse_duplicate_nodes(members: list[Member]) -> None:
     for m in members:
         other = seen.setdefault((m.node, m.local_rank), m)
         if other is not m:
-            from logbook.core.errors import UsageError
-
             raise UsageError(f"two nodes were started with --node-rank {m.node} ({other.host} and {m.host})",
                              hint="give every node its own --node-rank, 0 to nnodes-1")

@@ -20,13 +20,13 @@ from typing import Any, Protocol
 
 from logbook.core.errors import RefusedError, RunFailedError
 
-from . import dist
 from .callbacks import LoopAction, TrainerView
 from .checkpoint import check_model_compatible
 from .config import config_hash, config_to_dict
 from .guard_decision import complete_rollback
 from .optim import apply_hyperparams
 from .rng import get_rng_state, set_rng_state
+from . import dist
 
 STATE_FORMAT = 1
 

@@ -26,13 +26,14 @@ from typing import Any
 
 import torch
 
-from logbook.core.errors import NotFoundError, RunFailedError
+from logbook.core.errors import LogbookError, NotFoundError, RunFailedError
 from logbook.core.project import open_project
+from logbook.records.prereg import load_prereg
+from logbook.records.sink import EventSink, KeepRule, MetricsWriter, full_metrics_path
+from logbook.runs.milestones import milestone_step
 from logbook.runs.rankmarks import RankMark
 from logbook.runs.record import load_run_record
-from logbook.records.sink import EventSink, KeepRule, MetricsWriter, full_metrics_path
 
-from . import dist
 from .advice_cb import AdviceCallback
 from .attempts import Heartbeat, RunHistory
 from .callbacks import Callback, CallbackList
@@ -53,6 +54,7 @@ from .straggler import StragglerMonitor
 from .telemetry import Telemetry
 from .wandb_sink import WandbSink
 from .watchdog import HangWatchdog
+from . import dist
 
 
 def build_trainer(cfg: TrainConfig, *, project_root: Path | str, run_id: str, config_path: str | None = None,
@@ -146,14 +148,9 @@ def _keep_rule(cfg: TrainConfig, project: Any, rec: Any) -> KeepRule:
 
     Every row also goes to `.logbook/metrics/` (outside git) and, when it is on, to W&B.
     """
-    from logbook.runs.milestones import milestone_step
-
     total = cfg.train.steps
     exact = {milestone_step(f, total) for f in project.config.milestones}
     if rec is not None and rec.prereg_id:
-        from logbook.core.errors import LogbookError
-        from logbook.records.prereg import load_prereg
-
         try:
             preds = load_prereg(project, rec.prereg_id).all_predictions(rec.amendments)
         except LogbookError:
@@ -229,7 +226,6 @@ def _contingency_rules(book: RunLogbook) -> list[Any]:
     rec = book.run_record
     if rec is None or not rec.prereg_id:
         return []
-    from logbook.records.prereg import load_prereg
 
     return list(load_prereg(book.project, rec.prereg_id).all_contingency(rec.amendments))
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from logbook.core.errors import UsageError
 from logbook.records.eventschema import KINDS
+from logbook.runs.goodput import goodput_of_run
 
 from .callbacks import Callback
 
@@ -308,8 +309,6 @@ class WandbSink(Callback):
 
     def _summarise(self) -> None:
         """Goodput so far into the W&B summary (the logbook's own figure, from its logs)."""
-        from logbook.runs.goodput import goodput_of_run
-
         rep = goodput_of_run(self.trainer.run_dir)
         if rep.goodput is not None:
             self.run.summary.update({"goodput": rep.goodput, **{f"badput/{k}": v for k, v in rep.fractions().items()

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.bundled import bundled_dir
-from logbook.records.eventschema import label as kind_label
-from logbook.records.eventschema import restart_cause
+from logbook.core.errors import NotFoundError
 from logbook.core.project import Project
 from logbook.core.textfmt import (
     code_block, code_span, fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_pct, fmt_setting,
     fmt_tokens, is_number, md_escape, quote_text, signal_name, signal_number, table_cell,
 )
-from logbook.core.errors import NotFoundError
+from logbook.records.eventschema import label as kind_label
+from logbook.records.eventschema import restart_cause
 
 BUNDLED_TEMPLATES = bundled_dir("templates")
 _KIND_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")

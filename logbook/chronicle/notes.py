@@ -13,14 +13,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from logbook.records import chain
-from logbook.records.chain import iter_records
 from logbook.chronicle.build import RenderResult, render_chronicle
 from logbook.core.clockskew import clock_warnings
 from logbook.core.errors import NotFoundError, UsageError
-from logbook.records.eventstream import NOTES_SOURCE, list_event_runs, run_log_path
 from logbook.core.identity import signing_identity
 from logbook.core.project import Project
+from logbook.records import chain
+from logbook.records.chain import iter_records
+from logbook.records.eventstream import NOTES_SOURCE, list_event_runs, run_log_path
 from logbook.records.files import is_record_id, iter_folder, read_record, write_record
 from logbook.runs.record import check_run_id
 

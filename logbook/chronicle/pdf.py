@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from logbook.chronicle.build import Chronicle, DayPage, iter_pages, select_days
-from logbook.core.errors import UsageError
-from logbook.records.eventstream import list_event_runs, run_log_path
-from logbook.core.fsutil import atomic_write_bytes
-from logbook.runs.lineage import run_lineage
-from logbook.chronicle.mdconvert import Converter, ImageStore
-from logbook.core.project import Project
 from logbook.chronicle.markdown import MarkdownRenderer, find_template_file
+from logbook.chronicle.mdconvert import Converter, ImageStore
+from logbook.core.errors import UsageError
+from logbook.core.fsutil import atomic_write_bytes
+from logbook.core.project import Project
+from logbook.records.eventstream import list_event_runs, run_log_path
+from logbook.runs.lineage import run_lineage
 
 TEMPLATE = "chronicle.typ"
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import iter_records
-from logbook.scoring.forecasts import run_curves
 from logbook.core.fsutil import atomic_write_bytes
 from logbook.core.project import Project
-from logbook.records.sink import read_metrics
 from logbook.core.textfmt import fmt_int, is_number
+from logbook.records.chain import iter_records
+from logbook.records.sink import read_metrics
+from logbook.scoring.forecasts import run_curves
 
 _MAX_POINTS = 4000  # beyond this, steps are bucketed into a min-max band plus a mean line
 

@@ -28,26 +28,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.scoring.calibration import calibration
-from logbook.scoring.calibration_plot import write_calibration_plot
-from logbook.core.errors import LogbookError, NotFoundError, RefusedError, TamperedError, UsageError
-from logbook.records.eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts, summary as event_summary
-from logbook.scoring.forecasts import run_summary, summary_text
-from logbook.core.fsutil import atomic_write_bytes, atomic_write_text
-from logbook.runs.lineage import run_lineage
-from logbook.chronicle.mdconvert import Converter, ImageStore
-from logbook.scoring.outcome import evaluate, load_outcome
-from logbook.chronicle.plots import write_progress_plot
-from logbook.records.prereg import load_prereg, runs_referencing
-from logbook.core.project import Project
 from logbook.chronicle.markdown import find_template_file, MarkdownRenderer
+from logbook.chronicle.mdconvert import Converter, ImageStore
+from logbook.chronicle.plots import write_progress_plot
 from logbook.chronicle.review import APPROVED, review_queue
-from logbook.records.reviews import reviews_for
-from logbook.runs.facts import RunFacts, load_facts
-from logbook.runs.record import RunRecord, check_run_id, load_run_record
+from logbook.core.errors import LogbookError, NotFoundError, RefusedError, TamperedError, UsageError
+from logbook.core.fsutil import atomic_write_bytes, atomic_write_text
+from logbook.core.project import Project
 from logbook.core.textfmt import is_number
 from logbook.core.yamlsafe import load_yaml_text
 from logbook.records import gitbind
+from logbook.records.eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts, summary as event_summary
+from logbook.records.prereg import load_prereg, runs_referencing
+from logbook.records.reviews import reviews_for
+from logbook.runs.facts import RunFacts, load_facts
+from logbook.runs.lineage import run_lineage
+from logbook.runs.record import RunRecord, check_run_id, load_run_record
+from logbook.scoring.calibration import calibration
+from logbook.scoring.calibration_plot import write_calibration_plot
+from logbook.scoring.forecasts import run_summary, summary_text
+from logbook.scoring.outcome import evaluate, load_outcome
 
 MD_TEMPLATE = "report.md.j2"
 TYP_TEMPLATE = "report.typ"

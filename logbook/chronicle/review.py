@@ -33,22 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import iter_records
 from logbook.chronicle.build import rerender_days
+from logbook.chronicle.notes import note_records
 from logbook.core.clockskew import clock_warnings
 from logbook.core.errors import NotFoundError, RefusedError, TamperedError, UsageError
-from logbook.records.eventschema import Event, kinds_where, summary
-from logbook.records.eventstream import list_event_runs, run_log_path
 from logbook.core.fsutil import exclusive
 from logbook.core.gitstate import restore_hint
 from logbook.core.identity import signing_identity
-from logbook.chronicle.notes import note_records
-from logbook.scoring.outcome import outcome_records
 from logbook.core.project import Project
+from logbook.records import chain
+from logbook.records.chain import iter_records
+from logbook.records.eventschema import Event, kinds_where, summary
+from logbook.records.eventstream import list_event_runs, run_log_path
 from logbook.records.files import damaged_records, write_record
 from logbook.records.reviews import ACTIONS, review_records
 from logbook.runs.record import load_run_record
-from logbook.records import chain
+from logbook.scoring.outcome import outcome_records
 
 REVIEW_KINDS = kinds_where(reviewable=True)
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""

@@ -13,13 +13,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from logbook.chronicle.markdown import MarkdownRenderer, Raw, View, view
+from logbook.chronicle.plots import progress_plot_path
+from logbook.core.project import Project
+from logbook.core.textfmt import is_number
 from logbook.records.eventschema import Event, kinds_where
 from logbook.records.eventstream import NOTES_SOURCE, Item
 from logbook.runs.milestones import is_late, milestone_step
-from logbook.chronicle.plots import progress_plot_path
-from logbook.core.project import Project
-from logbook.chronicle.markdown import MarkdownRenderer, Raw, View, view
-from logbook.core.textfmt import is_number
 
 # Routine events are summarised in one line per run per day instead of one entry each.
 ROUTINE_KINDS = frozenset(kinds_where(routine=True))

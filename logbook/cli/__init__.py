@@ -1,9 +1,12 @@
-"""The `logbook` command line. One module per command group registers on `app`."""
+"""The `logbook` command line. One module per command group registers on `app`.
+
+Commands import the library inside their functions, and only what they use:
+`logbook --help` and shell completion then load typer and nothing else, and
+each command pays only for its own imports.
+"""
 
 from __future__ import annotations
 
-from logbook.core.errors import EXIT_OK
-from logbook.cli._app import app
 from logbook.cli import init_cmd  # noqa: F401  (registers commands)
 from logbook.cli import run_cmd  # noqa: F401
 from logbook.cli import demo_cmd  # noqa: F401
@@ -14,6 +17,8 @@ from logbook.cli import review_cmd  # noqa: F401
 from logbook.cli import outcome_cmd  # noqa: F401
 from logbook.cli import ckpt_cmd  # noqa: F401
 from logbook.cli import slurm_cmd  # noqa: F401
+from logbook.cli._app import app
+from logbook.core.errors import EXIT_OK
 
 __all__ = ["app", "main"]
 

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from logbook.core.errors import UsageError
 from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json
+from logbook.core.errors import UsageError
 
 
 def _rel(root: Path, p: Path) -> str:

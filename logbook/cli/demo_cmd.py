@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from logbook.core.errors import EXIT_TAMPERED
 from logbook.cli._app import JSON_OPTION, app, err, print_json
+from logbook.core.errors import EXIT_TAMPERED
 
 
 @app.command("demo")

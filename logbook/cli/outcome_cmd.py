@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from logbook.core.errors import UsageError
 from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json, stdout_console
+from logbook.core.errors import UsageError
 
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
 

@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from logbook.launch.change_requests import SETTINGS
 from logbook.cli._app import JSON_OPTION, app, err, print_json
+from logbook.launch.change_requests import SETTINGS
 
 
 def _keys_help() -> str:

@@ -25,8 +25,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from logbook.core.settings import CONFIG_FILE, LogbookConfig, load_config
 from logbook.core.errors import RefusedError
+from logbook.core.settings import CONFIG_FILE, LogbookConfig, load_config
 
 STATE_DIR = ".logbook"
 

@@ -30,13 +30,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import utc_now
 from logbook.core.errors import RefusedError, UsageError, did_you_mean
-from logbook.records.events import iter_events
-from logbook.records.eventschema import kinds_where
 from logbook.core.fsutil import atomic_write_json, fsync_dir
 from logbook.core.identity import git_identity
 from logbook.core.project import Project
+from logbook.records.chain import utc_now
+from logbook.records.events import iter_events
+from logbook.records.eventschema import kinds_where
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_status
 
 REQUEST_VERSION = 1

@@ -32,18 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import utc_now
 from logbook.core.errors import RefusedError, UsageError
-from logbook.records.gitbind import snapshot_worktree
 from logbook.core.identity import git_identity
-from logbook.launch.watch import RunResult, StderrPump, Watcher, launch_ending, next_seq
-from logbook.records.prereg import load_prereg, resolve_prereg_id
 from logbook.core.project import Project
-from logbook.runs.runlock import RunLock
-from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
-from logbook.records.verify import verify_or_raise
 from logbook.core.yamlsafe import load_training_config
+from logbook.launch.watch import RunResult, StderrPump, Watcher, launch_ending, next_seq
 from logbook.records import gitbind
+from logbook.records.chain import utc_now
+from logbook.records.gitbind import snapshot_worktree
+from logbook.records.prereg import load_prereg, resolve_prereg_id
+from logbook.records.verify import verify_or_raise
+from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
+from logbook.runs.runlock import RunLock
 
 __all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 

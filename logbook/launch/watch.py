@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from logbook.records.chain import iter_records
 from logbook.chronicle.build import render_chronicle
 from logbook.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_RUN_FAILED
-from logbook.records.eventschema import Event, restart_cause
 from logbook.core.fsutil import log_tail
 from logbook.core.project import Project
+from logbook.records.chain import iter_records
+from logbook.records.eventschema import Event, restart_cause
+from logbook.records.sink import EventSink
 from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
 from logbook.runs.record import RunRecord
-from logbook.records.sink import EventSink
 
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)

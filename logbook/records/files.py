@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from logbook.core.fsutil import atomic_create_bytes
 from logbook.records import chain
 from logbook.records.chain import SCHEMA_VERSION, canonical, record_hash
-from logbook.core.fsutil import atomic_create_bytes
 
 RECORD_ID_RE = re.compile(r"^(\d{8}T\d{12}Z)-([0-9a-f]{8})$")
 """`YYYYMMDDTHHMMSSffffffZ-xxxxxxxx`: the writer's UTC time and 32 random bits."""

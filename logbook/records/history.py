@@ -35,10 +35,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logbook.records import gitbind
 from logbook.core.fsutil import atomic_write_json
 from logbook.core.project import Project
 from logbook.core.recordkinds import classify
+from logbook.records import gitbind
 
 CACHE_FILE = "verified-history.json"
 _CACHE_VERSION = 1

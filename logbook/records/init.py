@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from logbook.records.clonesetup import SetupResult, set_up_clone
-from logbook.core.settings import CONFIG_FILE, LogbookConfig, load_config
 from logbook.core.errors import RefusedError
 from logbook.core.fsutil import atomic_write_text
-from logbook.records.gitbind import check_repo_state, commit_file
 from logbook.core.project import Project, find_git_root
+from logbook.core.settings import CONFIG_FILE, LogbookConfig, load_config
+from logbook.records.clonesetup import SetupResult, set_up_clone
+from logbook.records.gitbind import check_repo_state, commit_file
 
 
 @dataclass

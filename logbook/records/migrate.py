@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import iter_records
 from logbook.core.project import Project
+from logbook.records.chain import iter_records
 from logbook.records.files import iter_folder, write_record
 
 _BOOKKEEPING = ("v", "seq", "prev", "hash", "ts", "id")

@@ -27,13 +27,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from logbook.core.errors import NotFoundError, RefusedError, TamperedError, UsageError
+from logbook.core.project import Project
 from logbook.records import gitbind
 from logbook.records.contingency import ContingencyRule
-from logbook.core.errors import NotFoundError, RefusedError, TamperedError, UsageError
 from logbook.records.predictions import Forecast, Prediction, flatten, forecast_from_dict
 from logbook.records.prereg_format import SCHEMA, hash_as_written, read_record, render_body, render_record
 from logbook.records.prereg_input import ID_RE, PreregInput, check_id, slugify, validate_input
-from logbook.core.project import Project
 
 AMEND_RE = re.compile(r"^(?P<id>[a-z0-9-]+)\.amend-(?P<n>[1-9]\d{0,3}|\d{8}T\d{12}Z-[0-9a-f]{8})\.md$")
 """`<prereg id>.amend-<key>.md`: the key is a record id (or, in older logbooks, a number)."""

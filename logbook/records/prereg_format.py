@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
+from logbook.core.errors import TamperedError, UsageError
+from logbook.core.yamlsafe import load_yaml_text
 from logbook.records.chain import canonical
 from logbook.records.contingency import ContingencyRule
-from logbook.core.errors import TamperedError, UsageError
 from logbook.records.predictions import parse_prediction
-from logbook.core.yamlsafe import load_yaml_text
 
 SCHEMA = 1
 SEEN = {"nothing": "nothing run yet", "run-started": "run started, no results seen", "results": "results seen"}

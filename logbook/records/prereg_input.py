@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.records.contingency import ContingencyRule, parse_rule
 from logbook.core.errors import UsageError, did_you_mean
-from logbook.records.predictions import Forecast, parse_prediction
 from logbook.core.project import Project
+from logbook.records.contingency import ContingencyRule, parse_rule
+from logbook.records.predictions import Forecast, parse_prediction
 
 ID_RE = re.compile(r"^\d{4}-\d{2}-\d{2}-[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FORBIDDEN_TITLE = set("`$<>|;&\\")

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from logbook.records import gitbind
 from logbook.core.project import Project
 from logbook.core.recordkinds import classify
+from logbook.records import gitbind
 
 _REFLOG_DEPTH = 200  # earlier HEADs looked at for a record dropped here
 

@@ -45,18 +45,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import verify_log
 from logbook.core.errors import NotFoundError, RefusedError, TamperedError
 from logbook.core.gitstate import restore_hint
-from logbook.records.prereg import AMEND_RE, runs_referencing
-from logbook.records.prereg_format import record_hash, split_record
-from logbook.records.prereg_input import ID_RE, check_id
 from logbook.core.project import Project
-from logbook.records.files import damaged_records
 from logbook.records import gitbind
 from logbook.records import history
 from logbook.records import remote
 from logbook.records import worktree
+from logbook.records.chain import verify_log
+from logbook.records.files import damaged_records
+from logbook.records.prereg import AMEND_RE, runs_referencing
+from logbook.records.prereg_format import record_hash, split_record
+from logbook.records.prereg_input import ID_RE, check_id
 
 TRAILER = "Logbook-Prereg"
 

@@ -21,9 +21,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from logbook.records import gitbind
 from logbook.core.project import Project
 from logbook.core.recordkinds import classify
+from logbook.records import gitbind
 
 
 @dataclass(frozen=True)

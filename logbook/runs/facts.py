@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logbook.core.project import Project
+from logbook.core.textfmt import is_number
 from logbook.records.chain import iter_records
 from logbook.records.eventschema import AFTERWARDS_KINDS, KINDS, Event, changes_lr, kinds_where, parse_ts
-from logbook.runs.goodput import goodput_report
-from logbook.core.project import Project
 from logbook.records.sink import read_metrics
-from logbook.core.textfmt import is_number
+from logbook.runs.goodput import goodput_report
 
 LIFECYCLE = {name: k.run_state for name, k in KINDS.items() if k.run_state}
 """The run's state after each lifecycle kind."""

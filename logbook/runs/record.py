@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import iter_records
 from logbook.core.errors import NotFoundError
-from logbook.records.eventstream import check_run_id, run_log_path
 from logbook.core.fsutil import atomic_create_bytes
 from logbook.core.project import Project
+from logbook.records.chain import iter_records
+from logbook.records.eventstream import check_run_id, run_log_path
 from logbook.runs.facts import LIFECYCLE
 
 @dataclass

@@ -13,8 +13,8 @@ import os
 import socket
 from pathlib import Path
 
-from logbook.records.chain import utc_now
 from logbook.core.errors import RefusedError
+from logbook.records.chain import utc_now
 
 
 class RunLock:

@@ -40,9 +40,9 @@ from datetime import date
 from typing import Any
 
 from logbook.core.errors import UsageError
+from logbook.core.project import Project
 from logbook.records.eventstream import list_event_runs
 from logbook.scoring.outcome import load_outcome
-from logbook.core.project import Project
 
 
 @dataclass

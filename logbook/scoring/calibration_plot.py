@@ -18,8 +18,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from logbook.scoring.calibration import Calibration, reliability_bins
 from logbook.core.fsutil import atomic_write_bytes
+from logbook.scoring.calibration import Calibration, reliability_bins
 
 _BLUE, _PURPLE, _GREY = "#1f4e79", "#7f3f98", "#888888"
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from logbook.records.chain import iter_records
 from logbook.core.errors import LogbookError
+from logbook.core.textfmt import fmt_num
+from logbook.records.chain import iter_records
 from logbook.records.eventschema import parse_ts
-from logbook.runs.milestones import milestone_step
 from logbook.records.predictions import POINT_OP, At, Prediction
 from logbook.records.prereg import load_prereg
 from logbook.runs.facts import RunFacts
-from logbook.core.textfmt import fmt_num
+from logbook.runs.milestones import milestone_step
 
 
 def run_start_time(facts: RunFacts) -> float | None:

@@ -37,23 +37,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import canonical
 from logbook.core.errors import NotFoundError, RefusedError, TamperedError
-from logbook.records.eventschema import kinds_where
-from logbook.scoring.forecasts import late_sources, run_start_time
 from logbook.core.identity import git_identity
-from logbook.runs.milestones import milestone_step
-from logbook.records.predictions import Prediction
-from logbook.records.prereg import load_prereg
 from logbook.core.project import Project
-from logbook.records.files import iter_folder, write_record
-from logbook.runs.facts import Measurement, RunFacts, load_facts
-from logbook.runs.record import RunRecord, check_run_id, load_run_record
-from logbook.scoring.rules import forecast_scores
 from logbook.core.textfmt import fmt_setting
-from logbook.records.verify import verify_project
 from logbook.records import chain
 from logbook.records import gitbind
+from logbook.records.chain import canonical
+from logbook.records.eventschema import kinds_where
+from logbook.records.files import iter_folder, write_record
+from logbook.records.predictions import Prediction
+from logbook.records.prereg import load_prereg
+from logbook.records.verify import verify_project
+from logbook.runs.facts import Measurement, RunFacts, load_facts
+from logbook.runs.milestones import milestone_step
+from logbook.runs.record import RunRecord, check_run_id, load_run_record
+from logbook.scoring.forecasts import late_sources, run_start_time
+from logbook.scoring.rules import forecast_scores
 
 SCHEMA = 1
 STATUSES = ("confirmed", "refuted", "inconclusive")
