@@ -49,7 +49,11 @@ class _RMSNorm(torch.autograd.Function):
         # d/dx of x * rstd: rstd * (g w - xhat * mean(g w xhat)); the mean is a
         # matrix-vector product of g * xhat with the gain, one kernel and no temporary.
         dot = _row_dot(gx, weight).div_(xhat.shape[-1])
-        dx = (g * weight).addcmul_(xhat, dot, value=-1.0).mul_(rstd)
+        # gx is spent: dx takes its buffer (a fresh one would cost page faults on
+        # a CPU), unless the gain's gradient is gx itself (a gain as large as x).
+        spent = dw is None or dw.shape != gx.shape
+        dx = torch.mul(g, weight, out=gx) if spent else g * weight
+        dx.addcmul_(xhat, dot, value=-1.0).mul_(rstd)
         return dx, dw, None
 
 
