@@ -41,6 +41,7 @@ from .checkpoint import Checkpointer
 from .compiling import CompileCache, warm_up
 from .config import TrainConfig
 from .faults import InjectedFault
+from .kernels import keep_freed_memory
 from .optim import lr_factor, qk_clip
 from .restore import checkpoint_parts, resume, rollback
 from .startup import announce, build, open_logbook
@@ -156,6 +157,8 @@ class Trainer:
             torch.set_num_threads(t.threads)
         self.dist = dist.init_distributed(t.device)
         self.device = self.dist.device
+        if self.device.type == "cpu":
+            keep_freed_memory()  # no page faults for the activations of every step (trainer/kernels.py)
         if t.deterministic:
             dist.set_deterministic(True, warn_only=self.device.type == "cuda", compiling=t.compile)
             torch.backends.cudnn.benchmark = False
