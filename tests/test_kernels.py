@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import resource
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from trainer.config import ModelConfig
-from trainer.kernels import _CrossEntropyZ, _RMSNorm, cross_entropy_z, rms_norm
+from trainer.kernels import _CrossEntropyZ, _RMSNorm, cross_entropy_z, keep_freed_memory, rms_norm
 from trainer.model import GPT
 
 
@@ -68,3 +71,24 @@ def test_the_model_keeps_nn_rmsnorm_parameter_names_so_old_checkpoints_load():
     names = set(model.state_dict())
     assert {"blocks.0.norm1.weight", "blocks.0.norm2.weight", "norm_f.weight", "blocks.0.attn.q_gain"} <= names
     assert isinstance(model.norm_f, torch.nn.RMSNorm)
+
+
+def test_the_qk_norm_of_queries_and_keys_together_matches_one_norm_per_head():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 5, 3 * 8, generator=g)
+    q_gain, k_gain = (1 + 0.1 * torch.randn(2, 4, generator=g) for _ in range(2))
+    qk = x.split((16, 8), dim=2)[0].view(2, 5, 4, 4)  # 2 query heads then 2 key heads, as the model lays them out
+    q, k = rms_norm(qk, torch.cat((q_gain, k_gain))).split(2, dim=2)
+    ref = [F.rms_norm(t.view(2, 5, 2, 4), (4,)) * gain for t, gain in zip(x.split(8, dim=2), (q_gain, k_gain))]
+    assert torch.allclose(q, ref[0], atol=1e-6) and torch.allclose(k, ref[1], atol=1e-6)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_kept_freed_memory_is_not_faulted_in_again_on_the_next_step():
+    assert keep_freed_memory()
+    for _ in range(2):  # the first cycle maps the blocks
+        [torch.ones(1 << 20) for _ in range(4)]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        [torch.ones(1 << 20) for _ in range(4)]  # 4 MB blocks, freed at the end of each cycle
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 200  # not 5 x 4 x 1,024 pages
