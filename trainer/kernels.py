@@ -1,11 +1,13 @@
 """The model's two hot spots as single passes: RMSNorm, and cross-entropy with z-loss.
 
 On a CPU in eager mode, `F.rms_norm` is a chain of about a dozen element-wise
-ops forward and backward (PyTorch has a fused kernel on CUDA only), and
+ops forward and backward (PyTorch has a fused kernel on CUDA only; the CPU's
+`_fused_rms_norm` is the same chain, forward only, no faster than ours), and
 cross-entropy plus a z-loss read the logits twice (`log_softmax`, then
 `logsumexp`) and keep two graphs of them for backward. Seventeen norms a step
 (two per block, two QK-norms per attention, one final) made the stabilisers
-cost about a fifth of the step.
+cost about a fifth of the step; the model normalises a layer's queries and
+keys in one call, so four layers make thirteen calls.
 
 - `rms_norm`: an autograd function with its own backward: three passes
   forward, six backward (one a matrix-vector product), with the gain's gradient reduced over whichever
@@ -13,7 +15,10 @@ cost about a fifth of the step.
 - `cross_entropy_z`: one log-sum-exp serves both terms; backward is one
   softmax scaled row by row, minus the targets.
 
-Both fall back to PyTorch's own ops where those are already fused: on CUDA,
+`keep_freed_memory` is the CPU's third hot spot, outside any one op: fresh
+page faults for every step's activations.
+
+Both kernels fall back to PyTorch's own ops where those are already fused: on CUDA,
 under `torch.compile` (inductor fuses the plain ops better than it traces a
 custom backward), and for inputs that are not float32. The numbers agree with
 PyTorch's to float32 rounding; a run is bitwise reproducible against itself
