@@ -122,23 +122,3 @@ def test_the_compiled_step_computes_what_the_eager_step_computes_to_float_roundi
     eager, compiled = repo.losses("eager3"), repo.losses("compiled3")
     assert sorted(eager) == sorted(compiled) == [1, 2, 3]
     assert all(compiled[s] == pytest.approx(eager[s], rel=1e-4) for s in eager)
-
-
-def test_every_block_runs_one_compiled_graph_and_the_parameter_names_stay_those_of_the_eager_model(tmp_path,
-                                                                                                 monkeypatch):
-    from torch._dynamo.utils import counters
-
-    from trainer.compiling import compile_model
-    from trainer.config import ModelConfig
-    from trainer.model import GPT
-
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    torch._dynamo.reset()
-    counters.clear()
-    model = GPT(ModelConfig(n_layer=3, n_head=2, n_embd=16, block_size=8, vocab_size=32))
-    names = list(model.state_dict())
-    compiled = compile_model(model)
-    x = torch.randint(0, 32, (2, 8))
-    compiled(x, x).loss.backward()
-    assert compiled is model and list(model.state_dict()) == names
-    assert counters["stats"]["unique_graphs"] == 1  # traced and compiled once, run by all three layers

@@ -88,23 +88,8 @@ class CompileCache:
 
 
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The model with each transformer block under torch.compile (inductor, static shapes); returns it.
-
-    Regional compilation: the blocks share one code path and one set of
-    shapes, so dynamo traces and inductor compiles a block once and every layer
-    runs that graph (the compile cost does not grow with depth, and a restart
-    that loads the kernels from the cache has a single graph to trace again).
-    The embedding, the final norm and the loss stay eager, on the project's
-    single-pass kernels; they are a small part of the step. Compiled in place
-    (`nn.Module.compile`): parameter names, and so checkpoints, are those of the
-    eager model.
-    """
-    blocks = getattr(model, "blocks", None)
-    if blocks is None:  # not this project's GPT: compile it whole
-        return torch.compile(model, dynamic=False)
-    for block in blocks:
-        block.compile(dynamic=False)
-    return model
+    """The model under torch.compile (inductor, static shapes: every training batch has one shape)."""
+    return torch.compile(model, dynamic=False)
 
 
 def warm_up(t: Trainer) -> float:
