@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import resource
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from trainer.config import ModelConfig
-from trainer.kernels import _CrossEntropyZ, _RMSNorm, cross_entropy_z, rms_norm
+from trainer.kernels import _CrossEntropyZ, _RMSNorm, cross_entropy_z, keep_freed_memory, rms_norm
 from trainer.model import GPT
 
 
@@ -68,3 +71,35 @@ def test_the_model_keeps_nn_rmsnorm_parameter_names_so_old_checkpoints_load():
     names = set(model.state_dict())
     assert {"blocks.0.norm1.weight", "blocks.0.norm2.weight", "norm_f.weight", "blocks.0.attn.q_gain"} <= names
     assert isinstance(model.norm_f, torch.nn.RMSNorm)
+
+
+def test_the_qk_norm_of_queries_and_keys_together_matches_one_norm_per_head():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 5, 3 * 8, generator=g)
+    q_gain, k_gain = (1 + 0.1 * torch.randn(2, 4, generator=g) for _ in range(2))
+    qk = x.split((16, 8), dim=2)[0].view(2, 5, 4, 4)  # 2 query heads then 2 key heads, as the model lays them out
+    q, k = rms_norm(qk, torch.cat((q_gain, k_gain))).split(2, dim=2)
+    ref = [F.rms_norm(t.view(2, 5, 2, 4), (4,)) * gain for t, gain in zip(x.split(8, dim=2), (q_gain, k_gain))]
+    assert torch.allclose(q, ref[0], atol=1e-6) and torch.allclose(k, ref[1], atol=1e-6)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_with_freed_memory_kept_a_training_step_no_longer_faults_its_activations_in():
+    assert keep_freed_memory()
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=4, n_embd=128, block_size=128, vocab_size=256))
+    opt = torch.optim.AdamW(model.parameters(), fused=True)
+    x = torch.randint(0, 256, (16, 128))
+
+    def faults_of_a_step() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        model(x, x).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    for _ in range(3):  # the first steps map the heap
+        faults_of_a_step()
+    # Without it, glibc hands the 1-4 MB activations back and faults them in again:
+    # hundreds to thousands of pages a step.
+    assert min(faults_of_a_step() for _ in range(4)) < 50

@@ -59,6 +59,11 @@ def set_deterministic(mode: bool, warn_only: bool = False, compiling: bool = Fal
     that has already loaded inductor, get the full call. Nothing happens when the
     state is already as asked.
     """
+    # Deterministic mode also fills every new tensor with NaN, a trap for kernels that read
+    # memory they never wrote: on a CPU, a pass over each allocation (a few percent of a
+    # step). Every op this trainer runs writes its whole output, so runs stay bit for bit
+    # reproducible without it; off while deterministic, back to PyTorch's default after.
+    torch._C._set_deterministic_fill_uninitialized_memory(not mode)
     if (torch.are_deterministic_algorithms_enabled() == mode
             and torch.is_deterministic_algorithms_warn_only_enabled() == warn_only
             and not compiling):

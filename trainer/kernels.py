@@ -1,11 +1,13 @@
 """The model's two hot spots as single passes: RMSNorm, and cross-entropy with z-loss.
 
 On a CPU in eager mode, `F.rms_norm` is a chain of about a dozen element-wise
-ops forward and backward (PyTorch has a fused kernel on CUDA only), and
+ops forward and backward (PyTorch has a fused kernel on CUDA only; the CPU's
+`_fused_rms_norm` is the same chain, forward only, no faster than ours), and
 cross-entropy plus a z-loss read the logits twice (`log_softmax`, then
 `logsumexp`) and keep two graphs of them for backward. Seventeen norms a step
 (two per block, two QK-norms per attention, one final) made the stabilisers
-cost about a fifth of the step.
+cost about a fifth of the step; the model normalises a layer's queries and
+keys in one call, so four layers make thirteen calls.
 
 - `rms_norm`: an autograd function with its own backward: three passes
   forward, six backward (one a matrix-vector product), with the gain's gradient reduced over whichever
@@ -13,7 +15,10 @@ cost about a fifth of the step.
 - `cross_entropy_z`: one log-sum-exp serves both terms; backward is one
   softmax scaled row by row, minus the targets.
 
-Both fall back to PyTorch's own ops where those are already fused: on CUDA,
+`keep_freed_memory` is the CPU's third hot spot, outside any one op: fresh
+page faults for every step's activations.
+
+Both kernels fall back to PyTorch's own ops where those are already fused: on CUDA,
 under `torch.compile` (inductor fuses the plain ops better than it traces a
 custom backward), and for inputs that are not float32. The numbers agree with
 PyTorch's to float32 rounding; a run is bitwise reproducible against itself
@@ -49,7 +54,11 @@ class _RMSNorm(torch.autograd.Function):
         # d/dx of x * rstd: rstd * (g w - xhat * mean(g w xhat)); the mean is a
         # matrix-vector product of g * xhat with the gain, one kernel and no temporary.
         dot = _row_dot(gx, weight).div_(xhat.shape[-1])
-        dx = (g * weight).addcmul_(xhat, dot, value=-1.0).mul_(rstd)
+        # gx is spent: dx takes its buffer (a fresh one would cost page faults on
+        # a CPU), unless the gain's gradient is gx itself (a gain as large as x).
+        spent = dw is None or dw.shape != gx.shape
+        dx = torch.mul(g, weight, out=gx) if spent else g * weight
+        dx.addcmul_(xhat, dot, value=-1.0).mul_(rstd)
         return dx, dw, None
 
 
@@ -102,3 +111,30 @@ def cross_entropy_z(logits: torch.Tensor, targets: torch.Tensor, z_coef: float) 
             return ce, torch.zeros((), device=ce.device)
         return ce, z_coef * torch.logsumexp(logits, dim=-1).square().mean()
     return _CrossEntropyZ.apply(logits, targets, float(z_coef))
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc keep freed blocks for reuse rather than hand them back to the OS; True if it could.
+
+    A training step on a CPU allocates and frees the same activations (1-30 MB
+    each) every step. By default glibc serves blocks that large with fresh
+    `mmap`s, or trims the heap once its top is free, so each step faults its
+    memory in again, zero-filled by the kernel: thousands of page faults and
+    milliseconds of system time a step. Kept, the second step finds its blocks
+    already mapped. The cost is that the process keeps its peak heap resident,
+    which a trainer does anyway. A no-op off glibc.
+    """
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    # 32 MB is the largest mmap threshold glibc accepts on 64-bit; the trim threshold is
+    # the free bytes the heap's top may hold before they go back: as many as an int says.
+    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 2**31 - 1))

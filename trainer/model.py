@@ -54,11 +54,20 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        H, hd = self.n_head, self.head_dim
+        qkv = self.qkv(x)
         if self.qk_norm:
-            q = rms_norm(q, self.q_gain[:, None, :])
-            k = rms_norm(k, self.k_gain[:, None, :])
+            # Queries and keys are the first 2C columns: one norm over their 2H
+            # heads, in the projection's own layout (a view, no copy), before the
+            # transpose; one kernel call instead of two per layer. A split, not two
+            # slices: its backward is one concatenation, not two zero-filled copies.
+            qk, v = qkv.split((2 * C, C), dim=2)
+            gains = torch.cat((self.q_gain, self.k_gain))
+            q, k = rms_norm(qk.view(B, T, 2 * H, hd), gains).split(H, dim=2)
+            v = v.view(B, T, H, hd)
+        else:
+            q, k, v = (t.view(B, T, H, hd) for t in qkv.split(C, dim=2))
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.track_max_logit:
             self.max_logit = _max_logit_per_head(q.detach(), k.detach())
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
