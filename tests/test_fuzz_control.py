@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logbook.core.errors import UsageError
-from logbook.launch.change_requests import SETTINGS, WEIGHTS_PREFIX, decode_request, list_pending, parse_assignment, read_answer
+from logbook.launch.change_requests import decode_request, list_pending, read_answer
+from logbook.launch.live_settings import SETTINGS, WEIGHTS_PREFIX, parse_assignment
 from logbook.records.events import iter_events
 from logbook.records.sink import EventSink
 from trainer.config import TrainConfig, config_to_dict
@@ -49,7 +50,7 @@ _raw = st.one_of(
 @FUZZ
 @given(_changes)
 def test_random_changes_validate_or_are_one_usage_error(changes):
-    from logbook.launch.change_requests import validate_changes
+    from logbook.launch.live_settings import validate_changes
 
     try:
         out = validate_changes(changes)

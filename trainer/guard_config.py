@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from logbook.core.errors import UsageError
-from logbook.launch.change_requests import SETTINGS, coerce_value
+from logbook.launch.live_settings import SETTINGS, coerce_value
 
 @dataclass
 class GuardConfig:

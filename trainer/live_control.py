@@ -51,7 +51,9 @@ from typing import Any, Protocol
 from logbook.core.errors import UsageError
 from logbook.core.fsutil import atomic_write_json
 from logbook.core.project import Project
-from logbook.launch.change_requests import (config_path, decode_request, finish_request, iter_answers, list_pending, processed_dir, REPLY_KEY, SETTINGS, validate_changes)
+from logbook.launch.change_requests import (decode_request, finish_request, iter_answers, list_pending, processed_dir,
+                                            REPLY_KEY)
+from logbook.launch.live_settings import config_path, SETTINGS, validate_changes
 from logbook.records.plan import judge_against_plan
 
 from .callbacks import Callback

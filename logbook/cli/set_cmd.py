@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from logbook.cli._app import JSON_OPTION, app, err, print_json
-from logbook.launch.change_requests import SETTINGS
+from logbook.launch.live_settings import SETTINGS
 
 
 def _keys_help() -> str:
@@ -33,7 +33,8 @@ def set_cmd(
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds --wait waits for the answer."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    from logbook.launch.change_requests import REPLY_KEY, check_reason, parse_assignment, submit_change, wait_for_answer
+    from logbook.launch.change_requests import REPLY_KEY, submit_change, wait_for_answer
+    from logbook.launch.live_settings import check_reason, parse_assignment
     from logbook.core.errors import RefusedError, UsageError
     from logbook.core.project import open_project
 
