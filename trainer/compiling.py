@@ -59,7 +59,7 @@ class CompileCache:
         import torch._inductor.config as inductor_config
 
         self._config_before = (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
-                               inductor_config.cpp.vec_isa_ok)
+                               inductor_config.cpp.vec_isa_ok, inductor_config.cpp_cache_precompile_headers)
         inductor_config.fx_graph_cache = True
         functorch_config.enable_autograd_cache = True
         if device_type == "cpu":
@@ -69,6 +69,12 @@ class CompileCache:
             # guards against a compiler that cannot target them. Set in every attempt,
             # since inductor's cache keys include it.
             inductor_config.cpp.vec_isa_ok = True
+            # A precompiled header only speeds up compiling kernels, yet inductor builds
+            # it (a preprocessor run and a hash of its output, about 0.3 s) whenever a
+            # process first loads a cached kernel: on every restart, where nothing is
+            # compiled. Off, a restart only loads; the first compile of a run's code
+            # takes longer instead. The kernels are the same code with the same flags.
+            inductor_config.cpp_cache_precompile_headers = False
 
     @property
     def path(self) -> Path:
@@ -79,7 +85,7 @@ class CompileCache:
         import torch._inductor.config as inductor_config
 
         (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
-         inductor_config.cpp.vec_isa_ok) = self._config_before
+         inductor_config.cpp.vec_isa_ok, inductor_config.cpp_cache_precompile_headers) = self._config_before
         for k, v in self._before.items():
             if v is None:
                 os.environ.pop(k, None)
