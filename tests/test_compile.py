@@ -14,8 +14,10 @@ The first compile of the micro model takes tens of seconds on a CPU: slow.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,11 +116,35 @@ def test_run_started_says_the_run_was_compiled_and_what_compiling_cost(repo, run
         assert started and all(d["compiled"] is True and d["compile_s"] > 0 for d in started)
 
 
-def test_the_compiled_step_computes_what_the_eager_step_computes_to_float_rounding(repo):
-    overrides = ["train.steps=3", "train.eval_every=0", "checkpoint.every=3", "train.threads=1"]
+def test_the_compiled_step_computes_what_the_eager_step_computes_to_float_rounding(repo, runs):
+    # The settings of `runs`, compiled by then, so this run finds its kernels in the cache.
+    overrides = [o for o in COMMON if not o.startswith(("train.steps=", "checkpoint.every=", "train.compile="))]
+    overrides += ["train.steps=3", "checkpoint.every=3"]
     for run, extra in (("eager3", []), ("compiled3", ["train.compile=true"])):
         res = repo.train(run, *overrides, *extra)
         assert res.returncode == 0, res.stderr[-3000:]
     eager, compiled = repo.losses("eager3"), repo.losses("compiled3")
     assert sorted(eager) == sorted(compiled) == [1, 2, 3]
     assert all(compiled[s] == pytest.approx(eager[s], rel=1e-4) for s in eager)
+
+
+def test_a_stored_torch_key_is_used_only_while_the_installed_torch_is_unchanged(tmp_path):
+    from trainer.compiling import TORCH_KEY_FILE, reuse_torch_key, torch_files_stamp
+
+    key_file = tmp_path / TORCH_KEY_FILE
+    # A stale file (another torch): hashed again, and the file now holds this torch's stamp and real key.
+    key_file.write_text('{"stamp": "from another torch", "key": "00"}')
+    assert reuse_torch_key(tmp_path) is False
+    from torch._inductor.codecache import torch_key
+
+    stored = json.loads(key_file.read_text())
+    assert stored["stamp"] == torch_files_stamp() and stored["key"] == torch_key().hex()
+    # A fresh process with a matching stamp takes the stored key as it is, without hashing.
+    stored["key"] = "ab" * 32
+    key_file.write_text(json.dumps(stored))
+    probe = ("import sys; from pathlib import Path; from trainer.compiling import reuse_torch_key; "
+             "from torch._inductor.codecache import torch_key; "
+             "print(reuse_torch_key(Path(sys.argv[1])), torch_key().hex())")
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "ab" * 32]

@@ -12,6 +12,10 @@ to once per run:
   generating them again. Inductor's cache keys hold the graph, the torch
   version, the device and its own config, so a changed model is compiled
   afresh, never run with stale kernels.
+- `reuse_torch_key` keeps inductor's fingerprint of torch's own source files
+  (a hash of every file in the package, part of every cache key) with the
+  cache, so a restart reads it back instead of hashing a few thousand files
+  again; a stat of each file says whether the installed torch is unchanged.
 - `warm_up` runs the compiled forward and backward once before the first step
   and times it, so `run_started` can say what compiling cost (`compile_s`) and
   goodput can count it as its own badput. It leaves no trace: the random
@@ -21,6 +25,8 @@ to once per run:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -28,12 +34,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from logbook.core.fsutil import atomic_write_json
+
 from .rng import get_rng_state, set_rng_state
 
 if TYPE_CHECKING:
     from .loop import Trainer
 
 CACHE_FOLDER = "compile-cache"
+TORCH_KEY_FILE = "torch-key.json"
 
 
 def cache_env(state_dir: Path) -> dict[str, str]:
@@ -75,6 +84,7 @@ class CompileCache:
             # compiled. Off, a restart only loads; the first compile of a run's code
             # takes longer instead. The kernels are the same code with the same flags.
             inductor_config.cpp_cache_precompile_headers = False
+        reuse_torch_key(self.path.parent)
 
     @property
     def path(self) -> Path:
@@ -91,6 +101,55 @@ class CompileCache:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def torch_files_stamp() -> str:
+    """A hash of the path, size and modification time of every file in the installed torch package.
+
+    Reading the metadata of each file costs a small part of hashing their
+    contents, and any edit, reinstall or upgrade changes it.
+    """
+    root = Path(torch.__file__).parent
+    h = hashlib.sha256(f"{torch.__version__}\0{root}".encode())
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def reuse_torch_key(folder: Path) -> bool:
+    """Give inductor the stored hash of torch's source files, or store it; True when it was reused.
+
+    Inductor puts a hash of torch's source (`torch_key`, a second or so of
+    reading files on every process start) into each cache key. It is cached
+    per process and can be set ahead, which inductor's own compile workers do.
+    Without that hook, or with a key already in place, nothing changes.
+    """
+    from torch._inductor import codecache
+
+    key_fn = codecache.torch_key
+    if not callable(getattr(key_fn, "set", None)):
+        return False
+    stamp = torch_files_stamp()
+    file = Path(folder) / TORCH_KEY_FILE
+    try:
+        saved = json.loads(file.read_text())
+        if saved.get("stamp") == stamp:
+            key_fn.set(bytes.fromhex(saved["key"]))
+            return True
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError):
+        pass  # absent, torn by a crash, from another torch, or already set: hash as inductor would
+    try:
+        atomic_write_json(file, {"torch": torch.__version__, "stamp": stamp, "key": key_fn().hex()})
+    except OSError:
+        pass  # a read-only cache still compiles; the next attempt hashes again
+    return False
 
 
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:
