@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from logbook.core.errors import UsageError
+from logbook.records.eventschema import RESTART_CAUSES
 from logbook.runs.goodput import event_time as _ts
 from logbook.runs.goodput import number as _number
 
@@ -38,8 +39,9 @@ DURATION_EXAMPLE = "examples: 90s, 5m, 3.1h, 2d, 1h30m"
 _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hr": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(sec|min|hr|s|m|h|d)", re.IGNORECASE)
 
-# Restarts that cost rework. A preemption saves first, so it loses nothing to rework.
-FAILURE_CAUSES = ("exception", "signal", "hang", "unknown")
+# Restarts that cost rework: every cause the registry knows but a preemption, which saves
+# first and so loses nothing, and a cause nobody recorded.
+FAILURE_CAUSES = (*(c for c in RESTART_CAUSES if c != "preempted"), "unknown")
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
