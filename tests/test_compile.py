@@ -148,3 +148,23 @@ def test_a_stored_torch_key_is_used_only_while_the_installed_torch_is_unchanged(
     out = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "ab" * 32]
+
+
+@pytest.mark.parametrize("z_loss", [0.0, 1e-4])
+def test_the_compiled_model_gives_the_eager_gradients_with_and_without_a_z_loss(z_loss):
+    from trainer.config import load_train_config
+    from trainer.model import GPT
+
+    cfg = load_train_config(MICRO, [f"model.z_loss={z_loss}"]).model
+    torch.manual_seed(0)
+    eager = GPT(cfg)
+    compiled_twin = GPT(cfg)
+    compiled_twin.load_state_dict(eager.state_dict())
+    x, y = (torch.randint(0, cfg.vocab_size, (2, cfg.block_size), generator=torch.Generator().manual_seed(1))
+            for _ in range(2))
+    eager(x, y).loss.backward()
+    out = torch.compile(compiled_twin, dynamic=False)(x, y)
+    assert out.loss.requires_grad  # a z-loss of 0 once came back cut off from the graph
+    out.loss.backward()
+    for (name, p), q in zip(eager.named_parameters(), compiled_twin.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6), name

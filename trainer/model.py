@@ -176,7 +176,11 @@ class GPT(nn.Module):
         # serves the cross-entropy and the z-loss (trainer/kernels.py).
         flat = logits.float().view(-1, logits.size(-1))
         ce, z = cross_entropy_z(flat, targets.reshape(-1), self.cfg.z_loss)
-        return ModelOutput(logits=logits, loss=ce + z, ce_loss=ce.detach(), z_loss=z.detach())
+        # Without a z-loss the loss is the cross-entropy itself. Adding the zero anyway
+        # made torch.compile (2.13) return a loss cut off from the graph, since
+        # `ce.detach()` is returned beside it: backward then fails.
+        loss = ce + z if self.cfg.z_loss else ce
+        return ModelOutput(logits=logits, loss=loss, ce_loss=ce.detach(), z_loss=z.detach())
 
     # --- what the optimizer and the telemetry need -------------------------
 
