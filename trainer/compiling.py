@@ -103,8 +103,12 @@ class CompileCache:
                 os.environ[k] = v
 
 
+# What inductor's own hash reads: modules (Python and compiled) and two runtime files.
+_SOURCE_SUFFIXES = (".py", ".so", ".pyd", ".cpp", ".ld")
+
+
 def torch_files_stamp() -> str:
-    """A hash of the path, size and modification time of every file in the installed torch package.
+    """A hash of the path, size and modification time of every source file in the installed torch package.
 
     Reading the metadata of each file costs a small part of hashing their
     contents, and any edit, reinstall or upgrade changes it.
@@ -112,8 +116,9 @@ def torch_files_stamp() -> str:
     root = Path(torch.__file__).parent
     h = hashlib.sha256(f"{torch.__version__}\0{root}".encode())
     for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
+        # Bytecode caches appear as modules are first imported; they say nothing new about the source.
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(_SOURCE_SUFFIXES)):
             path = os.path.join(folder, name)
             try:
                 st = os.stat(path)
