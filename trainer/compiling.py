@@ -13,9 +13,9 @@ to once per run:
   version, the device and its own config, so a changed model is compiled
   afresh, never run with stale kernels.
 - `reuse_torch_key` keeps inductor's fingerprint of torch's own source files
-  (a hash of every file in the package, part of every cache key) with the
+  (a hash of every module in the package, part of every cache key) with the
   cache, so a restart reads it back instead of hashing a few thousand files
-  again; a stat of each file says whether the installed torch is unchanged.
+  again; a stat of each of those files says whether torch is unchanged.
 - `warm_up` runs the compiled forward and backward once before the first step
   and times it, so `run_started` can say what compiling cost (`compile_s`) and
   goodput can count it as its own badput. It leaves no trace: the random
@@ -131,7 +131,7 @@ def torch_files_stamp() -> str:
 def reuse_torch_key(folder: Path) -> bool:
     """Give inductor the stored hash of torch's source files, or store it; True when it was reused.
 
-    Inductor puts a hash of torch's source (`torch_key`, a second or so of
+    Inductor puts a hash of torch's source (`torch_key`, up to a second of
     reading files on every process start) into each cache key. It is cached
     per process and can be set ahead, which inductor's own compile workers do.
     Without that hook, or with a key already in place, nothing changes.
