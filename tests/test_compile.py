@@ -170,3 +170,15 @@ def test_the_compiled_model_gives_the_eager_gradients_with_and_without_a_z_loss(
     out.loss.backward()
     for (name, p), q in zip(eager.named_parameters(), compiled_twin.parameters()):
         assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6), name
+
+
+def test_the_cpu_checks_of_inductor_run_in_the_background_before_anything_compiles(tmp_path):
+    probe = ("import sys; from pathlib import Path; from trainer.compiling import CompileCache; "
+             "from torch._inductor import cpu_vec_isa; c = CompileCache(Path(sys.argv[1])); "
+             "started = cpu_vec_isa.valid_vec_isa_list.cache_info().currsize; c.ready(); "
+             "print(started, cpu_vec_isa.valid_vec_isa_list.cache_info().currsize, bool(cpu_vec_isa.pick_vec_isa())); "
+             "c.close()")
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # Answered once the cache is ready (by the thread it started), and a SIMD level was found.
+    assert out.stdout.split()[1:] == ["1", "True"]

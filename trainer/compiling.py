@@ -16,6 +16,13 @@ to once per run:
   (a hash of every module in the package, part of every cache key) with the
   cache, so a restart reads it back instead of hashing a few thousand files
   again; a stat of each of those files says whether torch is unchanged.
+- On a CPU, inductor checks which SIMD levels it can build for by loading a
+  test library per level in a child Python (six of them on an AVX-512
+  machine, about a quarter of a second), once per process, before it loads
+  the first kernel. `CompileCache` starts those checks on a thread as the
+  attempt begins: the children run beside the attempt's own start-up
+  (building the model, loading the checkpoint) instead of in front of the
+  first step. Their answers are torch's own, kept where torch keeps them.
 - `warm_up` runs the compiled forward and backward once before the first step
   and times it, so `run_started` can say what compiling cost (`compile_s`) and
   goodput can count it as its own badput. It leaves no trace: the random
@@ -28,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,12 +93,19 @@ class CompileCache:
             # takes longer instead. The kernels are the same code with the same flags.
             inductor_config.cpp_cache_precompile_headers = False
         reuse_torch_key(self.path.parent)
+        self._isa_probe = _probe_cpu_isa_in_background() if device_type == "cpu" else None
+
+    def ready(self) -> None:
+        """Wait for the start-up checks begun in the background; call before the first compile."""
+        if self._isa_probe is not None:
+            self._isa_probe.join()
 
     @property
     def path(self) -> Path:
         return Path(self.env["TORCHINDUCTOR_CACHE_DIR"])
 
     def close(self) -> None:
+        self.ready()
         import torch._functorch.config as functorch_config
         import torch._inductor.config as inductor_config
 
@@ -101,6 +116,28 @@ class CompileCache:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _probe_cpu_isa_in_background() -> threading.Thread:
+    """Start inductor's check of the CPU's SIMD levels on a thread; its answer is cached for the process.
+
+    Each level's check compiles a test library (once, into the cache) and loads
+    it in a child Python: the thread spends its time waiting on children, so it
+    takes little from the attempt's own start-up. Every module it needs is
+    imported here, on the caller's thread, so the thread itself imports nothing.
+    """
+    from torch._inductor import codecache, cpp_builder, cpu_vec_isa  # noqa: F401
+    from torch.utils import _filelock  # noqa: F401
+
+    def probe() -> None:
+        try:
+            cpu_vec_isa.valid_vec_isa_list()
+        except Exception:  # noqa: BLE001 - the compile itself asks again, and reports what fails
+            pass
+
+    thread = threading.Thread(target=probe, name="inductor-isa-probe", daemon=True)
+    thread.start()
+    return thread
 
 
 # What inductor's own hash reads: modules (Python and compiled) and two runtime files.
@@ -170,6 +207,8 @@ def warm_up(t: Trainer) -> float:
     then drops the gradients and restores every random generator.
     """
     cfg = t.cfg
+    if t.compile_cache is not None:
+        t.compile_cache.ready()
     track = cfg.optim.qk_clip_tau > 0
     states = sorted({track and micro == cfg.train.grad_accum - 1 for micro in range(cfg.train.grad_accum)})
     rng = get_rng_state()
