@@ -1,17 +1,41 @@
-"""The single-pass RMSNorm and cross-entropy with z-loss agree with PyTorch's own ops."""
+"""The single-pass RMSNorm (in C and in PyTorch's ops) and cross-entropy with z-loss agree with PyTorch's own ops."""
 
 from __future__ import annotations
 
+import os
 import resource
+import subprocess
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ROOT
 
+from trainer import kernels, native
 from trainer.config import ModelConfig
-from trainer.kernels import _CrossEntropyZ, _RMSNorm, cross_entropy_z, keep_freed_memory, rms_norm
+from trainer.kernels import _CrossEntropyZ, _RMSNorm, cross_entropy_z, keep_freed_memory, norm_kernels, qk_norm, rms_norm
 from trainer.model import GPT
+
+needs_compiler = pytest.mark.skipif(native._compiler() is None, reason="no C compiler on this machine")
+
+
+@pytest.fixture(params=["native", "pytorch"])
+def path(request, monkeypatch):
+    """Each test runs on the C kernels and on PyTorch's ops, one thread as a CPU run has it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    if request.param == "native":
+        if native.library() is None:
+            pytest.skip(f"no C kernels here: {native.unavailable()}")
+    else:
+        monkeypatch.setattr(kernels, "_native_path", lambda *tensors: False)
+    yield request.param
+    torch.set_num_threads(threads)
+
+
+def _reference_rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gain
 
 
 @pytest.mark.parametrize("weight_shape", [(8,), (4, 1, 8)], ids=["per-feature", "per-head"])
@@ -29,7 +53,7 @@ def test_cross_entropy_with_z_loss_gradients_pass_gradcheck():
     assert torch.autograd.gradcheck(lambda a: _CrossEntropyZ.apply(a, targets, 0.3), (logits,))
 
 
-def test_rms_norm_matches_pytorch_forward_and_backward_in_float32():
+def test_rms_norm_matches_pytorch_forward_and_backward_in_float32(path):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(4, 16, 32, generator=g, requires_grad=True)
     w = (1 + 0.1 * torch.randn(32, generator=g)).requires_grad_()
@@ -73,14 +97,114 @@ def test_the_model_keeps_nn_rmsnorm_parameter_names_so_old_checkpoints_load():
     assert isinstance(model.norm_f, torch.nn.RMSNorm)
 
 
-def test_the_qk_norm_of_queries_and_keys_together_matches_one_norm_per_head():
+def test_the_qk_norm_of_queries_and_keys_together_matches_one_norm_per_head(path):
     g = torch.Generator().manual_seed(4)
     x = torch.randn(2, 5, 3 * 8, generator=g)
     q_gain, k_gain = (1 + 0.1 * torch.randn(2, 4, generator=g) for _ in range(2))
-    qk = x.split((16, 8), dim=2)[0].view(2, 5, 4, 4)  # 2 query heads then 2 key heads, as the model lays them out
-    q, k = rms_norm(qk, torch.cat((q_gain, k_gain))).split(2, dim=2)
+    qk = x.split((16, 8), dim=2)[0]  # 2 query heads then 2 key heads, as the model lays them out
+    q, k = qk_norm(qk, q_gain, k_gain)
     ref = [F.rms_norm(t.view(2, 5, 2, 4), (4,)) * gain for t, gain in zip(x.split(8, dim=2), (q_gain, k_gain))]
     assert torch.allclose(q, ref[0], atol=1e-6) and torch.allclose(k, ref[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("width", [32, 128, 40], ids=["a head wide", "a model wide", "an odd width"])
+def test_rms_norm_matches_a_float64_reference_forward_and_backward(path, width):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 7, width, dtype=torch.float64, generator=g)
+    gain = 1 + 0.1 * torch.randn(width, dtype=torch.float64, generator=g)
+    up = torch.randn(3, 7, width, dtype=torch.float64, generator=g)
+    ref_x, ref_w = x.clone().requires_grad_(), gain.clone().requires_grad_()
+    ref = _reference_rms_norm(ref_x, ref_w, 1e-6)
+    ref.backward(up)
+    x32, w32 = x.float().requires_grad_(), gain.float().requires_grad_()
+    y = rms_norm(x32, w32, 1e-6)
+    y.backward(up.float())
+    assert torch.allclose(y.double(), ref, atol=2e-6)
+    assert torch.allclose(x32.grad.double(), ref_x.grad, atol=2e-5)
+    assert torch.allclose(w32.grad.double(), ref_w.grad, rtol=1e-5, atol=1e-4)
+
+
+def test_qk_norm_matches_a_float64_reference_and_reads_a_transposed_gradient_as_it_arrives(path):
+    B, T, H, hd = 2, 6, 3, 32
+    g = torch.Generator().manual_seed(6)
+    qkv = torch.randn(B, T, 3 * H * hd, generator=g)
+    gains = [1 + 0.1 * torch.randn(H, hd, generator=g) for _ in range(2)]
+    # Attention hands back the gradients in its own layout, [B, H, T, hd], seen transposed.
+    ups = [torch.randn(B, H, T, hd, generator=g).transpose(1, 2) for _ in range(2)]
+
+    def grads(dtype, ups):
+        leaf = qkv.detach().to(dtype, copy=True).requires_grad_()
+        w = [x.detach().to(dtype, copy=True).requires_grad_() for x in gains]
+        qk = leaf.split((2 * H * hd, H * hd), dim=2)[0]
+        if dtype == torch.float64:
+            outs = [_reference_rms_norm(t.reshape(B, T, H, hd), gw, 1e-6) for t, gw in zip(qk.split(H * hd, 2), w)]
+        else:
+            outs = qk_norm(qk, *w, eps=1e-6)
+        torch.autograd.backward(outs, [u.to(dtype) for u in ups])
+        return [o.detach().double() for o in outs] + [leaf.grad.double(), w[0].grad.double(), w[1].grad.double()]
+
+    got, ref = grads(torch.float32, ups), grads(torch.float64, ups)
+    for a, b, tol in zip(got, ref, (2e-6, 2e-6, 2e-5, 1e-4, 1e-4)):
+        assert torch.allclose(a, b, atol=tol)
+    # The same numbers, bit for bit, whether a gradient arrives transposed or was copied first.
+    again = grads(torch.float32, [u.contiguous() for u in ups])
+    assert all(torch.equal(a, b) for a, b in zip(got, again))
+
+
+@needs_compiler
+def test_where_a_c_compiler_is_found_a_single_threaded_cpu_run_uses_the_c_kernels():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert native.library() is not None, native.unavailable()
+        assert norm_kernels("cpu", compiled=False) == "native"
+        torch.set_num_threads(2)
+        assert norm_kernels("cpu", compiled=False) == "pytorch (more than one thread)"
+    finally:
+        torch.set_num_threads(threads)
+    assert norm_kernels("cpu", compiled=True) == "inductor" and norm_kernels("cuda", compiled=False) == "pytorch"
+
+
+_PROBE = """
+import torch
+torch.set_num_threads(1)
+from trainer import native
+from trainer.kernels import norm_kernels, rms_norm
+x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
+print(norm_kernels("cpu", compiled=False))
+print(repr(rms_norm(x, torch.ones(64)).sum().item()))
+"""
+
+
+def _probe(tmp_path, **env) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "LOGBOOK_KERNEL_CACHE": str(tmp_path), **env})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.splitlines()
+
+
+def test_without_a_c_compiler_the_norms_run_on_pytorch_ops_and_say_why(tmp_path):
+    said, total = _probe(tmp_path, CC="", PATH=str(tmp_path / "empty"))
+    assert said == "pytorch (no C compiler (set CC, or install cc, gcc or clang))"
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
+    assert float(total) == pytest.approx(float(F.rms_norm(x, (64,), torch.ones(64)).sum()), abs=1e-4)
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_compiler
+def test_a_failing_build_falls_back_and_leaves_no_half_written_library(tmp_path):
+    said, _ = _probe(tmp_path, CC="false")
+    assert said.startswith("pytorch (building rms_norm.c failed")
+    assert list(tmp_path.iterdir()) == []  # neither a library nor a temporary file
+
+
+@needs_compiler
+def test_the_kernels_are_built_once_per_machine_and_found_by_the_next_process(tmp_path):
+    assert _probe(tmp_path)[0] == "native"
+    (built,) = tmp_path.glob("rms_norm-*.so")
+    stamp = built.stat().st_mtime_ns
+    assert _probe(tmp_path)[0] == "native"
+    assert [p.name for p in tmp_path.iterdir()] == [built.name] and built.stat().st_mtime_ns == stamp
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -38,6 +39,7 @@ def test_the_wheel_holds_every_template_and_example_config(wheel):
     assert templates and configs
     assert {f"logbook/templates/{t}" for t in templates} <= names
     assert {f"logbook/configs/{c}" for c in configs} <= names
+    assert "trainer/csrc/rms_norm.c" in names  # built on the machine that trains (trainer/native.py)
 
 
 @pytest.mark.slow
@@ -76,6 +78,9 @@ def test_an_installed_wheel_preregisters_runs_renders_and_reports_outside_the_so
                "--predict", "val_loss@final < 9.0", "--config", "micro.yaml", "--json")
     prereg_id = json.loads(made.stdout)["id"]
     run("logbook", "run", "--prereg", prereg_id, "--run-id", "wheel", "micro.yaml", "--nproc", "1")
+    if shutil.which("cc") or shutil.which("gcc"):  # the installed trainer found its C source and built it
+        started = [json.loads(line) for line in (work / "entries" / "runs" / "wheel" / "events.jsonl").open()]
+        assert {e["data"]["norm_kernels"] for e in started if e["kind"] == "run_started"} == {"native"}
     run("logbook", "render", "--format", "pdf")
     run("logbook", "report", "wheel", "--format", "pdf")
     pdfs = [work / "chronicle.pdf", *(work / "entries").rglob("*.pdf")]

@@ -116,6 +116,8 @@ class TrainParts:
     """The `CompileCache` (trainer/compiling.py) when compiling, closed with the attempt."""
     progress: Any = None
     """The `ProgressReporter` among the callbacks, told of evaluations (None off rank 0)."""
+    norm_kernels: str = "pytorch"
+    """What computes the norms (`trainer.kernels.norm_kernels`), as `run_started` records it."""
 
     def close(self) -> None:
         try:

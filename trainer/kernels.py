@@ -1,4 +1,4 @@
-"""The model's two hot spots as single passes: RMSNorm, and cross-entropy with z-loss.
+"""The model's two hot spots as single passes: RMSNorm (and the QK-norm), and cross-entropy with z-loss.
 
 On a CPU in eager mode, `F.rms_norm` is a chain of about a dozen element-wise
 ops forward and backward (PyTorch has a fused kernel on CUDA only; the CPU's
@@ -6,23 +6,28 @@ ops forward and backward (PyTorch has a fused kernel on CUDA only; the CPU's
 cross-entropy plus a z-loss read the logits twice (`log_softmax`, then
 `logsumexp`) and keep two graphs of them for backward. Seventeen norms a step
 (two per block, two QK-norms per attention, one final) made the stabilisers
-cost about a fifth of the step; the model normalises a layer's queries and
-keys in one call, so four layers make thirteen calls.
+cost about a fifth of the step.
 
-- `rms_norm`: an autograd function with its own backward: three passes
-  forward, six backward (one a matrix-vector product), with the gain's gradient reduced over whichever
-  dimensions it was broadcast along (so the per-head QK-norm gains fit too).
+- `rms_norm` and `qk_norm`: one C loop a row forward and one backward
+  (trainer/native.py, built once per machine) on a single-threaded CPU run.
+  `qk_norm` normalises a layer's query and key heads where they lie inside
+  the QKV projection's output and returns them as two tensors, so neither
+  a copy nor a concatenation of gains or gradients is made. With more
+  threads, or without a C compiler, an autograd function of PyTorch ops
+  does it instead: three passes forward, six backward (one a matrix-vector
+  product), with the gain's gradient reduced over whichever dimensions it
+  was broadcast along (so the per-head QK-norm gains fit too).
 - `cross_entropy_z`: one log-sum-exp serves both terms; backward is one
   softmax scaled row by row, minus the targets.
 
 `keep_freed_memory` is the CPU's third hot spot, outside any one op: fresh
 page faults for every step's activations.
 
-Both kernels fall back to PyTorch's own ops where those are already fused: on CUDA,
+The kernels fall back to PyTorch's own ops where those are already fused: on CUDA,
 under `torch.compile` (inductor fuses the plain ops better than it traces a
 custom backward), and for inputs that are not float32. The numbers agree with
 PyTorch's to float32 rounding; a run is bitwise reproducible against itself
-either way.
+on every path, and the path is fixed for a run (its device, dtype and threads).
 """
 
 from __future__ import annotations
@@ -30,9 +35,38 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import native
+
 
 def _fast_path(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype == torch.float32 and not torch.compiler.is_compiling()
+
+
+def _native_path(*tensors: torch.Tensor) -> bool:
+    """The C kernels serve plain float32 CPU tensors of a single-threaded run, where they have been built.
+
+    With more threads PyTorch's ops share the work out and the one-threaded
+    loop would lose; a subclass (a DTensor under FSDP) has no plain memory to hand over.
+    """
+    return (torch.get_num_threads() == 1 and all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors)
+            and native.library() is not None)
+
+
+def norm_kernels(device_type: str, compiled: bool) -> str:
+    """What computes a run's float32 norms: "native", "inductor", or "pytorch" (with why, on a CPU).
+
+    Builds the C kernels first if this machine has none yet, so that a run
+    pays for the build at its start rather than in its first step.
+    """
+    if compiled:
+        return "inductor"
+    if device_type != "cpu":
+        return "pytorch"
+    if torch.get_num_threads() != 1:
+        return "pytorch (more than one thread)"
+    if native.library() is None:
+        return f"pytorch ({native.unavailable()})"
+    return "native"
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -71,6 +105,57 @@ def _row_dot(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (a * w).sum(-1, keepdim=True)
 
 
+class _NativeRMSNorm(torch.autograd.Function):
+    """RMSNorm over the last dimension with one gain for every row, on the C kernel."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        rows = x.contiguous().view(1, -1, 1, x.shape[-1])
+        w = weight.contiguous()
+        y = torch.empty(rows.shape, dtype=rows.dtype)
+        rstd = native.forward(rows, w, False, eps, y)
+        ctx.save_for_backward(rows, w, rstd)
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        rows, w, rstd = ctx.saved_tensors
+        dx = torch.empty(rows.shape, dtype=rows.dtype)
+        dw = native.backward(g.contiguous().view(rows.shape), rows, w, False, rstd, dx, ctx.needs_input_grad[1])
+        return dx.view(g.shape), dw, None
+
+
+class _NativeQKNorm(torch.autograd.Function):
+    """The query and key heads of a [B, T, 2C] slice of the QKV projection, normalised per head, as (q, k) [B, T, H, hd].
+
+    One pass over both halves, read where they lie (the projection's rows
+    hold queries and keys side by side), written as two tensors; the two
+    gradients are read back as they arrive. No copy, no concatenation.
+    """
+
+    @staticmethod
+    def forward(ctx, qk: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor, eps: float):
+        B, T, _ = qk.shape
+        H, hd = q_gain.shape
+        heads = qk.view(B, T, 2 * H, hd)
+        gains = torch.cat((q_gain, k_gain))  # [2H, hd]: a few hundred floats
+        q, k = torch.empty(B, T, H, hd, dtype=qk.dtype), torch.empty(B, T, H, hd, dtype=qk.dtype)
+        rstd = native.forward(heads, gains, True, eps, (q, k))
+        ctx.save_for_backward(heads, gains, rstd)
+        return q, k
+
+    @staticmethod
+    def backward(ctx, gq: torch.Tensor, gk: torch.Tensor):
+        heads, gains, rstd = ctx.saved_tensors
+        B, T, H2, hd = heads.shape
+        g = tuple(t if t.stride(-1) == 1 else t.contiguous() for t in (gq, gk))  # transposed is fine, as it is
+        dqk = torch.empty(B, T, H2 * hd, dtype=heads.dtype)
+        want = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        dw = native.backward(g, heads, gains, True, rstd, dqk.view(heads.shape), want)
+        dq_gain, dk_gain = dw.split(H2 // 2) if dw is not None else (None, None)
+        return dqk, dq_gain, dk_gain, None
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
     """RMSNorm over the last dimension times `weight` (broadcastable to `x`); eps defaults as nn.RMSNorm's."""
     eps = torch.finfo(x.dtype).eps if eps is None else eps
@@ -78,7 +163,27 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) ->
         if weight.dim() > 1:  # a gain per head: nn.RMSNorm's weight must match the last dimension only
             return F.rms_norm(x, (x.shape[-1],), eps=eps) * weight
         return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    if weight.dim() == 1 and _native_path(x, weight):
+        return _NativeRMSNorm.apply(x, weight, eps)
     return _RMSNorm.apply(x, weight, eps)
+
+
+def qk_norm(qk: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor,
+            eps: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-head RMSNorm of the queries and keys in `qk` ([B, T, 2C]: query heads, then key heads), as (q, k) [B, T, H, hd].
+
+    `q_gain` and `k_gain` are [H, hd]. Off the C kernels, one norm serves
+    both halves (one call, not two) in the projection's own layout, before
+    the caller's transpose.
+    """
+    eps = torch.finfo(qk.dtype).eps if eps is None else eps
+    B, T, two_c = qk.shape
+    H, hd = q_gain.shape
+    if _fast_path(qk) and q_gain.dtype == torch.float32 and qk.stride(-1) == 1 and _native_path(qk, q_gain, k_gain):
+        return _NativeQKNorm.apply(qk, q_gain, k_gain, eps)
+    gains = torch.cat((q_gain, k_gain))
+    q, k = rms_norm(qk.view(B, T, 2 * H, hd), gains, eps).split(H, dim=2)
+    return q, k
 
 
 class _CrossEntropyZ(torch.autograd.Function):

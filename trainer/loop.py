@@ -185,7 +185,7 @@ class Trainer:
             threads=torch.get_num_threads(), dtype=self.cfg.train.dtype, n_params=self.raw_model.num_params(),
             flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
             started_at=self.started_at, restore_s=round(self.restore_s, 6), compiled=self.cfg.train.compile,
-            compile_s=round(self.compile_s, 6),
+            compile_s=round(self.compile_s, 6), norm_kernels=self._parts.norm_kernels,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
             members=self.dist.members, group_id=self.dist.group_id or None,
         )

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .kernels import cross_entropy_z, rms_norm
+from .kernels import cross_entropy_z, qk_norm, rms_norm
 
 # Caps the transient logits tensor of the max-logit probe at 16M elements.
 _PROBE_ELEMS = 1 << 24
@@ -57,13 +57,11 @@ class Attention(nn.Module):
         H, hd = self.n_head, self.head_dim
         qkv = self.qkv(x)
         if self.qk_norm:
-            # Queries and keys are the first 2C columns: one norm over their 2H
-            # heads, in the projection's own layout (a view, no copy), before the
-            # transpose; one kernel call instead of two per layer. A split, not two
-            # slices: its backward is one concatenation, not two zero-filled copies.
+            # Queries and keys are the first 2C columns, normalised where they lie
+            # (trainer/kernels.py). A split, not two slices: its backward is one
+            # concatenation, not two zero-filled copies.
             qk, v = qkv.split((2 * C, C), dim=2)
-            gains = torch.cat((self.q_gain, self.k_gain))
-            q, k = rms_norm(qk.view(B, T, 2 * H, hd), gains).split(H, dim=2)
+            q, k = qk_norm(qk, self.q_gain, self.k_gain)
             v = v.view(B, T, H, hd)
         else:
             q, k, v = (t.view(B, T, H, hd) for t in qkv.split(C, dim=2))

@@ -43,6 +43,7 @@ from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig
 from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
+from .kernels import norm_kernels
 from .guard import GuardCallback
 from .live_control import ControlCallback
 from .loop import Trainer
@@ -195,7 +196,8 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
            if c.name not in names]
     callbacks = CallbackList(cbs + extra)
     progress = next((c for c in callbacks if isinstance(c, ProgressReporter)), None)
-    return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress)
+    kernels = norm_kernels(device.type, train.compile)  # builds the C kernels here, not in the first step
+    return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress, kernels)
 
 
 def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bool | None,

@@ -1,0 +1,169 @@
+"""RMSNorm on a CPU as one C loop forward and one backward, built once per machine by its C compiler.
+
+PyTorch fuses RMSNorm on CUDA only. On a CPU in eager mode it is a chain
+of element-wise ops, each a pass over memory, and the QK-norm's rows are
+only a head wide (32 floats at the small shapes), where every pass costs
+more than its arithmetic. `trainer/csrc/rms_norm.c` does a row at a time:
+the row stays in the cache between its sum of squares and its output, and
+it reads strided rows where they lie (the query heads inside the fused
+QKV projection, a gradient that comes back transposed from attention).
+
+`library()` compiles that file with the system's C compiler (`$CC`, else
+cc, gcc or clang) for this CPU (`-O3 -march=native`) into a cache folder,
+once: the file is named after a hash of the source, the compiler's
+version, the flags and the CPU's feature flags, so a changed source,
+compiler or CPU (a home folder shared by the nodes of a cluster) gets its
+own build. It is written under a temporary name and renamed into place, so
+ranks that build at once never load half a file. The folder is
+`$LOGBOOK_KERNEL_CACHE`, else `$XDG_CACHE_HOME/logbook/kernels`, else
+`~/.cache/logbook/kernels`. Without a compiler, or when a build fails,
+`library()` is None, `unavailable()` says why, and trainer/kernels.py uses
+PyTorch's own ops: slower, not wrong.
+
+Every tensor handed in is float32 on the CPU, four dimensions `[n0, n1,
+n2, d]` with its last one contiguous; the callers in trainer/kernels.py
+see to that. An output or a gradient may also be a pair of such tensors,
+split along the heads (dimension 2): the queries' and the keys'.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("csrc") / "rms_norm.c"
+FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
+
+
+class _Part(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("s0", ctypes.c_int64), ("s1", ctypes.c_int64), ("s2", ctypes.c_int64)]
+
+
+class _Rows(ctypes.Structure):
+    _fields_ = [("part", _Part * 2), ("split", ctypes.c_int64)]
+
+
+class _Shape(ctypes.Structure):
+    _fields_ = [("n0", ctypes.c_int64), ("n1", ctypes.c_int64), ("n2", ctypes.c_int64), ("d", ctypes.c_int64)]
+
+
+_why_not: str | None = None
+
+
+def unavailable() -> str | None:
+    """Why the C kernels are not in use (None: they are, or have not been asked for yet)."""
+    return _why_not
+
+
+def cache_dir() -> Path:
+    """Where built kernels are kept (see the module's docstring)."""
+    if os.environ.get("LOGBOOK_KERNEL_CACHE"):
+        return Path(os.environ["LOGBOOK_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "logbook" / "kernels"
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The built kernels, building them first if this machine has none yet; None when they cannot be had."""
+    global _why_not
+    compiler = _compiler()
+    if compiler is None:
+        _why_not = "no C compiler (set CC, or install cc, gcc or clang)"
+        return None
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+        source = SOURCE.read_bytes()
+    except (OSError, subprocess.SubprocessError) as e:
+        _why_not = f"cannot use {compiler}: {e}"
+        return None
+    key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_flags()])).hexdigest()
+    path = cache_dir() / f"rms_norm-{key[:24]}.so"
+    try:
+        if not path.exists():
+            _build(compiler, path)
+        lib = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError) as e:
+        _why_not = f"building {SOURCE.name} failed: {str(e)[-500:]}"
+        return None
+    rows, shape, f32p = ctypes.POINTER(_Rows), ctypes.POINTER(_Shape), ctypes.c_void_p
+    lib.lb_rms_norm_forward.argtypes = [rows, f32p, ctypes.c_int64, rows, f32p, shape, ctypes.c_float]
+    lib.lb_rms_norm_forward.restype = None
+    lib.lb_rms_norm_backward.argtypes = [rows, rows, f32p, ctypes.c_int64, f32p, rows, f32p, shape]
+    lib.lb_rms_norm_backward.restype = ctypes.c_int
+    _why_not = None
+    return lib
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_flags() -> bytes:
+    """The CPU's feature flags (what -march=native compiles for), as the kernel names them."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            for line in f:
+                if line.startswith((b"flags", b"Features")):
+                    return line
+    except OSError:
+        pass
+    import platform
+
+    return f"{platform.machine()} {platform.processor()}".encode()
+
+
+def _build(compiler: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".build-", suffix=".so")
+    os.close(fd)
+    try:
+        out = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
+                             timeout=120)
+        if out.returncode != 0:
+            raise OSError(out.stderr.strip() or f"{compiler} exited {out.returncode}")
+        os.replace(tmp, path)  # whole or not at all, for every process that loads it
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+Rows = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+"""A [n0, n1, n2, d] tensor, or two that split it along dimension 2."""
+
+
+def _rows(t: Rows) -> _Rows:
+    first, second = t if isinstance(t, tuple) else (t, t)
+    parts = [_Part(p.data_ptr(), *p.stride()[:3]) for p in (first, second)]
+    return _Rows((_Part * 2)(*parts), first.shape[2])
+
+
+def forward(x: torch.Tensor, w: torch.Tensor, per_head: bool, eps: float, out: Rows) -> torch.Tensor:
+    """Write x * rstd * w into `out` and return rstd per row; x: [n0, n1, n2, d], w: [d], or [n2, d] per head."""
+    rstd = torch.empty(x.shape[:3], dtype=x.dtype)
+    library().lb_rms_norm_forward(_rows(x), w.data_ptr(), x.shape[3] if per_head else 0, _rows(out), rstd.data_ptr(),
+                                  _Shape(*x.shape), eps)
+    return rstd
+
+
+def backward(g: Rows, x: torch.Tensor, w: torch.Tensor, per_head: bool, rstd: torch.Tensor, dx: torch.Tensor,
+             want_dw: bool) -> torch.Tensor | None:
+    """Write the input's gradient into `dx` (any strides, last one 1); return the gain's gradient (shaped as w) if wanted."""
+    dw = torch.empty(w.shape, dtype=w.dtype) if want_dw else None
+    status = library().lb_rms_norm_backward(_rows(g), _rows(x), w.data_ptr(), x.shape[3] if per_head else 0,
+                                            rstd.data_ptr(), _rows(dx), dw.data_ptr() if dw is not None else None,
+                                            _Shape(*x.shape))
+    if status != 0:
+        raise MemoryError("rms_norm backward: no memory for its buffers")
+    return dw
