@@ -32,6 +32,7 @@ to once per run:
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import os
@@ -135,7 +136,10 @@ def _probe_cpu_isa_in_background() -> threading.Thread:
         except Exception:  # noqa: BLE001 - the compile itself asks again, and reports what fails
             pass
 
-    thread = threading.Thread(target=probe, name="inductor-isa-probe", daemon=True)
+    # In the caller's context: inductor's settings (vec_isa_ok among them) are per thread,
+    # and a thread of its own would run the very checks that setting skips.
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(probe,), name="inductor-isa-probe",
+                              daemon=True)
     thread.start()
     return thread
 
