@@ -287,7 +287,7 @@ def _guard_line(e: dict[str, Any]) -> str:
         skipped = f", batches {lo_hi[0]}-{lo_hi[1]} never trained on" if lo_hi else ""
         return f"{kind} from step {d.get('from_step')} to step {d.get('to_step')}{skipped}"
     if kind == "lr_scaled":
-        return f"{kind} at step {step}: lr_scale {d.get('old'):g} -> {d.get('new'):g}"
+        return f"{kind} at step {step}: lr_scale {fmt_setting(d.get('old'))} -> {fmt_setting(d.get('new'))}"
     return f"{kind} at step {step}: {d.get('reason')}"
 
 
