@@ -32,6 +32,8 @@ def _wandb_records(path: Path):
         if length == 0 and kind == 0:  # block padding
             pos += left
             continue
+        if pos + 7 + length > len(data):
+            return  # the record W&B's service is writing right now: read it next time
         chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (1, 2):  # full, first
             parts = chunk
@@ -49,10 +51,17 @@ def _offline_runs(wandb_dir: Path, timeout_s: float = 30.0) -> list[dict]:
     W&B's service writes the file in the background, even after `finish()`
     returns, so this waits until every run file holds its `exit` record.
     """
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + timeout_s
     while True:
-        out = [_offline_run(f) for f in (wandb_dir / "wandb").glob("offline-run-*/run-*.wandb")]
-        if all(r["exited"] for r in out) or time.monotonic() > deadline:
+        try:
+            out = [_offline_run(f) for f in (wandb_dir / "wandb").glob("offline-run-*/run-*.wandb")]
+        except DecodeError:  # a record caught half written (its bytes not all flushed yet)
+            if time.monotonic() > deadline:
+                raise
+            out = None
+        if out is not None and (all(r["exited"] for r in out) or time.monotonic() > deadline):
             return sorted(out, key=lambda r: r["started"])
         time.sleep(0.2)
 
