@@ -28,7 +28,8 @@ steady state: the steps after `--warmup` (checkpoints included) over its
 running time, the stopped intervals taken out. Each ratio is the median over
 rounds of the per-round ratios. A missing peer is skipped with
 the reason. `--step-only` adds the model + AdamW step alone, in this process:
-the project's model with and without its stabilisers against nanoGPT's.
+the project's model with and without its stabilisers, and with its norms on
+PyTorch's ops instead of the C kernels, against nanoGPT's.
 
     python3 bench/peers.py --nanogpt ~/src/nanoGPT [--olmo-python V/bin/python] [--rounds 3] [--steps 60]
         [--warmup 10] [--compile off|on|both] [--step-only | --profile] [--quick]
@@ -330,14 +331,19 @@ def step_only(checkout: Path, rounds: int, block: int) -> None:
 
 
 def _step_contenders(checkout: Path) -> dict:
-    """name -> (model, optimizer, loss function of (x, y)) for the project's model with and without stabilisers, and nanoGPT's."""
+    """name -> (model, optimizer, loss function of (x, y)) for the project's model with and without stabilisers, and nanoGPT's.
+
+    One thread, and freed memory kept for reuse, as the trainer runs (trainer/kernels.py): for all of them.
+    """
     import torch
 
     from trainer.config import load_train_config
+    from trainer.kernels import keep_freed_memory
     from trainer.model import GPT
     from trainer.optim import build_optimizer
 
     torch.set_num_threads(1)
+    keep_freed_memory()
     spec = importlib.util.spec_from_file_location("nanogpt_model", checkout / "model.py")
     ng = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ng)
@@ -358,7 +364,23 @@ def _step_contenders(checkout: Path) -> dict:
                                 n_embd=s["width"], dropout=0.0, bias=False))
         return m, m.configure_optimizers(0.1, 3e-3, (0.9, 0.95), "cpu"), lambda x, y: m(x, y)[1]
 
-    return {"project, QK-norm + z-loss": ours(True), "project, without them": ours(False), "nanoGPT": nanogpt()}
+    def on_pytorch_ops():
+        """The same model with its norms on PyTorch's ops instead of the C kernels (trainer/native.py)."""
+        from trainer import kernels
+
+        m, opt, loss_of = ours(True)
+
+        def loss(x, y):
+            native_path, kernels._native_path = kernels._native_path, lambda *tensors: False
+            try:
+                return loss_of(x, y)
+            finally:
+                kernels._native_path = native_path
+
+        return m, opt, loss
+
+    return {"project, QK-norm + z-loss": ours(True), "project, without them": ours(False),
+            "project, QK-norm + z-loss, PyTorch's ops": on_pytorch_ops(), "nanoGPT": nanogpt()}
 
 
 def profile_step(checkout: Path, steps: int = 10, rows: int = 14) -> None:
@@ -369,7 +391,7 @@ def profile_step(checkout: Path, steps: int = 10, rows: int = 14) -> None:
     contenders = _step_contenders(checkout)
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randint(0, 256, (SHAPE["batch"], SHAPE["block"]), generator=g) for _ in range(2))
-    for name in ("project, QK-norm + z-loss", "nanoGPT"):
+    for name in ("project, QK-norm + z-loss", "project, QK-norm + z-loss, PyTorch's ops", "nanoGPT"):
         m, opt, loss_of = contenders[name]
         step = lambda: (loss_of(x, y).backward(), torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0),  # noqa: E731
                         opt.step(), opt.zero_grad(set_to_none=True))
