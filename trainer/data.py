@@ -235,11 +235,15 @@ class DataStream:
 
     def weights_at(self, batch_id: int) -> np.ndarray:
         """Mixture weights for a batch: its phase (batch_id / total_steps), with any live overrides."""
+        return self._mix(self._phases[self._phase_index(batch_id)][1])
+
+    def mixture_key(self, batch_id: int) -> tuple[Any, ...]:
+        """What `weights_at(batch_id)` depends on (its phase, the live overrides): equal keys, equal weights."""
+        return self._phase_index(batch_id), tuple(sorted(self.weight_overrides.items()))
+
+    def _phase_index(self, batch_id: int) -> int:
         frac = (batch_id - 1) / max(1, self.total_steps)
-        for until, w in self._phases:
-            if frac < until:
-                return self._mix(w)
-        return self._mix(self._phases[-1][1])
+        return next((i for i, (until, _w) in enumerate(self._phases) if frac < until), len(self._phases) - 1)
 
     def set_weight_overrides(self, weights: dict[str, float]) -> None:
         """Live mixture weights by source name, replacing the phases' for those sources; {} clears them."""

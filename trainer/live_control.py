@@ -456,6 +456,8 @@ class ControlCallback(Callback):
         self.channel: ControlChannel | None = None
         self._stashed: Mapping[str, Any] | None = None
         self._last_weights: dict[str, float] | None = None
+        self._last_mixture: tuple[Any, ...] | None = None
+        """`DataStream.mixture_key` of the last step: the weights are worked out again only when it changes."""
 
     def _build(self) -> ControlChannel:
         t = self.trainer
@@ -491,6 +493,10 @@ class ControlCallback(Callback):
         data = self.trainer.data
         if not hasattr(data, "weights_at"):
             return
+        key = data.mixture_key(data.next_batch - 1)
+        if key == self._last_mixture:
+            return
+        self._last_mixture = key
         names = [c.name for c in data.corpora]
         weights = {n: round(float(w), 6) for n, w in zip(names, data.weights_at(data.next_batch - 1))}
         if self._last_weights is not None and weights != self._last_weights:
