@@ -11,8 +11,8 @@ cost about a fifth of the step.
 - `rms_norm` and `qk_norm`: one C loop a row forward and one backward
   (trainer/native.py, built once per machine) on a single-threaded CPU run.
   `qk_norm` normalises a layer's query and key heads where they lie inside
-  the QKV projection's output and returns them as two tensors, so neither
-  a copy nor a concatenation of gains or gradients is made. With more
+  the QKV projection's output and returns them as two tensors, so no
+  activation or gradient is copied or concatenated on the way. With more
   threads, or without a C compiler, an autograd function of PyTorch ops
   does it instead: three passes forward, six backward (one a matrix-vector
   product), with the gain's gradient reduced over whichever dimensions it
@@ -130,7 +130,8 @@ class _NativeQKNorm(torch.autograd.Function):
 
     One pass over both halves, read where they lie (the projection's rows
     hold queries and keys side by side), written as two tensors; the two
-    gradients are read back as they arrive. No copy, no concatenation.
+    gradients are read back as they arrive: no copy or concatenation of
+    activations or their gradients (only of the two gains, a few hundred floats).
     """
 
     @staticmethod
