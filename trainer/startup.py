@@ -43,8 +43,8 @@ from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig
 from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
-from .kernels import norm_kernels
 from .guard import GuardCallback
+from .kernels import norm_kernels
 from .live_control import ControlCallback
 from .loop import Trainer
 from .milestones_cb import MilestoneNotes
