@@ -178,7 +178,7 @@ def qk_norm(qk: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor,
     the caller's transpose.
     """
     eps = torch.finfo(qk.dtype).eps if eps is None else eps
-    B, T, two_c = qk.shape
+    B, T, _ = qk.shape
     H, hd = q_gain.shape
     if _fast_path(qk) and q_gain.dtype == torch.float32 and qk.stride(-1) == 1 and _native_path(qk, q_gain, k_gain):
         return _NativeQKNorm.apply(qk, q_gain, k_gain, eps)

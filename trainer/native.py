@@ -104,10 +104,8 @@ def library() -> ctypes.CDLL | None:
 
 
 def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
+    found = (shutil.which(name) for name in (os.environ.get("CC"), "cc", "gcc", "clang") if name)
+    return next((path for path in found if path), None)
 
 
 def _cpu_flags() -> bytes:
