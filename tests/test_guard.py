@@ -108,6 +108,24 @@ def test_history_keeps_only_the_window():
     assert len(g.history["loss"]) == 16
 
 
+def test_a_restored_history_of_the_same_length_is_judged_on_its_own_grad_norms():
+    # The guard keeps the gradient norms' logarithms beside the window; a restore (on
+    # resume, or a guard reused in one process) must replace them, not judge on the old ones.
+    quiet = GuardConfig(window=16, warmup=8, cooldown=0)
+    calm = [(2.5, 1.0 + 0.01 * (i % 3)) for i in range(20)]
+    wild = [(2.5, 10.0 + 0.1 * (i % 3)) for i in range(20)]
+    donor = Guard(quiet)
+    _feed(donor, wild)
+    reused, fresh = Guard(quiet), Guard(quiet)
+    _feed(reused, calm)  # a full window of small norms, as long as the donor's
+    reused.load_state_dict(donor.state_dict())
+    fresh.load_state_dict(donor.state_dict())
+    for g in (reused, fresh):  # 10.05 is ordinary against the wild history, a spike against the calm one
+        assert _feed(g, [(2.5, 10.05)], start=21) == {}
+    assert reused.history == fresh.history
+    assert _feed(reused, [(2.5, 1000.0)], start=22).keys() == _feed(fresh, [(2.5, 1000.0)], start=22).keys() == {22}
+
+
 def test_flat_series_does_not_turn_tiny_wobbles_into_spikes():
     g = Guard(GuardConfig(warmup=10, min_rel_sigma=0.005))
     flagged = _feed(g, [(2.0, 1.0)] * 30 + [(2.02, 1.0), (2.2, 1.0)])

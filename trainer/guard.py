@@ -42,6 +42,8 @@ def metrics_to_floats(loss: torch.Tensor, grad_norm: torch.Tensor | None) -> tup
 
     if grad_norm is None:
         return float(loss.detach()), None
+    if loss.device.type == "cpu" and grad_norm.device.type == "cpu":  # no sync to save: two reads, no kernels
+        return float(loss.detach()), float(grad_norm.detach())
     pair = torch.stack([loss.detach().float().reshape(()), grad_norm.detach().float().reshape(()).to(loss.device)])
     a, b = pair.tolist()
     return a, b

@@ -56,14 +56,19 @@ class Signal:
         return (value - self.baseline) / self.scale
 
 
-def spike_signal(cfg: GuardConfig, metric: str, value: float, hist: list[float]) -> Signal | None:
-    """The signal `value` raises against `hist`, the metric's rolling history; None if it is no spike."""
+def spike_signal(cfg: GuardConfig, metric: str, value: float, hist: list[float],
+                 logs: list[float] | None = None) -> Signal | None:
+    """The signal `value` raises against `hist`, the metric's rolling history; None if it is no spike.
+
+    For the gradient norm, `logs` may hand in `judged_form(hist)` kept from earlier steps
+    (a window of logarithms costs more than the rest of the test).
+    """
     if not math.isfinite(value):
         return Signal(metric, value, _median_sorted(sorted(hist)) if hist else None, None, math.inf, True)
     if len(hist) < max(cfg.warmup, MIN_HISTORY):
         return None
     if metric == "grad_norm":  # judged as a ratio to its typical size
-        med, sigma = robust_stats([_log(v) for v in hist], 0.0)
+        med, sigma = robust_stats(logs if logs is not None else judged_form(metric, hist), 0.0)
         sigma = max(sigma, cfg.min_rel_sigma)
         z, baseline, threshold = (_log(value) - med) / sigma, math.exp(med), cfg.grad_norm_sigma
     else:
@@ -72,11 +77,16 @@ def spike_signal(cfg: GuardConfig, metric: str, value: float, hist: list[float])
     return Signal(metric, value, baseline, sigma, z, False, threshold) if z > threshold else None
 
 
+def judged_form(metric: str, values: list[float]) -> list[float]:
+    """The values as their spike test reads them: the gradient norm's logarithms, the loss as it is."""
+    return [_log(v) for v in values] if metric == "grad_norm" else values
+
+
 def robust_stats(values: list[float], min_rel_sigma: float) -> tuple[float, float]:
     """(median, robust sigma) of `values`."""
     s = sorted(values)
     med = _median_sorted(s)
-    mad = _median_sorted(sorted(abs(v - med) for v in s))
+    mad = _median_sorted(sorted([abs(v - med) for v in s]))
     return med, max(MAD_TO_SIGMA * mad, min_rel_sigma * abs(med), 1e-12)
 
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from .guard_config import GuardConfig
 from .guard_decision import Decision, Verdict, describe
-from .guard_detector import METRICS, spike_signal
+from .guard_detector import METRICS, judged_form, spike_signal
 
 STATE_VERSION = 1
 
@@ -57,6 +57,9 @@ class Guard:
         self.rules = list(rules or [])
         """The preregistration's contingency rules, to judge each action against."""
         self.history: dict[str, list[float]] = {m: [] for m in METRICS}
+        self._logs: list[float] | None = None
+        """The gradient norm's history as logarithms, kept beside it so each value is logged once
+        (None: to be worked out again, after the history was reset or restored)."""
         self.tick = 0
         """Steps observed, ever (it does not rewind with a rollback)."""
         self.spikes: list[dict[str, int | None]] = []
@@ -85,13 +88,20 @@ class Guard:
 
     def _judge(self, step: int, loss: float, grad_norm: float | None, batch_id: int | None, lr_scale: float) -> Decision:
         values = {"loss": loss, "grad_norm": grad_norm if self.cfg.check_grad_norm else None}
+        if self._logs is None or len(self._logs) != len(self.history["grad_norm"]):
+            self._logs = judged_form("grad_norm", self.history["grad_norm"])
         signals = [s for m, v in values.items()
-                   if v is not None and (s := spike_signal(self.cfg, m, v, self.history[m])) is not None]
+                   if v is not None and (s := spike_signal(self.cfg, m, v, self.history[m],
+                                                           self._logs if m == "grad_norm" else None)) is not None]
         for m, v in values.items():
             if v is not None and math.isfinite(v):
                 hist = self.history[m]
                 hist.append(v)
-                del hist[: max(0, len(hist) - self.cfg.window)]
+                drop = max(0, len(hist) - self.cfg.window)
+                del hist[:drop]
+                if m == "grad_norm":
+                    self._logs += judged_form(m, [v])
+                    del self._logs[:drop]
         if not signals:
             return Decision(Verdict.OK, step, batch_id, lr_scale_before=lr_scale)
         signals.sort(key=lambda s: (not s.nonfinite, -s.z))
@@ -139,6 +149,7 @@ class Guard:
     def reset_detector(self) -> None:
         """Forget the rolling histories (after a rollback the restored model is judged afresh)."""
         self.history = {m: [] for m in METRICS}
+        self._logs = None
 
     # --- state --------------------------------------------------------------------
 
@@ -161,6 +172,7 @@ class Guard:
             self.reset_detector()
             return
         self.history = {m: [float(x) for x in state.get("history", {}).get(m, [])] for m in METRICS}
+        self._logs = None
         self.tick = int(state.get("tick", 0))
         self.spikes = [dict(s) for s in state.get("spikes", [])]
         lct = state.get("last_counted_tick")
