@@ -153,13 +153,15 @@ class MetricsWriter:
         if self.rank != 0:
             return
         row = _plain(row)
-        if self.full_path is not None:
-            self._full.append(canonical(row))
+        line = canonical(row) if self.full_path is not None else None
+        if line is not None:
+            self._full.append(line)
         first = row.get("attempt") != self._attempt and "loss" in row
         if first:
             self._attempt, self._window = row.get("attempt"), {}
         if self.keep.keeps(row, first):
-            self._buf.append(canonical(self._fold(row)))
+            folded = self._fold(row)
+            self._buf.append(line if line is not None and folded is row else canonical(folded))  # most fold nothing in
             self._held = None
         else:
             self._absorb(row)
