@@ -20,6 +20,7 @@ write starts with a dot and is never read as a request.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -135,10 +136,12 @@ def submit_change(project: Project, run_id: str, changes: Mapping[str, Any], rea
 def list_pending(control_dir: Path) -> list[Path]:
     """Request files waiting for the trainer, in name (= submission) order."""
     d = pending_dir(control_dir)
-    if not d.is_dir():
+    try:  # asked at every step: one directory read, and a Path only for what is there
+        with os.scandir(d) as entries:
+            names = sorted(e.name for e in entries if e.name.endswith(".json") and not e.name.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted((p for p in d.iterdir() if p.name.endswith(".json") and not p.name.startswith(".")),
-                  key=lambda p: p.name)
+    return [d / name for name in names]
 
 
 def decode_request(raw: bytes, run_id: str) -> dict[str, Any]:
