@@ -217,8 +217,7 @@ class Trainer:
         """
         cfg, accum = self.cfg, self.cfg.train.grad_accum
         track = cfg.optim.qk_clip_tau > 0
-        ce_sum = torch.zeros((), device=self.device)
-        z_sum = torch.zeros((), device=self.device)
+        ce_sum = z_sum = None
         for micro in range(accum):
             x, y = self.data.batch(batch_id, micro)
             last = micro == accum - 1
@@ -228,12 +227,15 @@ class Trainer:
             with sync:
                 with self.autocast:
                     out = self.model(x, y)
-                (out.loss / accum).backward()
-            ce_sum += out.ce_loss
-            z_sum += out.z_loss
+                (out.loss / accum if accum > 1 else out.loss).backward()
+            # Sums of the detached terms: a single micro-batch (the usual case) takes no op at all.
+            ce, z = out.ce_loss.detach().float(), out.z_loss.detach().float()
+            ce_sum, z_sum = (ce, z) if ce_sum is None else (ce_sum + ce, z_sum + z)
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
         grad_norm = dist.local_tensor(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip))
-        return dist.all_reduce_mean(ce_sum / accum, self.dist), z_sum / accum, grad_norm
+        if accum > 1:
+            ce_sum, z_sum = ce_sum / accum, z_sum / accum
+        return dist.all_reduce_mean(ce_sum, self.dist), z_sum, grad_norm
 
     def _train_step(self) -> None:
         step, cfg = self.step + 1, self.cfg
