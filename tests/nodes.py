@@ -93,14 +93,14 @@ def descendants(pid: int) -> list[int]:
 
 
 def worker_pids(launcher: subprocess.Popen) -> list[int]:
-    """The trainer processes under a launcher (torchrun's children running `-m trainer`)."""
+    """The trainer processes under a launcher: forked by the agent's fork server, named `trainer-r<local rank>`."""
     out = []
     for p in descendants(launcher.pid):
         try:
-            cmd = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            comm = Path(f"/proc/{p}/comm").read_text().strip()
         except OSError:
             continue
-        if b"trainer" in cmd and b"torch.distributed.run" not in cmd and b"--print-config" not in cmd:
+        if comm.startswith("trainer-r"):
             out.append(p)
     return out
 

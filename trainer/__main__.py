@@ -59,7 +59,8 @@ def _fail(e: LogbookError) -> int:
     return e.exit_code
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, started_at: float | None = None) -> int:
+    """Train one attempt; `started_at` is when its process began (a forked worker's fork, not this module's import)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # what a launcher puts after its own options
         argv = argv[1:]
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e)
     if cfg.train.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # must precede CUDA's start
-    return _train(cfg, args)
+    return _train(cfg, args, STARTED_AT if started_at is None else started_at)
 
 
 def _record_for_torchrun(exc: BaseException) -> None:
@@ -99,7 +100,7 @@ def _record_for_torchrun(exc: BaseException) -> None:
                                                "extraInfo": {"py_callstack": tb, "timestamp": str(int(time.time()))}}})
 
 
-def _train(cfg, args) -> int:
+def _train(cfg, args, started_at: float) -> int:
     # Here, not at the top: `--print-config` and argument errors answer without importing torch.
     from .loop import Preempted
     from .startup import build_trainer
@@ -107,7 +108,7 @@ def _train(cfg, args) -> int:
     def run() -> int:
         try:
             trainer = build_trainer(cfg, project_root=Path(args.project), run_id=args.run_id, config_path=args.config,
-                                    started_at=STARTED_AT)
+                                    started_at=started_at)
             trainer.fit()
         except Preempted as p:
             print(f"preempted by {p.signal_name}: saved at step {p.saved_step}; exiting {EXIT_PREEMPTED}", file=sys.stderr)

@@ -1,0 +1,97 @@
+"""`trainer.agent`: torchrun whose trainer workers are forked from one warm fork server.
+
+A real `logbook run` with a SIGKILL drill: the restarted attempt's worker is
+a new process forked by the same server as the first, named for its rank,
+and the run resumes as under plain torchrun. The server itself makes no
+thread, tensor or GPU context a fork would copy badly, and a worker passes
+on the trainer's exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from lab import Lab
+from nodes import descendants
+
+pytestmark = pytest.mark.slow
+
+
+def _watch_workers(launcher: subprocess.Popen, seen: dict[int, tuple[int, bytes]], stop: threading.Event) -> None:
+    """Record each `trainer-r0` process under the launcher with its parent and the parent's command line."""
+    while not stop.is_set():
+        for pid in descendants(launcher.pid):
+            try:
+                if pid not in seen and Path(f"/proc/{pid}/comm").read_text().strip() == "trainer-r0":
+                    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                    seen[pid] = (ppid, Path(f"/proc/{ppid}/cmdline").read_bytes())
+            except (OSError, ValueError, IndexError):
+                continue
+        time.sleep(0.02)
+
+
+def test_a_restarted_attempt_is_forked_by_the_same_warm_server_and_resumes(tmp_path):
+    lab = Lab.create(tmp_path)
+    config = lab.write_config("killed.yaml", {
+        "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32},
+        "data": {"sources": [{"name": "stdlib", "kind": "stdlib", "max_mb": 0.3}]},
+        "train": {"steps": 40, "batch_size": 4, "eval_every": 0, "eval_batches": 1, "threads": 1},
+        "checkpoint": {"every": 5, "keep": 2, "background": False},
+        "faults": [{"kind": "sigkill", "step": 12, "attempt": 1}],
+    })
+    launcher = subprocess.Popen([sys.executable, "-m", "logbook", "run", str(config), "--exploratory",
+                                 "--run-id", "warm", "--max-restarts", "1"], cwd=lab.root, env=lab.env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen: dict[int, tuple[int, bytes]] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_workers, args=(launcher, seen, stop), daemon=True)
+    watcher.start()
+    try:
+        _, err = launcher.communicate(timeout=300)
+    finally:
+        stop.set()
+        watcher.join()
+    assert launcher.returncode == 0, err[-3000:]
+    started = [e for e in lab.events("warm") if e["kind"] == "run_started"]
+    assert [e["attempt"] for e in started] == [1, 2] and started[1]["data"]["resumed_from_step"] == 10
+    assert max(lab.losses("warm")) == 40
+    # One worker per attempt, two processes, one parent: the fork server, started once for the run.
+    assert len(seen) == 2, seen
+    ((server, cmdline),) = set(seen.values())
+    assert b"multiprocessing.forkserver" in cmdline and b"trainer.prewarm" in cmdline
+
+
+def test_the_fork_server_leaves_no_thread_gpu_context_or_setting_behind_and_keeps_the_cpu_checks(tmp_path):
+    probe = (
+        "import os, threading, json\n"
+        "import trainer.prewarm\n"
+        "import torch, torch._inductor.config as c\n"
+        "from torch._inductor import cpu_vec_isa\n"
+        "print(json.dumps({'threads': threading.active_count(), 'cuda': torch.cuda.is_initialized(),\n"
+        "  'isa_cached': cpu_vec_isa.valid_vec_isa_list.cache_info().currsize,\n"
+        "  'cache_env': os.environ.get('TORCHINDUCTOR_CACHE_DIR'), 'vec_isa_ok': c.cpp.vec_isa_ok,\n"
+        "  'compiler': 'torch._inductor.compile_fx' in __import__('sys').modules}))\n"
+    )
+    env = {**Lab(tmp_path, tmp_path).env, "LOGBOOK_WARM_COMPILE_CACHE": str(tmp_path / ".logbook")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout)
+    # Inductor's cache folder and settings are put back: each attempt's CompileCache sets its own.
+    assert got.pop("cache_env") != str(tmp_path / ".logbook" / "compile-cache" / "inductor")
+    assert got == {"threads": 1, "cuda": False, "isa_cached": 1, "vec_isa_ok": None, "compiler": True}
+    assert (tmp_path / ".logbook" / "compile-cache" / "torch-key.json").is_file()
+
+
+def test_a_worker_exits_with_the_trainers_exit_code(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    res = subprocess.run([sys.executable, "-c", "import sys; from trainer.agent import train_worker; "
+                          "train_worker('--print-config', sys.argv[1])", str(missing)],
+                         env=Lab(tmp_path, tmp_path).env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "missing.yaml" in res.stderr and "Traceback" not in res.stderr

@@ -1,0 +1,137 @@
+"""torchrun with warm workers: `python -m trainer.agent [torchrun options] -m trainer -- [trainer arguments]`.
+
+torchrun starts each attempt's workers as new Python processes, and each
+pays for its imports before it can resume: torch and dynamo (which torch's
+optimizers import), a second and a half on a small CPU, and for a compiled
+run inductor and its start-up checks as well. That is time from a crash to
+the first resumed step, paid again on every restart.
+
+This agent is torchrun, with the same options, parser, rendezvous and restart
+logic (`torch.distributed.run`), except that the trainer's workers are forked
+from a fork server that did all of that once, when the run was launched
+(trainer/prewarm.py). A restart then costs a fork and the attempt's own
+start-up: SIGKILL to the first resumed step went from 2.0 to 0.7 s here.
+
+Everything a worker reads from its environment (rank, restart count,
+rendezvous) it reads after the fork. Any other entry point (a script,
+`--no-python`, a static or standalone rendezvous) runs as torchrun runs it.
+
+Each worker is one call of `train_worker`: the trainer's exit code becomes
+the process's (75 preempted, 124 hang, ...), so the launcher reads a worker's
+ending as it did a torchrun worker's. Workers are named `trainer-r<local
+rank>` (`ps -o comm`); their command line is the fork server's.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+TRAINER_MODULE = "trainer"
+PREWARM_MODULE = "trainer.prewarm"
+"""What the fork server imports before it forks a worker (see there)."""
+
+
+def train_worker(*argv: str) -> None:
+    """One worker of one attempt: the trainer's `main`, its exit code the process's own."""
+    started_at = time.time()
+    _name_process(f"trainer-r{os.environ.get('LOCAL_RANK', '0')}")
+    _term_when_orphaned()
+    from trainer.__main__ import main
+
+    try:
+        code = main(list(argv), started_at=started_at)
+    except Exception:  # noqa: BLE001 - as a Python process would: the traceback on stderr, exit 1
+        # main() has left the exception in torchrun's error file (atomically); torch's own
+        # wrapper around this function would write it again, in place.
+        traceback.print_exc()
+        raise SystemExit(1) from None
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if code:
+        raise SystemExit(code)
+
+
+def _prctl(option: int, arg: int | bytes) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+
+
+def _name_process(name: str) -> None:
+    """Name the worker for `ps -o comm` and `top` (its command line is the fork server's)."""
+    _prctl(15, name.encode()[:15])  # PR_SET_NAME
+
+
+def _term_when_orphaned() -> None:
+    """SIGTERM (save and stop) when the fork server goes, which it does when the agent does.
+
+    A worker that outlived its agent would train on with nobody to restart it or read its ending.
+    """
+    _prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the server went before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _compile_state_dir(trainer_args: list[str]) -> Path | None:
+    """The state folder of the run when its config turns on `train.compile` (read without importing torch)."""
+    from logbook.core.project import open_project
+    from trainer.__main__ import _parser
+    from trainer.config import load_train_config
+
+    try:
+        parsed, _ = _parser().parse_known_args([a for a in trainer_args if a != "--"])
+        if not load_train_config(Path(parsed.config), parsed.overrides).train.compile:
+            return None
+        return open_project(Path(parsed.project)).state_dir
+    except (Exception, SystemExit):  # noqa: BLE001 - the worker reports a bad config or project itself
+        return None
+
+
+def _start_fork_server(compile_state_dir: Path | None) -> None:
+    """Start the fork server now: it does its imports and checks while this process goes on with its own."""
+    from multiprocessing import forkserver
+
+    from trainer.prewarm import WARM_COMPILE_CACHE
+
+    if compile_state_dir is not None:
+        os.environ[WARM_COMPILE_CACHE] = str(compile_state_dir)  # read by the server as it starts
+    multiprocessing.get_context("forkserver").set_forkserver_preload([PREWARM_MODULE])
+    forkserver.ensure_running()
+    os.environ.pop(WARM_COMPILE_CACHE, None)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from torch.distributed import run as torchrun
+    from torch.distributed.launcher.api import elastic_launch
+
+    args = torchrun.parse_args(list(sys.argv[1:] if argv is None else argv))
+    warm = (args.module and args.training_script == TRAINER_MODULE and not args.no_python
+            and args.rdzv_backend == "c10d" and not args.standalone)
+    if not warm:
+        torchrun.run(args)
+        return
+    trainer_args = list(args.training_script_args)
+    # Parsed as torchrun parses it, then the entry point swapped for a function of a warm process.
+    config, _cmd, _cmd_args = torchrun.config_from_args(args)
+    config.start_method = "forkserver"
+    _start_fork_server(_compile_state_dir(trainer_args))
+    # torch's log formatter imports dynamo the first time it prints a traceback, which it
+    # does when a worker dies: most of a second between the failure and the restart.
+    # Imported here, beside the fork server's own imports, it costs nothing then.
+    import torch._dynamo  # noqa: F401
+
+    elastic_launch(config=config, entrypoint=train_worker)(*trainer_args)
+
+
+if __name__ == "__main__":
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    record(main)()
