@@ -2,8 +2,15 @@
 
 A compiled run that is killed would otherwise compile again on every restart
 (tens of seconds on a CPU, minutes for a large model on a GPU), in the
-middle of the downtime the run is trying to keep short. Two things keep it
-to once per run:
+middle of the downtime the run is trying to keep short. These keep it to
+once per run (and `trainer/prewarm.py` does the imports and start-up checks
+once per launch, in the fork server the workers come from):
+
+- `compile_model` wraps the model in a `PrecompiledModel`
+  (trainer/precompile.py): the first attempt compiles the whole forward and
+  backward ahead of time and saves it; later attempts load it (about a tenth
+  of a second here) instead of tracing the model again. FSDP2's per-block
+  hooks keep plain torch.compile, whose kernels the caches below still keep.
 
 - `CompileCache` points inductor's on-disk caches (FX graphs, AOT autograd
   graphs, generated kernels; Triton's kernels live under inductor's folder)
@@ -39,12 +46,13 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from logbook.core.fsutil import atomic_write_json
 
+from .precompile import PrecompiledModel, identity, precompiled_folder
 from .rng import get_rng_state, set_rng_state
 
 if TYPE_CHECKING:
@@ -93,7 +101,9 @@ class CompileCache:
             # compiled. Off, a restart only loads; the first compile of a run's code
             # takes longer instead. The kernels are the same code with the same flags.
             inductor_config.cpp_cache_precompile_headers = False
-        reuse_torch_key(self.path.parent)
+        self.torch_stamp = torch_files_stamp()
+        """Names the saved graphs too (trainer/precompile.py)."""
+        reuse_torch_key(self.path.parent, self.torch_stamp)
         self._isa_probe = _probe_cpu_isa_in_background() if device_type == "cpu" else None
 
     def ready(self) -> None:
@@ -169,7 +179,7 @@ def torch_files_stamp() -> str:
     return h.hexdigest()
 
 
-def reuse_torch_key(folder: Path) -> bool:
+def reuse_torch_key(folder: Path, stamp: str | None = None) -> bool:
     """Give inductor the stored hash of torch's source files, or store it; True when it was reused.
 
     Inductor puts a hash of torch's source (`torch_key`, up to a second of
@@ -182,7 +192,7 @@ def reuse_torch_key(folder: Path) -> bool:
     key_fn = codecache.torch_key
     if not callable(getattr(key_fn, "set", None)):
         return False
-    stamp = torch_files_stamp()
+    stamp = stamp or torch_files_stamp()
     file = Path(folder) / TORCH_KEY_FILE
     try:
         saved = json.loads(file.read_text())
@@ -198,23 +208,42 @@ def reuse_torch_key(folder: Path) -> bool:
     return False
 
 
-def compile_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The model under torch.compile (inductor, static shapes: every training batch has one shape)."""
-    return torch.compile(model, dynamic=False)
+def compile_model(model: torch.nn.Module, cache: CompileCache | None, device: torch.device,
+                  key: dict[str, Any], whole: bool = True) -> torch.nn.Module:
+    """The model under torch.compile (inductor, static shapes: every training batch has one shape).
+
+    `whole`: as one saved graph a restart loads (trainer/precompile.py), named
+    by `key` (what of the config shapes the graph); otherwise (FSDP2's hooks
+    around each block) plain torch.compile, whose kernels the cache still keeps.
+    """
+    if not whole:
+        return torch.compile(model, dynamic=False)
+    folder = precompiled_folder(cache.path.parent) if cache is not None else None
+    stamp = cache.torch_stamp if cache is not None else torch_files_stamp()
+    return PrecompiledModel(model, folder, identity(device, stamp, key))
+
+
+def _precompiled(model: torch.nn.Module) -> PrecompiledModel | None:
+    """The `PrecompiledModel` inside what the loop calls (DDP wraps it as `.module`), if any."""
+    while model is not None and not isinstance(model, PrecompiledModel):
+        model = getattr(model, "module", None)
+    return model
 
 
 def warm_up(t: Trainer) -> float:
-    """Compile the training step ahead of the first step; returns the seconds it took.
+    """Compile the training step ahead of the first step (or load it); returns the seconds it took.
 
-    Runs forward and backward on the batch the run trains on next, once for
-    each max-logit tracking state the loop will use (each is its own graph),
-    then drops the gradients and restores every random generator.
+    Readies one graph for each max-logit tracking state the loop will use
+    (`PrecompiledModel.prepare`), runs forward and backward on the batch the
+    run trains on next through each, then drops the gradients and restores
+    every random generator.
     """
     cfg = t.cfg
     if t.compile_cache is not None:
         t.compile_cache.ready()
     track = cfg.optim.qk_clip_tau > 0
     states = sorted({track and micro == cfg.train.grad_accum - 1 for micro in range(cfg.train.grad_accum)})
+    whole = _precompiled(t.model)
     rng = get_rng_state()
     start = time.perf_counter()
     try:
@@ -222,6 +251,8 @@ def warm_up(t: Trainer) -> float:
             x, y = t.data.batch(t.data.next_batch, 0)
             t.raw_model.set_max_logit_tracking(tracking)
             with t.autocast:
+                if whole is not None:
+                    whole.prepare(x, y, key=f"max_logit_tracking={tracking}")
                 out = t.model(x, y)
             out.loss.backward()
             t.optimizer.zero_grad(set_to_none=True)
@@ -230,4 +261,7 @@ def warm_up(t: Trainer) -> float:
     finally:
         t.raw_model.set_max_logit_tracking(False)
         set_rng_state(rng)
+    if whole is not None:
+        t.compile_graphs = dict(whole.how)
     return time.perf_counter() - start
+

@@ -116,6 +116,8 @@ class Trainer:
         self.restore_s = 0.0
         self.compile_s = 0.0
         """Seconds spent compiling the training step before the first step (train.compile)."""
+        self.compile_graphs: dict[str, str] = {}
+        """How the warm-up readied each graph of the step: loaded, compiled or traced (trainer/precompile.py)."""
         self._log_mark = (time.perf_counter(), 0)
         self.callbacks.attach(self)
 
@@ -185,7 +187,8 @@ class Trainer:
             threads=torch.get_num_threads(), dtype=self.cfg.train.dtype, n_params=self.raw_model.num_params(),
             flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
             started_at=self.started_at, restore_s=round(self.restore_s, 6), compiled=self.cfg.train.compile,
-            compile_s=round(self.compile_s, 6), norm_kernels=self._parts.norm_kernels,
+            compile_s=round(self.compile_s, 6), compile_graphs=self.compile_graphs or None,
+            norm_kernels=self._parts.norm_kernels,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
             members=self.dist.members, group_id=self.dist.group_id or None,
         )

@@ -40,7 +40,7 @@ from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
 from .compiling import CompileCache, compile_model, warm_up
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
-from .config import TrainConfig
+from .config import TrainConfig, config_to_dict
 from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard import GuardCallback
@@ -179,7 +179,7 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
     cache = None
     if train.compile:
         cache = CompileCache(book.project.state_dir, device.type)  # before anything compiles
-        model = compile_model(raw_model)
+        model = compile_model(raw_model, cache, device, _graph_key(cfg), whole=train.parallel != "fsdp")
     else:
         model = raw_model
     if train.parallel == "ddp":
@@ -198,6 +198,13 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
     progress = next((c for c in callbacks if isinstance(c, ProgressReporter)), None)
     kernels = norm_kernels(device.type, train.compile)  # builds the C kernels here, not in the first step
     return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress, kernels)
+
+
+def _graph_key(cfg: TrainConfig) -> dict[str, Any]:
+    """What of the config shapes the compiled step's graph, beyond what its guards check."""
+    t = cfg.train
+    return {"model": config_to_dict(cfg)["model"], "batch": [t.batch_size, cfg.model.block_size], "dtype": t.dtype,
+            "device": t.device, "deterministic": t.deterministic, "parallel": t.parallel}
 
 
 def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bool | None,

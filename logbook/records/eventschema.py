@@ -270,6 +270,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("restore_s", "number", "seconds spent restoring the checkpoint"),
              _f("compiled", "bool", "torch.compile before the first step"),
              _f("compile_s", "number", "compile seconds (a cache load on a restart)"),
+             _f("compile_graphs", "dict", "how each compiled graph was readied: loaded (saved by an earlier attempt),"
+                " compiled (and saved) or traced (torch.compile)"),
              _f("norm_kernels", "str", "what computes the norms: native (C, on a CPU), inductor or pytorch (why)"),
              _f("config_changed", "list", "config keys changed since the previous launch"),
              _SLURM,
