@@ -10,6 +10,8 @@ on the trainer's exit code.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -95,3 +97,42 @@ def test_a_worker_exits_with_the_trainers_exit_code(tmp_path):
                          env=Lab(tmp_path, tmp_path).env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert "missing.yaml" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_worker_whose_agent_is_killed_outright_saves_and_stops_instead_of_training_unwatched(tmp_path):
+    lab = Lab.create(tmp_path)
+    config = lab.write_config("long.yaml", {
+        "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32},
+        "data": {"sources": [{"name": "stdlib", "kind": "stdlib", "max_mb": 0.3}]},
+        "train": {"steps": 100000, "batch_size": 4, "eval_every": 0, "eval_batches": 1, "threads": 1},
+        "checkpoint": {"every": 20, "keep": 2, "background": False},
+    })
+    launcher = subprocess.Popen([sys.executable, "-m", "logbook", "run", str(config), "--exploratory",
+                                 "--run-id", "orphan"], cwd=lab.root, env=lab.env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while _steps_done(lab, "orphan") < 3:
+            assert time.monotonic() < deadline and launcher.poll() is None, "the run never started"
+            time.sleep(0.2)
+        procs = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in descendants(launcher.pid)}
+        (agent,) = [pid for pid, cmd in procs.items() if b"trainer.agent" in cmd.split(b"\0")]
+        (worker,) = [pid for pid in procs if Path(f"/proc/{pid}/comm").read_text().strip() == "trainer-r0"]
+        os.kill(agent, signal.SIGKILL)  # the agent alone, as an OOM killer might pick it
+        deadline = time.monotonic() + 120
+        while Path(f"/proc/{worker}").exists() and Path(f"/proc/{worker}/stat").read_text().split()[2] != "Z":
+            assert time.monotonic() < deadline, "the worker trained on after its agent was gone"
+            time.sleep(0.2)
+    finally:
+        for pid in [*descendants(launcher.pid), launcher.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        launcher.wait(timeout=60)
+    (stopped,) = [e for e in lab.events("orphan") if e["kind"] == "preempted"]
+    assert stopped["data"]["signal"] == "SIGTERM" and stopped["data"]["saved_step"] > 0
+
+
+def _steps_done(lab: Lab, run: str) -> int:
+    return max(lab.losses(run), default=0) if (lab.run_dir(run) / "metrics.jsonl").exists() else 0

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -35,6 +37,8 @@ from pathlib import Path
 TRAINER_MODULE = "trainer"
 PREWARM_MODULE = "trainer.prewarm"
 """What the fork server imports before it forks a worker (see there)."""
+AGENT_PID = "LOGBOOK_AGENT_PID"
+"""The agent's pid, in each worker's environment: a worker left without its agent saves and stops."""
 
 
 def train_worker(*argv: str) -> None:
@@ -58,26 +62,32 @@ def train_worker(*argv: str) -> None:
         raise SystemExit(code)
 
 
-def _prctl(option: int, arg: int | bytes) -> None:
+def _name_process(name: str) -> None:
+    """Name the worker for `ps -o comm` and `top` (its command line is the fork server's)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
-
-
-def _name_process(name: str) -> None:
-    """Name the worker for `ps -o comm` and `top` (its command line is the fork server's)."""
-    _prctl(15, name.encode()[:15])  # PR_SET_NAME
+        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
 def _term_when_orphaned() -> None:
-    """SIGTERM (save and stop) when the fork server goes, which it does when the agent does.
+    """SIGTERM (save and stop) when the agent is gone: nobody would restart the worker or read its ending.
 
-    A worker that outlived its agent would train on with nobody to restart it or read its ending.
+    The fork server, the worker's parent, outlives the agent while any worker
+    holds its end of the server's pipe, so the worker watches the agent itself.
     """
-    _prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the server went before the line above
+    try:
+        agent = os.pidfd_open(int(os.environ[AGENT_PID]))
+    except (KeyError, ValueError, AttributeError, OSError) as e:  # no agent named, or no pidfd on this system
+        if isinstance(e, ProcessLookupError):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return
+
+    def watch() -> None:
+        select.select([agent], [], [])
         os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="agent-watch", daemon=True).start()
 
 
 def _compile_state_dir(trainer_args: list[str]) -> Path | None:
@@ -122,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     # Parsed as torchrun parses it, then the entry point swapped for a function of a warm process.
     config, _cmd, _cmd_args = torchrun.config_from_args(args)
     config.start_method = "forkserver"
+    os.environ[AGENT_PID] = str(os.getpid())  # the workers' environment is a copy of this one
     _start_fork_server(_compile_state_dir(trainer_args))
     # torch's log formatter imports dynamo the first time it prints a traceback, which it
     # does when a worker dies: most of a second between the failure and the restart.
