@@ -25,9 +25,7 @@ import torch._dynamo  # noqa: F401
 
 import trainer.__main__  # noqa: F401
 import trainer.startup  # noqa: F401
-
-WARM_COMPILE_CACHE = "LOGBOOK_WARM_COMPILE_CACHE"
-"""The environment variable naming the state folder of a compiled run, set by the agent for its fork server."""
+from trainer.agent import WARM_COMPILE_CACHE
 
 
 def _warm_compiler(state_dir: Path) -> None:
