@@ -37,8 +37,6 @@ from pathlib import Path
 TRAINER_MODULE = "trainer"
 PREWARM_MODULE = "trainer.prewarm"
 """What the fork server imports before it forks a worker (see there)."""
-WARM_COMPILE_CACHE = "LOGBOOK_WARM_COMPILE_CACHE"
-"""Set for the fork server of a compiled run: the run's state folder, whose compile cache it warms."""
 AGENT_PID = "LOGBOOK_AGENT_PID"
 """The agent's pid, in each worker's environment: a worker left without its agent saves and stops."""
 
@@ -111,7 +109,8 @@ def _start_fork_server(compile_state_dir: Path | None) -> None:
     """Start the fork server now: it does its imports and checks while this process goes on with its own."""
     from multiprocessing import forkserver
 
-    # Not imported from trainer.prewarm: importing that module is the server's own start-up.
+    # From the package, not trainer.prewarm: importing that module is the server's own start-up.
+    from trainer import WARM_COMPILE_CACHE
     if compile_state_dir is not None:
         os.environ[WARM_COMPILE_CACHE] = str(compile_state_dir)  # read by the server as it starts
     multiprocessing.get_context("forkserver").set_forkserver_preload([PREWARM_MODULE])
