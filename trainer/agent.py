@@ -44,6 +44,14 @@ AGENT_PID = "LOGBOOK_AGENT_PID"
 def train_worker(*argv: str) -> None:
     """One worker of one attempt: the trainer's `main`, its exit code the process's own."""
     started_at = time.time()
+    # A session of its own, as torchrun gives each worker: a signal to the agent's process
+    # group (Slurm cancelling a step, a terminal's ^C) reaches the agent, which stops the
+    # workers in its own order, rather than interrupting a worker mid-save.
+    os.setsid()
+    # torch.multiprocessing asks for a SIGINT when the worker's parent dies; that parent is the
+    # fork server, which Slurm signals with the rest of a step: the SIGINT would cut into the
+    # save that the step's SIGTERM began. The worker watches its agent instead.
+    _prctl(1, 0)  # PR_SET_PDEATHSIG: none
     _name_process(f"trainer-r{os.environ.get('LOCAL_RANK', '0')}")
     _term_when_orphaned()
     from trainer.__main__ import main
@@ -62,12 +70,16 @@ def train_worker(*argv: str) -> None:
         raise SystemExit(code)
 
 
-def _name_process(name: str) -> None:
-    """Name the worker for `ps -o comm` and `top` (its command line is the fork server's)."""
+def _prctl(option: int, arg: int | bytes) -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+
+
+def _name_process(name: str) -> None:
+    """Name the worker for `ps -o comm` and `top` (its command line is the fork server's)."""
+    _prctl(15, name.encode()[:15])  # PR_SET_NAME
 
 
 def _term_when_orphaned() -> None:
