@@ -25,6 +25,14 @@ from nodes import descendants
 pytestmark = pytest.mark.slow
 
 
+def _micro(steps: int, every: int, faults: list | None = None) -> dict:
+    """A one-layer GPT whose steps take milliseconds, saved in the foreground every `every` steps."""
+    return {"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32},
+            "data": {"sources": [{"name": "stdlib", "kind": "stdlib", "max_mb": 0.3}]},
+            "train": {"steps": steps, "batch_size": 4, "eval_every": 0, "eval_batches": 1, "threads": 1},
+            "checkpoint": {"every": every, "keep": 2, "background": False}, "faults": faults or []}
+
+
 def _watch_workers(launcher: subprocess.Popen, seen: dict[int, tuple[int, bytes]], stop: threading.Event) -> None:
     """Record each `trainer-r0` process under the launcher with its parent and the parent's command line."""
     while not stop.is_set():
@@ -40,13 +48,8 @@ def _watch_workers(launcher: subprocess.Popen, seen: dict[int, tuple[int, bytes]
 
 def test_a_restarted_attempt_is_forked_by_the_same_warm_server_and_resumes(tmp_path):
     lab = Lab.create(tmp_path)
-    config = lab.write_config("killed.yaml", {
-        "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32},
-        "data": {"sources": [{"name": "stdlib", "kind": "stdlib", "max_mb": 0.3}]},
-        "train": {"steps": 40, "batch_size": 4, "eval_every": 0, "eval_batches": 1, "threads": 1},
-        "checkpoint": {"every": 5, "keep": 2, "background": False},
-        "faults": [{"kind": "sigkill", "step": 12, "attempt": 1}],
-    })
+    config = lab.write_config("killed.yaml", _micro(steps=40, every=5, faults=[{"kind": "sigkill", "step": 12,
+                                                                              "attempt": 1}]))
     launcher = subprocess.Popen([sys.executable, "-m", "logbook", "run", str(config), "--exploratory",
                                  "--run-id", "warm", "--max-restarts", "1"], cwd=lab.root, env=lab.env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -107,12 +110,7 @@ def test_a_worker_exits_with_the_trainers_exit_code(tmp_path):
 
 def test_a_worker_whose_agent_is_killed_outright_saves_and_stops_instead_of_training_unwatched(tmp_path):
     lab = Lab.create(tmp_path)
-    config = lab.write_config("long.yaml", {
-        "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32},
-        "data": {"sources": [{"name": "stdlib", "kind": "stdlib", "max_mb": 0.3}]},
-        "train": {"steps": 100000, "batch_size": 4, "eval_every": 0, "eval_batches": 1, "threads": 1},
-        "checkpoint": {"every": 20, "keep": 2, "background": False},
-    })
+    config = lab.write_config("long.yaml", _micro(steps=100000, every=20))
     launcher = subprocess.Popen([sys.executable, "-m", "logbook", "run", str(config), "--exploratory",
                                  "--run-id", "orphan"], cwd=lab.root, env=lab.env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
