@@ -24,6 +24,7 @@ rank>` (`ps -o comm`); their command line is the fork server's.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import select
@@ -102,6 +103,19 @@ def _term_when_orphaned() -> None:
     threading.Thread(target=watch, name="agent-watch", daemon=True).start()
 
 
+class _WorkerDeathInOneLine(logging.Filter):
+    """torchrun reports a dead worker in one line; for a forked one, torch adds the traceback of its own join.
+
+    That traceback says nothing about the worker (its exit code or signal is in
+    the line), so the record keeps the line and drops the traceback.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("failed (exitcode"):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 def _compile_state_dir(trainer_args: list[str]) -> Path | None:
     """The state folder of the run when its config turns on `train.compile` (read without importing torch)."""
     from logbook.core.project import open_project
@@ -151,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     # Imported here, beside the fork server's own imports, it costs nothing then.
     import torch._dynamo  # noqa: F401
 
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_WorkerDeathInOneLine())
     elastic_launch(config=config, entrypoint=train_worker)(*trainer_args)
 
 
