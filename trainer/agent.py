@@ -89,11 +89,15 @@ def _term_when_orphaned() -> None:
     The fork server, the worker's parent, outlives the agent while any worker
     holds its end of the server's pipe, so the worker watches the agent itself.
     """
+    pid = os.environ.get(AGENT_PID, "")
+    if not pid.isdigit() or not hasattr(os, "pidfd_open"):  # no agent named, or no pidfd on this system
+        return
     try:
-        agent = os.pidfd_open(int(os.environ[AGENT_PID]))
-    except (KeyError, ValueError, AttributeError, OSError) as e:  # no agent named, or no pidfd on this system
-        if isinstance(e, ProcessLookupError):
-            os.kill(os.getpid(), signal.SIGTERM)
+        agent = os.pidfd_open(int(pid))
+    except ProcessLookupError:  # gone already
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    except OSError:
         return
 
     def watch() -> None:

@@ -208,7 +208,7 @@ def reuse_torch_key(folder: Path, stamp: str | None = None) -> bool:
     return False
 
 
-def compile_model(model: torch.nn.Module, cache: CompileCache | None, device: torch.device,
+def compile_model(model: torch.nn.Module, cache: CompileCache, device: torch.device,
                   key: dict[str, Any], whole: bool = True) -> torch.nn.Module:
     """The model under torch.compile (inductor, static shapes: every training batch has one shape).
 
@@ -218,9 +218,7 @@ def compile_model(model: torch.nn.Module, cache: CompileCache | None, device: to
     """
     if not whole:
         return torch.compile(model, dynamic=False)
-    folder = precompiled_folder(cache.path.parent) if cache is not None else None
-    stamp = cache.torch_stamp if cache is not None else torch_files_stamp()
-    return PrecompiledModel(model, folder, identity(device, stamp, key))
+    return PrecompiledModel(model, precompiled_folder(cache.path.parent), identity(device, cache.torch_stamp, key))
 
 
 def _precompiled(model: torch.nn.Module) -> PrecompiledModel | None:
@@ -264,4 +262,3 @@ def warm_up(t: Trainer) -> float:
     if whole is not None:
         t.compile_graphs = dict(whole.how)
     return time.perf_counter() - start
-
