@@ -118,6 +118,8 @@ class TrainParts:
     """The `ProgressReporter` among the callbacks, told of evaluations (None off rank 0)."""
     norm_kernels: str = "pytorch"
     """What computes the norms (`trainer.kernels.norm_kernels`), as `run_started` records it."""
+    attention_kernel: str = "pytorch"
+    """What computes attention (`trainer.attention.attention_kernel`), as `run_started` records it."""
 
     def close(self) -> None:
         try:

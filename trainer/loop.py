@@ -188,7 +188,7 @@ class Trainer:
             flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
             started_at=self.started_at, restore_s=round(self.restore_s, 6), compiled=self.cfg.train.compile,
             compile_s=round(self.compile_s, 6), compile_graphs=self.compile_graphs or None,
-            norm_kernels=self._parts.norm_kernels,
+            norm_kernels=self._parts.norm_kernels, attention_kernel=self._parts.attention_kernel,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
             members=self.dist.members, group_id=self.dist.group_id or None,
         )

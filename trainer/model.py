@@ -1,11 +1,12 @@
 """A decoder-only GPT with the stabilisers large runs settled on.
 
 RMSNorm everywhere, QK-norm with per-head gains (so QK-clip can rescale one
-head), a z-loss reported apart from the cross-entropy, no biases, SDPA
-attention, optional tied embeddings. RMSNorm and the loss run on single-pass
-kernels of their own on CPU (trainer/kernels.py). Every parameter has a role (embedding,
-norm, hidden, head) from which the optimizer builds its groups: embeddings and
-norms never get weight decay, and Muon only sees hidden matrices.
+head), a z-loss reported apart from the cross-entropy, no biases, causal
+attention, optional tied embeddings. RMSNorm, attention and the loss run on
+kernels of their own on CPU (trainer/kernels.py, trainer/attention.py).
+Every parameter has a role (embedding, norm, hidden, head) from which the
+optimizer builds its groups: embeddings and norms never get weight decay,
+and Muon only sees hidden matrices.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import causal_attention
 from .config import ModelConfig
 from .kernels import cross_entropy_z, qk_norm, rms_norm
 
@@ -68,7 +70,7 @@ class Attention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.track_max_logit:
             self.max_logit = _max_logit_per_head(q.detach(), k.detach())
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return _dropout(self.proj(y), self.dropout, self.training)
 

@@ -44,6 +44,7 @@ from .config import TrainConfig, config_to_dict
 from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard import GuardCallback
+from .attention import attention_kernel
 from .kernels import norm_kernels
 from .live_control import ControlCallback
 from .loop import Trainer
@@ -197,7 +198,9 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
     callbacks = CallbackList(cbs + extra)
     progress = next((c for c in callbacks if isinstance(c, ProgressReporter)), None)
     kernels = norm_kernels(device.type, train.compile)  # builds the C kernels here, not in the first step
-    return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress, kernels)
+    m = cfg.model
+    attention = attention_kernel(device.type, train.dtype, m.n_embd // m.n_head, m.block_size, m.dropout)
+    return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress, kernels, attention)
 
 
 def _graph_key(cfg: TrainConfig) -> dict[str, Any]:

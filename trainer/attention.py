@@ -1,0 +1,136 @@
+"""Causal self-attention: the C kernel on a single-threaded CPU run, `scaled_dot_product_attention` elsewhere.
+
+At a small model's shapes (T = 128, hd = 32, the tiny CPU configs) PyTorch's
+CPU FlashAttention kernel was an eighth of the step, most of it spent
+around its matrix products. `trainer/csrc/attention.c` (trainer/native.py)
+does each head whole in the cache and recomputes the probabilities in
+backward from the saved log-sum-exp, as FlashAttention does, so nothing of
+size T x T is kept.
+
+It serves float32 on the CPU with one thread where the kernels are built,
+as the C norms do (and under `torch.compile` too, as an operator inductor
+leaves alone), at the shapes where it is the faster of the two: heads 16,
+32, 48 or 64 floats wide, sequences up to 512 (at 1,024, or with heads 128
+wide, PyTorch's blocks win), and no attention dropout. Everything else goes
+to PyTorch's kernel. Both are exact softmax attention and agree to float32
+rounding; each is bitwise reproducible against itself, and which one runs
+is fixed for a run by its config, device and threads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import native
+
+MAX_T = 512
+"""The longest sequence the C kernel serves (`python3 bench/attention_kernel.py` measures where it stops paying)."""
+
+
+class _NativeCausalAttention(torch.autograd.Function):
+    """The kernel in eager mode: an autograd function costs a few microseconds less a call than the op below."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out, lse = _forward(q, k, v)
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        return _backward(*ctx.saved_tensors[:4], g, ctx.saved_tensors[4])
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    B, H, T, hd = q.shape
+    # Laid out as [B, T, H, hd]: the caller's transpose back to the model's
+    # layout is then a view, and the output projection reads it without a copy.
+    out = torch.empty(B, T, H, hd, dtype=q.dtype).transpose(1, 2)
+    lse = native.attention_forward(*map(_rows_contiguous, (q, k, v)), 1.0 / math.sqrt(hd), out)
+    return out, lse
+
+
+def _backward(q, k, v, out, g, lse) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, H, T, hd = q.shape
+    dq, dk, dv = (torch.empty(B, T, H, hd, dtype=q.dtype).transpose(1, 2) for _ in range(3))
+    native.attention_backward(*map(_rows_contiguous, (q, k, v, out, g)), lse, 1.0 / math.sqrt(hd), dq, dk, dv)
+    return dq, dk, dv
+
+
+def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """The kernel reads any strides but the last, which must be 1."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+# Under torch.compile the kernel is an opaque operator: inductor leaves it as it
+# is, and a saved graph (trainer/precompile.py) refers to it by name.
+@torch.library.custom_op("logbook::causal_attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward(q, k, v)
+
+
+@_attention_op.register_fake
+def _(q, k, v):
+    B, H, T, hd = q.shape
+    return q.new_empty(B, T, H, hd).transpose(1, 2), q.new_empty(B, H, T)
+
+
+@torch.library.custom_op("logbook::causal_attention_backward", mutates_args=())
+def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, g: torch.Tensor,
+                           lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward(q, k, v, out, g, lse)
+
+
+@_attention_backward_op.register_fake
+def _(q, k, v, out, g, lse):
+    B, H, T, hd = q.shape
+    return tuple(q.new_empty(B, T, H, hd).transpose(1, 2) for _ in range(3))
+
+
+def _save(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs, *output)
+
+
+def _op_backward(ctx, g: torch.Tensor, _g_lse: torch.Tensor):
+    q, k, v, out, lse = ctx.saved_tensors
+    return _attention_backward_op(q, k, v, out, g, lse)
+
+
+_attention_op.register_autograd(_op_backward, setup_context=_save)
+
+
+@torch.compiler.assume_constant_result
+def _kernels_ready() -> bool:
+    """One thread and the C kernels built: fixed for a run, so a compiled graph takes it as a constant."""
+    return torch.get_num_threads() == 1 and native.library() is not None
+
+
+def native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> bool:
+    """Whether the C kernel serves these [B, H, T, hd] queries, keys and values."""
+    return (q.shape == k.shape == v.shape and all(t.dtype == torch.float32 and type(t) in _PLAIN for t in (q, k, v))
+            and _serves(q.device.type, q.shape[-1], q.shape[-2], dropout_p) and _kernels_ready())
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a subclass (a DTensor under FSDP) has no plain memory to hand over
+
+
+def _serves(device_type: str, head_dim: int, T: int, dropout_p: float) -> bool:
+    return device_type == "cpu" and head_dim % 16 == 0 and head_dim <= 64 and T <= MAX_T and not dropout_p
+
+
+def attention_kernel(device_type: str, dtype: str, head_dim: int, block_size: int, dropout: float) -> str:
+    """What computes a run's attention, as `run_started` records it: "native" (the C kernel) or "pytorch"."""
+    ready = dtype == "float32" and _serves(device_type, head_dim, block_size, dropout) and _kernels_ready()
+    return "native" if ready else "pytorch"
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0) -> torch.Tensor:
+    """softmax(q k^T / sqrt(hd), causal) v for [B, H, T, hd] tensors, with dropout on the weights if dropout_p."""
+    if native_attention(q, k, v, dropout_p):
+        if torch.compiler.is_compiling():
+            return _attention_op(q, k, v)[0]
+        return _NativeCausalAttention.apply(q, k, v)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)

@@ -1,0 +1,284 @@
+/* Causal attention forward and backward on a CPU, a few query rows at a time (trainer/native.py builds and loads it).
+ *
+ * A tensor is [B, H, T, hd] with its last dimension contiguous: row (b, h, i)
+ * starts at base + b*s0 + h*s1 + i*s2, so the heads are read where they lie
+ * inside the QKV projection's output and written where the output projection
+ * reads them, without a transpose. hd is a multiple of W (16 floats).
+ *
+ * The work of one head is small (at T = 128, hd = 32 its keys and values are
+ * 16 KB each), so each head is done whole while it sits in the cache: the
+ * keys (and, backward, the values) are first laid out as columns, then R
+ * query rows at a time are multiplied against G column chunks at once, R*G
+ * independent sums that keep the multiply-add units busy and reuse every
+ * load R or G times. Softmax is exact (one pass for the row maximum, one for
+ * the exponentials), with the log-sum-exp kept for backward, which computes
+ * the probabilities again instead of storing them, as FlashAttention does.
+ *
+ * Written with the compiler's vector types (GCC and Clang); every sum runs
+ * in a fixed order, so the same binary gives the same bits on every call.
+ * Returns 0, or 1 when its scratch memory could not be had.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define W 16 /* floats in a vector */
+#define R 4  /* query rows at a time */
+#define G 4  /* column chunks at a time */
+
+typedef float vf __attribute__((vector_size(4 * W)));
+typedef float vfu __attribute__((vector_size(4 * W), aligned(4))); /* the same, at any float's address */
+typedef int32_t vi __attribute__((vector_size(4 * W)));
+
+typedef struct {
+    float *base;
+    int64_t s0, s1, s2;
+} heads_t;
+
+static inline float *row(const heads_t *t, int64_t b, int64_t h, int64_t i) {
+    return t->base + b * t->s0 + h * t->s1 + i * t->s2;
+}
+
+static inline vf splat(float x) { return (vf){} + x; }
+static inline vf sel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }
+static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+/* e^x, to about 1 ulp for x in [-87, 0] (the only arguments here: a logit minus its row's maximum or
+   log-sum-exp); smaller x give e^-87. Cephes' range reduction and polynomial. */
+static inline vf vexp(vf x) {
+    x = sel(x < splat(-87.0f), splat(-87.0f), x);
+    const vf t = x * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: x / ln 2 rounded, in t's low bits */
+    const vf n = t - 12582912.0f;
+    const vi two_n = ((vi)t - 0x4B400000 + 127) << 23;
+    vf r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    const vf p = (((((1.9875691500E-4f * r + 1.3981999507E-3f) * r + 8.3334519073E-3f) * r + 4.1665795894E-2f) * r +
+                   1.6666665459E-1f) * r + 5.0000001201E-1f) * (r * r) + r + 1.0f;
+    return p * (vf)two_n;
+}
+
+static inline float hsum(vf a) {
+    for (int w = W / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) a[l] += a[l + w];
+    return a[0];
+}
+
+static inline float hmax(vf a) {
+    float m = a[0];
+    for (int l = 1; l < W; l++) m = a[l] > m ? a[l] : m;
+    return m;
+}
+
+/* cols[d][j] = element d of row j of one head: its rows as columns, Tp (T rounded up to W) wide, zero-padded. */
+static void as_columns(const heads_t *t, int64_t b, int64_t h, int64_t T, int64_t hd, int64_t Tp, float *cols) {
+    for (int64_t j = 0; j < T; j++) {
+        const float *r = row(t, b, h, j);
+        for (int64_t d = 0; d < hd; d++) cols[d * Tp + j] = r[d];
+    }
+    for (int64_t d = 0; d < hd; d++)
+        for (int64_t j = T; j < Tp; j++) cols[d * Tp + j] = 0.0f;
+}
+
+/* out[r][c] = scale * (x_r . column chunk c), for rows r < nr (R at most) and chunks c < nch. */
+static inline __attribute__((always_inline)) void rows_times_columns(const float *const *x, const int nr,
+                                                                     const float *cols, int64_t Tp, const int64_t hd,
+                                                                     int64_t nch, float scale, vf (*out)[Tp / W]) {
+    int64_t c = 0;
+    for (; c + G <= nch; c += G) {
+        vf acc[R][G] = {};
+        for (int64_t d = 0; d < hd; d++) {
+            vf col[G];
+            for (int g = 0; g < G; g++) col[g] = *(const vf *)(cols + d * Tp + (c + g) * W);
+            for (int r = 0; r < nr; r++)
+                for (int g = 0; g < G; g++) acc[r][g] += x[r][d] * col[g];
+        }
+        for (int r = 0; r < nr; r++)
+            for (int g = 0; g < G; g++) out[r][c + g] = acc[r][g] * scale;
+    }
+    for (; c < nch; c++) {
+        vf acc[R] = {};
+        for (int64_t d = 0; d < hd; d++) {
+            const vf col = *(const vf *)(cols + d * Tp + c * W);
+            for (int r = 0; r < nr; r++) acc[r] += x[r][d] * col;
+        }
+        for (int r = 0; r < nr; r++) out[r][c] = acc[r] * scale;
+    }
+}
+
+/* Zero the scores of row i (in place: `fill` for the logits, 0 for probabilities) past column i. */
+static inline vf causal(vf s, int64_t c, int64_t i, vf fill) {
+    return sel(LANE + (int32_t)(c * W) <= (int32_t)i, s, fill);
+}
+
+/* Query rows i0 .. i0+nr-1 of one head: their outputs and log-sum-exps. */
+static inline __attribute__((always_inline)) void forward_rows(const heads_t *q, const heads_t *v, const heads_t *o,
+                                                               float *lse, int64_t b, int64_t h, int64_t i0,
+                                                               const int nr, int64_t Tp, const int64_t hd, float scale,
+                                                               const float *KT, vf (*S)[Tp / W]) {
+    const int64_t last = i0 + nr - 1, nch = last / W + 1;
+    const float *x[R];
+    for (int r = 0; r < nr; r++) x[r] = row(q, b, h, i0 + r);
+    rows_times_columns(x, nr, KT, Tp, hd, nch, scale, S);
+    float inv[R];
+    for (int r = 0; r < nr; r++) {
+        const int64_t i = i0 + r, n = i / W + 1;
+        S[r][n - 1] = causal(S[r][n - 1], n - 1, i, splat(-INFINITY));
+        vf mx = S[r][0];
+        for (int64_t c = 1; c < n; c++) mx = sel(S[r][c] > mx, S[r][c], mx);
+        const float m = hmax(mx);
+        vf sum = {};
+        for (int64_t c = 0; c < n; c++) {
+            const vf p = causal(vexp(S[r][c] - m), c, i, splat(0.0f));
+            S[r][c] = p;
+            sum += p;
+        }
+        for (int64_t c = n; c < nch; c++) S[r][c] = (vf){};
+        const float l = hsum(sum);
+        inv[r] = 1.0f / l;
+        lse[i] = m + logf(l);
+    }
+    vf acc[R][hd / W];
+    for (int r = 0; r < nr; r++)
+        for (int64_t a = 0; a < hd / W; a++) acc[r][a] = (vf){};
+    for (int64_t j = 0; j <= last; j++) {
+        const float *vj = row(v, b, h, j);
+        for (int64_t a = 0; a < hd / W; a++) {
+            const vf va = *(const vfu *)(vj + a * W);
+            for (int r = 0; r < nr; r++) acc[r][a] += ((const float *)S[r])[j] * va;
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float *out = row(o, b, h, i0 + r);
+        for (int64_t a = 0; a < hd / W; a++) *(vfu *)(out + a * W) = acc[r][a] * inv[r];
+    }
+}
+
+static inline __attribute__((always_inline)) void forward_head(const heads_t *q, const heads_t *k, const heads_t *v,
+                                                               const heads_t *o, float *lse, int64_t b, int64_t h,
+                                                               int64_t T, const int64_t hd, float scale, float *KT,
+                                                               float *scores) {
+    const int64_t Tp = (T + W - 1) / W * W;
+    vf(*S)[Tp / W] = (vf(*)[Tp / W])scores;
+    as_columns(k, b, h, T, hd, Tp, KT);
+    int64_t i = 0;
+    for (; i + R <= T; i += R) forward_rows(q, v, o, lse, b, h, i, R, Tp, hd, scale, KT, S);
+    for (; i < T; i++) forward_rows(q, v, o, lse, b, h, i, 1, Tp, hd, scale, KT, S);
+}
+
+int lb_attention_forward(const heads_t *q, const heads_t *k, const heads_t *v, const heads_t *o, float *lse,
+                         int64_t B, int64_t H, int64_t T, int64_t hd, float scale) {
+    const int64_t Tp = (T + W - 1) / W * W;
+    float *KT = aligned_alloc(64, (size_t)((hd + R) * Tp) * sizeof(float));
+    if (!KT) return 1;
+    float *scores = KT + hd * Tp;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            float *l = lse + (b * H + h) * T;
+            switch (hd) { /* the common widths with hd known at compile time, so their loops unroll */
+            case 32: forward_head(q, k, v, o, l, b, h, T, 32, scale, KT, scores); break;
+            case 64: forward_head(q, k, v, o, l, b, h, T, 64, scale, KT, scores); break;
+            default: forward_head(q, k, v, o, l, b, h, T, hd, scale, KT, scores);
+            }
+        }
+    free(KT);
+    return 0;
+}
+
+typedef struct {
+    float *KT, *VT, *DK, *DV, *P, *DS;
+} scratch_t;
+
+/* Query rows i0 .. i0+nr-1 of one head: their queries' gradients, and their share of every key's and value's. */
+static inline __attribute__((always_inline)) void backward_rows(const heads_t *q, const heads_t *k, const heads_t *o,
+                                                                const heads_t *g, const float *lse, const heads_t *dq,
+                                                                int64_t b, int64_t h, int64_t i0, const int nr,
+                                                                int64_t Tp, const int64_t hd, float scale,
+                                                                const scratch_t *s) {
+    const int64_t last = i0 + nr - 1, nch = last / W + 1;
+    vf(*P)[Tp / W] = (vf(*)[Tp / W])s->P;
+    vf(*DS)[Tp / W] = (vf(*)[Tp / W])s->DS;
+    const float *x[R], *gr[R];
+    for (int r = 0; r < nr; r++) x[r] = row(q, b, h, i0 + r), gr[r] = row(g, b, h, i0 + r);
+    rows_times_columns(x, nr, s->KT, Tp, hd, nch, scale, P);
+    rows_times_columns(gr, nr, s->VT, Tp, hd, nch, 1.0f, DS);
+    vf qv[R][hd / W], gv[R][hd / W];
+    for (int r = 0; r < nr; r++) {
+        const int64_t i = i0 + r;
+        const float *orow = row(o, b, h, i);
+        vf dot = {};
+        for (int64_t a = 0; a < hd / W; a++) {
+            qv[r][a] = *(const vfu *)(x[r] + a * W);
+            gv[r][a] = *(const vfu *)(gr[r] + a * W);
+            dot += gv[r][a] * *(const vfu *)(orow + a * W);
+        }
+        const float D = hsum(dot);
+        for (int64_t c = 0; c < nch; c++) {
+            const vf p = causal(vexp(P[r][c] - lse[i]), c, i, splat(0.0f));
+            P[r][c] = p;
+            DS[r][c] = p * (DS[r][c] - D) * scale;
+        }
+    }
+    vf acc[R][hd / W];
+    for (int r = 0; r < nr; r++)
+        for (int64_t a = 0; a < hd / W; a++) acc[r][a] = (vf){};
+    for (int64_t j = 0; j <= last; j++) {
+        const float *kj = row(k, b, h, j);
+        vf *dkj = (vf *)(s->DK + j * hd), *dvj = (vf *)(s->DV + j * hd);
+        for (int64_t a = 0; a < hd / W; a++) {
+            const vf ka = *(const vfu *)(kj + a * W);
+            vf dka = dkj[a], dva = dvj[a];
+            for (int r = 0; r < nr; r++) {
+                const float ds = ((const float *)DS[r])[j], p = ((const float *)P[r])[j];
+                acc[r][a] += ds * ka;
+                dka += ds * qv[r][a];
+                dva += p * gv[r][a];
+            }
+            dkj[a] = dka, dvj[a] = dva;
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float *out = row(dq, b, h, i0 + r);
+        for (int64_t a = 0; a < hd / W; a++) *(vfu *)(out + a * W) = acc[r][a];
+    }
+}
+
+static inline __attribute__((always_inline)) void backward_head(const heads_t *q, const heads_t *k, const heads_t *v,
+                                                                const heads_t *o, const heads_t *g, const float *lse,
+                                                                const heads_t *dq, const heads_t *dk,
+                                                                const heads_t *dv, int64_t b, int64_t h, int64_t T,
+                                                                const int64_t hd, float scale, const scratch_t *s) {
+    const int64_t Tp = (T + W - 1) / W * W;
+    as_columns(k, b, h, T, hd, Tp, s->KT);
+    as_columns(v, b, h, T, hd, Tp, s->VT);
+    memset(s->DK, 0, (size_t)(T * hd) * sizeof(float));
+    memset(s->DV, 0, (size_t)(T * hd) * sizeof(float));
+    int64_t i = 0;
+    for (; i + R <= T; i += R) backward_rows(q, k, o, g, lse, dq, b, h, i, R, Tp, hd, scale, s);
+    for (; i < T; i++) backward_rows(q, k, o, g, lse, dq, b, h, i, 1, Tp, hd, scale, s);
+    for (int64_t j = 0; j < T; j++) {
+        memcpy(row(dk, b, h, j), s->DK + j * hd, (size_t)hd * sizeof(float));
+        memcpy(row(dv, b, h, j), s->DV + j * hd, (size_t)hd * sizeof(float));
+    }
+}
+
+int lb_attention_backward(const heads_t *q, const heads_t *k, const heads_t *v, const heads_t *o, const heads_t *g,
+                          const float *lse, const heads_t *dq, const heads_t *dk, const heads_t *dv, int64_t B,
+                          int64_t H, int64_t T, int64_t hd, float scale) {
+    const int64_t Tp = (T + W - 1) / W * W;
+    float *buf = aligned_alloc(64, (size_t)((4 * hd + 2 * R) * Tp) * sizeof(float));
+    if (!buf) return 1;
+    scratch_t s = {buf, buf + hd * Tp, buf + 2 * hd * Tp, buf + 3 * hd * Tp, buf + 4 * hd * Tp,
+                   buf + (4 * hd + R) * Tp};
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *l = lse + (b * H + h) * T;
+            switch (hd) {
+            case 32: backward_head(q, k, v, o, g, l, dq, dk, dv, b, h, T, 32, scale, &s); break;
+            case 64: backward_head(q, k, v, o, g, l, dq, dk, dv, b, h, T, 64, scale, &s); break;
+            default: backward_head(q, k, v, o, g, l, dq, dk, dv, b, h, T, hd, scale, &s);
+            }
+        }
+    free(buf);
+    return 0;
+}
