@@ -28,8 +28,8 @@ steady state: the steps after `--warmup` (checkpoints included) over its
 running time, the stopped intervals taken out. Each ratio is the median over
 rounds of the per-round ratios. A missing peer is skipped with
 the reason. `--step-only` adds the model + AdamW step alone, in this process:
-the project's model with and without its stabilisers, and with its norms on
-PyTorch's ops instead of the C kernels, against nanoGPT's.
+the project's model with and without its stabilisers, and with its norms and
+attention on PyTorch's ops instead of the C kernels, against nanoGPT's.
 
     python3 bench/peers.py --nanogpt ~/src/nanoGPT [--olmo-python V/bin/python] [--rounds 3] [--steps 60]
         [--warmup 10] [--compile off|on|both] [--step-only | --profile] [--quick]
@@ -365,17 +365,18 @@ def _step_contenders(checkout: Path) -> dict:
         return m, m.configure_optimizers(0.1, 3e-3, (0.9, 0.95), "cpu"), lambda x, y: m(x, y)[1]
 
     def on_pytorch_ops():
-        """The same model with its norms on PyTorch's ops instead of the C kernels (trainer/native.py)."""
-        from trainer import kernels
+        """The same model with its norms and attention on PyTorch's ops, not the C kernels (trainer/native.py)."""
+        from trainer import attention, kernels
 
         m, opt, loss_of = ours(True)
 
         def loss(x, y):
             native_path, kernels._native_path = kernels._native_path, lambda *tensors: False
+            native_attention, attention.native_attention = attention.native_attention, lambda *args: False
             try:
                 return loss_of(x, y)
             finally:
-                kernels._native_path = native_path
+                kernels._native_path, attention.native_attention = native_path, native_attention
 
         return m, opt, loss
 

@@ -150,3 +150,13 @@ def test_run_started_is_told_which_kernel_a_run_attends_with():
     assert attention_kernel("cpu", "float32", 128, 128, 0.0) == "pytorch"
     torch.set_num_threads(2)
     assert attention_kernel("cpu", "float32", 32, 128, 0.0) == "pytorch"
+
+
+def test_a_non_finite_query_reaches_the_output_for_the_guard_to_see():
+    q, k, v = (t.detach().clone() for t in _heads(1, 32, 2, 32, seed=6))
+    for bad in (float("nan"), float("inf")):
+        q2 = q.clone()
+        q2[0, 1, 20, 3] = bad  # one query of head 1 at position 20
+        out = causal_attention(q2, k, v)
+        assert torch.isnan(out[0, 1, 20]).all()
+        assert torch.isfinite(out[0, 0]).all() and torch.isfinite(out[0, 1, :20]).all()
