@@ -160,9 +160,12 @@ def test_where_a_c_compiler_is_found_a_single_threaded_cpu_run_uses_the_c_kernel
         assert norm_kernels("cpu", compiled=False) == "native"
         torch.set_num_threads(2)
         assert norm_kernels("cpu", compiled=False) == "pytorch (more than one thread)"
+        assert norm_kernels("cpu", compiled=True) == "inductor"
+        torch.set_num_threads(1)
+        assert norm_kernels("cpu", compiled=True) == "inductor, QK-norm native"
     finally:
         torch.set_num_threads(threads)
-    assert norm_kernels("cpu", compiled=True) == "inductor" and norm_kernels("cuda", compiled=False) == "pytorch"
+    assert norm_kernels("cuda", compiled=True) == "inductor" and norm_kernels("cuda", compiled=False) == "pytorch"
 
 
 _PROBE = """
@@ -227,3 +230,32 @@ def test_with_freed_memory_kept_a_training_step_no_longer_faults_its_activations
     # Without it, glibc hands the 1-4 MB activations back and faults them in again:
     # hundreds to thousands of pages a step.
     assert min(faults_of_a_step() for _ in range(4)) < 50
+
+
+@needs_compiler
+def test_under_torch_compile_the_qk_norm_is_the_c_kernel_as_one_operator():
+    from trainer.kernels import _qk_norm_op
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(0)
+        qkv = torch.randn(2, 16, 3 * 64, generator=g)
+        qk = qkv[..., :128].requires_grad_()  # the queries and keys where the projection leaves them
+        q_gain, k_gain = (torch.rand(2, 32, generator=g).add_(0.5).requires_grad_() for _ in range(2))
+        torch.library.opcheck(_qk_norm_op, (qk, q_gain, k_gain, 1e-6))
+        seen = []
+
+        def record(gm, example_inputs):  # a backend that only looks
+            seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+            return gm.forward
+
+        compiled = torch.compile(qk_norm, backend=record, fullgraph=True)(qk, q_gain, k_gain, 1e-6)
+        eager = qk_norm(qk, q_gain, k_gain, 1e-6)
+        assert "logbook.qk_norm.default" in seen
+        ups = [torch.randn(t.shape, generator=g) for t in eager]
+        grads = [torch.autograd.grad(out, (qk, q_gain, k_gain), ups) for out in (compiled, eager)]
+        assert all(torch.equal(a, b) for a, b in zip(compiled, eager))
+        assert all(torch.equal(a, b) for a, b in zip(*grads))
+    finally:
+        torch.set_num_threads(threads)

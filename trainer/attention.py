@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from . import native
+from .kernels import kernels_ready
 
 MAX_T = 512
 """The longest sequence the C kernel serves (`python3 bench/attention_kernel.py` measures where it stops paying)."""
@@ -102,16 +103,10 @@ def _op_backward(ctx, g: torch.Tensor, _g_lse: torch.Tensor):
 _attention_op.register_autograd(_op_backward, setup_context=_save)
 
 
-@torch.compiler.assume_constant_result
-def _kernels_ready() -> bool:
-    """One thread and the C kernels built: fixed for a run, so a compiled graph takes it as a constant."""
-    return torch.get_num_threads() == 1 and native.library() is not None
-
-
 def native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> bool:
     """Whether the C kernel serves these [B, H, T, hd] queries, keys and values."""
     return (q.shape == k.shape == v.shape and all(t.dtype == torch.float32 and type(t) in _PLAIN for t in (q, k, v))
-            and _serves(q.device.type, q.shape[-1], q.shape[-2], dropout_p) and _kernels_ready())
+            and _serves(q.device.type, q.shape[-1], q.shape[-2], dropout_p) and kernels_ready())
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a subclass (a DTensor under FSDP) has no plain memory to hand over
@@ -123,7 +118,7 @@ def _serves(device_type: str, head_dim: int, T: int, dropout_p: float) -> bool:
 
 def attention_kernel(device_type: str, dtype: str, head_dim: int, block_size: int, dropout: float) -> str:
     """What computes a run's attention, as `run_started` records it: "native" (the C kernel) or "pytorch"."""
-    ready = dtype == "float32" and _serves(device_type, head_dim, block_size, dropout) and _kernels_ready()
+    ready = dtype == "float32" and _serves(device_type, head_dim, block_size, dropout) and kernels_ready()
     return "native" if ready else "pytorch"
 
 

@@ -24,8 +24,11 @@ cost about a fifth of the step.
 page faults for every step's activations.
 
 The kernels fall back to PyTorch's own ops where those are already fused: on CUDA,
-under `torch.compile` (inductor fuses the plain ops better than it traces a
-custom backward), and for inputs that are not float32. The numbers agree with
+under `torch.compile` (inductor fuses the plain ops with their neighbours
+better than it traces a custom backward), and for inputs that are not
+float32. The QK-norm is the exception: under `torch.compile` on a CPU it
+stays on its C kernel, as the operator `logbook::qk_norm` (inductor's code
+for it took twice as long, and nothing beside it could fuse with it). The numbers agree with
 PyTorch's to float32 rounding; a run is bitwise reproducible against itself
 on every path, and the path is fixed for a run (its device, dtype and threads).
 """
@@ -53,13 +56,14 @@ def _native_path(*tensors: torch.Tensor) -> bool:
 
 
 def norm_kernels(device_type: str, compiled: bool) -> str:
-    """What computes a run's float32 norms: "native", "inductor", or "pytorch" (with why, on a CPU).
+    """What computes a run's float32 norms: "native", "inductor" (the QK-norm native, on a CPU), or "pytorch" (why).
 
     Builds the C kernels first if this machine has none yet, so that a run
     pays for the build at its start rather than in its first step.
     """
     if compiled:
-        return "inductor"
+        qk_native = device_type == "cpu" and torch.get_num_threads() == 1 and native.library() is not None
+        return "inductor, QK-norm native" if qk_native else "inductor"
     if device_type != "cpu":
         return "pytorch"
     if torch.get_num_threads() != 1:
@@ -157,6 +161,63 @@ class _NativeQKNorm(torch.autograd.Function):
         return dqk, dq_gain, dk_gain, None
 
 
+# Under torch.compile the QK-norm stays on the C kernel too, as an operator: inductor's fused code
+# for it (a reduction over rows a head wide, then a transpose) took twice as long, and nothing
+# beside it could fuse with it (a matrix product before it, attention after it).
+@torch.library.custom_op("logbook::qk_norm", mutates_args=())
+def _qk_norm_op(qk: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor,
+                eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, T, _ = qk.shape
+    H, hd = q_gain.shape
+    heads = (qk if qk.stride(-1) == 1 else qk.contiguous()).view(B, T, 2 * H, hd)
+    q, k = torch.empty(B, T, H, hd, dtype=qk.dtype), torch.empty(B, T, H, hd, dtype=qk.dtype)
+    rstd = native.forward(heads, torch.cat((q_gain, k_gain)), True, eps, (q, k))
+    return q, k, rstd
+
+
+@_qk_norm_op.register_fake
+def _(qk, q_gain, k_gain, eps):
+    B, T, _ = qk.shape
+    H, hd = q_gain.shape
+    return qk.new_empty(B, T, H, hd), qk.new_empty(B, T, H, hd), qk.new_empty(B, T, 2 * H)
+
+
+@torch.library.custom_op("logbook::qk_norm_backward", mutates_args=())
+def _qk_norm_backward_op(gq: torch.Tensor, gk: torch.Tensor, qk: torch.Tensor, q_gain: torch.Tensor,
+                         k_gain: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, T, C2 = qk.shape
+    H, hd = q_gain.shape
+    heads = (qk if qk.stride(-1) == 1 else qk.contiguous()).view(B, T, 2 * H, hd)
+    g = tuple(t if t.stride(-1) == 1 else t.contiguous() for t in (gq, gk))
+    dqk = torch.empty(B, T, C2, dtype=qk.dtype)
+    dw = native.backward(g, heads, torch.cat((q_gain, k_gain)), True, rstd, dqk.view(heads.shape), True)
+    dq_gain, dk_gain = (t.clone() for t in dw.split(H))  # an operator's outputs may not share memory
+    return dqk, dq_gain, dk_gain
+
+
+@_qk_norm_backward_op.register_fake
+def _(gq, gk, qk, q_gain, k_gain, rstd):
+    return qk.new_empty(qk.shape), q_gain.new_empty(q_gain.shape), k_gain.new_empty(k_gain.shape)
+
+
+def _qk_norm_save(ctx, inputs, output) -> None:
+    qk, q_gain, k_gain, _ = inputs
+    ctx.save_for_backward(qk, q_gain, k_gain, output[2])
+
+
+def _qk_norm_op_backward(ctx, gq: torch.Tensor, gk: torch.Tensor, _g_rstd: torch.Tensor):
+    return (*_qk_norm_backward_op(gq, gk, *ctx.saved_tensors), None)
+
+
+_qk_norm_op.register_autograd(_qk_norm_op_backward, setup_context=_qk_norm_save)
+
+
+@torch.compiler.assume_constant_result
+def kernels_ready() -> bool:
+    """One thread and the C kernels built: fixed for a run, so a compiled graph takes it as a constant."""
+    return torch.get_num_threads() == 1 and native.library() is not None
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
     """RMSNorm over the last dimension times `weight` (broadcastable to `x`); eps defaults as nn.RMSNorm's."""
     eps = torch.finfo(x.dtype).eps if eps is None else eps
@@ -182,6 +243,10 @@ def qk_norm(qk: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor,
     H, hd = q_gain.shape
     if _fast_path(qk) and q_gain.dtype == torch.float32 and qk.stride(-1) == 1 and _native_path(qk, q_gain, k_gain):
         return _NativeQKNorm.apply(qk, q_gain, k_gain, eps)
+    if (torch.compiler.is_compiling() and qk.device.type == "cpu" and qk.dtype == q_gain.dtype == torch.float32
+            and kernels_ready()):
+        q, k, _ = _qk_norm_op(qk, q_gain, k_gain, eps)
+        return q, k
     gains = torch.cat((q_gain, k_gain))
     q, k = rms_norm(qk.view(B, T, 2 * H, hd), gains, eps).split(H, dim=2)
     return q, k

@@ -272,7 +272,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("compile_s", "number", "compile seconds (a cache load on a restart)"),
              _f("compile_graphs", "dict", "how each compiled graph was readied: loaded (saved by an earlier attempt),"
                 " compiled (and saved) or traced (torch.compile)"),
-             _f("norm_kernels", "str", "what computes the norms: native (C, on a CPU), inductor or pytorch (why)"),
+             _f("norm_kernels", "str", "what computes the norms: native (C, on a CPU), inductor (the QK-norm native,"
+                " on a CPU) or pytorch (why)"),
              _f("attention_kernel", "str", "what computes attention: native (C, on a single-threaded CPU) or pytorch"),
              _f("config_changed", "list", "config keys changed since the previous launch"),
              _SLURM,
