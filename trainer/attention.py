@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from . import native
-from .kernels import kernels_ready
+from .kernels import kernels_ready, last_contiguous
 
 MAX_T = 512
 """The longest sequence the C kernel serves (`python3 bench/attention_kernel.py` measures where it stops paying)."""
@@ -50,20 +50,15 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.T
     # Laid out as [B, T, H, hd]: the caller's transpose back to the model's
     # layout is then a view, and the output projection reads it without a copy.
     out = torch.empty(B, T, H, hd, dtype=q.dtype).transpose(1, 2)
-    lse = native.attention_forward(*map(_rows_contiguous, (q, k, v)), 1.0 / math.sqrt(hd), out)
+    lse = native.attention_forward(*map(last_contiguous, (q, k, v)), 1.0 / math.sqrt(hd), out)
     return out, lse
 
 
 def _backward(q, k, v, out, g, lse) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     B, H, T, hd = q.shape
     dq, dk, dv = (torch.empty(B, T, H, hd, dtype=q.dtype).transpose(1, 2) for _ in range(3))
-    native.attention_backward(*map(_rows_contiguous, (q, k, v, out, g)), lse, 1.0 / math.sqrt(hd), dq, dk, dv)
+    native.attention_backward(*map(last_contiguous, (q, k, v, out, g)), lse, 1.0 / math.sqrt(hd), dq, dk, dv)
     return dq, dk, dv
-
-
-def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
-    """The kernel reads any strides but the last, which must be 1."""
-    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 # Under torch.compile the kernel is an opaque operator: inductor leaves it as it

@@ -140,25 +140,42 @@ class _NativeQKNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qk: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor, eps: float):
-        B, T, _ = qk.shape
-        H, hd = q_gain.shape
-        heads = qk.view(B, T, 2 * H, hd)
-        gains = torch.cat((q_gain, k_gain))  # [2H, hd]: a few hundred floats
-        q, k = torch.empty(B, T, H, hd, dtype=qk.dtype), torch.empty(B, T, H, hd, dtype=qk.dtype)
-        rstd = native.forward(heads, gains, True, eps, (q, k))
-        ctx.save_for_backward(heads, gains, rstd)
+        q, k, rstd = _qk_forward(qk, q_gain, k_gain, eps)
+        ctx.save_for_backward(qk, q_gain, k_gain, rstd)
         return q, k
 
     @staticmethod
     def backward(ctx, gq: torch.Tensor, gk: torch.Tensor):
-        heads, gains, rstd = ctx.saved_tensors
-        B, T, H2, hd = heads.shape
-        g = tuple(t if t.stride(-1) == 1 else t.contiguous() for t in (gq, gk))  # transposed is fine, as it is
-        dqk = torch.empty(B, T, H2 * hd, dtype=heads.dtype)
         want = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        dw = native.backward(g, heads, gains, True, rstd, dqk.view(heads.shape), want)
-        dq_gain, dk_gain = dw.split(H2 // 2) if dw is not None else (None, None)
-        return dqk, dq_gain, dk_gain, None
+        return (*_qk_backward(gq, gk, *ctx.saved_tensors, want), None)
+
+
+def _qk_forward(qk: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor,
+                eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, T, _ = qk.shape
+    H, hd = q_gain.shape
+    heads = last_contiguous(qk).view(B, T, 2 * H, hd)
+    gains = torch.cat((q_gain, k_gain))  # [2H, hd]: a few hundred floats
+    q, k = torch.empty(B, T, H, hd, dtype=qk.dtype), torch.empty(B, T, H, hd, dtype=qk.dtype)
+    rstd = native.forward(heads, gains, True, eps, (q, k))
+    return q, k, rstd
+
+
+def _qk_backward(gq: torch.Tensor, gk: torch.Tensor, qk: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor,
+                 rstd: torch.Tensor, want_gains: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    B, T, C2 = qk.shape
+    H, hd = q_gain.shape
+    heads = last_contiguous(qk).view(B, T, 2 * H, hd)
+    g = (last_contiguous(gq), last_contiguous(gk))  # transposed is fine, as it is
+    dqk = torch.empty(B, T, C2, dtype=qk.dtype)
+    dw = native.backward(g, heads, torch.cat((q_gain, k_gain)), True, rstd, dqk.view(heads.shape), want_gains)
+    dq_gain, dk_gain = dw.split(H) if dw is not None else (None, None)
+    return dqk, dq_gain, dk_gain
+
+
+def last_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or a contiguous copy where its last stride is not 1: the C kernels read any other strides."""
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 # Under torch.compile the QK-norm stays on the C kernel too, as an operator: inductor's fused code
@@ -167,12 +184,7 @@ class _NativeQKNorm(torch.autograd.Function):
 @torch.library.custom_op("logbook::qk_norm", mutates_args=())
 def _qk_norm_op(qk: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor,
                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    B, T, _ = qk.shape
-    H, hd = q_gain.shape
-    heads = (qk if qk.stride(-1) == 1 else qk.contiguous()).view(B, T, 2 * H, hd)
-    q, k = torch.empty(B, T, H, hd, dtype=qk.dtype), torch.empty(B, T, H, hd, dtype=qk.dtype)
-    rstd = native.forward(heads, torch.cat((q_gain, k_gain)), True, eps, (q, k))
-    return q, k, rstd
+    return _qk_forward(qk, q_gain, k_gain, eps)
 
 
 @_qk_norm_op.register_fake
@@ -185,14 +197,8 @@ def _(qk, q_gain, k_gain, eps):
 @torch.library.custom_op("logbook::qk_norm_backward", mutates_args=())
 def _qk_norm_backward_op(gq: torch.Tensor, gk: torch.Tensor, qk: torch.Tensor, q_gain: torch.Tensor,
                          k_gain: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    B, T, C2 = qk.shape
-    H, hd = q_gain.shape
-    heads = (qk if qk.stride(-1) == 1 else qk.contiguous()).view(B, T, 2 * H, hd)
-    g = tuple(t if t.stride(-1) == 1 else t.contiguous() for t in (gq, gk))
-    dqk = torch.empty(B, T, C2, dtype=qk.dtype)
-    dw = native.backward(g, heads, torch.cat((q_gain, k_gain)), True, rstd, dqk.view(heads.shape), True)
-    dq_gain, dk_gain = (t.clone() for t in dw.split(H))  # an operator's outputs may not share memory
-    return dqk, dq_gain, dk_gain
+    dqk, dq_gain, dk_gain = _qk_backward(gq, gk, qk, q_gain, k_gain, rstd, True)
+    return dqk, dq_gain.clone(), dk_gain.clone()  # an operator's outputs may not share memory
 
 
 @_qk_norm_backward_op.register_fake
