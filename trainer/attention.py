@@ -1,8 +1,8 @@
 """Causal self-attention: the C kernel on a single-threaded CPU run, `scaled_dot_product_attention` elsewhere.
 
 At a small model's shapes (T = 128, hd = 32, the tiny CPU configs) PyTorch's
-CPU FlashAttention kernel was an eighth of the step, most of it spent
-around its matrix products. `trainer/csrc/attention.c` (trainer/native.py)
+CPU FlashAttention kernel was a fifth of the step, at 30-45 GFLOP/s where
+the step's matrix products reach 150: its blocks are too small to pay. `trainer/csrc/attention.c` (trainer/native.py)
 does each head whole in the cache and recomputes the probabilities in
 backward from the saved log-sum-exp, as FlashAttention does, so nothing of
 size T x T is kept.
