@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from . import native
-from .kernels import kernels_ready, last_contiguous
+from .kernels import _native_path, kernels_ready, last_contiguous
 
 MAX_T = 512
 """The longest sequence the C kernel serves (`python3 bench/attention_kernel.py` measures where it stops paying)."""
@@ -100,11 +100,8 @@ _attention_op.register_autograd(_op_backward, setup_context=_save)
 
 def native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> bool:
     """Whether the C kernel serves these [B, H, T, hd] queries, keys and values."""
-    return (q.shape == k.shape == v.shape and all(t.dtype == torch.float32 and type(t) in _PLAIN for t in (q, k, v))
-            and _serves(q.device.type, q.shape[-1], q.shape[-2], dropout_p) and kernels_ready())
-
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a subclass (a DTensor under FSDP) has no plain memory to hand over
+    return (q.shape == k.shape == v.shape and all(t.dtype == torch.float32 for t in (q, k, v))
+            and _serves(q.device.type, q.shape[-1], q.shape[-2], dropout_p) and _native_path(q, k, v))
 
 
 def _serves(device_type: str, head_dim: int, T: int, dropout_p: float) -> bool:

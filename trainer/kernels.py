@@ -28,8 +28,8 @@ under `torch.compile` (inductor fuses the plain ops with their neighbours
 better than it traces a custom backward), and for inputs that are not
 float32. The QK-norm is the exception: under `torch.compile` on a CPU it
 stays on its C kernel, as the operator `logbook::qk_norm` (inductor's code
-for it took twice as long, and nothing beside it could fuse with it). The numbers agree with
-PyTorch's to float32 rounding; a run is bitwise reproducible against itself
+for it took twice as long, and nothing beside it could fuse with it). The
+numbers agree with PyTorch's to float32 rounding; a run is bitwise reproducible against itself
 on every path, and the path is fixed for a run (its device, dtype and threads).
 """
 
@@ -51,8 +51,7 @@ def _native_path(*tensors: torch.Tensor) -> bool:
     With more threads PyTorch's ops share the work out and the one-threaded
     loop would lose; a subclass (a DTensor under FSDP) has no plain memory to hand over.
     """
-    return (torch.get_num_threads() == 1 and all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors)
-            and native.library() is not None)
+    return all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors) and kernels_ready()
 
 
 def norm_kernels(device_type: str, compiled: bool) -> str:
@@ -62,8 +61,7 @@ def norm_kernels(device_type: str, compiled: bool) -> str:
     pays for the build at its start rather than in its first step.
     """
     if compiled:
-        qk_native = device_type == "cpu" and torch.get_num_threads() == 1 and native.library() is not None
-        return "inductor, QK-norm native" if qk_native else "inductor"
+        return "inductor, QK-norm native" if device_type == "cpu" and kernels_ready() else "inductor"
     if device_type != "cpu":
         return "pytorch"
     if torch.get_num_threads() != 1:

@@ -145,8 +145,8 @@ def _build(compiler: str, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".build-", suffix=".so")
     os.close(fd)
     try:
-        out = subprocess.run([compiler, *FLAGS, "-o", tmp, *map(str, SOURCES), "-lm"], capture_output=True, text=True,
-                             timeout=120)
+        out = subprocess.run([compiler, *FLAGS, "-o", tmp, *map(str, SOURCES), "-lm"], capture_output=True,
+                             text=True, timeout=120)
         if out.returncode != 0:
             raise OSError(out.stderr.strip() or f"{compiler} exited {out.returncode}")
         os.replace(tmp, path)  # whole or not at all, for every process that loads it

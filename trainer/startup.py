@@ -35,6 +35,7 @@ from logbook.runs.rankmarks import RankMark
 from logbook.runs.record import load_run_record
 
 from .advice_cb import AdviceCallback
+from .attention import attention_kernel
 from .attempts import Heartbeat, RunHistory
 from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
@@ -44,7 +45,6 @@ from .config import TrainConfig, config_to_dict
 from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard import GuardCallback
-from .attention import attention_kernel
 from .kernels import norm_kernels
 from .live_control import ControlCallback
 from .loop import Trainer
