@@ -10,7 +10,11 @@ no events, no metrics). The two alternate to the end, so a busy machine
 slows both alike. A checkpoint still being written when a bare block starts
 is waited for, and that wait is charged to the trainer.
 
-Printed: the median tokens/s of each over the blocks, and their ratio (goal >= 0.98).
+Printed: the median tokens/s of each over the blocks, and the figure: the
+median over the blocks of trainer/bare, each trainer block against the bare
+block run right after it (goal >= 0.98). A ratio of two medians taken apart
+lets load that comes and goes between the blocks into the figure; the
+pairs see the same machine.
 
     python3 bench/trainer_vs_bare.py [--steps 400] [--block 10] [--every 100] [--threads 1]
 """
@@ -128,12 +132,12 @@ def main() -> None:
     tokens = args.block * cfg.tokens_per_step
     trainer_tps = statistics.median(tokens / s for s in bench.trainer_s)
     bare_tps = statistics.median(tokens / s for s in bench.bare_s)
-    ratio = trainer_tps / bare_tps
+    ratio = statistics.median(bare / trainer for trainer, bare in zip(bench.trainer_s, bench.bare_s))
     print(f"blocks of {args.block} steps, {len(bench.trainer_s)} each, {cfg.tokens_per_step} tokens/step, "
           f"checkpoint every {args.every} steps in the background")
     print(f"trainer: median {trainer_tps:,.0f} tokens/s")
-    print(f"bare:    median {bare_tps:,.0f} tokens/s")
-    print(f"ratio trainer/bare: {ratio:.3f} (goal >= {GOAL})")
+    print(f"bare:    median {bare_tps:,.0f} tokens/s (ratio of the medians {trainer_tps / bare_tps:.3f})")
+    print(f"ratio trainer/bare, block by block: median {ratio:.3f} (goal >= {GOAL})")
     result("trainer tokens/s vs bare loop", round(ratio, 4), "ratio", f">= {GOAL}", ratio >= GOAL)
 
 
