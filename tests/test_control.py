@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from logbook.launch.change_requests import list_pending, new_request, processed_dir, read_answer, write_request
+from logbook.launch.change_requests import (PendingWatch, list_pending, new_request, pending_dir, processed_dir,
+                                            read_answer, write_request)
 from logbook.records.contingency import parse_rule
 from logbook.records.events import iter_events
 from logbook.records.sink import EventSink
@@ -207,6 +210,72 @@ def test_a_file_still_being_written_gets_a_grace_period(run):
     ch = _channel(control, sink, grace_s=60.0)
     ch.poll(1)
     assert half.exists() and events() == []
+
+
+def test_a_file_finished_in_place_after_its_grace_check_is_read_at_the_next_step(run):
+    control, sink, _ = run
+    cfg = Config()
+    slow = control / "pending" / "20260101T000000.000000Z-slow.json"
+    slow.parent.mkdir(parents=True)
+    slow.write_bytes(b'{"request_id": "ab')
+    ch = _channel(control, sink, cfg, grace_s=60.0)
+    ch.poll(1)
+    done = new_request("r1", {"lr": 5e-4}, "by hand", "Ada <ada@example.org>")
+    slow.write_text(json.dumps(done))  # the folder itself does not change
+    ch.poll(2)
+    assert cfg.optim.lr == 5e-4 and read_answer(control, slow.name)["outcome"]["status"] == "applied"
+
+
+def _age_folder(folder: Path, seconds: float) -> int:
+    """Set the folder's mtime `seconds` into the past; returns it in ns."""
+    ns = time.time_ns() - int(seconds * 1e9)
+    os.utime(folder, ns=(ns, ns))
+    return ns
+
+
+def test_a_quiet_pending_folder_costs_a_stat_not_a_read(run):
+    control, _, _ = run
+    folder = pending_dir(control)
+    folder.mkdir(parents=True)
+    old = _age_folder(folder, 10)
+    watch = PendingWatch(control, backstop_s=3600)
+    assert watch.pending() == []
+    hidden = _ask(control, {"lr": 1e-4})
+    os.utime(folder, ns=(old, old))  # the stamp put back: only a read could find the file now
+    assert watch.pending() == []
+    assert PendingWatch(control, backstop_s=0).pending() == [hidden]  # the periodic full scan does
+
+
+def test_a_request_after_a_quiet_spell_is_seen_at_the_next_step(run):
+    control, _, _ = run
+    folder = pending_dir(control)
+    folder.mkdir(parents=True)
+    _age_folder(folder, 10)
+    watch = PendingWatch(control, backstop_s=3600)
+    assert watch.pending() == []
+    assert watch.pending() == [] and watch.pending() == []
+    req = _ask(control, {"lr": 1e-4})
+    assert watch.pending() == [req]
+
+
+def test_a_request_in_the_same_clock_tick_as_the_last_change_is_not_missed(run):
+    control, _, _ = run
+    folder = pending_dir(control)
+    folder.mkdir(parents=True)
+    fresh = _age_folder(folder, 0)
+    watch = PendingWatch(control, backstop_s=3600)
+    assert watch.pending() == []
+    req = _ask(control, {"lr": 1e-4})
+    os.utime(folder, ns=(fresh, fresh))  # as if both changes fell in one tick of the file system's clock
+    assert watch.pending() == [req]
+
+
+def test_a_pending_folder_that_appears_later_is_read(run):
+    control, _, _ = run
+    watch = PendingWatch(control, backstop_s=3600)
+    assert watch.pending() == [] and watch.pending() == []
+    req = _ask(control, {"lr": 1e-4})
+    assert watch.pending() == [req]
 
 
 def test_concurrent_requests_are_all_answered(run):

@@ -51,7 +51,7 @@ from typing import Any, Protocol
 from logbook.core.errors import UsageError
 from logbook.core.fsutil import atomic_write_json
 from logbook.core.project import Project
-from logbook.launch.change_requests import (decode_request, finish_request, iter_answers, list_pending, processed_dir,
+from logbook.launch.change_requests import (PendingWatch, decode_request, finish_request, iter_answers, processed_dir,
                                             REPLY_KEY)
 from logbook.launch.live_settings import config_path, SETTINGS, validate_changes
 from logbook.records.plan import judge_against_plan
@@ -102,6 +102,7 @@ class ControlChannel:
         self._loaded = False
         self._resync = True
         self._queued: list[tuple[str, dict[str, Any]]] = []
+        self._watch = PendingWatch(self.control_dir)
 
     # --- the step boundary ---------------------------------------------------------
 
@@ -125,7 +126,7 @@ class ControlChannel:
                 rid = doc.get("request_id")
                 if doc[REPLY_KEY].get("status") == "applied" and rid not in self.applied:
                     items.append({"mode": "reapply", "name": name, "request": _without_reply(doc)})
-        for path in list_pending(self.control_dir):
+        for path in self._watch.pending():
             item = self._read(path)
             if item is not None:
                 items.append(item)

@@ -144,6 +144,46 @@ def list_pending(control_dir: Path) -> list[Path]:
     return [d / name for name in names]
 
 
+class PendingWatch:
+    """Whether `pending/` may hold something new: one `stat` a step in place of a directory read.
+
+    A directory's mtime moves whenever an entry is added, renamed in or
+    removed, and every request lands by a rename. A scan that found the folder
+    empty is trusted until that stamp moves, but only once the stamp is
+    `settle_s` older than the scan: two changes within one tick of the file
+    system's clock can leave the same stamp. A folder scanned with files in it
+    is scanned again at the next step (a file still being written by hand is
+    read once more), and a full scan runs every `backstop_s` whatever the stamp
+    says (a clock set back, a file system that does not keep mtimes).
+    """
+
+    def __init__(self, control_dir: Path, *, settle_s: float = 1.0, backstop_s: float = 5.0) -> None:
+        self.dir = pending_dir(control_dir)
+        self.settle_s, self.backstop_s = settle_s, backstop_s
+        self._quiet: tuple[int, int] | None = None
+        """(inode, mtime in ns) of the folder when a scan last found it empty, while that can be trusted."""
+        self._scanned_at = 0.0
+
+    def pending(self) -> list[Path]:
+        """The request files waiting, as `list_pending` gives them; [] without a read when nothing moved."""
+        now = time.time()
+        stamp = self._stamp()
+        if stamp == self._quiet and now - self._scanned_at < self.backstop_s:
+            return []
+        found = list_pending(self.dir.parent)
+        settled = now - stamp[1] / 1e9 > self.settle_s
+        self._quiet = stamp if not found and settled else None
+        self._scanned_at = now
+        return found
+
+    def _stamp(self) -> tuple[int, int]:
+        try:
+            st = os.stat(self.dir)
+        except OSError:  # not there (yet): the scan finds nothing, and the next stat sees it appear
+            return (0, 0)
+        return st.st_ino, st.st_mtime_ns
+
+
 def decode_request(raw: bytes, run_id: str) -> dict[str, Any]:
     """Parse and check one request file's bytes; raises UsageError saying what is wrong."""
     if len(raw) > MAX_REQUEST_BYTES:
