@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from logbook.core.errors import RunFailedError, UsageError
 from logbook.records.contingency import ACTION_KINDS, parse_rule
@@ -20,7 +22,7 @@ from trainer.config import load_train_config
 from trainer.guard import GuardCallback, checkpoints_to_keep, metrics_to_floats
 from trainer.guard_config import GuardConfig
 from trainer.guard_decision import Verdict
-from trainer.guard_detector import robust_stats
+from trainer.guard_detector import MAD_TO_SIGMA, judged_form, robust_stats
 from trainer.guard_ladder import Guard, agree
 from trainer.guard_replay import replay_check
 
@@ -131,6 +133,33 @@ def test_flat_series_does_not_turn_tiny_wobbles_into_spikes():
     flagged = _feed(g, [(2.0, 1.0)] * 30 + [(2.02, 1.0), (2.2, 1.0)])
     assert list(flagged) == [32]  # 1% above a flat line is noise, 10% is a spike
     assert robust_stats([2.0] * 9, 0.005) == (2.0, pytest.approx(0.01))
+
+
+def _stats_by_sorting(values: list[float], min_rel_sigma: float) -> tuple[float, float]:
+    """Median and robust sigma as the definition reads: sort, take the middle, and the same for the deviations."""
+    def median(v):
+        v = sorted(v)
+        n = len(v)
+        return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+    med = median(values)
+    return med, max(MAD_TO_SIGMA * median([abs(x - med) for x in values]), min_rel_sigma * abs(med), 1e-12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, 2.5, -3.0])),
+                min_size=1, max_size=160))
+def test_robust_stats_without_sorting_the_deviations_match_the_definition_bit_for_bit(values):
+    assert robust_stats(values, 0.01) == _stats_by_sorting(values, 0.01)
+    assert robust_stats(sorted(values), 0.0, ordered=True) == _stats_by_sorting(values, 0.0)
+
+
+def test_the_guards_sorted_windows_follow_its_histories_through_trimming_and_a_smaller_window():
+    g = Guard(GuardConfig(warmup=10, window=32))
+    _feed(g, _series(100, seed=3), spikes={40: (9.0, 50.0), 41: (float("nan"), 1.0)})
+    g.cfg.window = 16  # as a live change of guard.window does
+    _feed(g, _series(20, seed=4), start=101)
+    assert len(g.history["loss"]) == 16
+    assert g._ordered == {m: sorted(judged_form(m, g.history[m])) for m in g.history}
 
 
 def test_spikes_within_the_cooldown_are_skipped_but_not_counted():

@@ -16,6 +16,7 @@ barely move for a handful of outliers.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -57,22 +58,23 @@ class Signal:
 
 
 def spike_signal(cfg: GuardConfig, metric: str, value: float, hist: list[float],
-                 logs: list[float] | None = None) -> Signal | None:
+                 ordered: list[float] | None = None) -> Signal | None:
     """The signal `value` raises against `hist`, the metric's rolling history; None if it is no spike.
 
-    For the gradient norm, `logs` may hand in `judged_form(hist)` kept from earlier steps
-    (a window of logarithms costs more than the rest of the test).
+    `ordered` may hand in `sorted(judged_form(metric, hist))` kept up to date from
+    earlier steps (the guard does), so the test sorts and logs nothing per step.
     """
     if not math.isfinite(value):
         return Signal(metric, value, _median_sorted(sorted(hist)) if hist else None, None, math.inf, True)
     if len(hist) < max(cfg.warmup, MIN_HISTORY):
         return None
+    s = ordered if ordered is not None else sorted(judged_form(metric, hist))
     if metric == "grad_norm":  # judged as a ratio to its typical size
-        med, sigma = robust_stats(logs if logs is not None else judged_form(metric, hist), 0.0)
+        med, sigma = robust_stats(s, 0.0, ordered=True)
         sigma = max(sigma, cfg.min_rel_sigma)
         z, baseline, threshold = (_log(value) - med) / sigma, math.exp(med), cfg.grad_norm_sigma
     else:
-        med, sigma = robust_stats(hist, cfg.min_rel_sigma)
+        med, sigma = robust_stats(s, cfg.min_rel_sigma, ordered=True)
         z, baseline, threshold = (value - med) / sigma, med, cfg.spike_sigma
     return Signal(metric, value, baseline, sigma, z, False, threshold) if z > threshold else None
 
@@ -82,12 +84,49 @@ def judged_form(metric: str, values: list[float]) -> list[float]:
     return [_log(v) for v in values] if metric == "grad_norm" else values
 
 
-def robust_stats(values: list[float], min_rel_sigma: float) -> tuple[float, float]:
-    """(median, robust sigma) of `values`."""
-    s = sorted(values)
+def judged_value(metric: str, value: float) -> float:
+    """One value as its spike test reads it (see `judged_form`)."""
+    return _log(value) if metric == "grad_norm" else value
+
+
+def robust_stats(values: list[float], min_rel_sigma: float, *, ordered: bool = False) -> tuple[float, float]:
+    """(median, robust sigma) of `values`; `ordered=True` says they are sorted already."""
+    s = values if ordered else sorted(values)
     med = _median_sorted(s)
-    mad = _median_sorted(sorted([abs(v - med) for v in s]))
+    mad = _median_deviation(s, med)
     return med, max(MAD_TO_SIGMA * mad, min_rel_sigma * abs(med), 1e-12)
+
+
+def _median_deviation(s: list[float], med: float) -> float:
+    """The median of |v - med| over the sorted `s`, without building or sorting the deviations.
+
+    The deviations below `med` (read leftwards) and above it (read rightwards)
+    are two sorted runs, so the middle one or two are found by bisection in
+    O(log n). `med - v` and `abs(v - med)` are the same float, so this is the
+    value a sort would give, bit for bit.
+    """
+    n = len(s)
+    split = bisect.bisect_left(s, med)
+    below = lambda i: med - s[split - 1 - i]  # noqa: E731  (i-th smallest deviation below the median)
+    above = lambda j: s[split + j] - med  # noqa: E731
+    hi = _kth_of_two(below, split, above, n - split, n // 2)
+    if n % 2:
+        return hi
+    return 0.5 * (_kth_of_two(below, split, above, n - split, n // 2 - 1) + hi)
+
+
+def _kth_of_two(a, na: int, b, nb: int, k: int) -> float:
+    """The k-th smallest (from 0) of two sorted runs given as index -> value functions."""
+    lo, hi = max(0, k + 1 - nb), min(na, k + 1)
+    while True:
+        i = (lo + hi) // 2  # how many of the k + 1 smallest come from `a`
+        j = k + 1 - i
+        if i < na and j > 0 and b(j - 1) > a(i):
+            lo = i + 1
+        elif i > 0 and j < nb and a(i - 1) > b(j):
+            hi = i - 1
+        else:
+            return max(a(i - 1) if i > 0 else -math.inf, b(j - 1) if j > 0 else -math.inf)
 
 
 def _log(x: float) -> float:

@@ -37,6 +37,7 @@ is every rank's.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Iterable
@@ -44,7 +45,7 @@ from typing import Any
 
 from .guard_config import GuardConfig
 from .guard_decision import Decision, Verdict, describe
-from .guard_detector import METRICS, judged_form, spike_signal
+from .guard_detector import METRICS, judged_form, judged_value, spike_signal
 
 STATE_VERSION = 1
 
@@ -57,9 +58,10 @@ class Guard:
         self.rules = list(rules or [])
         """The preregistration's contingency rules, to judge each action against."""
         self.history: dict[str, list[float]] = {m: [] for m in METRICS}
-        self._logs: list[float] | None = None
-        """The gradient norm's history as logarithms, kept beside it so each value is logged once
-        (None: to be worked out again, after the history was reset or restored)."""
+        self._ordered: dict[str, list[float]] | None = None
+        """Each history as its spike test reads it (the gradient norm as logarithms), sorted and kept
+        beside it, so a step sorts and logs nothing (None: to be worked out again, after the history
+        was reset or restored)."""
         self.tick = 0
         """Steps observed, ever (it does not rewind with a rollback)."""
         self.spikes: list[dict[str, int | None]] = []
@@ -88,20 +90,17 @@ class Guard:
 
     def _judge(self, step: int, loss: float, grad_norm: float | None, batch_id: int | None, lr_scale: float) -> Decision:
         values = {"loss": loss, "grad_norm": grad_norm if self.cfg.check_grad_norm else None}
-        if self._logs is None or len(self._logs) != len(self.history["grad_norm"]):
-            self._logs = judged_form("grad_norm", self.history["grad_norm"])
+        ordered = self._sorted_histories()
         signals = [s for m, v in values.items()
-                   if v is not None and (s := spike_signal(self.cfg, m, v, self.history[m],
-                                                           self._logs if m == "grad_norm" else None)) is not None]
+                   if v is not None and (s := spike_signal(self.cfg, m, v, self.history[m], ordered[m])) is not None]
         for m, v in values.items():
             if v is not None and math.isfinite(v):
-                hist = self.history[m]
+                hist, order = self.history[m], ordered[m]
                 hist.append(v)
-                drop = max(0, len(hist) - self.cfg.window)
-                del hist[:drop]
-                if m == "grad_norm":
-                    self._logs += judged_form(m, [v])
-                    del self._logs[:drop]
+                bisect.insort(order, judged_value(m, v))
+                for old in hist[:max(0, len(hist) - self.cfg.window)]:
+                    del order[bisect.bisect_left(order, judged_value(m, old))]
+                del hist[:max(0, len(hist) - self.cfg.window)]
         if not signals:
             return Decision(Verdict.OK, step, batch_id, lr_scale_before=lr_scale)
         signals.sort(key=lambda s: (not s.nonfinite, -s.z))
@@ -120,6 +119,11 @@ class Guard:
                 d.to_step = max(0, int(first["step"]) - max(1, self.cfg.rollback_steps))
                 d.skip_range = self._skip_range(first["batch"], batch_id)
         return d
+
+    def _sorted_histories(self) -> dict[str, list[float]]:
+        if self._ordered is None or any(len(self._ordered[m]) != len(self.history[m]) for m in METRICS):
+            self._ordered = {m: sorted(judged_form(m, self.history[m])) for m in METRICS}
+        return self._ordered
 
     def _skip_range(self, first_batch: int | None, last_batch: int | None) -> tuple[int, int] | None:
         if first_batch is None or self.cfg.skip_batches <= 0:
@@ -149,7 +153,7 @@ class Guard:
     def reset_detector(self) -> None:
         """Forget the rolling histories (after a rollback the restored model is judged afresh)."""
         self.history = {m: [] for m in METRICS}
-        self._logs = None
+        self._ordered = None
 
     # --- state --------------------------------------------------------------------
 
@@ -172,7 +176,7 @@ class Guard:
             self.reset_detector()
             return
         self.history = {m: [float(x) for x in state.get("history", {}).get(m, [])] for m in METRICS}
-        self._logs = None
+        self._ordered = None
         self.tick = int(state.get("tick", 0))
         self.spikes = [dict(s) for s in state.get("spikes", [])]
         lct = state.get("last_counted_tick")
