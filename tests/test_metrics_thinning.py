@@ -58,3 +58,21 @@ def test_without_a_rule_every_row_is_committed(tmp_path):
         m.write(_row(step, 1))
     m.close()
     assert [r["step"] for r in read_metrics(tmp_path)] == list(range(1, 11))
+
+
+def test_rows_of_any_value_are_written_as_the_event_log_would_spell_them(tmp_path):
+    import numpy as np
+
+    from logbook.records.chain import canonical
+    from logbook.records.sink import _plain
+
+    row = {"step": 3, "attempt": 1, "loss": float("nan"), "grad_norm": float("inf"), "lr": np.float32(0.5),
+           "skipped": True, 7: "seven", "nested": {"a": [1.0, float("-inf")]}, "time": 12.5}
+    run_dir = tmp_path / "runs" / "r"
+    m = MetricsWriter(run_dir, full_path=tmp_path / "full.jsonl")
+    m.write(row)
+    row["loss"] = 1.0  # the caller's dict is its own again once written
+    m.close()
+    want = canonical(_plain(dict(row, loss=float("nan"))))
+    assert (run_dir / "metrics.jsonl").read_text() == (tmp_path / "full.jsonl").read_text() == want + "\n"
+    assert json.loads(want)["loss"] == "nan" and json.loads(want)["lr"] == 0.5 and json.loads(want)["7"] == "seven"
