@@ -201,3 +201,35 @@ def test_a_checkpoint_carries_the_resolved_config_and_every_rng(logbook_repo):
     assert json.loads(state["config_json"])["train"]["steps"] == 5 and len(state["config_hash"]) == 64
     assert set(state["rng"][0]) >= {"python", "numpy", "torch"}
     assert state["trainer"]["step"] == 5 and state["data"]["next_batch"] == 6
+
+
+def test_callbacks_are_called_for_the_hooks_they_have_in_priority_order():
+    from trainer.callbacks import CallbackList
+
+    calls = []
+
+    class Late(Callback):
+        name, priority = "late", 50
+
+        def post_step(self, step, metrics):
+            calls.append(("late", "post_step", step))
+
+    class Early(Callback):
+        name, priority = "early", 5
+
+        def pre_step(self, step):
+            calls.append(("early", "pre_step", step))
+
+        def post_step(self, step, metrics):
+            calls.append(("early", "post_step", step))
+
+    quiet = Callback()
+    quiet.name = "quiet"
+    quiet.step_end = lambda step: calls.append(("quiet", "step_end", step))  # a hook set on the instance counts too
+    cbs = CallbackList([Late(), quiet, Early()])
+    cbs.pre_step(1)
+    assert cbs.post_backward(None, None) is None
+    cbs.post_step(1, {})
+    cbs.step_end(1)
+    assert calls == [("early", "pre_step", 1), ("early", "post_step", 1), ("late", "post_step", 1),
+                     ("quiet", "step_end", 1)]

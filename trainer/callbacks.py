@@ -18,6 +18,7 @@ methods through which they may change it. Nothing here imports the loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -166,11 +167,22 @@ class CallbackList:
         if dupes:
             raise ValueError(f"callback names must be unique (they key the checkpoint): {sorted(dupes)}")
         self.items = sorted(callbacks, key=lambda c: c.priority)
+        self._bind()
+
+    def _bind(self) -> None:
+        """Per step hook, the bound hooks of the callbacks that have one: most leave most hooks as no-ops,
+        and a call that does nothing still costs a cold cache a microsecond, four hooks a step."""
+        def bound(hook: str) -> list[Callable[..., Any]]:
+            return [getattr(c, hook) for c in self.items
+                    if hook in vars(c) or getattr(type(c), hook) is not getattr(Callback, hook)]
+        self._pre_step, self._post_backward = bound("pre_step"), bound("post_backward")
+        self._post_step, self._step_end = bound("post_step"), bound("step_end")
 
     def attach(self, trainer: TrainerView) -> None:
         """Give every callback its trainer (the trainer does, once it is complete)."""
         for c in self.items:
             c.trainer = trainer
+        self._bind()
 
     def __iter__(self):
         return iter(self.items)
@@ -178,25 +190,26 @@ class CallbackList:
     def pre_train(self) -> None:
         for c in self.items:
             c.pre_train()
+        self._bind()  # a callback may have set up its hooks only now
 
     def pre_step(self, step: int) -> None:
-        for c in self.items:
-            c.pre_step(step)
+        for hook in self._pre_step:
+            hook(step)
 
     def post_backward(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> LoopAction | None:
-        for c in self.items:
-            action = c.post_backward(loss, grad_norm)
+        for hook in self._post_backward:
+            action = hook(loss, grad_norm)
             if action is not None:
                 return action
         return None
 
     def post_step(self, step: int, metrics: dict[str, Any]) -> None:
-        for c in self.items:
-            c.post_step(step, metrics)
+        for hook in self._post_step:
+            hook(step, metrics)
 
     def step_end(self, step: int) -> None:
-        for c in self.items:
-            c.step_end(step)
+        for hook in self._step_end:
+            hook(step)
 
     def post_checkpoint(self, result: SaveResult) -> None:
         for c in self.items:

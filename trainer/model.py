@@ -200,9 +200,12 @@ class GPT(nn.Module):
 
     def set_max_logit_tracking(self, on: bool) -> None:
         for block in self.blocks:
-            block.attn.track_max_logit = on
-            if not on:
-                block.attn.max_logit = None
+            attn = block.attn
+            # Called every step: a module's __setattr__ is slow, so only what changes is set.
+            if attn.track_max_logit != on:
+                attn.track_max_logit = on
+            if not on and attn.max_logit is not None:
+                attn.max_logit = None
 
     def max_logits(self) -> list[torch.Tensor]:
         """Per layer, the last tracked max attention logit per head."""
