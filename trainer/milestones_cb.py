@@ -8,21 +8,23 @@ step, tokens, elapsed time and ETA, loss, throughput, goodput so far, what
 happened since the last note, where each preregistered prediction stands, and
 how far the run is from each forecast curve right now.
 
-The event is written at once; its loss-curve plot is drawn by a daemon
-thread (joined at `close`), so training never waits for matplotlib. A plot
-the thread did not finish (a kill) is drawn by `logbook render`. Reading the
+The event is written at once; its loss-curve plot is drawn by a child
+process (waited for at `close`; logbook/chronicle/plot_process.py says why not
+a thread), so training never waits for matplotlib. A plot that was never
+finished (the machine went down) is drawn by `logbook render`. Reading the
 run's records for goodput and the predictions happens only when a note is
 due, a handful of times per run.
 """
 
 from __future__ import annotations
 
-import threading
+import subprocess
 import time
 import traceback
 from typing import Any
 
-from logbook.chronicle.plots import plot_ref, progress_plot_path, write_progress_plot
+from logbook.chronicle.plot_process import spawn_progress_plot
+from logbook.chronicle.plots import plot_ref, progress_plot_path
 from logbook.records.eventschema import kinds_where
 from logbook.records.prereg import load_prereg
 from logbook.runs.facts import load_facts
@@ -31,6 +33,9 @@ from logbook.scoring.forecasts import forecast_standings
 from logbook.scoring.outcome import judge, measure, value_at
 
 from .callbacks import Callback
+
+PLOT_TIMEOUT_S = 120.0
+"""How long the end of an attempt waits for its plots to be drawn."""
 
 SINCE_KINDS = {"restarts": kinds_where(counted_as="restarts"), "rollbacks": kinds_where(counted_as="rollbacks"),
                "changes": kinds_where(setting_change=True), "skips": kinds_where(counted_as="skipped_steps")}
@@ -48,7 +53,7 @@ class MilestoneNotes(Callback):
         self.emitted: set[float] = set()
         self._next_step: int | None = None
         self._metrics: dict[str, Any] = {}
-        self._threads: list[threading.Thread] = []
+        self._children: list[subprocess.Popen] = []
         self._prereg = None
         self._mark: tuple[float, int, int] | None = None  # (time, step, tokens) when this attempt began training
 
@@ -73,9 +78,13 @@ class MilestoneNotes(Callback):
             self._emit_due(step, self._metrics)
 
     def close(self) -> None:
-        for t in self._threads:
-            t.join()
-        self._threads.clear()
+        for child in self._children:
+            try:
+                child.wait(timeout=PLOT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:  # `logbook render` draws it
+                child.kill()
+                child.wait()
+        self._children.clear()
 
     # --- notes --------------------------------------------------------------------------
 
@@ -118,17 +127,12 @@ class MilestoneNotes(Callback):
 
     def _draw(self, step: int, path, seq: int | None) -> None:
         tr = self.trainer
-        project, run, attempt = tr.project, tr.run_id, tr.attempt
-
-        def draw() -> None:
-            try:
-                write_progress_plot(project, run, step, path, upto_seq=seq, max_attempt=attempt)
-            except Exception:  # a plot is a nicety: `logbook render` draws a missing one
-                traceback.print_exc()
-
-        t = threading.Thread(target=draw, name=f"milestone-plot-{path.stem}", daemon=True)
-        t.start()
-        self._threads.append(t)
+        try:
+            child = spawn_progress_plot(tr.project, tr.run_id, step, path, upto_seq=seq, max_attempt=tr.attempt)
+        except OSError:  # a plot is a nicety: `logbook render` draws a missing one
+            traceback.print_exc()
+            return
+        self._children.append(child)
 
     # --- figures ------------------------------------------------------------------------
 

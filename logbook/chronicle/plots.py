@@ -1,6 +1,6 @@
 """Loss-curve plots for progress notes, with restarts, rollbacks and changes marked.
 
-Called by the trainer from a background thread at milestone time and by the
+Called at milestone time in a process of its own (plot_process.py) and by the
 renderer when a plot is missing, so it uses matplotlib's object API with the
 Agg canvas (no pyplot global state, no GUI backend) imported lazily, never
 torch. The PNG carries no timestamp or version metadata, so the same logs give
