@@ -16,7 +16,7 @@ block run right after it (goal >= 0.98). A ratio of two medians taken apart
 lets load that comes and goes between the blocks into the figure; the
 pairs see the same machine.
 
-    python3 bench/trainer_vs_bare.py [--steps 400] [--block 10] [--every 100] [--threads 1]
+    python3 bench/trainer_vs_bare.py [--steps 800] [--block 10] [--every 100] [--threads 1]
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def scratch_logbook(where: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "tiny-cpu.yaml"))
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--block", type=int, default=10, help="steps per block; trainer and bare blocks alternate")
     ap.add_argument("--every", type=int, default=100, help="the trainer's checkpoint interval (background saves)")
     ap.add_argument("--threads", type=int, default=1)

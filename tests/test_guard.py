@@ -22,7 +22,7 @@ from trainer.config import load_train_config
 from trainer.guard import GuardCallback, checkpoints_to_keep, metrics_to_floats
 from trainer.guard_config import GuardConfig
 from trainer.guard_decision import Verdict
-from trainer.guard_detector import MAD_TO_SIGMA, judged_form, robust_stats
+from trainer.guard_detector import MAD_TO_SIGMA, judged_form, robust_stats, spike_signal
 from trainer.guard_ladder import Guard, agree
 from trainer.guard_replay import replay_check
 
@@ -151,6 +151,26 @@ def _stats_by_sorting(values: list[float], min_rel_sigma: float) -> tuple[float,
 def test_robust_stats_without_sorting_the_deviations_match_the_definition_bit_for_bit(values):
     assert robust_stats(values, 0.01) == _stats_by_sorting(values, 0.01)
     assert robust_stats(sorted(values), 0.0, ordered=True) == _stats_by_sorting(values, 0.0)
+
+
+@settings(max_examples=400, deadline=None)
+@given(metric=st.sampled_from(["loss", "grad_norm"]), min_rel=st.sampled_from([0.0, 0.001, 0.005, 0.05]),
+       sigmas=st.sampled_from([0.5, 3.0, 6.0, 8.0]), spread=st.sampled_from([1e-4, 0.01, 0.3, 2.0]),
+       n=st.integers(8, 130), seed=st.integers(0, 2**16), factor=st.floats(0.2, 4.0))
+def test_the_spike_test_flags_exactly_the_values_above_the_threshold(metric, min_rel, sigmas, spread, n, seed, factor):
+    rng = random.Random(seed)
+    hist = [abs(rng.gauss(2.0, spread)) + 1e-6 for _ in range(n)]
+    value = rng.choice([factor * 2.0, factor * max(hist), _stats_by_sorting(hist, 0)[0]])
+    cfg = GuardConfig(warmup=0, min_rel_sigma=min_rel, spike_sigma=sigmas, grad_norm_sigma=sigmas)
+    judged = judged_form(metric, hist)
+    med, sigma = _stats_by_sorting(judged, 0.0 if metric == "grad_norm" else min_rel)
+    if metric == "grad_norm":
+        z = (math.log(value) - med) / max(sigma, min_rel)
+    else:
+        z = (value - med) / sigma
+    signal = spike_signal(cfg, metric, value, hist)
+    assert (signal is not None) == (z > sigmas)
+    assert signal is None or signal.z == z
 
 
 def test_the_guards_sorted_windows_follow_its_histories_through_trimming_and_a_smaller_window():

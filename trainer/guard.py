@@ -41,9 +41,9 @@ def metrics_to_floats(loss: torch.Tensor, grad_norm: torch.Tensor | None) -> tup
     import torch
 
     if grad_norm is None:
-        return float(loss.detach()), None
+        return loss.item(), None
     if loss.device.type == "cpu" and grad_norm.device.type == "cpu":  # no sync to save: two reads, no kernels
-        return float(loss.detach()), float(grad_norm.detach())
+        return loss.item(), grad_norm.item()
     pair = torch.stack([loss.detach().float().reshape(()), grad_norm.detach().float().reshape(()).to(loss.device)])
     a, b = pair.tolist()
     return a, b

@@ -69,6 +69,8 @@ def spike_signal(cfg: GuardConfig, metric: str, value: float, hist: list[float],
     if len(hist) < max(cfg.warmup, MIN_HISTORY):
         return None
     s = ordered if ordered is not None else sorted(judged_form(metric, hist))
+    if _below_any_threshold(cfg, metric, value, s):
+        return None
     if metric == "grad_norm":  # judged as a ratio to its typical size
         med, sigma = robust_stats(s, 0.0, ordered=True)
         sigma = max(sigma, cfg.min_rel_sigma)
@@ -77,6 +79,21 @@ def spike_signal(cfg: GuardConfig, metric: str, value: float, hist: list[float],
         med, sigma = robust_stats(s, cfg.min_rel_sigma, ordered=True)
         z, baseline, threshold = (value - med) / sigma, med, cfg.spike_sigma
     return Signal(metric, value, baseline, sigma, z, False, threshold) if z > threshold else None
+
+
+def _below_any_threshold(cfg: GuardConfig, metric: str, value: float, s: list[float]) -> bool:
+    """True when `value` is no spike whatever the spread: most steps, told without the MAD.
+
+    Sigma is never below its floor, so z = (x - median) / sigma is at most
+    (x - median) / floor; division rounds monotonically, so this holds for the
+    floats too.
+    """
+    med = _median_sorted(s)
+    if metric == "grad_norm":
+        x, floor, threshold = _log(value), max(cfg.min_rel_sigma, 1e-12), cfg.grad_norm_sigma
+    else:
+        x, floor, threshold = value, max(cfg.min_rel_sigma * abs(med), 1e-12), cfg.spike_sigma
+    return threshold >= 0 and (x - med) / floor <= threshold
 
 
 def judged_form(metric: str, values: list[float]) -> list[float]:

@@ -89,18 +89,15 @@ class Guard:
         return decision
 
     def _judge(self, step: int, loss: float, grad_norm: float | None, batch_id: int | None, lr_scale: float) -> Decision:
-        values = {"loss": loss, "grad_norm": grad_norm if self.cfg.check_grad_norm else None}
-        ordered = self._sorted_histories()
-        signals = [s for m, v in values.items()
-                   if v is not None and (s := spike_signal(self.cfg, m, v, self.history[m], ordered[m])) is not None]
-        for m, v in values.items():
-            if v is not None and math.isfinite(v):
-                hist, order = self.history[m], ordered[m]
-                hist.append(v)
-                bisect.insort(order, judged_value(m, v))
-                for old in hist[:max(0, len(hist) - self.cfg.window)]:
-                    del order[bisect.bisect_left(order, judged_value(m, old))]
-                del hist[:max(0, len(hist) - self.cfg.window)]
+        cfg, ordered, signals = self.cfg, self._sorted_histories(), []
+        for m, v in (("loss", loss), ("grad_norm", grad_norm if cfg.check_grad_norm else None)):
+            if v is None:
+                continue
+            signal = spike_signal(cfg, m, v, self.history[m], ordered[m])  # judged before v joins its window
+            if signal is not None:
+                signals.append(signal)
+            if math.isfinite(v):
+                self._push(m, v, ordered[m])
         if not signals:
             return Decision(Verdict.OK, step, batch_id, lr_scale_before=lr_scale)
         signals.sort(key=lambda s: (not s.nonfinite, -s.z))
@@ -121,9 +118,18 @@ class Guard:
         return d
 
     def _sorted_histories(self) -> dict[str, list[float]]:
-        if self._ordered is None or any(len(self._ordered[m]) != len(self.history[m]) for m in METRICS):
-            self._ordered = {m: sorted(judged_form(m, self.history[m])) for m in METRICS}
-        return self._ordered
+        o, h = self._ordered, self.history
+        if o is None or len(o["loss"]) != len(h["loss"]) or len(o["grad_norm"]) != len(h["grad_norm"]):
+            self._ordered = o = {m: sorted(judged_form(m, h[m])) for m in METRICS}
+        return o
+
+    def _push(self, metric: str, value: float, ordered: list[float]) -> None:
+        """Append a finite value to the metric's window, dropping the oldest beyond `window`."""
+        hist = self.history[metric]
+        hist.append(value)
+        bisect.insort(ordered, judged_value(metric, value))
+        while len(hist) > self.cfg.window:
+            del ordered[bisect.bisect_left(ordered, judged_value(metric, hist.pop(0)))]
 
     def _skip_range(self, first_batch: int | None, last_batch: int | None) -> tuple[int, int] | None:
         if first_batch is None or self.cfg.skip_batches <= 0:
