@@ -226,20 +226,20 @@ def test_a_file_finished_in_place_after_its_grace_check_is_read_at_the_next_step
     assert cfg.optim.lr == 5e-4 and read_answer(control, slow.name)["outcome"]["status"] == "applied"
 
 
-def _age_folder(folder: Path, seconds: float) -> int:
-    """Set the folder's mtime `seconds` into the past; returns it in ns."""
-    ns = time.time_ns() - int(seconds * 1e9)
+def _watched_folder(control: Path, age_s: float) -> tuple[PendingWatch, Path, int]:
+    """An empty pending/ last changed `age_s` ago, scanned once: (its watch, the folder, its mtime in ns)."""
+    folder = pending_dir(control)
+    folder.mkdir(parents=True)
+    ns = time.time_ns() - int(age_s * 1e9)
     os.utime(folder, ns=(ns, ns))
-    return ns
+    watch = PendingWatch(control, backstop_s=3600)
+    assert watch.pending() == []
+    return watch, folder, ns
 
 
 def test_a_quiet_pending_folder_costs_a_stat_not_a_read(run):
     control, _, _ = run
-    folder = pending_dir(control)
-    folder.mkdir(parents=True)
-    old = _age_folder(folder, 10)
-    watch = PendingWatch(control, backstop_s=3600)
-    assert watch.pending() == []
+    watch, folder, old = _watched_folder(control, 10)
     hidden = _ask(control, {"lr": 1e-4})
     os.utime(folder, ns=(old, old))  # the stamp put back: only a read could find the file now
     assert watch.pending() == []
@@ -248,11 +248,7 @@ def test_a_quiet_pending_folder_costs_a_stat_not_a_read(run):
 
 def test_a_request_after_a_quiet_spell_is_seen_at_the_next_step(run):
     control, _, _ = run
-    folder = pending_dir(control)
-    folder.mkdir(parents=True)
-    _age_folder(folder, 10)
-    watch = PendingWatch(control, backstop_s=3600)
-    assert watch.pending() == []
+    watch, _, _ = _watched_folder(control, 10)
     assert watch.pending() == [] and watch.pending() == []
     req = _ask(control, {"lr": 1e-4})
     assert watch.pending() == [req]
@@ -260,11 +256,7 @@ def test_a_request_after_a_quiet_spell_is_seen_at_the_next_step(run):
 
 def test_a_request_in_the_same_clock_tick_as_the_last_change_is_not_missed(run):
     control, _, _ = run
-    folder = pending_dir(control)
-    folder.mkdir(parents=True)
-    fresh = _age_folder(folder, 0)
-    watch = PendingWatch(control, backstop_s=3600)
-    assert watch.pending() == []
+    watch, folder, fresh = _watched_folder(control, 0)
     req = _ask(control, {"lr": 1e-4})
     os.utime(folder, ns=(fresh, fresh))  # as if both changes fell in one tick of the file system's clock
     assert watch.pending() == [req]
