@@ -71,8 +71,10 @@ def test_a_restarted_attempt_is_forked_by_the_same_warm_server_and_resumes(tmp_p
     assert [e["attempt"] for e in started] == [1, 2] and started[1]["data"]["resumed_from_step"] == 10
     assert max(lab.losses("warm")) == 200
     # One worker per attempt, two processes, one parent: the fork server, started once for the run.
-    # (A worker's own children, between their fork and exec, carry its name too: not counted.)
-    workers = {pid: parent for pid, parent in seen.items() if b"multiprocessing.forkserver" in parent[1]}
+    # A worker's own children (a progress plot's process), between their fork and exec, carry its name
+    # and, through it, the server's command line too: a process whose parent is a worker is not counted.
+    workers = {pid: parent for pid, parent in seen.items()
+               if b"multiprocessing.forkserver" in parent[1] and parent[0] not in seen}
     assert len(workers) == 2, seen
     ((server, cmdline),) = set(workers.values())
     assert b"trainer.prewarm" in cmdline
