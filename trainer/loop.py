@@ -276,7 +276,7 @@ class Trainer:
             metrics.update(attempt=self.attempt, loss=self.last_loss, z_loss=float(z_loss), lr_scale=self.lr_scale,
                            grad_norm=norm, tokens_per_s=(self.tokens - tok0) / max(now - t0, 1e-9),
                            time=time.time())
-            logits = self.raw_model.max_logits() if self.cfg.optim.qk_clip_tau > 0 else None  # tracked for QK-clip only
+            logits = self.raw_model.max_logits()
             if logits:
                 metrics["max_logit"] = float(torch.stack([m.max() for m in logits]).max())
             if skipped:
