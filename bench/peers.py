@@ -338,7 +338,7 @@ def _step_contenders(checkout: Path) -> dict:
     import torch
 
     from trainer.config import load_train_config
-    from trainer.kernels import keep_freed_memory
+    from trainer.host_memory import keep_freed_memory
     from trainer.model import GPT
     from trainer.optim import build_optimizer
 

@@ -14,7 +14,7 @@ from conftest import ROOT
 
 from trainer import kernels, native
 from trainer.config import ModelConfig
-from trainer.kernels import _CrossEntropyZ, _RMSNorm, cross_entropy_z, keep_freed_memory, norm_kernels, qk_norm, rms_norm
+from trainer.kernels import _CrossEntropyZ, _RMSNorm, cross_entropy_z, norm_kernels, qk_norm, rms_norm
 from trainer.model import GPT
 
 needs_compiler = pytest.mark.skipif(native._compiler() is None, reason="no C compiler on this machine")
@@ -208,28 +208,6 @@ def test_the_kernels_are_built_once_per_machine_and_found_by_the_next_process(tm
     stamp = built.stat().st_mtime_ns
     assert _probe(tmp_path)[0] == "native"
     assert [p.name for p in tmp_path.iterdir()] == [built.name] and built.stat().st_mtime_ns == stamp
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
-def test_with_freed_memory_kept_a_training_step_no_longer_faults_its_activations_in():
-    assert keep_freed_memory()
-    torch.manual_seed(0)
-    model = GPT(ModelConfig(n_layer=1, n_head=4, n_embd=128, block_size=128, vocab_size=256))
-    opt = torch.optim.AdamW(model.parameters(), fused=True)
-    x = torch.randint(0, 256, (16, 128))
-
-    def faults_of_a_step() -> int:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        model(x, x).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
-    for _ in range(3):  # the first steps map the heap
-        faults_of_a_step()
-    # Without it, glibc hands the 1-4 MB activations back and faults them in again:
-    # hundreds to thousands of pages a step.
-    assert min(faults_of_a_step() for _ in range(4)) < 50
 
 
 @needs_compiler

@@ -29,7 +29,7 @@ from logbook.runs.record import RunRecord
 from .attempts import Heartbeat, RunHistory
 from .callbacks import CallbackList
 from .checkpoint import Checkpointer
-from .kernels import keep_freed_memory
+from .host_memory import keep_freed_memory
 from . import dist
 
 
@@ -54,7 +54,7 @@ class Runtime:
         info = dist.init_distributed(train.device)
         device = info.device
         if device.type == "cpu":
-            keep_freed_memory()  # no page faults for the activations of every step (trainer/kernels.py)
+            keep_freed_memory()  # no page faults for the activations of every step (trainer/host_memory.py)
         if train.deterministic:
             dist.set_deterministic(True, warn_only=device.type == "cuda", compiling=train.compile)
             torch.backends.cudnn.benchmark = False

@@ -20,8 +20,8 @@ cost about a fifth of the step.
 - `cross_entropy_z`: one log-sum-exp serves both terms; backward is one
   softmax scaled row by row, minus the targets.
 
-`keep_freed_memory` is the CPU's third hot spot, outside any one op: fresh
-page faults for every step's activations.
+The CPU's third hot spot lies outside any one op: the pages under every
+step's activations (trainer/host_memory.py).
 
 The kernels fall back to PyTorch's own ops where those are already fused: on CUDA,
 under `torch.compile` (inductor fuses the plain ops with their neighbours
@@ -286,30 +286,3 @@ def cross_entropy_z(logits: torch.Tensor, targets: torch.Tensor, z_coef: float) 
             return ce, torch.zeros((), device=ce.device)
         return ce, z_coef * torch.logsumexp(logits, dim=-1).square().mean()
     return _CrossEntropyZ.apply(logits, targets, float(z_coef))
-
-
-def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep freed blocks for reuse rather than hand them back to the OS; True if it could.
-
-    A training step on a CPU allocates and frees the same activations (1-30 MB
-    each) every step. By default glibc serves blocks that large with fresh
-    `mmap`s, or trims the heap once its top is free, so each step faults its
-    memory in again, zero-filled by the kernel: thousands of page faults and
-    milliseconds of system time a step. Kept, the second step finds its blocks
-    already mapped. The cost is that the process keeps its peak heap resident,
-    which a trainer does anyway. A no-op off glibc.
-    """
-    import ctypes
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    # 32 MB is the largest mmap threshold glibc accepts on 64-bit; the trim threshold is
-    # the free bytes the heap's top may hold before they go back: as many as an int says.
-    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 2**31 - 1))

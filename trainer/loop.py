@@ -40,6 +40,7 @@ from .callbacks import LoopAction
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_hash, config_to_dict
 from .faults import InjectedFault
+from .host_memory import heap_pages
 from .optim import apply_hyperparams, lr_factor, qk_clip
 from .restore import checkpoint_parts, resume, rollback
 from .slurm import slurm_info
@@ -189,6 +190,7 @@ class Trainer:
             started_at=self.started_at, restore_s=round(self.restore_s, 6), compiled=self.cfg.train.compile,
             compile_s=round(self.compile_s, 6), compile_graphs=self.compile_graphs or None,
             norm_kernels=self._parts.norm_kernels, attention_kernel=self._parts.attention_kernel,
+            heap_pages=heap_pages(self.env),
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
             members=self.dist.members, group_id=self.dist.group_id or None,
         )
