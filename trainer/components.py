@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -155,18 +156,67 @@ class StopSignals:
     rank_mark: RankMark | None = None
     """Told at once: torchrun stops the survivors of a lost rank with SIGTERM, then SIGKILL."""
     _old: dict[int, Any] = field(default_factory=dict)
+    _wake: tuple[socket.socket, socket.socket] | None = None
+    _old_wakeup_fd: int = -1
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGUSR1):
+            for sig in _STOPS:
                 self._old[sig] = signal.signal(sig, self._on_signal)
+            self._watch_at_c_level()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.signum = self.signum or signum
+        self._mark_ended(signum)
+
+    def _mark_ended(self, signum: int) -> None:
         if self.rank_mark is not None:
             self.rank_mark.ended(signal.Signals(signum).name)  # the survivors did not vanish
+
+    def _watch_at_c_level(self) -> None:
+        """Mark the rank from a thread the moment a stop arrives, even while the main thread is inside an op.
+
+        Python runs a handler only once the main thread is back in Python. A
+        survivor blocked in a collective with a rank that vanished does not get
+        back before torchrun's SIGKILL (30 s after its SIGTERM), so its mark
+        would stay open and the restart would count it as lost too. Python's
+        own C-level handler writes each signal's number to the wakeup file
+        descriptor at once; the thread waiting on it writes the mark (an op
+        such as a collective waits without holding the interpreter lock).
+        """
+        r, w = socket.socketpair()
+        w.setblocking(False)
+        try:
+            self._old_wakeup_fd = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+        except (ValueError, OSError):  # not the main thread of the main interpreter
+            r.close()
+            w.close()
+            return
+        self._wake = (r, w)
+        threading.Thread(target=self._wait_for_stops, args=(r,), name="stop-signals", daemon=True).start()
+
+    def _wait_for_stops(self, r: socket.socket) -> None:
+        while True:
+            try:
+                got = r.recv(64)
+            except OSError:
+                return
+            if not got:  # closed
+                return
+            for signum in got:
+                if signum in _STOPS:
+                    self._mark_ended(signum)
 
     def close(self) -> None:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         self._old.clear()
+        if self._wake is not None:
+            signal.set_wakeup_fd(self._old_wakeup_fd)
+            r, w = self._wake
+            self._wake = None
+            w.close()  # the thread's recv returns b"" and it ends
+            r.close()
+
+
+_STOPS = (signal.SIGTERM, signal.SIGUSR1)

@@ -13,6 +13,7 @@ in the state folder (`.logbook/ranks/RUN/`), never in git.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,21 @@ class RankMark:
     def __init__(self, directory: Path, rank: int) -> None:
         self.path = Path(directory) / f"rank{rank}.json"
         self._mark: dict[str, Any] | None = None
+        # `ended` comes from the loop, from a signal handler that may interrupt it, and from the
+        # thread that sees signals (trainer/components.py `StopSignals`).
+        self._lock = threading.RLock()
 
     def started(self, attempt: int, member: dict[str, Any]) -> None:
-        self._mark = {**member, "attempt": attempt, "ended": False}
-        atomic_write_json(self.path, self._mark)
+        with self._lock:
+            self._mark = {**member, "attempt": attempt, "ended": False}
+            atomic_write_json(self.path, self._mark)
 
     def ended(self, signal_name: str | None = None) -> None:
         """The worker stops by itself, or (`signal_name`) was asked to stop: either way it did not vanish."""
-        if self._mark is not None and not self._mark["ended"]:
-            self._mark["ended"] = signal_name or True
-            atomic_write_json(self.path, self._mark)
+        with self._lock:
+            if self._mark is not None and not self._mark["ended"]:
+                self._mark["ended"] = signal_name or True
+                atomic_write_json(self.path, self._mark)
 
 
 def read_marks(directory: Path) -> list[dict[str, Any]]:
