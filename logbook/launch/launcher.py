@@ -224,7 +224,7 @@ def with_huge_pages(tunables: str | None) -> str:
 
     A CPU step streams activations of several megabytes through element-wise
     ops, and with 4 KB pages every one of them walks the page tables: backed
-    by 2 MB pages the trainer made 2-3% more tokens/s at the small CPU
+    by 2 MB pages the trainer made 2-4% more tokens/s at the small CPU
     configs' shapes (`bench/huge_pages.py`), for about 2% more resident
     memory. It only
     takes effect where the kernel's transparent huge pages are `madvise` or
