@@ -226,11 +226,11 @@ def with_huge_pages(tunables: str | None) -> str:
     ops, and with 4 KB pages every one of them walks the page tables: backed
     by 2 MB pages the trainer made 2-4% more tokens/s at the small CPU
     configs' shapes (`bench/huge_pages.py`), for about 2% more resident
-    memory. It only
-    takes effect where the kernel's transparent huge pages are `madvise` or
-    `always` (`/sys/kernel/mm/transparent_hugepage/enabled`), and glibc older
-    than 2.35, or another C library, ignores it. A user's own
-    `glibc.malloc.hugetlb` setting stands (`=0` turns it off).
+    memory. It only takes effect where the kernel's transparent huge pages
+    are `madvise` or `always` (`/sys/kernel/mm/transparent_hugepage/enabled`);
+    glibc older than 2.35, or another C library, ignores it. A user's own
+    `glibc.malloc.hugetlb` setting stands (`=0` turns it off), and the
+    trainer records what it got (trainer/host_memory.py `heap_pages`).
     """
     if not tunables:
         return HUGE_PAGES
