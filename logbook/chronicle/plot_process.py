@@ -17,9 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from logbook.core.bundled import with_own_source
 from logbook.core.project import Project
-
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding `logbook/`
 
 
 def spawn_progress_plot(project: Project, run_id: str, upto_step: int, out_path: Path, *,
@@ -27,10 +26,8 @@ def spawn_progress_plot(project: Project, run_id: str, upto_step: int, out_path:
     """Start drawing `write_progress_plot(...)` in a child process; returns it (wait on it to be sure it is there)."""
     args = {"root": str(project.root), "run": run_id, "step": int(upto_step), "out": str(out_path),
             "upto_seq": upto_seq, "max_attempt": max_attempt}
-    path = os.environ.get("PYTHONPATH")
-    env = {**os.environ, "PYTHONPATH": _PACKAGE_PARENT + (os.pathsep + path if path else "")}  # this same logbook
     return subprocess.Popen([sys.executable, "-m", "logbook.chronicle.plot_process", json.dumps(args)],
-                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                            env=with_own_source(os.environ), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from logbook.core.bundled import with_own_source
 from logbook.core.errors import RefusedError, UsageError
 from logbook.core.identity import git_identity
 from logbook.core.project import Project
@@ -207,9 +208,7 @@ def _entry_argv(entry: str) -> list[str]:
 
 def _child_env() -> dict[str, str]:
     """The environment for torchrun and the trainer: this logbook's source on the path."""
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+    env = with_own_source(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["GLIBC_TUNABLES"] = with_huge_pages(env.get("GLIBC_TUNABLES"))
     return env
