@@ -101,9 +101,13 @@ def slurm_preemption(base: Path, steps: int) -> tuple[float, float]:
         job = int(cluster.run("sbatch", "--parsable", str(base / "job.sbatch")).stdout.strip().split(";")[0])
         deadline = time.monotonic() + 600
         while not _saved(lab, "job", 8):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no checkpoint: {cluster.job(job)}")
-            time.sleep(0.05)
+            state = cluster.job(job).get("JobState")
+            if state in ("COMPLETED", "FAILED", "CANCELLED") or time.monotonic() > deadline:
+                # Said at once, with the job's own output: a job that failed at its start has nothing to wait for.
+                out = base / "job.out"
+                raise RuntimeError(f"job {state} before its first checkpoint: "
+                                   f"{out.read_text()[-2000:] if out.exists() else '(no output)'}")
+            time.sleep(0.2)
         cluster.run("scontrol", "requeue", str(job))
         preempted = time.time()
         fields = cluster.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=900)
