@@ -137,3 +137,17 @@ def test_pdf_for_one_run_leaves_the_others_out(logbook_repo, clock, tmp_path):
     assert res.days == ["2026-12-01"] and res.events == 7
     text = " ".join(pdf_text(out).split())
     assert "run other" in text and "run qknorm" not in text
+
+
+def test_the_file_name_decides_the_format_and_a_contradicting_format_is_refused(logbook_repo, clock, cli, tmp_path):
+    project = project_of(logbook_repo)
+    qknorm_story(project, clock)
+    res = cli("render", "--out", str(tmp_path / "week.pdf"))
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "week.pdf").read_bytes().startswith(b"%PDF")
+    assert cli("render", "--out", str(tmp_path / "week.md")).exit_code == 0
+    assert (tmp_path / "week.md").read_text().startswith("#")
+    for fmt, name in (("md", "x.pdf"), ("pdf", "x.md")):
+        res = cli("render", "--format", fmt, "--out", str(tmp_path / name))
+        assert res.exit_code == 2 and "is named as" in res.stderr and "Traceback" not in res.output
+        assert not (tmp_path / name).exists()

@@ -139,3 +139,20 @@ def test_bad_requests_are_refused_with_a_sentence(logbook_repo, story_clock, cli
     assert cli("report", "story", "--format", "docx").exit_code == 2
     res = cli("report", "story", "--out", str(tmp_path))
     assert res.exit_code == 2 and "is a folder" in res.stderr
+    res = cli("report", "story", "--format", "md", "--out", str(tmp_path / "story.pdf"))
+    assert res.exit_code == 2 and "is named as pdf" in res.stderr and not (tmp_path / "story.pdf").exists()
+
+
+def test_a_report_named_pdf_is_a_pdf(logbook_repo, story_clock, cli, tmp_path):
+    project = project_of(logbook_repo)
+    story_run(project, story_clock, "story", make_prereg(project, ["loss@final < 4"]))
+    res = cli("report", "story", "--out", str(tmp_path / "story.pdf"))
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "story.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_a_changed_setting_shows_as_set_not_as_binary_noise():
+    from logbook.chronicle.report import exact
+
+    assert exact(0.8 * 0.9) == "0.72"  # 0.7200000000000001 in the event
+    assert exact(0.0003) == "0.0003" and exact(1.0) == "1.0" and exact("cosine") == "cosine" and exact(None) == "none"

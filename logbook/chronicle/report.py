@@ -35,7 +35,7 @@ from logbook.chronicle.review import APPROVED, review_queue
 from logbook.core.errors import LogbookError, NotFoundError, RefusedError, TamperedError, UsageError
 from logbook.core.fsutil import atomic_write_bytes, atomic_write_text
 from logbook.core.project import Project
-from logbook.core.textfmt import is_number
+from logbook.core.textfmt import fmt_setting, is_number
 from logbook.core.yamlsafe import load_yaml_text
 from logbook.records import gitbind
 from logbook.records.eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts, summary as event_summary
@@ -214,12 +214,12 @@ def changes(facts: RunFacts) -> list[dict[str, Any]]:
 
 
 def exact(v: Any) -> str:
-    """A hyperparameter as recorded (1.0, 0.0003): never rounded for display."""
+    """A hyperparameter as recorded (1.0, 0.0003, 0.72 for 0.8 × 0.9): never rounded to a few digits."""
     if v is None:
         return "none"
     if isinstance(v, str):
         return v
-    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+    return fmt_setting(v)
 
 
 def mixture(project: Project, facts: RunFacts, rec: RunRecord | None) -> list[dict[str, Any]]:

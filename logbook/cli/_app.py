@@ -58,6 +58,24 @@ def checked_out_path(out: Path | None, option: str = "--out") -> Path | None:
     return out
 
 
+_SUFFIX_FORMATS = {".md": "md", ".markdown": "md", ".pdf": "pdf"}
+
+
+def output_format(fmt: str | None, out: Path | None) -> str:
+    """md or pdf: as --format says, else as --out's extension says, else md; a .pdf file never gets Markdown.
+
+    A format the file name contradicts (`--format md --out week.pdf`) is refused,
+    since the file would open as garbage in whatever its name promises.
+    """
+    if fmt is not None and fmt not in ("md", "pdf"):
+        raise UsageError(f"--format must be md or pdf, got {fmt!r}")
+    implied = _SUFFIX_FORMATS.get(out.suffix.lower()) if out is not None else None
+    if fmt is not None and implied is not None and fmt != implied:
+        raise UsageError(f"--format {fmt} but --out {out} is named as {implied}",
+                         hint=f"drop --format (the name decides), or name the file .{fmt}")
+    return fmt or implied or "md"
+
+
 def report_error(e: LogbookError) -> None:
     err(f"error: {e.message}")
     if e.hint:

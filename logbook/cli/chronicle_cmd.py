@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json
+from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, output_format, open_for_writing, print_json
 from logbook.core.errors import UsageError
 
 
@@ -53,7 +53,7 @@ def render_cmd(
     run: Optional[str] = typer.Option(None, "--run", help="Only this run (dated files: the days it has events on)."),
     since: Optional[str] = typer.Option(None, "--since", help="First day, YYYY-MM-DD (UTC)."),
     until: Optional[str] = typer.Option(None, "--until", help="Last day, YYYY-MM-DD (UTC)."),
-    fmt: str = typer.Option("md", "--format", help="md (dated day files, or one file with --out) or pdf."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="md (dated day files, or one file with --out) or pdf; default: as --out's extension says, else md."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write one file here (default for pdf: chronicle.pdf)."),
     check: bool = typer.Option(False, "--check", help="Render in memory and compare with the day files on disk; exit 3 if any differ."),
     as_json: bool = JSON_OPTION,
@@ -69,8 +69,7 @@ def render_cmd(
     from logbook.core.project import open_project
     from logbook.records.trust import require_intact
 
-    if fmt not in ("md", "pdf"):
-        raise UsageError(f"--format must be md or pdf, got {fmt!r}")
+    fmt = output_format(fmt, out)
     out = checked_out_path(out)
     project = open_project()
     root = project.root.resolve()

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, open_for_writing, print_json, stdout_console
+from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, output_format, open_for_writing, print_json, stdout_console
 from logbook.core.errors import UsageError
 
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
@@ -249,7 +249,7 @@ def _rate(r: float | None) -> str:
 @app.command("report")
 def report_cmd(
     run: str = typer.Argument(..., help="The run to report on."),
-    fmt: str = typer.Option("md", "--format", help="md or pdf."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="md or pdf; default: as --out's extension says, else md."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where to write (default: entries/reports/<run>.md or .pdf)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -266,8 +266,7 @@ def report_cmd(
     from logbook.chronicle.report import write_report
     from logbook.records.trust import require_intact
 
-    if fmt not in ("md", "pdf"):
-        raise UsageError(f"--format must be md or pdf, got {fmt!r}")
+    fmt = output_format(fmt, out)
     project = open_project()
     out = checked_out_path(out)
     require_intact(project, "report", run=run)
