@@ -98,6 +98,9 @@ def test_repeated_spike_drills_climb_the_ladder_and_the_data_order_skips_exactly
                              batch_size=t.cfg.train.batch_size, total_steps=t.cfg.train.steps)
     assert all(int(fresh.batch(b)[0].sum()) == fp for _, b, fp in rec.seen)
     assert t.data.skip == [[12, 18]]
+    # The restored step is saved once, by the rollback (checkpoint.every=5 divides 10: no second save).
+    saves = [e["step"] for e in _events(logbook_repo, "spiky", "checkpoint_saved")]
+    assert saves == [5, 10, 15, 10, 15, 20, 25, 30]
 
     # The committed record names checkpoints relative to the repository, never this machine's folders.
     assert rollback["checkpoint"].startswith(".logbook/") and all(p.startswith(".logbook/") for p in rollback["kept"])

@@ -211,8 +211,8 @@ class Trainer:
         self._log_mark = (time.perf_counter(), self.tokens)
         while self.step < total:
             self._check_stop()
-            self._train_step()
-            self._after_step()
+            if self._train_step():
+                self._after_step()
 
     def forward_backward(self, batch_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Accumulate the gradients of one batch and clip them; (rank-averaged loss, z-loss, global grad norm).
@@ -242,7 +242,10 @@ class Trainer:
             ce_sum, z_sum = ce_sum / accum, z_sum / accum
         return dist.all_reduce_mean(ce_sum, self.dist), z_sum, grad_norm
 
-    def _train_step(self) -> None:
+    def _train_step(self) -> bool:
+        """Train one step; False when the guard rolled back instead. The rollback saved the restored step
+        at once, and its eval (if due) ran when it was first reached, on the same weights: the periodic
+        save and eval after it would only write them twice."""
         step, cfg = self.step + 1, self.cfg
         self.callbacks.pre_step(step)
         factor = lr_factor(step, cfg.schedule, cfg.train.steps) * self.lr_scale
@@ -256,13 +259,14 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if action is not None and action.kind != "skip":
             self._carry_out(action, step)
-            return
+            return False
         self.step = step
         self.tokens += cfg.tokens_per_step * self.dist.world_size
         if action is not None:  # skipped: the batch is spent, the update is not made
             payload = action.events.get("step_skipped") or {"reason": action.reason, "batch_id": batch_id}
             self.emit("step_skipped", drill=action.drill, **payload)
         self._report(step, factor, loss, z_loss, grad_norm, skipped=action is not None)
+        return True
 
     def _report(self, step: int, factor: float, loss, z_loss, grad_norm, skipped: bool) -> None:
         metrics: dict[str, Any] = {"step": step, "tokens": self.tokens, "lr": self.cfg.optim.lr * factor}
