@@ -290,7 +290,7 @@ def test_a_pulled_record_this_clone_then_reset_away_is_reported_and_the_hint_res
     commit_all(alice, "alice's note")
     res = cli("verify")
     assert res.exit_code == 4, res.output
-    assert "entries/notes/n-bob-1.json is in origin/main and this clone had it" in res.stdout
+    assert "entries/notes/n-bob-1.json is in origin/main and this branch had it" in res.stdout
     assert "hint: take it back from origin/main (`git checkout origin/main -- entries/notes/n-bob-1.json`)" \
         in res.stderr
     git(alice, "checkout", "origin/main", "--", "entries/notes/n-bob-1.json")
@@ -313,3 +313,62 @@ def test_lines_cut_from_a_committed_notes_or_reviews_log_are_caught(team, cli, w
     assert [(p["path"], p["kind"], p["had"], p["lost"]) for p in problems] == \
         [(f"entries/{which}", "log_rewritten", had, lost)]
     assert f"lost line 4 of the 4 committed in {lost[:7]}" in out
+
+
+def test_a_record_on_a_pushed_branch_one_switched_away_from_is_neither_dropped_nor_missing(team, cli):
+    """Preregistering on a branch, pushing it for review and going back to main is the daily workflow, not a drop."""
+    alice = team.found(cli, "alice")
+    git(alice, "switch", "-q", "-c", "alice/pr")
+    write_record(alice, "notes/n-alice-1.json", {"author": "Alice", "text": "on my branch"})
+    commit_all(alice, "alice's note, for review")
+    git(alice, "push", "-q", "origin", "alice/pr")
+    git(alice, "switch", "-q", "main")
+    res = cli("verify")
+    assert res.exit_code == 0, res.output
+    assert "alice/pr" not in res.output  # its records are its own until it is merged
+    bob = team.clone("bob")  # a reviewer who looks at the branch and goes back
+    git(bob, "switch", "-q", "alice/pr")
+    git(bob, "switch", "-q", "main")
+    team.at("bob")
+    assert cli("verify").exit_code == 0
+
+
+def test_a_force_push_that_erases_a_pulled_record_is_caught_on_every_clone_that_saw_it(team, cli):
+    alice = team.found(cli, "alice")
+    git(alice, "push", "-q", "-u", "origin", "main")
+    bob = team.clone("bob")
+    write_record(bob, "notes/n-bob-1.json", {"author": "Bob", "text": "x"})
+    commit_all(bob, "bob's note")
+    git(bob, "push", "-q", "origin", "main")
+    team.at("alice")
+    git(alice, "pull", "-q", "--ff-only")
+    git(alice, "reset", "-q", "--hard", "HEAD~1")
+    git(alice, "push", "-q", "-f", "origin", "main")  # Bob's note is gone from the remote too
+    rel = "entries/notes/n-bob-1.json"
+    out, problems = _tampered(cli)
+    assert [(p["path"], p["kind"]) for p in problems] == [(rel, "remote_erased")]
+    assert "a force-push erased it" in out and "git checkout " in out
+    team.at("bob")
+    git(bob, "pull", "-q", "--rebase")  # Bob's own clone follows the rewritten remote
+    assert not (bob / rel).exists()
+    out, problems = _tampered(cli)
+    assert [(p["path"], p["kind"]) for p in problems] == [(rel, "remote_erased")]
+    had = problems[0]["had"]
+    git(bob, "checkout", had, "--", rel)  # the hint's step
+    commit_all(bob, "Bob's note back")
+    assert _verify(cli)["ok"]
+
+
+def test_a_pull_request_branch_rewritten_by_its_author_is_only_a_warning_on_main(team, cli):
+    alice = team.found(cli, "alice")
+    git(alice, "switch", "-q", "-c", "alice/pr")
+    write_record(alice, "notes/n-alice-1.json", {"author": "Alice", "text": "draft"})
+    commit_all(alice, "draft note")
+    git(alice, "push", "-q", "origin", "alice/pr")
+    git(alice, "reset", "-q", "--hard", "HEAD~1")
+    git(alice, "push", "-q", "-f", "origin", "alice/pr")
+    git(alice, "switch", "-q", "main")
+    res = cli("verify", "--json")
+    report = json.loads(res.stdout)
+    assert res.exit_code == 0 and report["ok"], res.output
+    assert [w["kind"] for w in report["warnings"]] == ["remote_erased_elsewhere"]

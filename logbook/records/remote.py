@@ -8,11 +8,18 @@ last fetched) is compared with HEAD:
 
 - a record both hold with different bytes is a problem (`remote_differs`);
 - a log both hold must agree: one must start with the other's complete lines;
-- a record the remote has, HEAD lacks and an earlier HEAD of this clone held
-  (its reflog, the last 200 moves) was dropped here by a reset or a rewrite:
-  a problem (`remote_dropped`);
-- other records the remote has and HEAD lacks are one warning per branch
-  (`remote_missing`): most likely not pulled yet.
+- a record the remote has, HEAD lacks and an earlier tip of the checked-out
+  branch held (its reflog, the last 200 moves) was dropped here by a reset or
+  a rewrite: a problem (`remote_dropped`). The branch's own reflog, not HEAD's:
+  HEAD's also lists every other branch checked out, whose records this branch
+  never had;
+- a record a remote-tracking branch held at an earlier tip (its reflog: what
+  earlier fetches and pushes saw) that neither its tip nor HEAD holds now was
+  erased by a force-push (`remote_erased`): a problem on the branch this one
+  tracks, a warning on any other (a pull request's branch rewritten by its author);
+- other records the branch this one tracks (or the remote's default branch) has
+  and HEAD lacks are one warning (`remote_missing`): most likely not pulled yet.
+  Other branches' records are theirs until they are merged: not a finding.
 
 Nothing is fetched: this reads what the last `git fetch`/`git pull` brought.
 """
@@ -36,7 +43,7 @@ class RemoteFinding:
     path: str
     """Relative to the repository root."""
     kind: str
-    """remote_differs | remote_dropped | remote_missing"""
+    """remote_differs | remote_dropped | remote_erased | remote_erased_elsewhere | remote_missing"""
     had: str
     """The remote-tracking branch, e.g. `origin/main`."""
     lost: str
@@ -55,32 +62,86 @@ def check_remotes(project: Project) -> list[RemoteFinding]:
     if not refs:
         return []
     mine = _tree(root, "HEAD", folder)
+    branch = gitbind.git(root, "symbolic-ref", "-q", "HEAD", check=False).strip() or "HEAD"
+    followed = _followed(root, branch)
     found: list[RemoteFinding] = []
     for name, commit in refs:
         theirs = _tree(root, commit, folder)
         differ = [p for p, blob in theirs.items() if p in mine and mine[p] != blob]
         found += _differing(root, name, differ, mine, theirs, folder)
+        found += _erased(root, name, commit, mine, theirs, folder, upstream=name in followed)
         missing = sorted(p for p in theirs if p not in mine and classify(p[len(folder) + 1:]) != "derived")
-        dropped = _held_before(root, {p: theirs[p] for p in missing})
+        dropped = _held_before(root, {p: theirs[p] for p in missing}, branch)
         for p, old in dropped.items():
             found.append(RemoteFinding(p, "remote_dropped", name, "HEAD", (
-                f"{p} is in {name} and this clone had it ({old[:7]}, in the reflog), but HEAD does not: "
+                f"{p} is in {name} and this branch had it ({old[:7]}, in its reflog), but HEAD does not: "
                 "it was dropped here by a reset or a rewrite")))
         missing = [p for p in missing if p not in dropped]
-        if missing:
+        if missing and name in followed:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             found.append(RemoteFinding(missing[0], "remote_missing", name, "HEAD", (
                 f"{name} has {len(missing)} record(s) HEAD does not: {', '.join(missing[:3])}{more} "
-                f"(not pulled yet, or dropped here: `git pull` brings them)")))
+                f"(not pulled yet: `git pull` brings them)")))
     return found
 
 
-def _held_before(root: Path, wanted: dict[str, str]) -> dict[str, str]:
-    """Paths whose exact blob an earlier HEAD of this clone (its reflog) held: path -> that commit."""
+def _followed(root: Path, branch: str) -> set[str]:
+    """The remote-tracking branches whose records HEAD should have.
+
+    The one `branch` tracks, its namesake on each remote (`origin/main` for
+    `main`, where no upstream was set), and each remote's default branch.
+    """
+    out = {gitbind.git(root, "rev-parse", "--abbrev-ref", "-q", f"{branch}@{{upstream}}", check=False).strip()}
+    if branch.startswith("refs/heads/"):
+        out |= {f"{r}/{branch.removeprefix('refs/heads/')}" for r in gitbind.git(root, "remote", check=False).split()}
+    heads = gitbind.git(root, "for-each-ref", "--format=%(symref:short)", "refs/remotes/*/HEAD", check=False)
+    return {n for n in out | set(heads.split()) if n and "@{" not in n}
+
+
+def _erased(root: Path, name: str, tip: str, mine: dict[str, str], theirs: dict[str, str], folder: str,
+            upstream: bool) -> list[RemoteFinding]:
+    """Records `name` held at an earlier tip (its reflog) that neither its tip nor HEAD holds: a force-push erased them."""
+    earlier = [c for c in dict.fromkeys(_reflog(root, f"refs/remotes/{name}")) if c != tip]
+    if not earlier:
+        return []
+    # Earlier tips still inside the tip's history were fast-forwarded, not erased: one walk finds the rest.
+    # (--ignore-missing: a tip git has since pruned away cannot be read either way.)
+    outside = set(gitbind.git(root, "rev-list", "--ignore-missing", *earlier, "--not", tip, check=False).split())
+    found: list[RemoteFinding] = []
+    seen: set[str] = set()
+    for old in (c for c in earlier if c in outside):
+        gone = {p: blob for p, blob in _tree(root, old, folder).items()
+                if p not in seen and blob not in (theirs.get(p), mine.get(p))}
+        for p in _not_extended(root, gone, mine, theirs, folder):
+            seen.add(p)
+            where = "the branch this one tracks" if upstream else "another branch"
+            found.append(RemoteFinding(p, "remote_erased" if upstream else "remote_erased_elsewhere", old, "HEAD", (
+                f"{p} was in {name} at {old[:7]} (as an earlier fetch or push saw it; {where}), but neither "
+                f"{name} nor HEAD holds it now: a force-push erased it")))
+    return found
+
+
+def _not_extended(root: Path, gone: dict[str, str], mine: dict[str, str], theirs: dict[str, str],
+                  folder: str) -> list[str]:
+    """The paths of `gone` that are lost: every record, and each log that neither HEAD's nor the tip's version continues."""
+    logs = [p for p in gone if classify(p[len(folder) + 1:]) == "log" and (p in mine or p in theirs)]
+    blobs = gitbind.read_blobs(root, sorted({b for p in logs for b in (gone[p], mine.get(p), theirs.get(p)) if b}))
+    kept = {p for p in logs
+            if any(b and _one_extends_the_other(blobs.get(gone[p]) or b"", blobs.get(b) or b"")
+                   and len(blobs.get(b) or b"") >= len(blobs.get(gone[p]) or b"") for b in (mine.get(p), theirs.get(p)))}
+    return sorted(p for p in gone if p not in kept)
+
+
+def _reflog(root: Path, ref: str) -> list[str]:
+    """The commits `ref` pointed to, newest first (the last 200 moves); none where git keeps no reflog for it."""
+    return gitbind.git(root, "reflog", "show", "--format=%H", "-n", str(_REFLOG_DEPTH), ref, "--", check=False).split()
+
+
+def _held_before(root: Path, wanted: dict[str, str], branch: str) -> dict[str, str]:
+    """Paths whose exact blob an earlier tip of `branch` (its reflog) held: path -> that commit."""
     if not wanted:
         return {}
-    earlier = gitbind.git(root, "reflog", "--format=%H", "-n", str(_REFLOG_DEPTH), check=False).split()
-    earlier = list(dict.fromkeys(earlier))  # one look per commit, newest first
+    earlier = list(dict.fromkeys(_reflog(root, branch)))  # one look per commit, newest first
     specs = [f"{c}:{p}" for c in earlier for p in wanted]
     if not specs:
         return {}

@@ -71,7 +71,7 @@ class Finding:
     """edited | deleted | uncommitted | hash_mismatch | chain_broken | prereg_after_run | symlink | ignored |
     log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
-    log_deleted | log_dropped | remote_differs | remote_dropped)"""
+    log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
@@ -147,6 +147,9 @@ def fix_hint(f: Finding) -> str:
         return f"replace {f.path} by the plain file git has for it (`git checkout HEAD -- {f.path}`)"
     if f.kind == "remote_dropped":
         return f"take it back from {f.had} (`git checkout {f.had} -- {f.path}`) and commit, or `git pull`"
+    if f.kind in ("remote_erased", "remote_erased_elsewhere"):
+        return (f"restore it as it was pushed (`git checkout {f.had[:7]} -- {f.path}`), commit and push; "
+                "a record is never withdrawn: a later record supersedes it")
     if f.kind == "remote_differs":
         return f"take the remote's version back (`git checkout {f.had} -- {f.path}`) and commit"
     if f.kind == "uncommitted":
@@ -186,7 +189,7 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
         (report.unverifiable if w.kind == "ignored" else report.problems).append(finding)
     for r in remote.check_remotes(project):
         finding = Finding(r.path, r.kind, r.message, had=r.had, lost=r.lost)
-        (report.warnings if r.kind == "remote_missing" else report.problems).append(finding)
+        (report.warnings if r.kind in ("remote_missing", "remote_erased_elsewhere") else report.problems).append(finding)
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
