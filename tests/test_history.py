@@ -173,6 +173,50 @@ def test_committed_tampering_is_named_with_the_commit_that_had_it_and_the_one_th
     assert (rel, kind, had, lost) in {(p["path"], p["kind"], p["had"], p["lost"]) for p in theirs}
 
 
+@pytest.mark.parametrize("tamper, path, kind", [
+    (_cut_last_lines, "events.jsonl", "log_rewritten"),
+    (_git_rm_run, "run.json", "record_deleted"),
+    (_edit_scorecard, "outcome.json", "record_edited"),
+])
+def test_a_break_undone_by_the_hints_step_is_a_warning_and_reading_commands_work_again(team, cli, tamper, path,
+                                                                                      kind):
+    """An accidental `git rm`, restored as the hint says, must not stop the chronicle for good; history keeps it."""
+    alice = team.found(cli, "alice")
+    run = _synthetic_run(alice)
+    write_record(alice, "runs/r1/outcome.json", {"predictions": [{"text": "val_loss@final < 1.45",
+                                                                 "status": "confirmed"}]})
+    had = commit_all(alice, "run r1")
+    tamper(run)
+    commit_all(alice, "oops")
+    _tampered(cli)
+    assert cli("render").exit_code == 4
+    rel = f"entries/runs/r1/{path}"
+    git(alice, "checkout", had, "--", "entries/runs/r1")  # the hint's step
+    commit_all(alice, "restore r1")
+    report = _verify(cli)
+    assert report["ok"] and report["problems"] == []
+    restored = {(w["path"], w["kind"]) for w in report["warnings"]}
+    assert (rel, f"{kind}_restored") in restored and all(k.endswith("_restored") for _, k in restored)
+    assert all("is back as first committed" in w["message"] for w in report["warnings"])
+    assert cli("render").exit_code == 0
+    if path == "events.jsonl":  # a log restored and then continued is restored too
+        EventSink(run, "r1", attempt=0).emit("milestone", step=99, fraction=1.0)
+        commit_all(alice, "one more event")
+        assert _verify(cli)["ok"]
+
+
+def test_a_deleted_record_put_back_with_other_bytes_is_still_a_problem(team, cli):
+    alice = team.found(cli, "alice")
+    note = write_record(alice, "notes/n-1.json", {"text": "as first written"})
+    commit_all(alice, "note")
+    git(alice, "rm", "-q", str(note))
+    commit_all(alice, "gone")
+    write_record(alice, "notes/n-1.json", {"text": "as rewritten"})
+    commit_all(alice, "back, but not as it was")
+    _out, problems = _tampered(cli)
+    assert [(p["path"], p["kind"]) for p in problems] == [("entries/notes/n-1.json", "record_deleted")]
+
+
 def test_a_log_that_lost_its_last_lines_says_how_many(team, cli):
     alice = team.found(cli, "alice")
     run = _synthetic_run(alice)

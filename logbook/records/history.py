@@ -61,6 +61,8 @@ class Break:
     """The commit (or `HEAD`) that no longer holds it."""
     message: str
     """One sentence for a person: the record, what happened, `had` and `lost`."""
+    old_blob: str = ""
+    """The blob `had` held: HEAD holding it again (a log: continuing it) means it was restored."""
 
 
 @dataclass
@@ -72,6 +74,9 @@ class HistoryCheck:
     commits_checked: int = 0
     """Commits whose diffs were read in this call (0 when the cache covered everything)."""
     breaks: list[Break] = field(default_factory=list)
+    restored: list[Break] = field(default_factory=list)
+    """The first break of each file HEAD has undone: the record is back byte for byte (a log: as it was,
+    or continued)."""
     introduced: dict[str, list[str]] = field(default_factory=dict)
     """Entries-relative path -> commits that added it against every parent (a root commit counts)."""
 
@@ -105,10 +110,51 @@ def check_history(project: Project, *, use_cache: bool = True) -> HistoryCheck:
         return res
     edges = _edges(root, commits, folder)
     _find_breaks(root, folder, commits, edges, res)
-    clean = _clean_head(commits, res.breaks)
+    clean = _clean_head(commits, res.breaks)  # a restored break is still walked again: it stays on the record
     if use_cache and clean:
         _save_cache(project, folder, clean, res.introduced)
+    _sort_out_restored(root, head, folder, commits, res)
     return res
+
+
+def _sort_out_restored(root: Path, head: str, folder: str, commits: list[list[str]], res: HistoryCheck) -> None:
+    """Move the breaks of each file that HEAD has undone from `breaks` to `restored`.
+
+    Undone: HEAD holds the bytes the file's earliest break lost, as `git
+    checkout <had> -- <path>` puts them back (a log: those lines, perhaps
+    continued). Every later break of that file goes too (the restoring commit
+    itself "edits" the tampered version); what every reader sees is again as
+    first committed. HEAD holding some later version undoes nothing.
+    """
+    if not res.breaks:
+        return
+    age = {c[0]: i for i, c in enumerate(commits)}  # children before parents: larger is older
+    earliest: dict[str, Break] = {}
+    for b in res.breaks:
+        if b.path not in earliest or age.get(b.lost, -1) > age.get(earliest[b.path].lost, -1):
+            earliest[b.path] = b
+    now: dict[str, tuple[str, str]] = {}
+    for entry in gitbind.git_bytes(root, "ls-tree", "-r", "-z", head, "--", folder).split(b"\0"):
+        if entry:
+            meta, _, raw = entry.partition(b"\t")
+            mode, _, blob = meta.decode().split()
+            now[raw.decode("utf-8", "surrogateescape")] = (mode, blob)
+    logs = [b for b in earliest.values() if b.kind.startswith("log_") and b.old_blob and b.path in now]
+    blobs = gitbind.read_blobs(root, sorted({x for b in logs for x in (b.old_blob, now[b.path][1])}))
+    undone = set()
+    for path, b in earliest.items():
+        mode, blob = now.get(path, ("", ""))
+        if not b.old_blob or not blob or mode == _SYMLINK:
+            continue
+        if b.kind.startswith("log_"):
+            old = blobs.get(b.old_blob) or b""
+            back = (blobs.get(blob) or b"").startswith(old[: old.rfind(b"\n") + 1])
+        else:
+            back = blob == b.old_blob
+        if back:
+            undone.add(path)
+    res.restored = [earliest[p] for p in sorted(undone)]  # one a file: what it first lost
+    res.breaks = [b for b in res.breaks if b.path not in undone]
 
 
 def is_ancestor(root: Path, a: str, b: str) -> bool:
@@ -184,8 +230,8 @@ def _find_breaks(root: Path, folder: str, commits: list[list[str]],
     _check_log_prefixes(root, log_pairs, res)
 
 
-def _break(path: str, kind: str, had: str, lost: str, what: str) -> Break:
-    return Break(path, kind, had, lost, f"{path} {what}")
+def _break(path: str, kind: str, had: str, lost: str, what: str, old_blob: str = "") -> Break:
+    return Break(path, kind, had, lost, f"{path} {what}", old_blob)
 
 
 def _lost(ch: _Change, kind: str, c: str, p: str, merge: bool) -> Break:
@@ -194,12 +240,13 @@ def _lost(ch: _Change, kind: str, c: str, p: str, merge: bool) -> Break:
     if ch.status == "D":
         how = "dropped by the merge" if merge else "deleted"
         return _break(ch.path, f"{noun}_{'dropped' if merge else 'deleted'}", p, c,
-                      f"({noun}, committed in {p[:7]}) was {how} in {c[:7]}")
+                      f"({noun}, committed in {p[:7]}) was {how} in {c[:7]}", ch.old_blob)
     if ch.new_mode == _SYMLINK:
-        return _break(ch.path, "record_symlink", p, c, f"({noun} in {p[:7]}) was replaced by a symlink in {c[:7]}")
+        return _break(ch.path, "record_symlink", p, c, f"({noun} in {p[:7]}) was replaced by a symlink in {c[:7]}",
+                      ch.old_blob)
     verb = "changed by the merge" if merge else "edited"
     return _break(ch.path, f"{noun}_edited" if noun == "record" else "log_rewritten", p, c,
-                  f"({noun}, as committed in {p[:7]}) was {verb} in {c[:7]}")
+                  f"({noun}, as committed in {p[:7]}) was {verb} in {c[:7]}", ch.old_blob)
 
 
 def _check_log_prefixes(root: Path, pairs: list[tuple[str, str | None, _Change]], res: HistoryCheck) -> None:
@@ -218,7 +265,7 @@ def _check_log_prefixes(root: Path, pairs: list[tuple[str, str | None, _Change]]
         what = (f"lost {span} of the {old_n} committed" if new_n < old_n and complete.startswith(new)
                 else f"was rewritten from line {line}")
         res.breaks.append(_break(ch.path, "log_rewritten", p or c, c,
-                                 f"(log, {old_n} lines in {(p or c)[:7]}) {what} in {c[:7]}"))
+                                 f"(log, {old_n} lines in {(p or c)[:7]}) {what} in {c[:7]}", ch.old_blob))
 
 
 def _first_differing_line(a: bytes, b: bytes) -> int:

@@ -184,6 +184,8 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     hist = history.check_history(project, use_cache=not full)
     report.commits_checked = hist.commits_checked
     report.problems += [Finding(b.path, b.kind, b.message, had=b.had, lost=b.lost) for b in hist.breaks]
+    report.warnings += [Finding(b.path, f"{b.kind}_restored", f"{b.message}, and is back as first committed",
+                                had=b.had, lost=b.lost) for b in hist.restored]
     for w in worktree.check_worktree(project):
         finding = Finding(w.path, w.kind, w.message, w.line)
         (report.unverifiable if w.kind == "ignored" else report.problems).append(finding)
