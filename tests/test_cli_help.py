@@ -43,3 +43,20 @@ def test_cli_reference_in_docs_is_generated_from_help():
 
     on_disk = (ROOT / "docs" / "cli.md").read_text()
     assert on_disk == reference(), "docs/cli.md is stale: python3 -m logbook.cli.docgen > docs/cli.md"
+
+
+def test_a_full_disk_is_refused_with_the_file_named_and_nothing_half_written(logbook_repo, cli, monkeypatch):
+    import errno
+    import os
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    notes = logbook_repo / "entries" / "notes"
+    before = sorted(notes.iterdir()) if notes.is_dir() else []
+    monkeypatch.setattr(os, "fsync", full)
+    res = cli("note", "the disk is full")
+    assert res.exit_code == 3 and "Traceback" not in res.output and "internal error" not in res.output
+    assert "No space left on device: " in res.stderr and "entries/notes/" in res.stderr
+    assert "nothing was half-written" in res.stderr
+    assert (sorted(notes.iterdir()) if notes.is_dir() else []) == before  # no record, no temporary file

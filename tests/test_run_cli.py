@@ -45,6 +45,19 @@ def test_an_unknown_config_path_is_a_usage_error_and_starts_nothing(logbook_repo
     assert _nothing_started(logbook_repo)
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--join-timeout", "0.5", "whole number of seconds"),  # torchrun's rendezvous takes whole seconds only
+    ("--join-timeout", "nan", "whole number of seconds"),
+    ("--startup-timeout", "nan", "positive number of seconds"),
+    ("--startup-timeout", "inf", "positive number of seconds"),
+])
+def test_a_timeout_torchrun_or_the_workers_could_not_use_is_a_usage_error_and_starts_nothing(logbook_repo, cli, option,
+                                                                                            value, message):
+    res = cli("run", "--exploratory", str(micro_config(logbook_repo)), option, value)
+    assert res.exit_code == EXIT_USAGE and message in res.stderr and "Traceback" not in res.output, res.output
+    assert _nothing_started(logbook_repo)
+
+
 @pytest.mark.parametrize("override, message", [
     ("train.stepz=3", "train.stepz"),  # the trainer's own check names the key
     ("train.steps=many", "train.steps"),

@@ -7,6 +7,7 @@ messages to stderr. A `LogbookError` becomes one clear message and its exit code
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -103,6 +104,10 @@ def _quiet_closed_stdout() -> None:
     os.close(devnull)
 
 
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+"""A full disk or quota, a read-only file system, no permission: refused with exit 3, never an internal error."""
+
+
 class LogbookGroup(TyperGroup):
     """Turns library errors into messages and exit codes, never tracebacks."""
 
@@ -123,6 +128,12 @@ class LogbookGroup(TyperGroup):
                 raise
             if os.environ.get("LOGBOOK_DEBUG"):
                 raise
+            if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
+                # The machine's doing, not a bug: every write is atomic, so nothing was left half-written.
+                where = f": {e.filename}" if e.filename else ""
+                err(f"error: {e.strerror or e}{where}")
+                err("hint: nothing was half-written; free some space or make the folder writable, then run it again")
+                raise typer.Exit(EXIT_REFUSED) from None
             err(f"internal error: {type(e).__name__}: {e}")
             err("hint: rerun with LOGBOOK_DEBUG=1 for the traceback, and please report it")
             raise typer.Exit(EXIT_INTERNAL) from None

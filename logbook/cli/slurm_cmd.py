@@ -41,6 +41,7 @@ def slurm_script_cmd(
     from logbook.core.errors import UsageError
     from logbook.core.project import open_project
     from logbook.runs.record import check_run_id
+    from logbook.launch.launcher import check_elsewhere
     from logbook.launch.slurm import SbatchSpec, sbatch_script
 
     if bool(prereg) == exploratory:
@@ -52,4 +53,6 @@ def slurm_script_cmd(
         max_restarts=max_restarts, rdzv_port=rdzv_port, join_timeout_s=join_timeout, output=output,
         logbook_cmd=logbook_cmd,
     )
+    spec.validate()  # the script's own options first: they cost nothing to check
+    check_elsewhere(project, config, spec.overrides, prereg)
     typer.echo(sbatch_script(spec), nl=False)

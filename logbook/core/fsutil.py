@@ -69,6 +69,9 @@ def _durable_temp(path: Path, data: bytes) -> str:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+    except OSError as e:  # a full disk shows here: name the file meant, not a nameless descriptor
+        _unlink_quietly(tmp)
+        raise OSError(e.errno, e.strerror, str(path)) from e
     except BaseException:
         _unlink_quietly(tmp)
         raise

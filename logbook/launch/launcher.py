@@ -19,6 +19,8 @@ interpreter (`python -m torch.distributed.run`).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import math
 import os
 import re
 import secrets
@@ -180,10 +182,30 @@ def _check_numbers(nproc: int | None, max_restarts: int | None, rdzv: Rendezvous
         raise UsageError(f"--max-restarts must be 0 or more, got {max_restarts}")
     if rdzv.nnodes < 1 or not 0 <= rdzv.node_rank < rdzv.nnodes:
         raise UsageError(f"--node-rank must be in [0, {rdzv.nnodes}), got {rdzv.node_rank}")
-    if rdzv.join_timeout_s <= 0 or rdzv.startup_timeout_s <= 0:
-        raise UsageError("--join-timeout and --startup-timeout must be positive numbers of seconds")
+    check_join_timeout(rdzv.join_timeout_s)
+    if not math.isfinite(rdzv.startup_timeout_s) or rdzv.startup_timeout_s <= 0:
+        raise UsageError(f"--startup-timeout must be a positive number of seconds, got {rdzv.startup_timeout_s:g}")
     if rdzv.nnodes > 1 and not rdzv.endpoint:
         raise UsageError("a run on several nodes needs --rdzv-endpoint HOST:PORT", hint="use the address of node 0, the same on every node")
+
+
+def check_elsewhere(project: Project, config_path: str, overrides: list[str], prereg_id: str | None,
+                    entry: str = "trainer") -> None:
+    """What `logbook run` refuses before it starts, for a run to be started elsewhere (a Slurm batch script):
+    a bad config or override, an unknown preregistration, fail here and not in a job's output hours later."""
+    path = Path(config_path).expanduser()
+    config = _checked_config_path(path if path.is_absolute() else project.root / path)
+    _check_overrides(overrides)
+    if prereg_id:
+        load_prereg(project, resolve_prereg_id(project, prereg_id) or prereg_id)  # unknown: NotFoundError
+    if importlib.util.find_spec("torch") is not None:  # the trainer's own check, where this machine can run it
+        _check_config_with_trainer(project, config, overrides, entry)
+
+
+def check_join_timeout(seconds: float) -> None:
+    """torchrun's rendezvous takes whole seconds only: anything else would fail inside it, with a run on record."""
+    if not math.isfinite(seconds) or seconds < 1 or not float(seconds).is_integer():
+        raise UsageError(f"--join-timeout must be a whole number of seconds, at least 1, got {seconds:g}")
 
 
 def _checked_config_path(config_path: str | Path | None) -> Path:
@@ -436,7 +458,7 @@ def torchrun_command(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str
         "--nproc-per-node", str(rec.nproc), "--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
         "--max-restarts", str(rec.max_restarts),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv.rdzv_id or rec.run_id,
-        "--rdzv-conf", f"join_timeout={rdzv.join_timeout_s:g}",
+        "--rdzv-conf", f"join_timeout={int(rdzv.join_timeout_s)}",
         "--monitor-interval", "0.5", "--log-dir", str(log_dir),
         # `--` ends torchrun's own options: its parser would otherwise take the
         # trainer's `--run` for an abbreviation of its `--run-path`.

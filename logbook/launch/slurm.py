@@ -75,6 +75,30 @@ class SbatchSpec:
             raise UsageError(f"bad --time {self.time!r}", hint="Slurm's syntax: MINUTES, HH:MM:SS or DAYS-HH:MM:SS")
         if self.warn_s < 1:
             raise UsageError(f"--warn must be at least 1 second, got {self.warn_s}")
+        if self.warn_s >= _seconds(self.time):
+            raise UsageError(f"--warn {self.warn_s} s is not before the end of a {self.time} time limit",
+                             hint="the warning must come while the job still runs: a few minutes before its end")
+        if not 1 <= self.rdzv_port <= 65535:
+            raise UsageError(f"--rdzv-port must be a TCP port (1-65535), got {self.rdzv_port}")
+        if not self.logbook_cmd.strip():
+            raise UsageError("--logbook-cmd is empty", hint="the command the nodes run, e.g. `logbook` or `python3 -m logbook`")
+        from logbook.launch.launcher import check_join_timeout
+
+        check_join_timeout(self.join_timeout_s)
+
+
+def _seconds(limit: str) -> int:
+    """A Slurm time limit (MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]]) in seconds."""
+    days, _, rest = limit.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+        return int(days) * 86400 + h * 3600 + m * 60 + sec
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
 
 
 def sbatch_script(spec: SbatchSpec) -> str:
@@ -86,7 +110,7 @@ def sbatch_script(spec: SbatchSpec) -> str:
     launch = f"exec {spec.logbook_cmd} run \"$@\" --nproc {spec.nproc} --max-restarts {spec.max_restarts}"
     if spec.nodes > 1:
         launch += (f" --nnodes \"$SLURM_NNODES\" --node-rank \"$SLURM_NODEID\" --rdzv-endpoint \"$0:{spec.rdzv_port}\""
-                   f" --join-timeout {spec.join_timeout_s:g}")
+                   f" --join-timeout {int(spec.join_timeout_s)}")
     head = [
         "#!/bin/bash",
         f"#SBATCH --job-name={spec.job_name or spec.run_id}",
