@@ -206,7 +206,7 @@ def preregister(st: DemoState) -> None:
     """A hypothesis, predictions and forecasts (a stated confidence, a point forecast with its interval, a
     trajectory of the training loss) and a contingency rule, committed before the run."""
     inp = PreregInput(
-        title="Tiny GPT survives a node loss and two loss spikes",
+        title="Tiny GPT survives a killed trainer and two loss spikes",
         hypothesis=("A 2-layer GPT trained on the Python standard library's source learns byte statistics, "
                     "resumes from its last checkpoint after a SIGKILL, and gets past two loss spikes by "
                     "skipping and rolling back as planned."),
@@ -370,10 +370,7 @@ def share(st: DemoState) -> None:
     commit_logbook(_project(st))
     _git(st.root, "pull", "-q", "--rebase", "origin", "main")  # the hook logbook init installed re-renders
     conflicts = [p for p in _git(st.root, "diff", "--name-only", "--diff-filter=U").splitlines() if p]
-    try:
-        commit_logbook(_project(st), "Re-rendered after the pull")  # the day file both notes landed on
-    except RefusedError:
-        pass  # nothing to re-render: the pull brought nothing that shares a day file
+    commit_logbook(_project(st), "Re-rendered after the pull")  # the day file both notes landed on, if any
     _git(st.root, "push", "-q", "origin", "main")
     st.team_lines = [
         f"git clone {origin.name} && logbook init   # {len(done)} thing(s) set up in the clone",

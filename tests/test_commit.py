@@ -55,9 +55,11 @@ def test_commit_with_a_message_keeps_the_summary_in_the_body(logbook_repo, clock
     assert "logbook: 1 run, 21 events (2026-11-30 – 2026-12-01)" in git(logbook_repo, "log", "-1", "--format=%b")
 
 
-def test_commit_refuses_when_nothing_changed_on_detached_head_and_mid_merge(logbook_repo, clock, cli):
-    res = cli("commit")
-    assert res.exit_code == 3 and "nothing to commit: entries/ matches HEAD" in res.stderr
+def test_commit_with_nothing_changed_is_a_no_op_and_refuses_on_detached_head_and_mid_merge(logbook_repo, clock, cli):
+    head = git(logbook_repo, "rev-parse", "HEAD").strip()
+    res = cli("commit")  # nothing to commit is no error: `logbook commit && git pull --rebase` goes on
+    assert res.exit_code == 0 and "Nothing to commit: entries/ matches HEAD." in res.stderr and res.stdout == ""
+    assert git(logbook_repo, "rev-parse", "HEAD").strip() == head
     qknorm_story(project_of(logbook_repo), clock)
     head = git(logbook_repo, "rev-parse", "HEAD").strip()
     git(logbook_repo, "checkout", "-q", "--detach")

@@ -24,7 +24,7 @@ def note_cmd(
     text: str = typer.Argument(..., help="The note, in Markdown; `-` reads it from standard input."),
     run: Optional[str] = typer.Option(None, "--run", help="The run the note is about."),
     step: Optional[int] = typer.Option(None, "--step", help="The step the note refers to."),
-    about: Optional[str] = typer.Option(None, "--about", help="Entry id (e.g. qknorm:17 or note:3) this note corrects: an erratum."),
+    about: Optional[str] = typer.Option(None, "--about", help="Entry id this note corrects (a run's event, e.g. qknorm:17, or a note's id as `logbook note` printed it): an erratum."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Add a signed note to the chronicle (author from git); --about attaches it to an earlier entry as an erratum.
@@ -127,6 +127,12 @@ def commit_cmd(
     from logbook.core.project import open_project
 
     res = commit_logbook(open_project(), message)
+    if not res.commit:
+        if as_json:
+            print_json({"commit": None, "branch": res.branch, "message": res.message, "paths": []})
+        else:
+            err(res.message[0].upper() + res.message[1:] + ".")
+        return
     if as_json:
         print_json({"commit": res.commit, "branch": res.branch, "message": res.message, "paths": res.paths,
                     "runs": res.runs, "events": res.events, "notes": res.notes, "reviews": res.reviews})

@@ -23,8 +23,8 @@ def review_cmd(
 
     Each line: entry id, UTC time, run, kind, a one-line summary, and
     approvals so far / needed (review_approvals in logbook.yaml). Reviewers
-    are git's user.name and user.email; records go to entries/reviews/reviews.jsonl
-    (append-only) and are committed by `logbook commit`.
+    are git's user.name and user.email; each review is a record of its own
+    under entries/reviews/, committed by `logbook commit`.
 
     Example: logbook review && logbook review approve qknorm:17 --comment "restart cost matches the drill"
     """

@@ -41,6 +41,10 @@ class LogbookConfig:
         if (not isinstance(entries, str) or not entries or "\x00" in entries or Path(entries).is_absolute()
                 or ".." in Path(entries).parts):
             raise UsageError(f"{CONFIG_FILE}: entries_dir must be a relative path inside the repository, got {self.entries_dir!r}")
+        if any(part.lower() == ".git" for part in Path(entries).parts) or entries.strip("/. ") == "":
+            # git never tracks a .git folder: records written there could never be committed or verified.
+            raise UsageError(f"{CONFIG_FILE}: entries_dir must be a folder git tracks, got {self.entries_dir!r}",
+                             hint="the default, entries, is a good choice")
         if not isinstance(self.milestones, list) or not self.milestones:
             raise UsageError(f"{CONFIG_FILE}: milestones must be a non-empty list of fractions")
         for m in self.milestones:

@@ -34,6 +34,7 @@ class CommitResult:
     """The commit made and what it holds."""
 
     commit: str
+    """The new commit's id; "" when there was nothing to commit."""
     branch: str
     message: str
     paths: list[str] = field(default_factory=list)
@@ -147,7 +148,8 @@ def commit_logbook(project: Project, message: str | None = None) -> CommitResult
 
     `message` replaces the generated subject line; the generated summary then
     follows in the body. Refuses on a detached HEAD, during a merge, rebase,
-    cherry-pick or revert, and when the logbook folder matches HEAD.
+    cherry-pick or revert. When the logbook folder matches HEAD nothing is
+    committed: the result's `commit` is "" and its message says so.
     """
     root = project.root
     folder = project.config.entries_dir.strip("/")
@@ -158,9 +160,8 @@ def commit_logbook(project: Project, message: str | None = None) -> CommitResult
         _git(root, "read-tree", "HEAD", env=env)
         _git(root, "--literal-pathspecs", "add", "-A", "--", folder, env=env)
         changed = _changed(root, env, folder)
-        if not changed:
-            raise RefusedError(f"nothing to commit: {folder}/ matches HEAD",
-                               hint="the logbook commits what runs, notes and renders have written; nothing new yet")
+        if not changed:  # not an error: `logbook commit && git pull --rebase` must go on to the pull
+            return CommitResult(commit="", branch=branch, message=f"nothing to commit: {folder}/ matches HEAD")
         res = CommitResult(commit="", branch=branch, message="", paths=[p for _, p in changed])
         _summarise(root, folder, changed, res)
         tree = _out(root, "write-tree", env=env)
