@@ -248,3 +248,25 @@ def test_a_squash_of_a_preregistration_and_its_run_in_one_commit_is_ordered_by_t
         out, problems = _tampered(cli)
         assert [p["kind"] for p in problems] == ["prereg_after_run"]
         assert "both arrived in one commit" in out
+
+
+@pytest.mark.parametrize("text", ["{\n", "[]\n", '{"run_id": "other", "created": "x", "config_path": "c", "config_hash": "h"}\n'])
+def test_a_damaged_run_record_is_tampering_to_verify_and_every_reader_names_it(logbook_repo, cli, text):
+    from logbook.records.sink import EventSink
+    from logbook.runs.record import RunRecord, write_run_record
+
+    proj = open_project(logbook_repo)
+    write_run_record(proj, RunRecord(run_id="r1", created="2026-11-30T00:00:00Z", config_path="c.yaml",
+                                     config_hash="0" * 64, exploratory=True))
+    EventSink(proj.run_dir("r1"), "r1", attempt=0).emit("milestone", step=0, fraction=0.0)
+    record = logbook_repo / "entries" / "runs" / "r1" / "run.json"
+    record.write_text(text)
+    for committed in (False, True):
+        res = cli("verify")
+        assert res.exit_code == 4 and "entries/runs/r1/run.json" in res.output, res.output
+        for args in (("render",), ("show", "r1"), ("report", "r1"), ("outcome", "r1")):
+            res = cli(*args)
+            assert res.exit_code == 4, (args, res.output)
+            assert "internal error" not in res.output and "Traceback" not in res.output
+        if not committed:
+            assert cli("commit").exit_code == 0

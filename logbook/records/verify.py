@@ -54,6 +54,7 @@ from logbook.records import remote
 from logbook.records import worktree
 from logbook.records.chain import verify_log
 from logbook.records.files import damaged_records
+from logbook.runs.record import run_record_problem
 from logbook.records.prereg import AMEND_RE, runs_referencing
 from logbook.records.prereg_format import record_hash, split_record
 from logbook.records.prereg_input import ID_RE, check_id
@@ -258,7 +259,8 @@ def _check_preregs(project: Project, prereg_id: str | None, hist: history.Histor
 
 
 def _check_record_files(project: Project, report: VerifyReport) -> None:
-    """One-file records (notes, reviews, scorecards) match their own hash (deletions are `worktree`'s)."""
+    """One-file records (notes, reviews, scorecards) match their own hash, and each run record reads as one
+    (deletions are `worktree`'s)."""
     root = project.root
     folders = [project.notes_dir, project.reviews_dir]
     folders += sorted(project.runs_dir.glob("*/outcomes")) if project.runs_dir.is_dir() else []
@@ -268,6 +270,11 @@ def _check_record_files(project: Project, report: VerifyReport) -> None:
             rel = sentence.split(":", 1)[0]
             if rel not in named:
                 report.problems.append(Finding(rel, "edited", sentence))
+    for path in sorted(project.runs_dir.glob("*/run.json")) if project.runs_dir.is_dir() else []:
+        rel = path.relative_to(root).as_posix()
+        why = None if rel in named else run_record_problem(path)
+        if why:
+            report.problems.append(Finding(rel, "edited", f"{rel}: {why}"))
 
 
 def _records(project: Project, head_files: dict[str, str]) -> list[_Record]:
@@ -356,6 +363,8 @@ def _created_in_order(project: Project, rec: _Record, run: str) -> bool:
         front, _ = split_record((project.root / rec.relpath).read_text("utf-8"), rec.relpath)
         run_rec = json.loads((project.run_dir(run) / "run.json").read_text("utf-8"))
     except (OSError, ValueError, TamperedError):
+        return False
+    if not isinstance(run_rec, dict):
         return False
     made, started = str(front.get("created") or ""), str(run_rec.get("created") or "")
     return bool(made) and bool(started) and made[:19] <= started[:19]  # to the second: one has no fraction
