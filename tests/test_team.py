@@ -368,3 +368,34 @@ def test_code_snapshots_travel_with_plain_git_push_and_pull_once_init_has_run(tm
     assert bo.pull("merge").returncode == 0
     assert bo.git("rev-parse", "refs/logbook/snapshots/qknorm").stdout.strip() == ada.git("rev-parse", "HEAD~1").stdout.strip()
     assert "launched qknorm" in next((bo.entries() / "2026" / "11").glob("*.md")).read_text()
+
+
+@pytest.mark.parametrize("mode", ["merge", "rebase"])
+def test_reports_written_on_two_clones_merge_into_one_current_report_and_their_pdfs_stay_out_of_git(
+        tmp_path, story_clock, mode):
+    team = make_team(tmp_path, ["ada", "bo", "cy"])
+    ada, bo, cy = team["ada"], team["bo"], team["cy"]
+    _shared_run(team, story_clock)
+    for c in (bo, cy):
+        c.ok("report", "qknorm", "--format", "pdf")
+        assert (c.entries() / "reports" / "qknorm.pdf").is_file()
+    first, second = (i["id"] for i in json.loads(bo.ok("review", "--json").stdout)[:2])
+    bo.ok("review", "approve", first)
+    bo.ok("report", "qknorm")
+    bo.commit()
+    bo.push()
+    cy.ok("review", "request-changes", second, "why this step?")
+    cy.ok("report", "qknorm")
+    cy.commit()
+    r = cy.pull(mode)
+    assert r.returncode == 0, r.stdout + r.stderr
+    _entries_conflict_free(cy)
+    report = (cy.entries() / "reports" / "qknorm.md").read_text()
+    assert report.count("entries approved") == 1  # one report, not both sides' lines
+    cy.ok("report", "qknorm")  # the hook already wrote it from the merged records: nothing changes
+    assert (cy.entries() / "reports" / "qknorm.md").read_text() == report
+    assert "entries/reports/qknorm.pdf" not in cy.git("ls-files", "entries").stdout
+    cy.commit()
+    cy.push()
+    assert ada.pull(mode).returncode == 0
+    _checks_pass(ada)

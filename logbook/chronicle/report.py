@@ -445,6 +445,25 @@ def write_report(project: Project, run_id: str, *, fmt: str = "md", out: Path | 
     return res
 
 
+def refresh_reports(project: Project, since: str) -> list[Path]:
+    """Write again each Markdown report (entries/reports/<run>.md) that changed between `since` and HEAD.
+
+    After a pull that merged two versions of a report (git's union merge keeps
+    both sides' lines), the file reads as two reports at once; the clone's hooks
+    call this with ORIG_HEAD so it matches the merged records again. A `since`
+    git cannot read (no such commit yet) refreshes nothing.
+    """
+    folder = (project.entries / "reports").relative_to(project.root).as_posix()
+    changed = gitbind.git(project.root, "diff", "--name-only", "-z", since, "HEAD", "--", f"{folder}/*.md",
+                          check=False).split("\0")
+    written = []
+    for rel in sorted(p for p in changed if p):
+        run_id = Path(rel).stem
+        if (project.root / rel).is_file() and (project.run_dir(run_id) / "run.json").is_file():
+            written.append(write_report(project, run_id, fmt="md").path)
+    return written
+
+
 def _compile_pdf(project: Project, data: dict[str, Any], md: str) -> bytes:
     """Typst in a temporary root holding only the template, data.json and allowed images."""
     import typst

@@ -56,6 +56,7 @@ def render_cmd(
     fmt: Optional[str] = typer.Option(None, "--format", help="md (dated day files, or one file with --out) or pdf; default: as --out's extension says, else md."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write one file here (default for pdf: chronicle.pdf)."),
     check: bool = typer.Option(False, "--check", help="Render in memory and compare with the day files on disk; exit 3 if any differ."),
+    reports_since: Optional[str] = typer.Option(None, "--reports-since", metavar="REV", help="Also write again the Markdown reports that changed since REV (what the clone's hooks pass after a pull: ORIG_HEAD)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Render the chronicle from the event logs and notes: dated Markdown files, one Markdown file, or a PDF.
@@ -100,6 +101,10 @@ def render_cmd(
         res = render_chronicle(project, run=run, since=since, until=until)
     for w in res.warnings:
         err(f"warning: {w}")
+    if reports_since and out is None:
+        from logbook.chronicle.report import refresh_reports
+
+        res.written += refresh_reports(project, reports_since)
     if as_json:
         print_json({"written": [_rel(root, p) for p in res.written], "unchanged": [_rel(root, p) for p in res.unchanged],
                     "removed": [_rel(root, p) for p in res.removed], "days": res.days, "events": res.events, "notes": res.notes})

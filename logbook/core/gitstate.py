@@ -24,13 +24,14 @@ class InProgress:
 
 
 _STATES = (
-    ("rebase-merge", "a rebase", "resolve the conflicted files git lists in `git status` (none under the logbook "
-     "folder: its records never conflict), `git add` them and run `git rebase --continue`, or undo it all with "
-     "`git rebase --abort`"),
+    ("rebase-merge", "a rebase", "resolve the conflicted files git lists in `git status` (a file the logbook "
+     "renders, such as a report, takes either side, `git checkout --theirs -- FILE`, and is rendered again after), "
+     "`git add` them and run `git rebase --continue`, or undo it all with `git rebase --abort`"),
     ("rebase-apply", "a rebase or `git am`", "resolve the conflicted files `git status` lists, `git add` them and run "
      "`git rebase --continue` (or `git am --continue`), or undo it with `git rebase --abort`"),
-    ("MERGE_HEAD", "a merge", "resolve the conflicted files `git status` lists (none under the logbook folder: its "
-     "records never conflict), `git add` them and run `git commit`, or undo the merge with `git merge --abort`"),
+    ("MERGE_HEAD", "a merge", "resolve the conflicted files `git status` lists (a file the logbook renders, such as a "
+     "report, takes either side, `git checkout --theirs -- FILE`, and is rendered again after), `git add` them "
+     "and run `git commit`, or undo the merge with `git merge --abort`"),
     ("CHERRY_PICK_HEAD", "a cherry-pick", "resolve the conflicted files, `git add` them and run "
      "`git cherry-pick --continue`, or undo it with `git cherry-pick --abort`"),
     ("REVERT_HEAD", "a revert", "resolve the conflicted files, `git add` them and run `git revert --continue`, "

@@ -12,8 +12,8 @@ day both change that day's file. The design, in two layers:
   entries are there), though it may be out of order until it is re-rendered.
 - **In each clone** (`logbook init`): git hooks (`post-merge` after a merge or
   a `git pull`, `post-rewrite` after a rebase or `git pull --rebase`) run
-  `logbook render`, so the day files match the records again as soon as git has
-  brought new ones in, and `logbook render --check` passes without hand edits.
+  `logbook render --reports-since ORIG_HEAD`, so the day files and the reports
+  the pull merged match the records again as soon as git has brought new ones in, and `logbook render --check` passes without hand edits.
   Commit the re-rendered files with `logbook commit`. And refspecs, so that the
   code snapshots runs record (`refs/logbook/snapshots/<run>`) travel with
   `git fetch` and `git push` like branches do: without them a teammate's clone
@@ -40,7 +40,8 @@ from logbook.records.files import iter_folder
 
 SETUP_KEY = "logbook.records.clonesetup"
 """git config key a set-up clone carries; its value is the set-up's version."""
-SETUP_VERSION = "1"
+SETUP_VERSION = "2"
+"""2: the hooks write merged reports again, and report PDFs are not committed."""
 HOOKS = ("post-merge", "post-rewrite")
 LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
 """Code snapshots (`gitbind.SNAPSHOT_REF_PREFIX`) are neither fetched nor pushed by default."""
@@ -81,9 +82,26 @@ def hooks_dir(root: Path) -> Path:
 
 
 def _hook_text() -> str:
-    cmd = f"{shlex.quote(sys.executable)} -m logbook render"
+    # ORIG_HEAD: where the branch was before the merge or rebase, so the reports it merged are written again.
+    cmd = f"{shlex.quote(sys.executable)} -m logbook render --reports-since ORIG_HEAD"
     # A failed render must not turn a successful pull into a failed one: the records are merged either way.
     return f"#!/bin/sh\n{HOOK_MARK} (written by `logbook init`)\n{cmd} || echo 'logbook: run `logbook render`' >&2\n"
+
+
+GITIGNORE = """\
+# Written by `logbook init`. A report's PDF is rendered from the records like its Markdown, but git
+# cannot merge two versions of a PDF: it is not committed (`logbook report RUN --format pdf` makes it).
+/reports/*.pdf
+"""
+
+
+def write_gitignore(project: Project) -> bool:
+    """Write entries/.gitignore when it is missing or differs; True when written."""
+    path = project.entries / ".gitignore"
+    if path.is_file() and path.read_text("utf-8", errors="replace") == GITIGNORE:
+        return False
+    atomic_write_text(path, GITIGNORE)
+    return True
 
 
 def write_gitattributes(project: Project) -> bool:
@@ -120,6 +138,11 @@ def set_up_clone(project: Project) -> SetupResult:
                         "(day files and plots merge without conflict; commit it)")
     else:
         res.already.append("entries/.gitattributes")
+    if write_gitignore(project):
+        res.done.append(f"wrote {(project.entries / '.gitignore').relative_to(project.root).as_posix()} "
+                        "(report PDFs stay out of git: two of them cannot be merged; commit it)")
+    else:
+        res.already.append("entries/.gitignore")
     for name in HOOKS:
         _install_hook(project.root, name, res)
     for remote in [r for r in _git(project.root, "remote").stdout.split() if r]:
