@@ -24,6 +24,8 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert (out["run"]["status"], out["run"]["attempts"], out["run"]["restarts"]) == ("finished", 2, 1)
     (restart,) = of_kind(events(where, run_id), "restart")
     assert restart["data"]["cause"] == "signal" and restart["drill"] is True
+    # torchrun's agent saw the worker's exit status and named the signal in its rank mark.
+    assert restart["data"]["signal"] == "SIGKILL" and "killed by SIGKILL" in restart["data"]["detail"]
     record = run_json(where, run_id)
     assert record["prereg_id"] == out["prereg_id"]
 
@@ -55,7 +57,7 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert change["data"]["plan"]["follows"] is False  # the live change was not in the plan: a deviation
 
     # The summary a newcomer reads, with the chronicle's own entry for the restart.
-    assert "restart: attempt 1 -> 2, killed by a signal" in res.stderr
+    assert "restart: attempt 1 -> 2, killed by SIGKILL" in res.stderr
     assert f"run:             {run_id} (finished, 2 attempt(s), 1 restart(s))" in res.stderr
     assert "logbook verify:  intact" in res.stderr
     assert out["team"][-1].endswith("# 0 conflict(s)") and "the team workflow, as it ran:" in res.stderr

@@ -111,13 +111,57 @@ class _WorkerDeathInOneLine(logging.Filter):
     """torchrun reports a dead worker in one line; for a forked one, torch adds the traceback of its own join.
 
     That traceback says nothing about the worker (its exit code or signal is in
-    the line), so the record keeps the line and drops the traceback.
+    the line), so the record keeps the line and drops the traceback. A worker
+    killed by a signal left no record of its own: the line is the only place
+    that names the signal, so it goes into the worker's rank mark (`ranks_dir`),
+    where the next attempt's `restart` finds it.
     """
 
+    def __init__(self, ranks_dir: Path | None = None) -> None:
+        super().__init__()
+        self.ranks_dir = ranks_dir
+
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and str(record.msg).startswith("failed (exitcode"):
-            record.exc_info, record.exc_text = None, None
+        if str(record.msg).startswith("failed (exitcode"):
+            if record.exc_info:
+                record.exc_info, record.exc_text = None, None
+            args = record.args if isinstance(record.args, tuple) else ()
+            if self.ranks_dir is not None and len(args) >= 3:
+                _mark_killed(self.ranks_dir, args[0], args[2])
         return True
+
+
+def _mark_killed(ranks_dir: Path, exitcode: object, pid: object) -> None:
+    """Add `killed_by` (the signal's name) to the open mark of the worker `pid`, when a signal ended it."""
+    import json
+
+    from logbook.core.fsutil import atomic_write_json
+
+    if not isinstance(exitcode, int) or exitcode >= 0:
+        return  # it exited by itself, with a code and a record of its own
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    for path in sorted(ranks_dir.glob("rank*.json")):
+        try:
+            mark = json.loads(path.read_text("utf-8"))
+            if isinstance(mark, dict) and mark.get("pid") == pid and not mark.get("ended"):
+                atomic_write_json(path, {**mark, "killed_by": name})
+        except (OSError, ValueError):
+            continue  # a mark it cannot read or write only costs the restart its signal's name
+
+
+def _ranks_dir(trainer_args: list[str]) -> Path | None:
+    """Where the run's workers keep their rank marks (trainer/startup.py), read from the trainer's arguments."""
+    from logbook.core.project import open_project
+    from trainer.__main__ import _parser
+
+    try:
+        parsed, _ = _parser().parse_known_args([a for a in trainer_args if a != "--"])
+        return open_project(Path(parsed.project)).state_dir / "ranks" / parsed.run_id if parsed.run_id else None
+    except (Exception, SystemExit):  # noqa: BLE001 - the worker reports a bad project itself
+        return None
 
 
 def _compile_state_dir(trainer_args: list[str]) -> Path | None:
@@ -169,7 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     # Imported here, beside the fork server's own imports, it costs nothing then.
     import torch._dynamo  # noqa: F401
 
-    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_WorkerDeathInOneLine())
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
+        _WorkerDeathInOneLine(_ranks_dir(trainer_args)))
     elastic_launch(config=config, entrypoint=train_worker)(*trainer_args)
 
 

@@ -164,6 +164,12 @@ def torchelastic_previous_error(env: dict[str, str]) -> dict[str, Any] | None:
     return {"message": str(msg.get("message", "")), "extra": msg.get("extraInfo", {})}
 
 
+_WHO_SENDS = {"SIGKILL": " (the OOM killer, `kill -9`, or a scheduler's hard stop)",
+              "SIGSEGV": " (a crash in native code)", "SIGBUS": " (a bad memory access: often a full /dev/shm)",
+              "SIGABRT": " (an abort in native code)"}
+"""What usually sends the signals that leave no record, for the restart's one sentence."""
+
+
 def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, started_at: float,
                      env: dict[str, str]) -> dict[str, Any]:
     """The payload of a `restart` event: why attempt `prev` ended and what it cost."""
@@ -201,12 +207,19 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     else:
         out.update(cause="signal", signal=None, detail="killed by a signal with no record left")
     lost = history.lost_ranks(prev)
+    # The agent saw the exit status of a worker a signal killed (trainer/agent.py): its mark names it.
+    killed = sorted({str(m["killed_by"]) for m in lost if m.get("killed_by")})
+    if out["cause"] == "signal" and killed and out.get("signal") is None:
+        out["signal"] = killed[0] if len(killed) == 1 else ", ".join(killed)
+        if not out.get("peer_lost"):
+            out["detail"] = f"killed by {out['signal']} with no record left" + _WHO_SENDS.get(out["signal"], "")
     several = sum(1 for m in history.ranks if m.get("attempt") == prev) > 1
     if lost and several and out["cause"] == "signal":  # alone, "killed by a signal" already says which
-        out["lost_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in lost]
+        out["lost_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid", "killed_by") if m.get(k) is not None}
+                             for m in lost]
+        how = f"killed by {out['signal']}" if out.get("signal") else "SIGKILL, the OOM killer or a lost node"
         out["detail"] = f"{name_ranks(lost)} of attempt {prev} vanished with no record left " \
-                        f"(SIGKILL, the OOM killer or a lost node)" + \
-                        ("; rank 0 lost its peer" if out.get("peer_lost") else "")
+                        f"({how})" + ("; rank 0 lost its peer" if out.get("peer_lost") else "")
     failed_at, last_alive = _last_signs(history, prev, events)
     out["failed_at_step"] = failed_at
     out["steps_lost"] = max(0, (failed_at or 0) - resumed_from_step) if failed_at is not None else None

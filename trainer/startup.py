@@ -45,6 +45,7 @@ from .config import TrainConfig, config_to_dict
 from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard import GuardCallback
+from .guard_plan import guard_from_plan
 from .kernels import norm_kernels
 from .live_control import ControlCallback
 from .loop import Trainer
@@ -191,16 +192,21 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
         ckpt_dir = book.project.root / ckpt_dir
     checkpointer = Checkpointer(ckpt_dir, keep=cfg.checkpoint.keep, background=cfg.checkpoint.background,
                                 emit=_checkpoint_emitter(book, drills), writer=info.rank == 0)
+    rules = _contingency_rules(book)
+    # The guard does what the plan promised (trainer/guard_plan.py); the same on every attempt, so the
+    # config a checkpoint saved and this one agree.
+    cfg.guard, planned = guard_from_plan(cfg.guard, rules)
+    cfg.guard.validate("guard (as the contingency plan sets it)")
     # A callback passed in explicitly replaces the default one of the same name.
     names = {c.name for c in extra}
-    cbs = [c for c in default_callbacks(cfg, book.attempt, info.rank, interactive, _contingency_rules(book))
-           if c.name not in names]
+    cbs = [c for c in default_callbacks(cfg, book.attempt, info.rank, interactive, rules) if c.name not in names]
     callbacks = CallbackList(cbs + extra)
     progress = next((c for c in callbacks if isinstance(c, ProgressReporter)), None)
     kernels = norm_kernels(device.type, train.compile)  # builds the C kernels here, not in the first step
     m = cfg.model
     attention = attention_kernel(device.type, train.dtype, m.n_embd // m.n_head, m.block_size, m.dropout)
-    return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress, kernels, attention)
+    return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress, kernels, attention,
+                      planned)
 
 
 def _graph_key(cfg: TrainConfig) -> dict[str, Any]:

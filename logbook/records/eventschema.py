@@ -278,6 +278,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("heap_pages", "str", "how malloc pages the trainer's memory: huge (transparent huge pages) or"
                 " 4 KB (why)"),
              _f("config_changed", "list", "config keys changed since the previous launch"),
+             _f("guard_from_plan", "list", "guard settings the preregistered contingency rules set, one line each"
+                " (`guard.spike_sigma 6 -> 4 (contingency rule 1)`)"),
              _SLURM,
              _f("members", "list", "[{rank, node, local_rank, host, pid}] with several workers"),
              _f("group_id", "str", "the attempt's identity, agreed by every worker"),
