@@ -29,7 +29,7 @@ from logbook.chronicle.build import render_chronicle, rerender_days
 from logbook.chronicle.notes import add_note
 from logbook.chronicle.report import write_report
 from logbook.core.bundled import bundled_dir
-from logbook.core.errors import RefusedError, UsageError
+from logbook.core.errors import EXIT_INTERRUPTED, RefusedError, UsageError
 from logbook.core.identity import git_identity
 from logbook.core.project import Project, open_project
 from logbook.core.textfmt import fmt_setting
@@ -235,6 +235,10 @@ def train(st: DemoState) -> None:
     finally:
         stop.set()
         asker.join(timeout=30)
+    if st.result.exit_code == EXIT_INTERRUPTED:
+        # Ctrl-C reached the run, which saved and stopped: the demo stops with it (exit 130), not
+        # scoring, reporting and pushing a run cut short as if it had been the demo's.
+        raise KeyboardInterrupt
     events = _run_events(st)
     st.guard_lines = [_guard_line(e) for e in events if e.get("kind") in GUARD_KINDS]
     st.change_lines = [_change_line(e) for e in events if e.get("kind") in ("hparam_change", "hparam_change_rejected")]

@@ -125,6 +125,24 @@ def test_an_ended_run_is_refused(cli, logbook_repo, status, last_event, says):
     assert list_pending(project.control_dir("done")) == []
 
 
+def test_a_run_whose_launcher_was_killed_is_refused_with_how_to_resume_it(cli, logbook_repo):
+    import socket
+    import subprocess
+
+    project = _make_run("crashed", last_event="run_started")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has now
+    locks = project.state_dir / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    (locks / "crashed.lock").write_text(f"pid {gone.pid} on {socket.gethostname()} since 2026-11-30T00:00:00Z\n")
+    res = cli("set", "crashed", "lr=1e-4", "--reason", "why")
+    assert res.exit_code == 3 and "is not running: its launcher" in res.stderr, res.output
+    assert "logbook run --resume crashed" in res.stderr
+    assert list_pending(project.control_dir("crashed")) == []
+    (locks / "crashed.lock").write_text(f"pid {os.getpid()} on {socket.gethostname()} since 2026-11-30T00:00:00Z\n")
+    assert cli("set", "crashed", "lr=1e-4", "--reason", "why").exit_code == 0  # a live launcher takes it
+
+
 def test_a_restarted_run_takes_changes_again(cli, logbook_repo):
     project = _make_run("again", last_event="run_failed")
     EventSink(project.run_dir("again"), "again", attempt=2).emit("restart", step=40, cause="signal")

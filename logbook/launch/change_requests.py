@@ -38,6 +38,7 @@ from logbook.records.chain import utc_now
 from logbook.records.events import iter_events
 from logbook.records.eventschema import kinds_where
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_status
+from logbook.runs.runlock import dead_holder
 
 REQUEST_VERSION = 1
 MAX_REQUEST_BYTES = 256 * 1024
@@ -64,6 +65,13 @@ def run_accepts_changes(project: Project, run_id: str) -> RunRecord:
         ended = last["kind"].removeprefix("run_")
         raise RefusedError(f"run {run_id} has {ended} (event at step {last.get('step')}): it no longer takes changes",
                            hint="live changes go to a running run; start a new run to try other settings")
+    for name in (f"{run_id}.lock", f"{run_id}.node0.lock"):  # the launcher's lock (logbook/launch/launcher.py)
+        gone = dead_holder(project.state_dir / "locks" / name)
+        if gone:
+            # Its last event says running, but nothing is: a change queued now would wait, unseen, for a resume.
+            raise RefusedError(f"run {run_id} is not running: its launcher ({gone}) is gone, killed before it "
+                               "could record how the run ended",
+                               hint=f"resume it with `logbook run --resume {run_id}`, then ask for the change")
     return rec
 
 

@@ -85,6 +85,29 @@ class RunLock:
         self.release()
 
 
+def dead_holder(path: Path) -> str | None:
+    """The holder a lock file names when that process is gone (it was killed with its lock held), else None.
+
+    Read, never locked: taking the lock even for a moment could refuse a
+    launcher starting that same moment. Only a holder on this host can be
+    known dead; one elsewhere, or a file that names none, counts as alive.
+    """
+    try:
+        text = Path(path).read_text("utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    parts = text.split()
+    if len(parts) < 4 or parts[0] != "pid" or parts[2] != "on" or parts[3] != socket.gethostname():
+        return None
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return text
+    except (PermissionError, ValueError):
+        return None
+    return None
+
+
 def _read(fd: int) -> str:
     try:
         return os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
