@@ -151,3 +151,14 @@ def test_the_file_name_decides_the_format_and_a_contradicting_format_is_refused(
         res = cli("render", "--format", fmt, "--out", str(tmp_path / name))
         assert res.exit_code == 2 and "is named as" in res.stderr and "Traceback" not in res.output
         assert not (tmp_path / name).exists()
+
+
+def test_a_pdf_of_days_without_entries_says_so_and_lists_no_runs_from_other_days(logbook_repo, clock, cli, tmp_path):
+    project = project_of(logbook_repo)
+    qknorm_story(project, clock)
+    out = tmp_path / "november.pdf"
+    res = cli("render", "--since", "2026-11-01", "--until", "2026-11-15", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    text = pdf_text(out)
+    assert "No entries from 2026-11-01 to 2026-11-15." in text and "qknorm" not in text
+    assert "No run has an attempt in these days." in text

@@ -70,8 +70,17 @@ def _without_id_line(blocks: list[Any], entry_id: str) -> list[Any]:
     return blocks
 
 
-def _lineage(project: Project, runs: list[str]) -> list[dict[str, Any]]:
-    return [{"run": r, "attempts": [a.to_dict() for a in run_lineage(run_log_path(project, r))]} for r in runs]
+def _lineage(project: Project, runs: list[str], since: str | None = None,
+             until: str | None = None) -> list[dict[str, Any]]:
+    """Each run's attempts that overlap the days asked for (all of them without --since/--until); runs with none
+    are left out: a week's PDF lists that week's runs."""
+    out = []
+    for r in runs:
+        attempts = [a for a in run_lineage(run_log_path(project, r))
+                    if (until is None or a.started[:10] <= until) and (since is None or a.ended[:10] >= since)]
+        if attempts or (since is None and until is None):
+            out.append({"run": r, "attempts": [a.to_dict() for a in attempts]})
+    return out
 
 
 def _timestamp(last_day: str | None) -> int | None:
@@ -102,13 +111,15 @@ def render_pdf(project: Project, out: Path, *, run: str | None = None, since: st
                 res.days.append(page.date)
                 res.events += page.events
                 res.notes += page.notes
+            lineage = _lineage(project, runs, since, until)
             meta = {
                 "title": "Chronicle", "project": project.root.name, "run": run,
                 "first_day": res.days[0] if res.days else None, "last_day": res.days[-1] if res.days else None,
-                "runs": runs, "events": res.events, "notes": res.notes,
+                "since": since, "until": until,
+                "runs": [x["run"] for x in lineage], "events": res.events, "notes": res.notes,
             }
             f.write('], "meta": ' + json.dumps(meta, ensure_ascii=False))
-            f.write(', "lineage": ' + json.dumps(_lineage(project, runs), ensure_ascii=False) + "}")
+            f.write(', "lineage": ' + json.dumps(lineage, ensure_ascii=False) + "}")
         res.images = len(images._copied)
         try:
             # No PDF tags: tagging multiplies compile time tenfold on a long chronicle.

@@ -207,10 +207,18 @@ def changes(facts: RunFacts) -> list[dict[str, Any]]:
                    "reason": d.get("reason")}
         else:
             row = {k: d.get(k) for k in ("key", "who", "source", "old", "new", "reason")}
-        out.append({**row, "id": f"{facts.run}:{e.get('seq')}", "step": e.get("step"), "ts": e.get("ts"),
+        out.append({**row, "who": _name_only(row.get("who")), "id": f"{facts.run}:{e.get('seq')}", "step": e.get("step"), "ts": e.get("ts"),
                     "follows": plan.get("follows"), "rule": plan.get("rule"),
                     "old_text": exact(row.get("old")), "new_text": exact(row.get("new"))})
     return out
+
+
+def _name_only(who: Any) -> Any:
+    """"Ada Tester <ada@lab.example>" -> "Ada Tester": a table column has no room for the address (the chronicle keeps it)."""
+    if not isinstance(who, str) or "<" not in who:
+        return who
+    name = who.split("<", 1)[0].strip()
+    return name or who
 
 
 def exact(v: Any) -> str:
