@@ -416,3 +416,16 @@ def test_a_pull_request_branch_rewritten_by_its_author_is_only_a_warning_on_main
     report = json.loads(res.stdout)
     assert res.exit_code == 0 and report["ok"], res.output
     assert [w["kind"] for w in report["warnings"]] == ["remote_erased_elsewhere"]
+
+
+def test_a_committed_edit_of_a_preregistration_is_one_finding_naming_the_line_who_and_when(team, cli):
+    alice = team.found(cli, "alice")
+    pid = _prereg(cli)
+    record = alice / "entries" / "prereg" / f"{pid}.md"
+    record.write_text(record.read_text().replace("val_loss@final < 1.45", "val_loss@final < 1.55"))
+    lost = commit_all(alice, "typo")
+    _out, problems = _tampered(cli)
+    assert [(p["kind"], p["lost"]) for p in problems] == [("record_edited", lost)]  # no second, vaguer finding
+    message = problems[0]["message"]
+    assert f"was edited in {lost[:7]} (Alice, " in message
+    assert "changed: '- text: val_loss@final < 1.45' -> '- text: val_loss@final < 1.55'" in message

@@ -30,6 +30,7 @@ starts at the shallow boundary: what lies before it is not checked here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from dataclasses import dataclass, field
@@ -206,6 +207,7 @@ def _find_breaks(root: Path, folder: str, commits: list[list[str]],
                  edges: list[tuple[str, str | None, list[_Change]]], res: HistoryCheck) -> None:
     n_parents = {c[0]: max(1, len(c) - 1) for c in commits}
     added: dict[tuple[str, str], int] = {}
+    edited: dict[tuple[str, str], str] = {}  # (path, old blob) -> new blob, for the line that changed
     log_pairs: list[tuple[str, str | None, _Change]] = []
     for c, p, changes in edges:
         for ch in changes:
@@ -222,12 +224,45 @@ def _find_breaks(root: Path, folder: str, commits: list[list[str]],
                 log_pairs.append((c, p, ch))
             else:
                 res.breaks.append(_lost(ch, kind, c, p or c, n_parents[c] > 1))
+                if ch.status == "M" and kind == "record" and ch.new_mode != _SYMLINK:
+                    edited[(ch.path, ch.old_blob)] = ch.new_blob
     for (c, rel), n in added.items():
         if n == n_parents[c]:
             res.introduced.setdefault(rel, [])
             if c not in res.introduced[rel]:
                 res.introduced[rel].append(c)
     _check_log_prefixes(root, log_pairs, res)
+    _say_which_line(root, edited, res)
+    _say_who(root, res)
+
+
+def _say_who(root: Path, res: HistoryCheck) -> None:
+    """After the commit that lost a record, who made it and when: `in d14e991 (Ada, 2026-12-01)`."""
+    commits = sorted({b.lost for b in res.breaks})
+    if not commits:
+        return
+    out = gitbind.git(root, "show", "-s", "--no-walk", "--format=%H%x00%an%x00%ad", "--date=short", *commits,
+                      check=False)
+    who = {h: f"{name}, {day}" for h, name, day in (ln.split("\0") for ln in out.splitlines() if ln.count("\0") == 2)}
+    for i, b in enumerate(res.breaks):
+        at = f" in {b.lost[:7]}"
+        if b.lost in who and at in b.message:
+            head, _, tail = b.message.partition(at)
+            res.breaks[i] = dataclasses.replace(b, message=f"{head}{at} ({who[b.lost]}){tail}")
+
+
+def _say_which_line(root: Path, edited: dict[tuple[str, str], str], res: HistoryCheck) -> None:
+    """Add the first changed line to each edited record's sentence: which line, as well as where and when."""
+    if not edited:
+        return
+    from logbook.records.worktree import first_change
+
+    blobs = gitbind.read_blobs(root, sorted({b for k, new in edited.items() for b in (k[1], new)}))
+    for i, b in enumerate(res.breaks):
+        new = edited.get((b.path, b.old_blob))
+        if b.kind == "record_edited" and new and blobs.get(b.old_blob) is not None and blobs.get(new) is not None:
+            _, what = first_change(blobs[b.old_blob] or b"", blobs[new] or b"")
+            res.breaks[i] = dataclasses.replace(b, message=f"{b.message}: {what}")
 
 
 def _break(path: str, kind: str, had: str, lost: str, what: str, old_blob: str = "") -> Break:
