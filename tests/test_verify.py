@@ -345,3 +345,32 @@ def test_verify_works_from_a_subdirectory(logbook_repo, cli, monkeypatch):
     monkeypatch.chdir(sub)
     assert cli("verify").exit_code == 0
     assert subprocess.run(["git", "status", "--porcelain"], cwd=sub, capture_output=True, text=True).stdout == ""
+
+
+def test_an_event_appended_after_the_run_finished_is_caught_though_its_hash_was_worked_out_again(logbook_repo, cli):
+    import json as _json
+
+    from logbook.records.chain import record_hash
+    from logbook.records.sink import EventSink
+    from logbook.runs.record import RunRecord, write_run_record
+
+    proj = open_project(logbook_repo)
+    write_run_record(proj, RunRecord(run_id="m1", created="2026-11-30T00:00:00Z", config_path="c.yaml",
+                                     config_hash="0" * 64, exploratory=True))
+    sink = EventSink(proj.run_dir("m1"), "m1", attempt=1)
+    sink.emit("milestone", step=10, fraction=1.0)
+    sink.emit("run_finished", step=10, final_loss=3.0, val_loss=3.1)
+    log = proj.run_dir("m1") / "events.jsonl"
+    git(logbook_repo, "add", "-A")
+    git(logbook_repo, "commit", "-q", "-m", "run m1")
+    assert cli("verify").exit_code == 0
+    last = _json.loads(log.read_text().splitlines()[-1])
+    forged = {**last, "seq": last["seq"] + 1, "prev": last["hash"], "kind": "hparam_change",
+              "data": {"key": "grad_clip", "old": 1.0, "new": 0.5, "reason": "forged", "who": "mallory"}}
+    forged.pop("hash")
+    forged["hash"] = record_hash(forged)
+    with log.open("a") as f:
+        f.write(_json.dumps(forged, sort_keys=True, separators=(",", ":")) + "\n")
+    git(logbook_repo, "commit", "-q", "-am", "more")
+    res = cli("verify")
+    assert res.exit_code == 4 and "line 3 is a hparam_change event after the run finished" in res.output, res.output

@@ -435,10 +435,32 @@ def _log_paths(project: Project, prereg_id: str | None) -> list[str]:
 def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport) -> None:
     for rel in _log_paths(project, prereg_id):
         report.logs.append(rel)
-        for p in verify_log(project.root / rel):
+        problems = verify_log(project.root / rel)
+        for p in problems:
             kind = "log_torn_tail" if p.kind == "torn_tail" else "log_edited"
             finding = Finding(rel, kind, f"{rel}: {p.message}", p.line)
             (report.warnings if kind == "log_torn_tail" else report.problems).append(finding)
+        if not problems and rel.endswith("/events.jsonl"):
+            _check_nothing_after_the_end(project.root / rel, rel, report)
+
+
+def _check_nothing_after_the_end(path: Path, rel: str, report: VerifyReport) -> None:
+    """A finished run lives no more: after `run_finished` its log takes only what is written about it (an outcome).
+
+    The chain proves every line follows the one before, not who wrote it; a line
+    appended later with its hash worked out again is only caught by what it says.
+    """
+    from logbook.records.chain import iter_records
+    from logbook.records.eventschema import AFTERWARDS_KINDS
+
+    finished = False
+    for line, rec in enumerate(iter_records(path), start=1):
+        kind = rec.get("kind")
+        if finished and kind not in AFTERWARDS_KINDS:
+            report.problems.append(Finding(rel, "log_edited", (
+                f"{rel}: line {line} is a {kind} event after the run finished: nothing runs then to write it"), line))
+            return
+        finished = finished or kind == "run_finished"
 
 
 def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyReport:
