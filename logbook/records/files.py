@@ -110,3 +110,22 @@ def damaged_records(folder: Path, root: Path) -> list[str]:
         if why:
             out.append(f"{path.relative_to(root).as_posix()}: {why}")
     return out
+
+
+_RUN_RECORD_FIELDS = ("run_id", "created", "config_path", "config_hash")
+
+
+def run_record_problem(path: Path) -> str | None:
+    """Why `path` is not the run record a launch writes (None when it is): for `verify` and every reader."""
+    try:
+        raw = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return "it is not a JSON record"
+    if not isinstance(raw, dict):
+        return "it is not a run record (a JSON object)"
+    missing = [k for k in _RUN_RECORD_FIELDS if not isinstance(raw.get(k), str)]
+    if missing:
+        return f"it is not a run record: {', '.join(missing)} missing"
+    if raw["run_id"] != path.parent.name:
+        return f"it names run {raw['run_id']!r}, not the folder's {path.parent.name!r}"
+    return None

@@ -53,8 +53,7 @@ from logbook.records import history
 from logbook.records import remote
 from logbook.records import worktree
 from logbook.records.chain import verify_log
-from logbook.records.files import damaged_records
-from logbook.runs.record import run_record_problem
+from logbook.records.files import damaged_records, run_record_problem
 from logbook.records.prereg import AMEND_RE, runs_referencing
 from logbook.records.prereg_format import record_hash, split_record
 from logbook.records.prereg_input import ID_RE, check_id

@@ -19,6 +19,7 @@ from logbook.core.errors import NotFoundError, TamperedError
 from logbook.core.fsutil import atomic_create_bytes
 from logbook.core.project import Project
 from logbook.records.chain import iter_records
+from logbook.records.files import run_record_problem
 from logbook.records.eventstream import check_run_id, run_log_path
 from logbook.runs.facts import LIFECYCLE
 
@@ -101,25 +102,6 @@ def load_run_record(project: Project, run_id: str) -> RunRecord:
     raw = json.loads(path.read_text("utf-8"))
     names = {f.name for f in dataclasses.fields(RunRecord)}
     return RunRecord(**{k: v for k, v in raw.items() if k in names})
-
-
-_REQUIRED = ("run_id", "created", "config_path", "config_hash")
-
-
-def run_record_problem(path: Path) -> str | None:
-    """Why `path` is not the run record a launch writes (None when it is): for `verify` and every reader."""
-    try:
-        raw = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return "it is not a JSON record"
-    if not isinstance(raw, dict):
-        return "it is not a run record (a JSON object)"
-    missing = [k for k in _REQUIRED if not isinstance(raw.get(k), str)]
-    if missing:
-        return f"it is not a run record: {', '.join(missing)} missing"
-    if raw["run_id"] != path.parent.name:
-        return f"it names run {raw['run_id']!r}, not the folder's {path.parent.name!r}"
-    return None
 
 
 def list_run_ids(project: Project) -> list[str]:
