@@ -27,11 +27,11 @@ def test_a_sigkill_restart_is_recorded_once_with_cause_signal_even_when_the_chro
     restarts = of_kind(evs, "restart")
     assert len(restarts) == 1
     assert restarts[0]["attempt"] == 2 and restarts[0]["drill"] is True
-    assert restarts[0]["data"]["cause"] == "signal"
+    assert restarts[0]["data"]["cause"] == "signal" and restarts[0]["data"]["signal"] == "SIGKILL"
     assert restarts[0]["data"]["resumed_from_step"] == 2
     assert len(of_kind(evs, "run_finished")) == 1 and not of_kind(evs, "run_failed")
     assert run_json(logbook_repo, "drill")["status"] == "finished"
-    assert sum("restart: attempt 1 -> 2, killed by a signal" in s for s in said) == 1
+    assert sum("restart: attempt 1 -> 2, killed by SIGKILL" in s for s in said) == 1
     assert res.restart_lines == [next(s for s in said if s.startswith("restart:"))]
     warnings = [s for s in said if s.startswith("warning: chronicle not rendered")]
     assert len(warnings) == 1, said  # said once, not at every poll
