@@ -89,6 +89,7 @@ def _facts(last_step: int, loss: float, restarts: int = 0) -> RunFacts:
     ("loss@25% < 4.0", _facts(50, 3.5), "met"),
     ("loss@25% < 3.0", _facts(50, 3.5), "already failed"),
     ("val_loss@final < 4.0", _facts(50, 3.5), "unknown"),
+    ("loss@step:10 < 4.0", _facts(50, 3.5), "unknown"),  # passed with nothing logged by then: not today's value
 ])
 def test_each_prediction_is_on_track_at_risk_met_or_already_failed(expr, facts, status):
     got = standing(parse_prediction(expr), facts)

@@ -30,7 +30,7 @@ from logbook.records.prereg import load_prereg
 from logbook.runs.facts import load_facts
 from logbook.runs.milestones import due_milestones, emitted_milestones, milestone_step
 from logbook.scoring.forecasts import forecast_standings
-from logbook.scoring.outcome import judge, measure, value_at
+from logbook.scoring.outcome import judge, measure, point_step, value_at
 
 from .callbacks import Callback
 
@@ -210,7 +210,10 @@ def standing(p, facts) -> dict[str, Any]:
     elif status == "confirmed":  # judged only once it cannot change any more
         label = "met"
     else:
-        now = m if m.value is not None else value_at(p.metric, facts, None)
+        step, _ = point_step(p, facts)
+        passed = step is not None and facts.last_step is not None and facts.last_step >= step
+        # A point already passed with nothing measured there stays unknown: today's value says nothing of it.
+        now = m if m.value is not None or passed else value_at(p.metric, facts, None)
         if now.value is None:
             label = "unknown"
         else:
