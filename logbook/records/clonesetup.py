@@ -97,19 +97,18 @@ GITIGNORE = """\
 
 def write_gitignore(project: Project) -> bool:
     """Write entries/.gitignore when it is missing or differs; True when written."""
-    path = project.entries / ".gitignore"
-    if path.is_file() and path.read_text("utf-8", errors="replace") == GITIGNORE:
-        return False
-    atomic_write_text(path, GITIGNORE)
-    return True
+    return _write_if_changed(project.entries / ".gitignore", GITIGNORE)
 
 
 def write_gitattributes(project: Project) -> bool:
     """Write entries/.gitattributes when it is missing or differs; True when written."""
-    path = project.entries / ".gitattributes"
-    if path.is_file() and path.read_text("utf-8", errors="replace") == GITATTRIBUTES:
+    return _write_if_changed(project.entries / ".gitattributes", GITATTRIBUTES)
+
+
+def _write_if_changed(path: Path, text: str) -> bool:
+    if path.is_file() and path.read_text("utf-8", errors="replace") == text:
         return False
-    atomic_write_text(path, GITATTRIBUTES)
+    atomic_write_text(path, text)
     return True
 
 
