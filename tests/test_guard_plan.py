@@ -69,3 +69,5 @@ def test_a_preregistered_run_guards_as_its_plan_says_and_records_it(logbook_repo
     assert rollback["plan"] == {"rule": 1, "follows": True} and rollback["batches_skipped"] == [12, 21]
     day = next((logbook_repo / "entries").glob("2*/*/*.md")).read_text()
     assert "The divergence guard is set as the contingency plan says" in day
+    # The overrides were not preregistered: the launch recorded them, and the run's first entry says so.
+    assert started["deviations"] and "**Deviations from the preregistration at launch:**" in day

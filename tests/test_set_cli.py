@@ -171,6 +171,18 @@ def test_wait_gives_up_after_the_timeout_and_the_request_stays(cli, running):
     assert len(list_pending(running.control_dir("r1"))) == 1
 
 
+def test_ctrl_c_while_waiting_says_the_request_stays_and_exits_130(cli, running, monkeypatch):
+    import logbook.launch.change_requests as requests
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(requests, "wait_for_answer", interrupted)
+    res = cli("set", "r1", "lr=1e-4", "--reason", "why", "--wait")
+    assert res.exit_code == 130 and "stays pending and applies at the run's next step" in res.stderr, res.output
+    assert len(list_pending(running.control_dir("r1"))) == 1
+
+
 def test_json_prints_the_request(cli, running):
     res = cli("set", "r1", "checkpoint.every=25", "--reason", "save more often", "--json")
     assert res.exit_code == 0

@@ -191,6 +191,7 @@ class Trainer:
             compile_s=round(self.compile_s, 6), compile_graphs=self.compile_graphs or None,
             norm_kernels=self._parts.norm_kernels, attention_kernel=self._parts.attention_kernel,
             heap_pages=heap_pages(self.env), guard_from_plan=self._parts.guard_from_plan or None,
+            deviations=list(rec.deviations) if rec and rec.deviations else None,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
             members=self.dist.members, group_id=self.dist.group_id or None,
         )

@@ -55,7 +55,12 @@ def set_cmd(
         else:
             typer.echo(sub.request["request_id"])
         return
-    answer = wait_for_answer(project.control_dir(run), sub.name, timeout)
+    try:
+        answer = wait_for_answer(project.control_dir(run), sub.name, timeout)
+    except KeyboardInterrupt:
+        # Only the waiting stops: the request was made and the run still takes it at its next step.
+        err(f"stopped waiting; request {sub.request['request_id']} stays pending and applies at the run's next step")
+        raise
     if answer is None:
         if as_json:
             print_json({**sub.request, REPLY_KEY: None})

@@ -278,6 +278,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("heap_pages", "str", "how malloc pages the trainer's memory: huge (transparent huge pages) or"
                 " 4 KB (why)"),
              _f("config_changed", "list", "config keys changed since the previous launch"),
+             _f("deviations", "list", "deviations from the preregistration the launcher recorded (run.json)"),
              _f("guard_from_plan", "list", "guard settings the preregistered contingency rules set, one line each"
                 " (`guard.spike_sigma 6 -> 4 (contingency rule 1)`)"),
              _SLURM,
