@@ -57,3 +57,17 @@ def test_fsdp_with_gradient_accumulation_is_refused_with_the_reason():
     assert "no_sync" in str(exc.value)
     cfg = load_train_config(ROOT / "configs" / "micro-test.yaml", ["train.parallel=fsdp", "train.device=cuda"])
     assert cfg.train.grad_accum == 1
+
+
+def test_a_hang_that_broke_rank_0s_collective_is_a_hang_not_a_lost_peer():
+    """Rank 0's watchdog fired, then its collective broke as the rank that hung exited: the hang is the cause."""
+    from trainer.attempts import RunHistory, classify_restart
+
+    ts = "2026-11-30T00:00:0{}.000000Z"
+    events = [{"kind": "run_started", "attempt": 1, "step": 0, "ts": ts.format(0), "data": {}},
+              {"kind": "hang", "attempt": 1, "step": 6, "ts": ts.format(5), "data": {"elapsed_s": 4.8}},
+              {"kind": "attempt_failed", "attempt": 1, "step": 6, "ts": ts.format(6),
+               "data": {"exception_type": "RuntimeError",
+                        "exception_message": "Connection closed by peer [127.0.0.1]:55486"}}]
+    out = classify_restart(RunHistory(events=events), 1, 4, 1.8e9, {})
+    assert out["cause"] == "hang" and "made no progress for 4.8 s" in out["detail"]

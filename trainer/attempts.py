@@ -181,6 +181,13 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
         # A rank other than 0 hung; rank 0 saw only its collective break when that rank exited.
         out.update(cause="hang", hung_ranks=[{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung],
                    detail=f"{name_ranks(hung)} of attempt {prev} made no progress past its hang timeout and exited")
+    elif "hang" in kinds:
+        # Before a lost peer: rank 0's watchdog saw no progress, then its collective broke as the rank
+        # that hung exited. The hang is the cause; the broken collective is what it did.
+        d = kinds["hang"].get("data", {})
+        out.update(cause="hang", detail=f"attempt {prev} made no progress for {d.get('elapsed_s')} s and exited")
+        if hung:
+            out["hung_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung]
     elif "attempt_failed" in kinds and peer_lost(kinds["attempt_failed"].get("data", {})):
         d = kinds["attempt_failed"].get("data", {})
         # Rank 0 saw a collective fail because another rank vanished mid-step: the
@@ -196,11 +203,6 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
         d = kinds["preempted"].get("data", {})
         out.update(cause="preempted", signal=d.get("signal"),
                    detail=f"attempt {prev} was preempted ({d.get('signal')}) and saved at step {d.get('saved_step')}")
-    elif "hang" in kinds:
-        d = kinds["hang"].get("data", {})
-        out.update(cause="hang", detail=f"attempt {prev} made no progress for {d.get('elapsed_s')} s and exited")
-        if hung:
-            out["hung_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung]
     elif (err := torchelastic_previous_error(env)) is not None:
         out.update(cause="exception", exception_message=err["message"],
                    detail=f"attempt {prev} failed; torchrun recorded: {err['message']}")
