@@ -271,6 +271,18 @@ def blob_ids(root: Path, commit: str, paths: list[str]) -> dict[str, str | None]
     return {p: found.get(p) for p in paths}
 
 
+def tree_files(root: Path, rev: str, folder: str) -> dict[str, tuple[str, str]]:
+    """Path -> (mode, blob id) of every file `rev` holds under `folder` (paths relative to the repository)."""
+    out = git_bytes(root, "ls-tree", "-r", "-z", rev, "--", folder)
+    files = {}
+    for entry in out.split(b"\0"):
+        if entry:
+            meta, _, raw = entry.partition(b"\t")
+            mode, _, blob = meta.decode().split()
+            files[raw.decode("utf-8", "surrogateescape")] = (mode, blob)
+    return files
+
+
 # --- finding records by trailer ----------------------------------------------
 
 @dataclass

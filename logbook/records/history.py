@@ -134,12 +134,7 @@ def _sort_out_restored(root: Path, head: str, folder: str, commits: list[list[st
     for b in res.breaks:
         if b.path not in earliest or age.get(b.lost, -1) > age.get(earliest[b.path].lost, -1):
             earliest[b.path] = b
-    now: dict[str, tuple[str, str]] = {}
-    for entry in gitbind.git_bytes(root, "ls-tree", "-r", "-z", head, "--", folder).split(b"\0"):
-        if entry:
-            meta, _, raw = entry.partition(b"\t")
-            mode, _, blob = meta.decode().split()
-            now[raw.decode("utf-8", "surrogateescape")] = (mode, blob)
+    now = gitbind.tree_files(root, head, folder)
     logs = [b for b in earliest.values() if b.kind.startswith("log_") and b.old_blob and b.path in now]
     blobs = gitbind.read_blobs(root, sorted({x for b in logs for x in (b.old_blob, now[b.path][1])}))
     undone = set()

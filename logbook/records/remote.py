@@ -166,15 +166,8 @@ def _remote_refs(root: Path) -> list[tuple[str, str]]:
 
 def _tree(root: Path, rev: str, folder: str) -> dict[str, str]:
     """Path -> blob id of every record and log `rev` holds under the entries folder."""
-    out = gitbind.git_bytes(root, "ls-tree", "-r", "-z", rev, "--", folder)
-    files = {}
-    for entry in out.split(b"\0"):
-        if entry:
-            meta, _, raw = entry.partition(b"\t")
-            path = raw.decode("utf-8", "surrogateescape")
-            if classify(path[len(folder) + 1:]) != "derived":
-                files[path] = meta.split()[2].decode()
-    return files
+    return {p: blob for p, (_mode, blob) in gitbind.tree_files(root, rev, folder).items()
+            if classify(p[len(folder) + 1:]) != "derived"}
 
 
 def _differing(root: Path, name: str, paths: list[str], mine: dict[str, str], theirs: dict[str, str],

@@ -210,13 +210,7 @@ def _head_blobs(project: Project) -> dict[str, str]:
     if gitbind.head_commit(project.root) is None:
         return {}
     folder = project.prereg_dir.relative_to(project.root).as_posix()
-    out = gitbind.git_bytes(project.root, "ls-tree", "-r", "-z", "HEAD", "--", folder)
-    blobs = {}
-    for entry in out.split(b"\0"):
-        if entry:
-            meta, _, path = entry.partition(b"\t")
-            blobs[path.decode("utf-8", "surrogateescape")] = meta.split()[2].decode()
-    return blobs
+    return {p: blob for p, (_mode, blob) in gitbind.tree_files(project.root, "HEAD", folder).items()}
 
 
 def _keep_scope(project: Project, prereg_id: str, report: VerifyReport) -> None:
