@@ -34,6 +34,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 TRAINER_MODULE = "trainer"
 PREWARM_MODULE = "trainer.prewarm"
@@ -152,30 +153,35 @@ def _mark_killed(ranks_dir: Path, exitcode: object, pid: object) -> None:
             continue  # a mark it cannot read or write only costs the restart its signal's name
 
 
-def _ranks_dir(trainer_args: list[str]) -> Path | None:
-    """Where the run's workers keep their rank marks (trainer/startup.py), read from the trainer's arguments."""
+def _trainer_run(trainer_args: list[str]) -> tuple[Any, Path] | None:
+    """The trainer's parsed arguments and the run's state folder, read without importing torch (None when they
+    are bad: the worker reports that itself)."""
     from logbook.core.project import open_project
     from trainer.__main__ import _parser
 
     try:
         parsed, _ = _parser().parse_known_args([a for a in trainer_args if a != "--"])
-        return open_project(Path(parsed.project)).state_dir / "ranks" / parsed.run_id if parsed.run_id else None
-    except (Exception, SystemExit):  # noqa: BLE001 - the worker reports a bad project itself
+        return parsed, open_project(Path(parsed.project)).state_dir
+    except (Exception, SystemExit):  # noqa: BLE001
         return None
 
 
-def _compile_state_dir(trainer_args: list[str]) -> Path | None:
-    """The state folder of the run when its config turns on `train.compile` (read without importing torch)."""
-    from logbook.core.project import open_project
-    from trainer.__main__ import _parser
+def _ranks_dir(run: tuple[Any, Path] | None) -> Path | None:
+    """Where the run's workers keep their rank marks (trainer/startup.py)."""
+    if run is None or not run[0].run_id:
+        return None
+    return run[1] / "ranks" / run[0].run_id
+
+
+def _compile_state_dir(run: tuple[Any, Path] | None) -> Path | None:
+    """The state folder of the run when its config turns on `train.compile`."""
     from trainer.config import load_train_config
 
+    if run is None:
+        return None
     try:
-        parsed, _ = _parser().parse_known_args([a for a in trainer_args if a != "--"])
-        if not load_train_config(Path(parsed.config), parsed.overrides).train.compile:
-            return None
-        return open_project(Path(parsed.project)).state_dir
-    except (Exception, SystemExit):  # noqa: BLE001 - the worker reports a bad config or project itself
+        return run[1] if load_train_config(Path(run[0].config), run[0].overrides).train.compile else None
+    except (Exception, SystemExit):  # noqa: BLE001 - the worker reports a bad config itself
         return None
 
 
@@ -207,14 +213,15 @@ def main(argv: list[str] | None = None) -> None:
     config, _cmd, _cmd_args = torchrun.config_from_args(args)
     config.start_method = "forkserver"
     os.environ[AGENT_PID] = str(os.getpid())  # the workers' environment is a copy of this one
-    _start_fork_server(_compile_state_dir(trainer_args))
+    run = _trainer_run(trainer_args)
+    _start_fork_server(_compile_state_dir(run))
     # torch's log formatter imports dynamo the first time it prints a traceback, which it
     # does when a worker dies: most of a second between the failure and the restart.
     # Imported here, beside the fork server's own imports, it costs nothing then.
     import torch._dynamo  # noqa: F401
 
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
-        _WorkerDeathInOneLine(_ranks_dir(trainer_args)))
+        _WorkerDeathInOneLine(_ranks_dir(run)))
     elastic_launch(config=config, entrypoint=train_worker)(*trainer_args)
 
 
