@@ -21,7 +21,7 @@ cc, gcc or clang) for this CPU (`-O3 -march=native`) into a cache folder,
 once: the file is named after a hash of the sources, the compiler's
 version, the flags and the CPU's feature flags, so a changed source,
 compiler or CPU (a home folder shared by the nodes of a cluster) gets its
-own build. It is written under a temporary name and renamed into place, so
+own build (trainer/csrc/vec.h, which they include, counts as a source). It is written under a temporary name and renamed into place, so
 ranks that build at once never load half a file. The folder is
 `$LOGBOOK_KERNEL_CACHE`, else `$XDG_CACHE_HOME/logbook/kernels`, else
 `~/.cache/logbook/kernels`. Without a compiler, or when a build fails,
@@ -49,6 +49,8 @@ from pathlib import Path
 import torch
 
 SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rms_norm.c", "attention.c"))
+HEADERS = (Path(__file__).with_name("csrc") / "vec.h",)
+"""Included by the sources: part of what names a build, though not compiled on their own."""
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
 
 
@@ -94,7 +96,7 @@ def library() -> ctypes.CDLL | None:
         return None
     try:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-        sources = [path.read_bytes() for path in SOURCES]
+        sources = [path.read_bytes() for path in (*SOURCES, *HEADERS)]
     except (OSError, subprocess.SubprocessError) as e:
         _why_not = f"cannot use {compiler}: {e}"
         return None

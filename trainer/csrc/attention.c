@@ -13,23 +13,26 @@
  * load R or G times. Softmax is exact (one pass for the row maximum, one for
  * the exponentials), with the log-sum-exp kept for backward, which computes
  * the probabilities again instead of storing them, as FlashAttention does.
+ * Backward goes over a head twice: R query rows at a time it computes their
+ * probabilities, their scores' gradients and their queries' gradients, and
+ * keeps the first two for the head (T x T floats each, still in the cache);
+ * then R keys at a time it sums their gradients and their values' over the
+ * query rows that see them. Every gradient is summed in registers and
+ * written once (summed into memory block after block, the keys' and values'
+ * gradients took a tenth more time).
  *
- * Written with the compiler's vector types (GCC and Clang); every sum runs
+ * Written with the compiler's vector types (vec.h); every sum runs
  * in a fixed order, so the same binary gives the same bits on every call.
  * Returns 0, or 1 when its scratch memory could not be had.
  */
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define W 16 /* floats in a vector */
+#include "vec.h"
+
 #define R 4  /* query rows at a time */
 #define G 4  /* column chunks at a time */
-
-typedef float vf __attribute__((vector_size(4 * W)));
-typedef float vfu __attribute__((vector_size(4 * W), aligned(4))); /* the same, at any float's address */
-typedef int32_t vi __attribute__((vector_size(4 * W)));
 
 typedef struct {
     float *base;
@@ -40,23 +43,7 @@ static inline float *row(const heads_t *t, int64_t b, int64_t h, int64_t i) {
     return t->base + b * t->s0 + h * t->s1 + i * t->s2;
 }
 
-static inline vf splat(float x) { return (vf){} + x; }
-static inline vf sel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }
 static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-
-/* e^x, to about 1 ulp for x in [-87, 0] (the only arguments here: a logit minus its row's maximum or
-   log-sum-exp); smaller x give e^-87. Cephes' range reduction and polynomial. */
-static inline vf vexp(vf x) {
-    x = sel(x < splat(-87.0f), splat(-87.0f), x);
-    const vf t = x * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: x / ln 2 rounded, in t's low bits */
-    const vf n = t - 12582912.0f;
-    const vi two_n = ((vi)t - 0x4B400000 + 127) << 23;
-    vf r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    const vf p = (((((1.9875691500E-4f * r + 1.3981999507E-3f) * r + 8.3334519073E-3f) * r + 4.1665795894E-2f) * r +
-                   1.6666665459E-1f) * r + 5.0000001201E-1f) * (r * r) + r + 1.0f;
-    return p * (vf)two_n;
-}
 
 static inline float hsum(vf a) {
     for (int w = W / 2; w > 0; w /= 2)
@@ -200,32 +187,28 @@ int lb_attention_forward(const heads_t *q, const heads_t *k, const heads_t *v, c
 }
 
 typedef struct {
-    float *KT, *VT, *DK, *DV, *P, *DS;
+    float *KT, *VT, *P, *DS;
 } scratch_t;
 
-/* Query rows i0 .. i0+nr-1 of one head: their queries' gradients, and their share of every key's and value's. */
+/* Query rows i0 .. i0+nr-1 of one head: their probabilities and score gradients (kept whole for the keys'
+   pass), and their queries' gradients. */
 static inline __attribute__((always_inline)) void backward_rows(const heads_t *q, const heads_t *k, const heads_t *o,
                                                                 const heads_t *g, const float *lse, const heads_t *dq,
                                                                 int64_t b, int64_t h, int64_t i0, const int nr,
                                                                 int64_t Tp, const int64_t hd, float scale,
                                                                 const scratch_t *s) {
     const int64_t last = i0 + nr - 1, nch = last / W + 1;
-    vf(*P)[Tp / W] = (vf(*)[Tp / W])s->P;
-    vf(*DS)[Tp / W] = (vf(*)[Tp / W])s->DS;
+    vf(*P)[Tp / W] = (vf(*)[Tp / W])(s->P + i0 * Tp);
+    vf(*DS)[Tp / W] = (vf(*)[Tp / W])(s->DS + i0 * Tp);
     const float *x[R], *gr[R];
     for (int r = 0; r < nr; r++) x[r] = row(q, b, h, i0 + r), gr[r] = row(g, b, h, i0 + r);
     rows_times_columns(x, nr, s->KT, Tp, hd, nch, scale, P);
     rows_times_columns(gr, nr, s->VT, Tp, hd, nch, 1.0f, DS);
-    vf qv[R][hd / W], gv[R][hd / W];
     for (int r = 0; r < nr; r++) {
         const int64_t i = i0 + r;
         const float *orow = row(o, b, h, i);
         vf dot = {};
-        for (int64_t a = 0; a < hd / W; a++) {
-            qv[r][a] = *(const vfu *)(x[r] + a * W);
-            gv[r][a] = *(const vfu *)(gr[r] + a * W);
-            dot += gv[r][a] * *(const vfu *)(orow + a * W);
-        }
+        for (int64_t a = 0; a < hd / W; a++) dot += *(const vfu *)(gr[r] + a * W) * *(const vfu *)(orow + a * W);
         const float D = hsum(dot);
         for (int64_t c = 0; c < nch; c++) {
             const vf p = causal(vexp(P[r][c] - lse[i]), c, i, splat(0.0f));
@@ -238,22 +221,37 @@ static inline __attribute__((always_inline)) void backward_rows(const heads_t *q
         for (int64_t a = 0; a < hd / W; a++) acc[r][a] = (vf){};
     for (int64_t j = 0; j <= last; j++) {
         const float *kj = row(k, b, h, j);
-        vf *dkj = (vf *)(s->DK + j * hd), *dvj = (vf *)(s->DV + j * hd);
         for (int64_t a = 0; a < hd / W; a++) {
             const vf ka = *(const vfu *)(kj + a * W);
-            vf dka = dkj[a], dva = dvj[a];
-            for (int r = 0; r < nr; r++) {
-                const float ds = ((const float *)DS[r])[j], p = ((const float *)P[r])[j];
-                acc[r][a] += ds * ka;
-                dka += ds * qv[r][a];
-                dva += p * gv[r][a];
-            }
-            dkj[a] = dka, dvj[a] = dva;
+            for (int r = 0; r < nr; r++) acc[r][a] += ((const float *)DS[r])[j] * ka;
         }
     }
     for (int r = 0; r < nr; r++) {
         float *out = row(dq, b, h, i0 + r);
         for (int64_t a = 0; a < hd / W; a++) *(vfu *)(out + a * W) = acc[r][a];
+    }
+}
+
+/* Key rows j0 .. j0+nj-1 of one head: their gradients and their values', summed over the query rows that see
+   them (i >= j0; a row's entries past its own column are zero). */
+static inline __attribute__((always_inline)) void backward_keys(const heads_t *q, const heads_t *g, const heads_t *dk,
+                                                                const heads_t *dv, int64_t b, int64_t h, int64_t j0,
+                                                                const int nj, int64_t T, int64_t Tp, const int64_t hd,
+                                                                const scratch_t *s) {
+    vf ak[R][hd / W], av[R][hd / W];
+    for (int r = 0; r < nj; r++)
+        for (int64_t a = 0; a < hd / W; a++) ak[r][a] = av[r][a] = (vf){};
+    for (int64_t i = j0; i < T; i++) {
+        const float *qi = row(q, b, h, i), *gi = row(g, b, h, i);
+        const float *ds = s->DS + i * Tp + j0, *p = s->P + i * Tp + j0;
+        for (int64_t a = 0; a < hd / W; a++) {
+            const vf qa = *(const vfu *)(qi + a * W), ga = *(const vfu *)(gi + a * W);
+            for (int r = 0; r < nj; r++) ak[r][a] += ds[r] * qa, av[r][a] += p[r] * ga;
+        }
+    }
+    for (int r = 0; r < nj; r++) {
+        float *dkr = row(dk, b, h, j0 + r), *dvr = row(dv, b, h, j0 + r);
+        for (int64_t a = 0; a < hd / W; a++) *(vfu *)(dkr + a * W) = ak[r][a], *(vfu *)(dvr + a * W) = av[r][a];
     }
 }
 
@@ -265,25 +263,21 @@ static inline __attribute__((always_inline)) void backward_head(const heads_t *q
     const int64_t Tp = (T + W - 1) / W * W;
     as_columns(k, b, h, T, hd, Tp, s->KT);
     as_columns(v, b, h, T, hd, Tp, s->VT);
-    memset(s->DK, 0, (size_t)(T * hd) * sizeof(float));
-    memset(s->DV, 0, (size_t)(T * hd) * sizeof(float));
     int64_t i = 0;
     for (; i + R <= T; i += R) backward_rows(q, k, o, g, lse, dq, b, h, i, R, Tp, hd, scale, s);
     for (; i < T; i++) backward_rows(q, k, o, g, lse, dq, b, h, i, 1, Tp, hd, scale, s);
-    for (int64_t j = 0; j < T; j++) {
-        memcpy(row(dk, b, h, j), s->DK + j * hd, (size_t)hd * sizeof(float));
-        memcpy(row(dv, b, h, j), s->DV + j * hd, (size_t)hd * sizeof(float));
-    }
+    int64_t j = 0;
+    for (; j + R <= T; j += R) backward_keys(q, g, dk, dv, b, h, j, R, T, Tp, hd, s);
+    for (; j < T; j++) backward_keys(q, g, dk, dv, b, h, j, 1, T, Tp, hd, s);
 }
 
 int lb_attention_backward(const heads_t *q, const heads_t *k, const heads_t *v, const heads_t *o, const heads_t *g,
                           const float *lse, const heads_t *dq, const heads_t *dk, const heads_t *dv, int64_t B,
                           int64_t H, int64_t T, int64_t hd, float scale) {
     const int64_t Tp = (T + W - 1) / W * W;
-    float *buf = aligned_alloc(64, (size_t)((4 * hd + 2 * R) * Tp) * sizeof(float));
+    float *buf = aligned_alloc(64, (size_t)((2 * hd + 2 * Tp) * Tp) * sizeof(float));
     if (!buf) return 1;
-    scratch_t s = {buf, buf + hd * Tp, buf + 2 * hd * Tp, buf + 3 * hd * Tp, buf + 4 * hd * Tp,
-                   buf + (4 * hd + R) * Tp};
+    scratch_t s = {buf, buf + hd * Tp, buf + 2 * hd * Tp, buf + (2 * hd + Tp) * Tp};
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
             const float *l = lse + (b * H + h) * T;
