@@ -330,6 +330,24 @@ def step_only(checkout: Path, rounds: int, block: int) -> None:
             result(f"step alone: {name} vs nanoGPT", round(ratio, 3), "ratio", "-", None)
 
 
+def project_step_parts(stabilisers: bool = True):
+    """The project's model at SHAPE and its optimizer, as the trainer builds them: (model, optimizer, loss of (x, y))."""
+    import torch
+
+    from trainer.config import load_train_config
+    from trainer.model import GPT
+    from trainer.optim import build_optimizer
+
+    s = SHAPE
+    shape = [f"model.n_layer={s['layers']}", f"model.n_head={s['heads']}", f"model.n_embd={s['width']}",
+             f"model.block_size={s['block']}"]
+    cfg = load_train_config(ROOT / "configs" / "tiny-cpu.yaml",
+                            shape + [f"model.qk_norm={str(stabilisers).lower()}", f"model.z_loss={1e-4 if stabilisers else 0}"])
+    torch.manual_seed(0)
+    m = GPT(cfg.model)
+    return m, build_optimizer(m, cfg.optim, "cpu"), lambda x, y: m(x, y).loss
+
+
 def _step_contenders(checkout: Path) -> dict:
     """name -> (model, optimizer, loss function of (x, y)) for the project's model with and without stabilisers, and nanoGPT's.
 
@@ -337,10 +355,7 @@ def _step_contenders(checkout: Path) -> dict:
     """
     import torch
 
-    from trainer.config import load_train_config
     from trainer.host_memory import keep_freed_memory
-    from trainer.model import GPT
-    from trainer.optim import build_optimizer
 
     torch.set_num_threads(1)
     keep_freed_memory()
@@ -348,15 +363,7 @@ def _step_contenders(checkout: Path) -> dict:
     ng = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ng)
     s = SHAPE
-    shape = [f"model.n_layer={s['layers']}", f"model.n_head={s['heads']}", f"model.n_embd={s['width']}",
-             f"model.block_size={s['block']}"]
-
-    def ours(stabilisers: bool):
-        cfg = load_train_config(ROOT / "configs" / "tiny-cpu.yaml",
-                                shape + [f"model.qk_norm={str(stabilisers).lower()}", f"model.z_loss={1e-4 if stabilisers else 0}"])
-        torch.manual_seed(0)
-        m = GPT(cfg.model)
-        return m, build_optimizer(m, cfg.optim, "cpu"), lambda x, y: m(x, y).loss
+    ours = project_step_parts
 
     def nanogpt():
         torch.manual_seed(0)

@@ -25,6 +25,7 @@ SCRIPTS = [
     "peers.py",
     "huge_pages.py",
     "attention_kernel.py",
+    "gelu_kernel.py",
     "guard_overhead.py",
     "telemetry_overhead.py",
     "background_save.py",

@@ -128,6 +128,7 @@ def test_run_started_says_the_run_was_compiled_and_what_compiling_cost(repo, run
         assert started and all(d["compiled"] is True and d["compile_s"] > 0 for d in started)
         # Heads 16 wide on one thread: the C attention, inside the compiled graph as its own operator.
         assert {d["attention_kernel"] for d in started} == {"native" if native.library() else "pytorch"}
+        assert {d["gelu_kernel"] for d in started} == {"native" if native.library() else "pytorch"}
 
 
 def test_the_compiled_step_computes_what_the_eager_step_computes_to_float_rounding(repo, runs):

@@ -121,6 +121,8 @@ class TrainParts:
     """What computes the norms (`trainer.kernels.norm_kernels`), as `run_started` records it."""
     attention_kernel: str = "pytorch"
     """What computes attention (`trainer.attention.attention_kernel`), as `run_started` records it."""
+    gelu_kernel: str = "pytorch"
+    """What computes the MLP's GELU (`trainer.activation.gelu_kernel`), as `run_started` records it."""
     guard_from_plan: list[str] = field(default_factory=list)
     """Guard settings the contingency plan set (trainer/guard_plan.py), as `run_started` records them."""
 

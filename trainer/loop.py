@@ -190,6 +190,7 @@ class Trainer:
             started_at=self.started_at, restore_s=round(self.restore_s, 6), compiled=self.cfg.train.compile,
             compile_s=round(self.compile_s, 6), compile_graphs=self.compile_graphs or None,
             norm_kernels=self._parts.norm_kernels, attention_kernel=self._parts.attention_kernel,
+            gelu_kernel=self._parts.gelu_kernel,
             heap_pages=heap_pages(self.env), guard_from_plan=self._parts.guard_from_plan or None,
             deviations=list(rec.deviations) if rec and rec.deviations else None,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],

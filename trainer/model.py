@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .activation import gelu
 from .attention import causal_attention
 from .config import ModelConfig
 from .kernels import cross_entropy_z, qk_norm, rms_norm
@@ -121,7 +122,7 @@ class MLP(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
+        return _dropout(self.proj(gelu(self.fc(x))), self.dropout, self.training)
 
 
 class Block(nn.Module):

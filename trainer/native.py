@@ -1,4 +1,4 @@
-"""The CPU's C kernels: RMSNorm and causal attention, built once per machine by its C compiler.
+"""The CPU's C kernels: RMSNorm, causal attention and GELU, built once per machine by its C compiler.
 
 PyTorch fuses RMSNorm on CUDA only. On a CPU in eager mode it is a chain
 of element-wise ops, each a pass over memory, and the QK-norm's rows are
@@ -16,7 +16,11 @@ spends most of its time around its matrix products rather than in them.
 few query rows at a time against a few column chunks at once: about 1.6x
 faster forward and backward at those shapes (trainer/attention.py).
 
-`library()` compiles both files with the system's C compiler (`$CC`, else
+`trainer/csrc/gelu.c` computes the MLP's GELU (the error function's) and
+its gradient from one polynomial each where nearly every pre-activation
+lies, instead of PyTorch's division and exponentials (trainer/activation.py).
+
+`library()` compiles the files with the system's C compiler (`$CC`, else
 cc, gcc or clang) for this CPU (`-O3 -march=native`) into a cache folder,
 once: the file is named after a hash of the sources, the compiler's
 version, the flags and the CPU's feature flags, so a changed source,
@@ -29,8 +33,9 @@ ranks that build at once never load half a file. The folder is
 PyTorch's own ops: slower, not wrong.
 
 Every tensor handed in is float32 on the CPU, four dimensions `[n0, n1,
-n2, d]` with its last one contiguous; the callers in trainer/kernels.py
-and trainer/attention.py see to that. A norm's output or gradient may also
+n2, d]` with its last one contiguous (GELU's: contiguous, of any shape);
+the callers in trainer/kernels.py, trainer/attention.py and
+trainer/activation.py see to that. A norm's output or gradient may also
 be a pair of such tensors, split along the heads (dimension 2): the
 queries' and the keys'.
 """
@@ -48,7 +53,7 @@ from pathlib import Path
 
 import torch
 
-SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rms_norm.c", "attention.c"))
+SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rms_norm.c", "attention.c", "gelu.c"))
 HEADERS = (Path(__file__).with_name("csrc") / "vec.h",)
 """Included by the sources: part of what names a build, though not compiled on their own."""
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
@@ -119,6 +124,10 @@ def library() -> ctypes.CDLL | None:
     lib.lb_attention_forward.restype = ctypes.c_int
     lib.lb_attention_backward.argtypes = [heads] * 5 + [f32p] + [heads] * 3 + [*sizes, ctypes.c_float]
     lib.lb_attention_backward.restype = ctypes.c_int
+    lib.lb_gelu_forward.argtypes = [f32p, f32p, ctypes.c_int64]
+    lib.lb_gelu_forward.restype = None
+    lib.lb_gelu_backward.argtypes = [f32p, f32p, f32p, ctypes.c_int64]
+    lib.lb_gelu_backward.restype = None
     _why_not = None
     return lib
 
@@ -209,3 +218,13 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
                                              _heads(dq), _heads(dk), _heads(dv), B, H, T, hd, scale)
     if status:
         raise MemoryError("attention backward: no memory for its buffers")
+
+
+def gelu_forward(x: torch.Tensor, out: torch.Tensor) -> None:
+    """Write gelu(x) into `out`; both contiguous float32 of one size."""
+    library().lb_gelu_forward(x.data_ptr(), out.data_ptr(), x.numel())
+
+
+def gelu_backward(g: torch.Tensor, x: torch.Tensor, dx: torch.Tensor) -> None:
+    """Write g * gelu'(x) into `dx`, which may be `g` itself; all contiguous float32 of one size."""
+    library().lb_gelu_backward(g.data_ptr(), x.data_ptr(), dx.data_ptr(), x.numel())

@@ -35,6 +35,7 @@ from logbook.runs.rankmarks import RankMark
 from logbook.runs.record import load_run_record
 
 from .advice_cb import AdviceCallback
+from .activation import gelu_kernel
 from .attention import attention_kernel
 from .attempts import Heartbeat, RunHistory
 from .callbacks import Callback, CallbackList
@@ -206,7 +207,7 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
     m = cfg.model
     attention = attention_kernel(device.type, train.dtype, m.n_embd // m.n_head, m.block_size, m.dropout)
     return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress, kernels, attention,
-                      planned)
+                      gelu_kernel(device.type, train.dtype), planned)
 
 
 def _graph_key(cfg: TrainConfig) -> dict[str, Any]:

@@ -275,6 +275,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("norm_kernels", "str", "what computes the norms: native (C, on a CPU), inductor (the QK-norm native,"
                 " on a CPU) or pytorch (why)"),
              _f("attention_kernel", "str", "what computes attention: native (C, on a single-threaded CPU) or pytorch"),
+             _f("gelu_kernel", "str", "what computes the MLP's GELU: native (C, on a single-threaded CPU) or pytorch"),
              _f("heap_pages", "str", "how malloc pages the trainer's memory: huge (transparent huge pages) or"
                 " 4 KB (why)"),
              _f("config_changed", "list", "config keys changed since the previous launch"),

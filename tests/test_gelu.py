@@ -1,0 +1,169 @@
+"""The C GELU agrees with the exact one at least as well as PyTorch's, is reproducible to the bit, and steps aside where it does not serve."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trainer import native
+from trainer.activation import _NativeGELU, gelu, gelu_kernel, native_gelu
+from trainer.config import ModelConfig
+from trainer.model import GPT
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """A CPU run's setting, where the kernel serves; and the kernels must have been built."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    if native.library() is None:
+        pytest.skip(f"no C kernels here: {native.unavailable()}")
+    yield
+    torch.set_num_threads(threads)
+
+
+def _exact(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """gelu(x) and gelu'(x) in float64."""
+    x = x.double()
+    cdf = 0.5 * torch.special.erfc(-x / math.sqrt(2))  # erfc: no cancellation on the negative side
+    pdf = torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return x * cdf, cdf + x * pdf
+
+
+def _err(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+    """Absolute below 1, relative above (where float32's own spacing grows)."""
+    return (got.double() - want).abs() / want.abs().clamp(min=1.0)
+
+
+def test_the_c_gelu_is_as_accurate_as_pytorchs_in_float32():
+    # Every float32 step near 0, the pre-activations a model has, and the far lanes out to where Phi rounds to 0 or 1.
+    x = torch.cat([torch.linspace(-12, 12, 1_000_003), torch.randn(100_000) * 0.3, torch.linspace(-1.5, 1.5, 300_001)])
+    x = x.requires_grad_()
+    y = _NativeGELU.apply(x)
+    (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    want_y, want_dx = _exact(x.detach())
+    for got, theirs, want in ((y, F.gelu(x), want_y), (dx, torch.ops.aten.gelu_backward(torch.ones_like(x), x), want_dx)):
+        err, their_err = _err(got, want), _err(theirs, want)
+        assert err.max() <= max(their_err.max().item(), 3e-7), (err.max(), their_err.max())
+        assert err.mean() <= their_err.mean()
+
+
+def test_every_size_is_served_including_a_last_partial_vector():
+    for n in (1, 15, 16, 17, 33, 1000):
+        x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 2).requires_grad_()
+        y = gelu(x)
+        assert y.shape == x.shape
+        (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+        want_y, want_dx = _exact(x.detach())
+        assert _err(y, want_y).max() <= 3e-7 and _err(dx, want_dx).max() <= 3e-7
+
+
+def test_a_non_contiguous_input_and_gradient_are_served():
+    base = torch.randn(8, 64, generator=torch.Generator().manual_seed(1))
+    x = base.t().requires_grad_()  # a transposed view
+    y = gelu(x)
+    g = torch.randn(8, 64, generator=torch.Generator().manual_seed(2)).t()
+    (dx,) = torch.autograd.grad(y, x, g)
+    want_y, want_dx = _exact(x.detach())
+    assert _err(y, want_y).max() <= 3e-7 and _err(dx, want_dx * g.double()).max() <= 1e-6
+
+
+def test_the_c_gelu_gives_the_same_bits_every_time():
+    x = (torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 1.5).requires_grad_()
+    g = torch.randn(4096, generator=torch.Generator().manual_seed(1))
+    runs = [(y := gelu(x), *torch.autograd.grad(y, x, g)) for _ in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_a_lane_does_not_depend_on_its_neighbours():
+    """A far pre-activation beside near ones takes the full way for itself only: the near ones keep their bits."""
+    near = torch.randn(16, generator=torch.Generator().manual_seed(3)) * 0.3
+    mixed = near.clone()
+    mixed[5] = 3.0
+    a, b = gelu(near), gelu(mixed)
+    keep = torch.arange(16) != 5
+    assert torch.equal(a[keep], b[keep])
+
+
+def test_non_finite_inputs_stay_non_finite_or_take_their_limits():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 3e38, -3e38, 0.0, -0.0]).requires_grad_()
+    y = gelu(x)
+    (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert torch.isnan(y[0]) and torch.isnan(dx[0])  # a NaN reaches the loss, for the guard to see
+    assert y[1] == float("inf") and torch.isnan(y[2])  # as PyTorch's: -inf * 0
+    assert y[3].item() == pytest.approx(3e38) and y[4].item() == 0.0
+    assert dx[1:5].tolist() == [1.0, 0.0, 1.0, 0.0]  # the derivative's limits, where PyTorch's gives NaN at +-inf
+    assert y[5].item() == 0.0 and dx[5].item() == 0.5
+
+
+def test_what_the_kernel_does_not_serve_goes_to_pytorch():
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    assert native_gelu(x)
+    assert not native_gelu(x.double()) and not native_gelu(x.bfloat16())
+    torch.set_num_threads(2)
+    assert not native_gelu(x)
+    assert torch.equal(gelu(x), F.gelu(x))
+    torch.set_num_threads(1)
+    assert gelu(x.double()).dtype == torch.float64
+
+
+def test_run_started_is_told_which_kernel_computes_the_gelu():
+    assert gelu_kernel("cpu", "float32") == "native"
+    assert gelu_kernel("cpu", "bfloat16") == "pytorch"
+    assert gelu_kernel("cuda", "float32") == "pytorch"
+    torch.set_num_threads(2)
+    assert gelu_kernel("cpu", "float32") == "pytorch"
+
+
+def test_under_torch_compile_the_kernel_is_one_operator_and_agrees_with_eager():
+    seen = []
+
+    def record(gm, example_inputs):  # a backend that only looks: the graph runs as traced
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    x = (torch.randn(4, 100, generator=torch.Generator().manual_seed(5)) * 2).requires_grad_()
+    out = torch.compile(gelu, backend=record, fullgraph=True)(x)
+    assert "logbook.gelu.default" in seen and not any("gelu.default" == t.split(".", 1)[-1] for t in seen if "aten" in t)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    eager = gelu(x)
+    assert torch.equal(out, eager)
+    assert torch.equal(torch.autograd.grad(out, x, g)[0], torch.autograd.grad(eager, x, g)[0])
+
+
+def test_the_compiled_backward_leaves_the_callers_gradient_alone():
+    """Outside inductor the in-place backward works on a copy: a gradient the caller still holds keeps its values."""
+    x = torch.randn(64, generator=torch.Generator().manual_seed(6)).requires_grad_()
+    y = torch.ops.logbook.gelu(x)
+    g = torch.randn(64, generator=torch.Generator().manual_seed(7))
+    before = g.clone()
+    (dx,) = torch.autograd.grad(y, x, g)
+    assert torch.equal(g, before)
+    assert _err(dx, _exact(x.detach())[1] * g.double()).max() <= 1e-6
+
+
+def test_a_model_on_the_c_gelu_trains_like_one_on_pytorchs(monkeypatch):
+    cfg = ModelConfig(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=256)
+    x = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(0))
+
+    def losses() -> list[float]:
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        out = []
+        for _ in range(5):
+            loss = model(x, x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            out.append(loss.item())
+        return out
+
+    ours = losses()
+    monkeypatch.setattr("trainer.activation.native_gelu", lambda x: False)
+    theirs = losses()
+    assert ours[-1] < ours[0] - 0.1  # it learns
+    assert ours == pytest.approx(theirs, abs=2e-4)
