@@ -6,21 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer import native
+from model_helpers import adamw_losses, c_kernels_one_thread  # noqa: F401 (a fixture)
 from trainer.attention import MAX_T, _NativeCausalAttention, attention_kernel, causal_attention, native_attention
 from trainer.config import ModelConfig
-from trainer.model import GPT
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """A CPU run's setting, where the kernel serves; and the kernels must have been built."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    if native.library() is None:
-        pytest.skip(f"no C kernels here: {native.unavailable()}")
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("c_kernels_one_thread")
 
 
 def _heads(B: int, T: int, H: int, hd: int, seed: int, scale: float = 1.0) -> list[torch.Tensor]:
@@ -105,22 +96,9 @@ def test_a_model_on_the_c_attention_trains_like_one_on_pytorchs(monkeypatch):
     cfg = ModelConfig(n_layer=2, n_head=4, n_embd=128, block_size=64, vocab_size=256)
     x = torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(0))
 
-    def losses() -> list[float]:
-        torch.manual_seed(0)
-        model = GPT(cfg)
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-        out = []
-        for _ in range(5):
-            loss = model(x, x).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            out.append(loss.item())
-        return out
-
-    ours = losses()
+    ours = adamw_losses(cfg, x)
     monkeypatch.setattr("trainer.attention.native_attention", lambda *a: False)
-    theirs = losses()
+    theirs = adamw_losses(cfg, x)
     assert ours[-1] < ours[0] - 0.1  # it learns
     assert ours == pytest.approx(theirs, abs=2e-4)
 
