@@ -391,16 +391,29 @@ def _step_contenders(checkout: Path) -> dict:
             "project, QK-norm + z-loss, PyTorch's ops": on_pytorch_ops(), "nanoGPT": nanogpt()}
 
 
-def profile_step(checkout: Path, steps: int = 10, rows: int = 14) -> None:
-    """torch.profiler's top operators (self CPU time) of the model + AdamW step, the project's and nanoGPT's."""
+def profile_step(checkout: Path, compiled: bool = False, steps: int = 10, rows: int = 14) -> None:
+    """torch.profiler's top operators (self CPU time) of the model + AdamW step, the project's and nanoGPT's.
+
+    `compiled`: both models under torch.compile, with inductor's kernels named
+    in the table rather than folded into one row per graph.
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     contenders = _step_contenders(checkout)
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randint(0, 256, (SHAPE["batch"], SHAPE["block"]), generator=g) for _ in range(2))
-    for name in ("project, QK-norm + z-loss", "project, QK-norm + z-loss, PyTorch's ops", "nanoGPT"):
+    names = ["project, QK-norm + z-loss", "project, QK-norm + z-loss, PyTorch's ops", "nanoGPT"]
+    if compiled:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.cpp.enable_kernel_profile = True
+        names.remove("project, QK-norm + z-loss, PyTorch's ops")  # its switch is Python that a graph would bake in
+    for name in names:
         m, opt, loss_of = contenders[name]
+        if compiled:
+            cm = torch.compile(m, dynamic=False)
+            loss_of = (lambda x, y, cm=cm: cm(x, y)[1]) if name == "nanoGPT" else (lambda x, y, cm=cm: cm(x, y).loss)
         step = lambda: (loss_of(x, y).backward(), torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0),  # noqa: E731
                         opt.step(), opt.zero_grad(set_to_none=True))
         for _ in range(3):
@@ -408,7 +421,7 @@ def profile_step(checkout: Path, steps: int = 10, rows: int = 14) -> None:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
                 step()
-        print(f"\n{name}: {steps} steps under torch.profiler")
+        print(f"\n{name}{', compiled' if compiled else ''}: {steps} steps under torch.profiler")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
@@ -422,7 +435,8 @@ def main() -> int:
     ap.add_argument("--slice", type=float, default=2.0, help="seconds each contender runs while the others wait")
     ap.add_argument("--compile", choices=("off", "on", "both"), default="both")
     ap.add_argument("--step-only", action="store_true", help="only time the model + AdamW step alone, in this process")
-    ap.add_argument("--profile", action="store_true", help="only print torch.profiler's top operators of that step")
+    ap.add_argument("--profile", action="store_true",
+                    help="only print torch.profiler's top operators of that step (compiled with --compile on)")
     ap.add_argument("--quick", action="store_true", help="2 rounds of 40 steps, eager only")
     args = ap.parse_args()
     if args.quick:
@@ -435,7 +449,7 @@ def main() -> int:
         result("logbook vs nanoGPT", "skipped", "ratio", ">= 1.0", None)
         return 0
     if args.profile:
-        profile_step(checkout)
+        profile_step(checkout, compiled=args.compile == "on")
         return 0
     if args.step_only:
         step_only(checkout, rounds=max(5, 3 * args.rounds), block=3)
