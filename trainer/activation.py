@@ -27,16 +27,20 @@ from . import native
 from .kernels import _native_path, kernels_ready
 
 
+def _forward(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    native.gelu_forward(x, y)
+    return y
+
+
 class _NativeGELU(torch.autograd.Function):
     """The kernel in eager mode."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()
-        y = torch.empty_like(x)
-        native.gelu_forward(x, y)
         ctx.save_for_backward(x)
-        return y
+        return _forward(x)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> torch.Tensor:
@@ -49,10 +53,7 @@ class _NativeGELU(torch.autograd.Function):
 
 @torch.library.custom_op("logbook::gelu", mutates_args=())
 def _gelu_op(x: torch.Tensor) -> torch.Tensor:
-    x = x.contiguous()
-    y = torch.empty_like(x)
-    native.gelu_forward(x, y)
-    return y
+    return _forward(x.contiguous())
 
 
 @_gelu_op.register_fake
