@@ -24,7 +24,6 @@ import argparse
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -60,22 +59,11 @@ def accuracy() -> None:
         result(f"{name} max error: C vs PyTorch", round(t / e, 2), "ratio", ">= 1", t >= e)
 
 
-def _step(compiled: bool, native_gelu: bool):
-    from bench.peers import SHAPE, project_step_parts
-
-    model, opt, _ = project_step_parts()
-    call = torch.compile(model, dynamic=False) if compiled else model
-    g = torch.Generator().manual_seed(0)
-    x, y = (torch.randint(0, 256, (SHAPE["batch"], SHAPE["block"]), generator=g) for _ in range(2))
-
-    def step() -> None:
-        # The switch is read as each model runs (and as its graph is traced): one model a kernel.
+def _switch(native_gelu: bool):
+    def switch() -> None:
         activation.native_gelu = _ours if native_gelu else _theirs
-        call(x, y).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
 
-    return step
+    return switch
 
 
 _ours = activation.native_gelu
@@ -86,20 +74,13 @@ def _theirs(x: torch.Tensor) -> bool:
 
 
 def timing(rounds: int, reps: int) -> None:
+    from bench._step_ab import alternate, paired_ratio, project_step
+
     print(f"\n{'step':10s} {'PyTorch ms':>11s} {'C ms':>8s} {'ratio':>6s}")
     for compiled in (True, False):
-        steps = {"pytorch": _step(compiled, False), "c": _step(compiled, True)}
-        for step in steps.values():
-            for _ in range(3):
-                step()
-        ms: dict[str, list[float]] = {name: [] for name in steps}
-        for _ in range(rounds):
-            for name, step in steps.items():
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    step()
-                ms[name].append((time.perf_counter() - t0) / reps * 1000)
-        ratio = statistics.median(a / b for a, b in zip(ms["pytorch"], ms["c"]))
+        ms = alternate({"pytorch": project_step(compiled, _switch(False)), "c": project_step(compiled, _switch(True))},
+                       rounds, reps)
+        ratio = paired_ratio(ms, "pytorch", "c")
         mode = "compiled" if compiled else "eager"
         print(f"{mode:10s} {statistics.median(ms['pytorch']):11.2f} {statistics.median(ms['c']):8.2f} {ratio:6.3f}")
         result(f"{mode} step with the C GELU vs PyTorch's", round(ratio, 3), "ratio", "> 1", ratio > 1)

@@ -39,7 +39,8 @@ def test_the_wheel_holds_every_template_and_example_config(wheel):
     assert templates and configs
     assert {f"logbook/templates/{t}" for t in templates} <= names
     assert {f"logbook/configs/{c}" for c in configs} <= names
-    assert {"trainer/csrc/rms_norm.c", "trainer/csrc/attention.c", "trainer/csrc/gelu.c", "trainer/csrc/vec.h"} <= names  # built where it trains (trainer/native.py)
+    assert {"trainer/csrc/rms_norm.c", "trainer/csrc/attention.c", "trainer/csrc/gelu.c", "trainer/csrc/vec.h",
+            "trainer/csrc/norm.h"} <= names  # built where it trains (trainer/native.py)
 
 
 @pytest.mark.slow

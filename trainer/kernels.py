@@ -28,7 +28,9 @@ under `torch.compile` (inductor fuses the plain ops with their neighbours
 better than it traces a custom backward), and for inputs that are not
 float32. The QK-norm is the exception: under `torch.compile` on a CPU it
 stays on its C kernel, as the operator `logbook::qk_norm` (inductor's code
-for it took twice as long, and nothing beside it could fuse with it). The
+for it took twice as long, and nothing beside it could fuse with it).
+Where the C attention serves, the model does not call `qk_norm` at all:
+the attention kernel normalises the heads itself (trainer/attention.py). The
 numbers agree with PyTorch's to float32 rounding; a run is bitwise reproducible against itself
 on every path, and the path is fixed for a run (its device, dtype and threads).
 """

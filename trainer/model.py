@@ -3,7 +3,8 @@
 RMSNorm everywhere, QK-norm with per-head gains (so QK-clip can rescale one
 head), a z-loss reported apart from the cross-entropy, no biases, causal
 attention, optional tied embeddings. RMSNorm, attention and the loss run on
-kernels of their own on CPU (trainer/kernels.py, trainer/attention.py).
+kernels of their own on CPU (trainer/kernels.py, trainer/attention.py;
+the QK-norm inside the attention kernel where that serves).
 Every parameter has a role (embedding, norm, hidden, head) from which the
 optimizer builds its groups: embeddings and norms never get weight decay,
 and Muon only sees hidden matrices.
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .activation import gelu
-from .attention import causal_attention
+from .attention import causal_attention, fused_qk_norm_attention, qk_norm_attention
 from .config import ModelConfig
 from .kernels import cross_entropy_z, qk_norm, rms_norm
 
@@ -59,6 +60,11 @@ class Attention(nn.Module):
         B, T, C = x.shape
         H, hd = self.n_head, self.head_dim
         qkv = self.qkv(x)
+        if self.qk_norm and fused_qk_norm_attention(qkv, self.q_gain, self.dropout if self.training else 0.0):
+            y, head_max = qk_norm_attention(qkv, self.q_gain, self.k_gain)
+            if self.track_max_logit:
+                self.max_logit = head_max.detach().amax(0)
+            return _dropout(self.proj(y), self.dropout, self.training)
         if self.qk_norm:
             # Queries and keys are the first 2C columns, normalised where they lie
             # (trainer/kernels.py). A split, not two slices: its backward is one

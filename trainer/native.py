@@ -14,7 +14,9 @@ sequences and large heads; at a small model's heads (T = 128, hd = 32) it
 spends most of its time around its matrix products rather than in them.
 `trainer/csrc/attention.c` does a head whole while it sits in the cache, a
 few query rows at a time against a few column chunks at once: about 1.6x
-faster forward and backward at those shapes (trainer/attention.py).
+faster forward and backward at those shapes (trainer/attention.py). It
+can take the QK-norm in too, with the norm's row arithmetic that
+`trainer/csrc/norm.h` shares with the RMSNorm loops.
 
 `trainer/csrc/gelu.c` computes the MLP's GELU (the error function's) and
 its gradient from one polynomial each where nearly every pre-activation
@@ -22,8 +24,8 @@ lies, instead of PyTorch's division and exponentials (trainer/activation.py).
 
 `library()` compiles the files with the system's C compiler (`$CC`, else
 cc, gcc or clang) for this CPU (`-O3 -march=native`) into a cache folder,
-once: the file is named after a hash of the sources (trainer/csrc/vec.h,
-which they include, among them), the compiler's version, the flags and the
+once: the file is named after a hash of the sources (the headers
+trainer/csrc/vec.h and norm.h, which they include, among them), the compiler's version, the flags and the
 CPU's feature flags, so a changed source, compiler or CPU (a home folder
 shared by the nodes of a cluster) gets its own build. It is written under a
 temporary name and renamed into place, so ranks that build at once never
@@ -55,7 +57,7 @@ from pathlib import Path
 import torch
 
 SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rms_norm.c", "attention.c", "gelu.c"))
-HEADERS = (Path(__file__).with_name("csrc") / "vec.h",)
+HEADERS = tuple(Path(__file__).with_name("csrc") / name for name in ("vec.h", "norm.h"))
 """Included by the sources: part of what names a build, though not compiled on their own."""
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
 
@@ -121,9 +123,10 @@ def library() -> ctypes.CDLL | None:
     lib.lb_rms_norm_backward.argtypes = [rows, rows, f32p, ctypes.c_int64, f32p, rows, f32p, shape]
     lib.lb_rms_norm_backward.restype = ctypes.c_int
     heads, sizes = ctypes.POINTER(_Heads), [ctypes.c_int64] * 4
-    lib.lb_attention_forward.argtypes = [heads, heads, heads, heads, f32p, *sizes, ctypes.c_float]
+    norm = [f32p, ctypes.c_float, f32p]  # the fused QK-norm's gains and eps, and an output (NULL: none)
+    lib.lb_attention_forward.argtypes = [heads, heads, heads, heads, f32p, *sizes, ctypes.c_float, *norm]
     lib.lb_attention_forward.restype = ctypes.c_int
-    lib.lb_attention_backward.argtypes = [heads] * 5 + [f32p] + [heads] * 3 + [*sizes, ctypes.c_float]
+    lib.lb_attention_backward.argtypes = [heads] * 5 + [f32p] + [heads] * 3 + [*sizes, ctypes.c_float, *norm]
     lib.lb_attention_backward.restype = ctypes.c_int
     lib.lb_gelu_forward.argtypes = [f32p, f32p, ctypes.c_int64]
     lib.lb_gelu_forward.restype = None
@@ -201,24 +204,42 @@ def _heads(t: torch.Tensor) -> _Heads:
     return _Heads(t.data_ptr(), *t.stride()[:3])
 
 
-def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                      out: torch.Tensor) -> torch.Tensor:
-    """Write causal softmax(q k^T * scale) v into `out` and return the log-sum-exp per row; all [B, H, T, hd]."""
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out: torch.Tensor,
+                      gains: torch.Tensor | None = None, eps: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write causal softmax(q k^T * scale) v into `out`; return the log-sum-exp per row and each head's largest logit.
+
+    All [B, H, T, hd]; the largest logits are [B, H]. With `gains` ([2H, hd],
+    contiguous: the queries' heads, then the keys'), q and k are RMS-normalised
+    per head with them first (the fused QK-norm).
+    """
     B, H, T, hd = q.shape
-    lse = torch.empty(B, H, T, dtype=q.dtype)
-    if library().lb_attention_forward(_heads(q), _heads(k), _heads(v), _heads(out), lse.data_ptr(), B, H, T, hd, scale):
+    lse, head_max = torch.empty(B, H, T, dtype=q.dtype), torch.empty(B, H, dtype=q.dtype)
+    if library().lb_attention_forward(_heads(q), _heads(k), _heads(v), _heads(out), lse.data_ptr(), B, H, T, hd, scale,
+                                      _ptr(gains), eps, head_max.data_ptr()):
         raise MemoryError("attention forward: no memory for its buffers")
-    return lse
+    return lse, head_max
 
 
 def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, g: torch.Tensor,
-                       lse: torch.Tensor, scale: float, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
-    """Write the gradients of q, k and v into dq, dk and dv, given the output's gradient g."""
+                       lse: torch.Tensor, scale: float, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor,
+                       gains: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor | None:
+    """Write the gradients of q, k and v into dq, dk and dv, given the output's gradient g.
+
+    With `gains` (the forward's), q and k are the norm's inputs and get their
+    gradients through it; the gains' gradient is returned, [2H, hd].
+    """
     B, H, T, hd = q.shape
+    dgains = torch.empty(gains.shape, dtype=gains.dtype) if gains is not None else None
     status = library().lb_attention_backward(_heads(q), _heads(k), _heads(v), _heads(out), _heads(g), lse.data_ptr(),
-                                             _heads(dq), _heads(dk), _heads(dv), B, H, T, hd, scale)
+                                             _heads(dq), _heads(dk), _heads(dv), B, H, T, hd, scale, _ptr(gains), eps,
+                                             _ptr(dgains))
     if status:
         raise MemoryError("attention backward: no memory for its buffers")
+    return dgains
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return t.data_ptr() if t is not None else None
 
 
 def gelu_forward(x: torch.Tensor, out: torch.Tensor) -> None:

@@ -21,6 +21,15 @@
  * written once (summed into memory block after block, the keys' and values'
  * gradients took a tenth more time).
  *
+ * With per-head gains (QK-norm fused), the queries and keys handed in are
+ * the projection's, before their norm: each head's are normalised into the
+ * scratch (norm.h's rows, as rms_norm.c computes them) before its attention,
+ * and backward computes them again, then takes the norm's backward of the
+ * head's query and key gradients, writing the projection's gradients where
+ * they lie. The normalised heads never go to memory, and no gradient needs
+ * a second pass or a concatenation. The forward can also give each head's
+ * largest logit (what QK-clip watches), a by-product of its softmax.
+ *
  * Written with the compiler's vector types (vec.h); every sum runs
  * in a fixed order, so the same binary gives the same bits on every call.
  * Returns 0, or 1 when its scratch memory could not be had.
@@ -29,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "norm.h"
 #include "vec.h"
 
 #define R 4  /* query rows at a time */
@@ -38,6 +48,15 @@ typedef struct {
     float *base;
     int64_t s0, s1, s2;
 } heads_t;
+
+/* The fused QK-norm of one call: gains [2H, hd] (the queries' heads, then the keys'), and its scratch. */
+typedef struct {
+    const float *gains;
+    float eps;
+    int64_t H;
+    float *Qn, *Kn, *DQ, *DK, *rs, *gw; /* T x hd each (DQ, DK backward only), 2T, hd */
+    double *acc;                        /* the gains' gradient, summed in double as rms_norm.c sums it */
+} qkn_t;
 
 static inline float *row(const heads_t *t, int64_t b, int64_t h, int64_t i) {
     return t->base + b * t->s0 + h * t->s1 + i * t->s2;
@@ -116,7 +135,7 @@ static inline vf causal(vf s, int64_t c, int64_t i, vf fill) {
 static inline __attribute__((always_inline)) void forward_rows(const heads_t *q, const heads_t *v, const heads_t *o,
                                                                float *lse, int64_t b, int64_t h, int64_t i0,
                                                                const int nr, int64_t Tp, const int64_t hd, float scale,
-                                                               const float *KT, vf (*S)[Tp / W]) {
+                                                               const float *KT, vf (*S)[Tp / W], float *head_max) {
     const int64_t last = i0 + nr - 1, nch = last / W + 1;
     const float *x[R];
     for (int r = 0; r < nr; r++) x[r] = row(q, b, h, i0 + r);
@@ -128,6 +147,7 @@ static inline __attribute__((always_inline)) void forward_rows(const heads_t *q,
         vf mx = S[r][0];
         for (int64_t c = 1; c < n; c++) mx = sel(S[r][c] > mx, S[r][c], mx);
         const float m = hmax(mx);
+        if (head_max && m > *head_max) *head_max = m;
         vf sum = {};
         for (int64_t c = 0; c < n; c++) {
             const vf p = causal(vexp(S[r][c] - m), c, i, splat(0.0f));
@@ -155,32 +175,86 @@ static inline __attribute__((always_inline)) void forward_rows(const heads_t *q,
     }
 }
 
+/* Batch element b's queries and keys normalised into n->Qn and n->Kn (head after head, T rows of hd each)
+   and their rstd into n->rs, read in memory order (a token's heads lie side by side): head by head, each
+   row would be a stride apart, and the prefetcher, which stops at a page's end, would not keep up. */
+static inline __attribute__((always_inline)) void normalise_batch(const heads_t *q, const heads_t *k, int64_t b,
+                                                                  int64_t T, const int64_t hd, const qkn_t *n) {
+    const int64_t H = n->H;
+    for (int64_t i = 0; i < T; i++) {
+        for (int64_t h = 0; h < H; h++)
+            n->rs[h * T + i] = forward_row(row(q, b, h, i), n->gains + h * hd, n->Qn + (h * T + i) * hd, hd, n->eps);
+        for (int64_t h = 0; h < H; h++)
+            n->rs[(H + h) * T + i] =
+                forward_row(row(k, b, h, i), n->gains + (H + h) * hd, n->Kn + (h * T + i) * hd, hd, n->eps);
+    }
+}
+
+/* Head h of a batch element kept in the scratch at `base`: T rows of hd floats (whatever b and h). */
+static inline heads_t scratch_head(float *base, int64_t h, int64_t T, int64_t hd) {
+    return (heads_t){base + h * T * hd, 0, 0, hd};
+}
+
 static inline __attribute__((always_inline)) void forward_head(const heads_t *q, const heads_t *k, const heads_t *v,
                                                                const heads_t *o, float *lse, int64_t b, int64_t h,
                                                                int64_t T, const int64_t hd, float scale, float *KT,
-                                                               float *scores) {
+                                                               float *scores, float *head_max) {
     const int64_t Tp = (T + W - 1) / W * W;
     vf(*S)[Tp / W] = (vf(*)[Tp / W])scores;
     as_columns(k, b, h, T, hd, Tp, KT);
     int64_t i = 0;
-    for (; i + R <= T; i += R) forward_rows(q, v, o, lse, b, h, i, R, Tp, hd, scale, KT, S);
-    for (; i < T; i++) forward_rows(q, v, o, lse, b, h, i, 1, Tp, hd, scale, KT, S);
+    for (; i + R <= T; i += R) forward_rows(q, v, o, lse, b, h, i, R, Tp, hd, scale, KT, S, head_max);
+    for (; i < T; i++) forward_rows(q, v, o, lse, b, h, i, 1, Tp, hd, scale, KT, S, head_max);
 }
 
+/* Every head of batch element b, its queries and keys normalised first where n is given. */
+static inline __attribute__((always_inline)) void forward_batch(const heads_t *q, const heads_t *k, const heads_t *v,
+                                                                const heads_t *o, float *lse, float *head_max,
+                                                                int64_t b, int64_t H, int64_t T, const int64_t hd,
+                                                                float scale, float *KT, float *scores,
+                                                                const qkn_t *n) {
+    if (n) normalise_batch(q, k, b, T, hd, n);
+    for (int64_t h = 0; h < H; h++) {
+        float *m = head_max ? head_max + b * H + h : NULL;
+        if (m) *m = -INFINITY;
+        const heads_t qn = n ? scratch_head(n->Qn, h, T, hd) : *q, kn = n ? scratch_head(n->Kn, h, T, hd) : *k;
+        forward_head(&qn, &kn, v, o, lse + (b * H + h) * T, b, h, T, hd, scale, KT, scores, m);
+    }
+}
+
+/* The fused QK-norm's scratch after `at` (H*T*hd floats `heads` times, then 2*H*T + hd), and its gains' sums. */
+static int qkn_init(qkn_t *n, const float *gains, float eps, int64_t H, int64_t T, int64_t hd, float *at, int heads) {
+    *n = (qkn_t){.gains = gains, .eps = eps, .H = H};
+    if (!gains) return 0;
+    const int64_t one = H * T * hd;
+    n->Qn = at, n->Kn = at + one;
+    if (heads == 4) n->DQ = at + 2 * one, n->DK = at + 3 * one;
+    n->rs = at + heads * one, n->gw = n->rs + 2 * H * T;
+    if (heads == 4 && !(n->acc = calloc((size_t)(2 * H * hd), sizeof(double)))) return 1;
+    return 0;
+}
+
+static size_t qkn_floats(const float *gains, int64_t H, int64_t T, int64_t hd, int heads) {
+    return gains ? (size_t)(heads * H * T * hd + 2 * H * T + hd) : 0;
+}
+
+/* gains: NULL, or the fused QK-norm's [2H, hd]. head_max: NULL, or [B, H] for each head's largest logit. */
 int lb_attention_forward(const heads_t *q, const heads_t *k, const heads_t *v, const heads_t *o, float *lse,
-                         int64_t B, int64_t H, int64_t T, int64_t hd, float scale) {
+                         int64_t B, int64_t H, int64_t T, int64_t hd, float scale, const float *gains, float eps,
+                         float *head_max) {
     const int64_t Tp = (T + W - 1) / W * W;
-    float *KT = aligned_alloc(64, (size_t)((hd + R) * Tp) * sizeof(float));
+    const size_t floats = (size_t)((hd + R) * Tp) + qkn_floats(gains, H, T, hd, 2);
+    float *KT = aligned_alloc(64, (floats + 15) / 16 * 16 * sizeof(float));
     if (!KT) return 1;
     float *scores = KT + hd * Tp;
+    qkn_t norm;
+    qkn_init(&norm, gains, eps, H, T, hd, scores + R * Tp, 2);
+    const qkn_t *n = gains ? &norm : NULL;
     for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++) {
-            float *l = lse + (b * H + h) * T;
-            switch (hd) { /* the common widths with hd known at compile time, so their loops unroll */
-            case 32: forward_head(q, k, v, o, l, b, h, T, 32, scale, KT, scores); break;
-            case 64: forward_head(q, k, v, o, l, b, h, T, 64, scale, KT, scores); break;
-            default: forward_head(q, k, v, o, l, b, h, T, hd, scale, KT, scores);
-            }
+        switch (hd) { /* the common widths with hd known at compile time, so their loops unroll */
+        case 32: forward_batch(q, k, v, o, lse, head_max, b, H, T, 32, scale, KT, scores, n); break;
+        case 64: forward_batch(q, k, v, o, lse, head_max, b, H, T, 64, scale, KT, scores, n); break;
+        default: forward_batch(q, k, v, o, lse, head_max, b, H, T, hd, scale, KT, scores, n);
         }
     free(KT);
     return 0;
@@ -271,22 +345,61 @@ static inline __attribute__((always_inline)) void backward_head(const heads_t *q
     for (; j < T; j++) backward_keys(q, g, dk, dv, b, h, j, 1, T, Tp, hd, s);
 }
 
+/* Every head of batch element b. With n: attention on the normalised heads, its query and key gradients
+   into the scratch, then the norm's backward, token by token in memory order as normalise_batch reads. */
+static inline __attribute__((always_inline)) void backward_batch(const heads_t *q, const heads_t *k, const heads_t *v,
+                                                                 const heads_t *o, const heads_t *g, const float *lse,
+                                                                 const heads_t *dq, const heads_t *dk,
+                                                                 const heads_t *dv, int64_t b, int64_t H, int64_t T,
+                                                                 const int64_t hd, float scale, const scratch_t *s,
+                                                                 const qkn_t *n) {
+    if (n) normalise_batch(q, k, b, T, hd, n);
+    for (int64_t h = 0; h < H; h++) {
+        const float *l = lse + (b * H + h) * T;
+        if (!n) {
+            backward_head(q, k, v, o, g, l, dq, dk, dv, b, h, T, hd, scale, s);
+            continue;
+        }
+        const heads_t qn = scratch_head(n->Qn, h, T, hd), kn = scratch_head(n->Kn, h, T, hd);
+        const heads_t dqn = scratch_head(n->DQ, h, T, hd), dkn = scratch_head(n->DK, h, T, hd);
+        backward_head(&qn, &kn, v, o, g, l, &dqn, &dkn, dv, b, h, T, hd, scale, s);
+    }
+    if (!n) return;
+    for (int64_t i = 0; i < T; i++) {
+        for (int64_t h = 0; h < H; h++)
+            backward_row(n->DQ + (h * T + i) * hd, row(q, b, h, i), n->gains + h * hd, n->rs[h * T + i],
+                         row(dq, b, h, i), n->acc + h * hd, n->gw, hd);
+        for (int64_t h = 0; h < H; h++)
+            backward_row(n->DK + (h * T + i) * hd, row(k, b, h, i), n->gains + (H + h) * hd, n->rs[(H + h) * T + i],
+                         row(dk, b, h, i), n->acc + (H + h) * hd, n->gw, hd);
+    }
+}
+
+/* gains: NULL, or the fused QK-norm's [2H, hd], whose gradient then goes to dgains (NULL: not wanted). */
 int lb_attention_backward(const heads_t *q, const heads_t *k, const heads_t *v, const heads_t *o, const heads_t *g,
                           const float *lse, const heads_t *dq, const heads_t *dk, const heads_t *dv, int64_t B,
-                          int64_t H, int64_t T, int64_t hd, float scale) {
+                          int64_t H, int64_t T, int64_t hd, float scale, const float *gains, float eps,
+                          float *dgains) {
     const int64_t Tp = (T + W - 1) / W * W;
-    float *buf = aligned_alloc(64, (size_t)((2 * hd + 2 * Tp) * Tp) * sizeof(float));
+    const size_t floats = (size_t)((2 * hd + 2 * Tp) * Tp) + qkn_floats(gains, H, T, hd, 4);
+    float *buf = aligned_alloc(64, (floats + 15) / 16 * 16 * sizeof(float));
     if (!buf) return 1;
     scratch_t s = {buf, buf + hd * Tp, buf + 2 * hd * Tp, buf + (2 * hd + Tp) * Tp};
+    qkn_t norm;
+    if (qkn_init(&norm, gains, eps, H, T, hd, buf + (2 * hd + 2 * Tp) * Tp, 4)) {
+        free(buf);
+        return 1;
+    }
+    const qkn_t *n = gains ? &norm : NULL;
     for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++) {
-            const float *l = lse + (b * H + h) * T;
-            switch (hd) {
-            case 32: backward_head(q, k, v, o, g, l, dq, dk, dv, b, h, T, 32, scale, &s); break;
-            case 64: backward_head(q, k, v, o, g, l, dq, dk, dv, b, h, T, 64, scale, &s); break;
-            default: backward_head(q, k, v, o, g, l, dq, dk, dv, b, h, T, hd, scale, &s);
-            }
+        switch (hd) {
+        case 32: backward_batch(q, k, v, o, g, lse, dq, dk, dv, b, H, T, 32, scale, &s, n); break;
+        case 64: backward_batch(q, k, v, o, g, lse, dq, dk, dv, b, H, T, 64, scale, &s, n); break;
+        default: backward_batch(q, k, v, o, g, lse, dq, dk, dv, b, H, T, hd, scale, &s, n);
         }
+    if (n && dgains)
+        for (int64_t c = 0; c < 2 * H * hd; c++) dgains[c] = (float)norm.acc[c];
+    free(norm.acc);
     free(buf);
     return 0;
 }

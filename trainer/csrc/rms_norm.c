@@ -8,16 +8,14 @@
  * gradient beside the queries'). The gain of row (i, j, k) is w + k*w_s2: one
  * gain for every row (w_s2 = 0) or one per head.
  *
- * Sums run over LANES independent partial sums, added in a fixed order: the
- * compiler vectorises them without reordering floating-point additions, so
- * the same binary gives the same bits on every call. The gain's gradient is
- * summed in double, row by row, in order.
+ * One row's arithmetic is in norm.h, which the attention kernel shares for
+ * its fused QK-norm. The gain's gradient is summed in double, row by row, in order.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#define LANES 16
+#include "norm.h"
 
 typedef struct {
     float *base;
@@ -39,28 +37,6 @@ static inline float *row(const rows_t *t, int64_t i, int64_t j, int64_t k) {
     return p->base + i * p->s0 + j * p->s1 + (second ? k - t->split : k) * p->s2;
 }
 
-static inline float dot(const float *a, const float *b, int64_t d) {
-    float acc[LANES] = {0};
-    const int64_t whole = d - d % LANES;
-    for (int64_t j = 0; j < whole; j += LANES)
-        for (int l = 0; l < LANES; l++) acc[l] += a[j + l] * b[j + l];
-    /* Halve the partial sums in a tree, not one chain of adds: a chain's latency, not the
-       arithmetic, would bound a row only a head wide. */
-    for (int width = LANES / 2; width > 0; width /= 2)
-        for (int l = 0; l < width; l++) acc[l] += acc[l + width];
-    float s = acc[0];
-    for (int64_t j = whole; j < d; j++) s += a[j] * b[j];
-    return s;
-}
-
-/* One row forward; inlined with d known at compile time for the common widths, so its loops unroll. */
-static inline __attribute__((always_inline)) float forward_row(const float *xr, const float *wr, float *yr,
-                                                               const int64_t d, const float eps) {
-    const float s = 1.0f / sqrtf(dot(xr, xr, d) / (float)d + eps);
-    for (int64_t c = 0; c < d; c++) yr[c] = xr[c] * s * wr[c];
-    return s;
-}
-
 #define FORWARD_ROWS(D)                                                                 \
     for (int64_t i = 0; i < n->n0; i++)                                                 \
         for (int64_t j = 0; j < n->n1; j++)                                             \
@@ -77,17 +53,6 @@ void lb_rms_norm_forward(const rows_t *x, const float *w, int64_t w_s2, const ro
     case 128: FORWARD_ROWS(128) break;
     default: FORWARD_ROWS(n->d)
     }
-}
-
-/* One row backward: dx = s * (g*w - x * s^2 * mean(g*w*x)); the gain's gradient g * x * s added to acc. */
-static inline __attribute__((always_inline)) void backward_row(const float *gr, const float *xr, const float *wr,
-                                                               const float s, float *dxr, double *acc, float *gw,
-                                                               const int64_t d) {
-    for (int64_t c = 0; c < d; c++) gw[c] = gr[c] * wr[c];
-    const float coef = dot(gw, xr, d) * s * s / (float)d;
-    for (int64_t c = 0; c < d; c++) dxr[c] = s * (gw[c] - xr[c] * coef);
-    if (acc)
-        for (int64_t c = 0; c < d; c++) acc[c] += (double)(gr[c] * xr[c] * s);
 }
 
 #define BACKWARD_ROWS(D)                                                                          \
