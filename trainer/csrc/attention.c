@@ -64,18 +64,6 @@ static inline float *row(const heads_t *t, int64_t b, int64_t h, int64_t i) {
 
 static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
-static inline float hsum(vf a) {
-    for (int w = W / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) a[l] += a[l + w];
-    return a[0];
-}
-
-static inline float hmax(vf a) {
-    float m = a[0];
-    for (int l = 1; l < W; l++) m = a[l] > m ? a[l] : m;
-    return m;
-}
-
 /* cols[d][j] = element d of row j of one head: its rows as columns, Tp (T rounded up to W) wide, zero-padded.
    W rows at a time, so that every store fills a whole cache line (a row at a time, each store would
    land on a line of its own: a fifth of the backward's time). */
@@ -83,10 +71,19 @@ static void as_columns(const heads_t *t, int64_t b, int64_t h, int64_t T, int64_
     for (int64_t j0 = 0; j0 < Tp; j0 += W) {
         const float *r[W];
         for (int l = 0; l < W; l++) r[l] = j0 + l < T ? row(t, b, h, j0 + l) : NULL;
+#ifdef LB_SHUFFLE
+        for (int64_t d0 = 0; d0 < hd; d0 += W) { /* a W x W block at a time, transposed in registers */
+            vf blk[W];
+            for (int l = 0; l < W; l++) blk[l] = r[l] ? *(const vfu *)(r[l] + d0) : (vf){};
+            transpose(blk);
+            for (int l = 0; l < W; l++) *(vf *)(cols + (d0 + l) * Tp + j0) = blk[l];
+        }
+#else
         for (int64_t d = 0; d < hd; d++) {
             float *out = cols + d * Tp + j0;
             for (int l = 0; l < W; l++) out[l] = r[l] ? r[l][d] : 0.0f;
         }
+#endif
     }
 }
 
@@ -262,13 +259,27 @@ int lb_attention_forward(const heads_t *q, const heads_t *k, const heads_t *v, c
 
 typedef struct {
     float *KT, *VT, *P, *DS;
+    float *D; /* per head of the batch element, per row: the output's gradient . the output */
 } scratch_t;
+
+/* D for every head of batch element b, read in memory order (a token's heads side by side), as
+   normalise_batch reads: head by head, each row a stride apart, these reads waited on memory. */
+static inline __attribute__((always_inline)) void output_dots(const heads_t *o, const heads_t *g, int64_t b,
+                                                              int64_t H, int64_t T, const int64_t hd, float *D) {
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *gr = row(g, b, h, i), *orow = row(o, b, h, i);
+            vf dot = {};
+            for (int64_t a = 0; a < hd / W; a++) dot += *(const vfu *)(gr + a * W) * *(const vfu *)(orow + a * W);
+            D[h * T + i] = hsum(dot);
+        }
+}
 
 /* Query rows i0 .. i0+nr-1 of one head: their probabilities and score gradients (kept whole for the keys'
    pass), and their queries' gradients. */
-static inline __attribute__((always_inline)) void backward_rows(const heads_t *q, const heads_t *k, const heads_t *o,
-                                                                const heads_t *g, const float *lse, const heads_t *dq,
-                                                                int64_t b, int64_t h, int64_t i0, const int nr,
+static inline __attribute__((always_inline)) void backward_rows(const heads_t *q, const heads_t *k, const heads_t *g,
+                                                                const float *lse, const heads_t *dq, int64_t b,
+                                                                int64_t h, int64_t i0, const int nr, int64_t T,
                                                                 int64_t Tp, const int64_t hd, float scale,
                                                                 const scratch_t *s) {
     const int64_t last = i0 + nr - 1, nch = last / W + 1;
@@ -280,10 +291,7 @@ static inline __attribute__((always_inline)) void backward_rows(const heads_t *q
     rows_times_columns(gr, nr, s->VT, Tp, hd, nch, 1.0f, DS);
     for (int r = 0; r < nr; r++) {
         const int64_t i = i0 + r;
-        const float *orow = row(o, b, h, i);
-        vf dot = {};
-        for (int64_t a = 0; a < hd / W; a++) dot += *(const vfu *)(gr[r] + a * W) * *(const vfu *)(orow + a * W);
-        const float D = hsum(dot);
+        const float D = s->D[h * T + i];
         for (int64_t c = 0; c < nch; c++) {
             const vf p = causal(vexp(P[r][c] - lse[i]), c, i, splat(0.0f));
             P[r][c] = p;
@@ -330,7 +338,7 @@ static inline __attribute__((always_inline)) void backward_keys(const heads_t *q
 }
 
 static inline __attribute__((always_inline)) void backward_head(const heads_t *q, const heads_t *k, const heads_t *v,
-                                                                const heads_t *o, const heads_t *g, const float *lse,
+                                                                const heads_t *g, const float *lse,
                                                                 const heads_t *dq, const heads_t *dk,
                                                                 const heads_t *dv, int64_t b, int64_t h, int64_t T,
                                                                 const int64_t hd, float scale, const scratch_t *s) {
@@ -338,8 +346,8 @@ static inline __attribute__((always_inline)) void backward_head(const heads_t *q
     as_columns(k, b, h, T, hd, Tp, s->KT);
     as_columns(v, b, h, T, hd, Tp, s->VT);
     int64_t i = 0;
-    for (; i + R <= T; i += R) backward_rows(q, k, o, g, lse, dq, b, h, i, R, Tp, hd, scale, s);
-    for (; i < T; i++) backward_rows(q, k, o, g, lse, dq, b, h, i, 1, Tp, hd, scale, s);
+    for (; i + R <= T; i += R) backward_rows(q, k, g, lse, dq, b, h, i, R, T, Tp, hd, scale, s);
+    for (; i < T; i++) backward_rows(q, k, g, lse, dq, b, h, i, 1, T, Tp, hd, scale, s);
     int64_t j = 0;
     for (; j + R <= T; j += R) backward_keys(q, g, dk, dv, b, h, j, R, T, Tp, hd, s);
     for (; j < T; j++) backward_keys(q, g, dk, dv, b, h, j, 1, T, Tp, hd, s);
@@ -354,15 +362,16 @@ static inline __attribute__((always_inline)) void backward_batch(const heads_t *
                                                                  const int64_t hd, float scale, const scratch_t *s,
                                                                  const qkn_t *n) {
     if (n) normalise_batch(q, k, b, T, hd, n);
+    output_dots(o, g, b, H, T, hd, s->D);
     for (int64_t h = 0; h < H; h++) {
         const float *l = lse + (b * H + h) * T;
         if (!n) {
-            backward_head(q, k, v, o, g, l, dq, dk, dv, b, h, T, hd, scale, s);
+            backward_head(q, k, v, g, l, dq, dk, dv, b, h, T, hd, scale, s);
             continue;
         }
         const heads_t qn = scratch_head(n->Qn, h, T, hd), kn = scratch_head(n->Kn, h, T, hd);
         const heads_t dqn = scratch_head(n->DQ, h, T, hd), dkn = scratch_head(n->DK, h, T, hd);
-        backward_head(&qn, &kn, v, o, g, l, &dqn, &dkn, dv, b, h, T, hd, scale, s);
+        backward_head(&qn, &kn, v, g, l, &dqn, &dkn, dv, b, h, T, hd, scale, s);
     }
     if (!n) return;
     for (int64_t i = 0; i < T; i++) {
@@ -381,12 +390,13 @@ int lb_attention_backward(const heads_t *q, const heads_t *k, const heads_t *v, 
                           int64_t H, int64_t T, int64_t hd, float scale, const float *gains, float eps,
                           float *dgains) {
     const int64_t Tp = (T + W - 1) / W * W;
-    const size_t floats = (size_t)((2 * hd + 2 * Tp) * Tp) + qkn_floats(gains, H, T, hd, 4);
+    const size_t floats = (size_t)((2 * hd + 2 * Tp) * Tp + H * T) + qkn_floats(gains, H, T, hd, 4);
     float *buf = aligned_alloc(64, (floats + 15) / 16 * 16 * sizeof(float));
     if (!buf) return 1;
-    scratch_t s = {buf, buf + hd * Tp, buf + 2 * hd * Tp, buf + (2 * hd + Tp) * Tp};
+    float *D = buf + (2 * hd + 2 * Tp) * Tp;
+    scratch_t s = {buf, buf + hd * Tp, buf + 2 * hd * Tp, buf + (2 * hd + Tp) * Tp, D};
     qkn_t norm;
-    if (qkn_init(&norm, gains, eps, H, T, hd, buf + (2 * hd + 2 * Tp) * Tp, 4)) {
+    if (qkn_init(&norm, gains, eps, H, T, hd, D + H * T, 4)) {
         free(buf);
         return 1;
     }

@@ -32,4 +32,66 @@ static inline vf vexp(vf x) {
     return p * (vf)two_n;
 }
 
+
+/* Whole-vector lane moves (GCC 12 and later, Clang): a vector's lanes indexed one by one are read back
+   through the stack. Elsewhere the same arithmetic runs lane by lane. */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define LB_SHUFFLE 1
+/* Lanes w .. 2w-1 of a in lanes 0 .. w-1 (the others: whatever). */
+#define LB_DOWN8(a) __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)
+#define LB_DOWN4(a) __builtin_shufflevector(a, a, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7)
+#define LB_DOWN2(a) __builtin_shufflevector(a, a, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)
+#define LB_DOWN1(a) __builtin_shufflevector(a, a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
+#endif
+
+/* The sum of a's lanes, halved as a tree: lane l + lane l + 8, then + 4, + 2, + 1 (the same order either way). */
+static inline float hsum(vf a) {
+#ifdef LB_SHUFFLE
+    a += LB_DOWN8(a), a += LB_DOWN4(a), a += LB_DOWN2(a), a += LB_DOWN1(a);
+#else
+    for (int w = W / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) a[l] += a[l + w];
+#endif
+    return a[0];
+}
+
+/* The largest of a's lanes. */
+static inline float hmax(vf a) {
+#ifdef LB_SHUFFLE
+    vf d;
+    d = LB_DOWN8(a), a = sel(d > a, d, a);
+    d = LB_DOWN4(a), a = sel(d > a, d, a);
+    d = LB_DOWN2(a), a = sel(d > a, d, a);
+    d = LB_DOWN1(a), a = sel(d > a, d, a);
+    return a[0];
+#else
+    float m = a[0];
+    for (int l = 1; l < W; l++) m = a[l] > m ? a[l] : m;
+    return m;
+#endif
+}
+
+#ifdef LB_SHUFFLE
+/* One stage of a 16 x 16 transpose: rows i and i + s swap their off-diagonal s x s blocks. */
+#define LB_LO(s, j) (((j) & (s)) ? 16 + (j) - (s) : (j))
+#define LB_HI(s, j) (((j) & (s)) ? 16 + (j) : (j) + (s))
+#define LB_LANES(F, s) F(s, 0), F(s, 1), F(s, 2), F(s, 3), F(s, 4), F(s, 5), F(s, 6), F(s, 7), F(s, 8), F(s, 9), \
+        F(s, 10), F(s, 11), F(s, 12), F(s, 13), F(s, 14), F(s, 15)
+#define LB_STAGE(v, s)                                                                   \
+    for (int i = 0; i < W; i++)                                                          \
+        if (!(i & (s))) {                                                                \
+            const vf lo = __builtin_shufflevector(v[i], v[i + (s)], LB_LANES(LB_LO, s)); \
+            const vf hi = __builtin_shufflevector(v[i], v[i + (s)], LB_LANES(LB_HI, s)); \
+            v[i] = lo, v[i + (s)] = hi;                                                  \
+        }
+
+/* v[i][j] becomes v[j][i]: a W x W block of floats transposed in registers. */
+static inline void transpose(vf v[W]) {
+    LB_STAGE(v, 8)
+    LB_STAGE(v, 4)
+    LB_STAGE(v, 2)
+    LB_STAGE(v, 1)
+}
+#endif
+
 #endif
