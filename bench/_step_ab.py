@@ -50,3 +50,22 @@ def alternate(steps: dict[str, Callable[[], None]], rounds: int, reps: int, warm
 def paired_ratio(ms: dict[str, list[float]], before: str, after: str) -> float:
     """Median over the rounds of before's time / after's (above 1: `after` is faster)."""
     return statistics.median(a / b for a, b in zip(ms[before], ms[after]))
+
+
+def step_table(labels: tuple[str, str], switch: Callable[[bool], Callable[[], None]], figure: str, rounds: int,
+               reps: int) -> None:
+    """Print and record, eager and compiled, the step with `switch(False)` against `switch(True)`.
+
+    `labels` name the two columns; `figure` the result, as "<mode> step <figure>".
+    """
+    from bench._result import result
+
+    before, after = labels
+    print(f"\n{'step':10s} {before + ' ms':>12s} {after + ' ms':>12s} {'ratio':>6s}")
+    for compiled in (False, True):
+        ms = alternate({before: project_step(compiled, switch(False)), after: project_step(compiled, switch(True))},
+                       rounds, reps)
+        ratio = paired_ratio(ms, before, after)
+        mode = "compiled" if compiled else "eager"
+        print(f"{mode:10s} {statistics.median(ms[before]):12.2f} {statistics.median(ms[after]):12.2f} {ratio:6.3f}")
+        result(f"{mode} step {figure}", round(ratio, 3), "ratio", "> 1", ratio > 1)

@@ -55,7 +55,7 @@ def _separate(qkv: torch.Tensor, q_gain: torch.Tensor, k_gain: torch.Tensor) -> 
 
 
 def fused(rounds: int, reps: int, step_rounds: int) -> None:
-    from bench._step_ab import alternate, paired_ratio, project_step
+    from bench._step_ab import step_table
 
     kernels = {"separate": _separate, "fused": lambda *a: qk_norm_attention(*a)[0]}
     print(f"\n{'B, H, T, hd':18s} {'separate ms':>11s} {'fused ms':>8s} {'ratio':>6s}  (QK-norm + attention)")
@@ -89,14 +89,7 @@ def fused(rounds: int, reps: int, step_rounds: int) -> None:
 
         return set_it
 
-    print(f"\n{'step':10s} {'separate ms':>11s} {'fused ms':>8s} {'ratio':>6s}")
-    for compiled in (False, True):
-        ms = alternate({"separate": project_step(compiled, switch(False)), "fused": project_step(compiled, switch(True))},
-                       step_rounds, reps)
-        ratio = paired_ratio(ms, "separate", "fused")
-        mode = "compiled" if compiled else "eager"
-        print(f"{mode:10s} {statistics.median(ms['separate']):11.2f} {statistics.median(ms['fused']):8.2f} {ratio:6.3f}")
-        result(f"{mode} step with the QK-norm fused into attention vs apart", round(ratio, 3), "ratio", "> 1", ratio > 1)
+    step_table(("separate", "fused"), switch, "with the QK-norm fused into attention vs apart", step_rounds, reps)
     model_module.fused_qk_norm_attention = ours
 
 

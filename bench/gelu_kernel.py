@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -74,16 +73,9 @@ def _theirs(x: torch.Tensor) -> bool:
 
 
 def timing(rounds: int, reps: int) -> None:
-    from bench._step_ab import alternate, paired_ratio, project_step
+    from bench._step_ab import step_table
 
-    print(f"\n{'step':10s} {'PyTorch ms':>11s} {'C ms':>8s} {'ratio':>6s}")
-    for compiled in (True, False):
-        ms = alternate({"pytorch": project_step(compiled, _switch(False)), "c": project_step(compiled, _switch(True))},
-                       rounds, reps)
-        ratio = paired_ratio(ms, "pytorch", "c")
-        mode = "compiled" if compiled else "eager"
-        print(f"{mode:10s} {statistics.median(ms['pytorch']):11.2f} {statistics.median(ms['c']):8.2f} {ratio:6.3f}")
-        result(f"{mode} step with the C GELU vs PyTorch's", round(ratio, 3), "ratio", "> 1", ratio > 1)
+    step_table(("PyTorch", "C"), _switch, "with the C GELU vs PyTorch's", rounds, reps)
     activation.native_gelu = _ours
 
 
