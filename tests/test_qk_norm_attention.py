@@ -81,6 +81,15 @@ def test_the_fused_kernel_gives_the_same_bits_every_time():
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
+def test_without_autograd_the_fused_kernel_still_serves_evaluation():
+    inputs = _inputs(2, 40, 2, 32, seed=4)
+    with torch.no_grad():
+        y, head_max = qk_norm_attention(*inputs)
+    assert y.grad_fn is None
+    with_grad, grad_max = qk_norm_attention(*inputs)
+    assert torch.equal(y, with_grad.detach()) and torch.equal(head_max, grad_max)
+
+
 def test_a_token_attends_to_itself_and_its_past_only():
     qkv, q_gain, k_gain = (t.detach() for t in _inputs(1, 24, 2, 16, seed=3))
     before, _ = qk_norm_attention(qkv, q_gain, k_gain)
