@@ -24,12 +24,12 @@ lies, instead of PyTorch's division and exponentials (trainer/activation.py).
 
 `library()` compiles the files with the system's C compiler (`$CC`, else
 cc, gcc or clang) for this CPU (`-O3 -march=native`) into a cache folder,
-once: the file is named after a hash of the sources (the headers
-trainer/csrc/vec.h and norm.h, which they include, among them), the compiler's version, the flags and the
-CPU's feature flags, so a changed source, compiler or CPU (a home folder
-shared by the nodes of a cluster) gets its own build. It is written under a
-temporary name and renamed into place, so ranks that build at once never
-load half a file. The folder is
+once: the file is named after a hash of the sources (the headers they
+include, trainer/csrc/vec.h and norm.h, among them), the compiler's
+version, the flags and the CPU's feature flags, so a changed source,
+compiler or CPU (a home folder shared by the nodes of a cluster) gets its
+own build. It is written under a temporary name and renamed into place, so
+ranks that build at once never load half a file. The folder is
 `$LOGBOOK_KERNEL_CACHE`, else `$XDG_CACHE_HOME/logbook/kernels`, else
 `~/.cache/logbook/kernels`. Without a compiler, or when a build fails,
 `library()` is None, `unavailable()` says why, and trainer/kernels.py uses
