@@ -23,7 +23,7 @@ reading the projection in memory order. The normalised heads are never
 written out, backward computes them again and takes the norm's backward
 there, and the projection's gradient comes back as one tensor. That saves
 the QK-norm's two passes, backward's concatenation and the normalised
-heads' memory: about 2% of an eager step and 1.5% of a compiled one at the
+heads' memory: 2-3% of an eager step and 1-4% of a compiled one at the
 peer benchmark's shape (`python3 bench/attention_kernel.py`). Each head's
 largest logit, which QK-clip watches, falls out of its softmax.
 """

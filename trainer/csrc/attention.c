@@ -54,7 +54,7 @@ typedef struct {
     const float *gains;
     float eps;
     int64_t H;
-    float *Qn, *Kn, *DQ, *DK, *rs, *gw; /* T x hd each (DQ, DK backward only), 2T, hd */
+    float *Qn, *Kn, *DQ, *DK, *rs, *gw; /* H*T x hd each (DQ, DK backward only), 2*H*T, hd */
     double *acc;                        /* the gains' gradient, summed in double as rms_norm.c sums it */
 } qkn_t;
 
@@ -219,20 +219,24 @@ static inline __attribute__((always_inline)) void forward_batch(const heads_t *q
     }
 }
 
-/* The fused QK-norm's scratch after `at` (H*T*hd floats `heads` times, then 2*H*T + hd), and its gains' sums. */
-static int qkn_init(qkn_t *n, const float *gains, float eps, int64_t H, int64_t T, int64_t hd, float *at, int heads) {
+/* H*T*hd floats for each normalised head set: queries and keys, and backward their gradients too. */
+static int64_t qkn_sets(int backward) { return backward ? 4 : 2; }
+
+/* The fused QK-norm's scratch after `at` (qkn_floats of it), and backward its gains' sums. */
+static int qkn_init(qkn_t *n, const float *gains, float eps, int64_t H, int64_t T, int64_t hd, float *at,
+                    int backward) {
     *n = (qkn_t){.gains = gains, .eps = eps, .H = H};
     if (!gains) return 0;
     const int64_t one = H * T * hd;
     n->Qn = at, n->Kn = at + one;
-    if (heads == 4) n->DQ = at + 2 * one, n->DK = at + 3 * one;
-    n->rs = at + heads * one, n->gw = n->rs + 2 * H * T;
-    if (heads == 4 && !(n->acc = calloc((size_t)(2 * H * hd), sizeof(double)))) return 1;
+    if (backward) n->DQ = at + 2 * one, n->DK = at + 3 * one;
+    n->rs = at + qkn_sets(backward) * one, n->gw = n->rs + 2 * H * T;
+    if (backward && !(n->acc = calloc((size_t)(2 * H * hd), sizeof(double)))) return 1;
     return 0;
 }
 
-static size_t qkn_floats(const float *gains, int64_t H, int64_t T, int64_t hd, int heads) {
-    return gains ? (size_t)(heads * H * T * hd + 2 * H * T + hd) : 0;
+static size_t qkn_floats(const float *gains, int64_t H, int64_t T, int64_t hd, int backward) {
+    return gains ? (size_t)(qkn_sets(backward) * H * T * hd + 2 * H * T + hd) : 0;
 }
 
 /* gains: NULL, or the fused QK-norm's [2H, hd]. head_max: NULL, or [B, H] for each head's largest logit. */
@@ -240,12 +244,12 @@ int lb_attention_forward(const heads_t *q, const heads_t *k, const heads_t *v, c
                          int64_t B, int64_t H, int64_t T, int64_t hd, float scale, const float *gains, float eps,
                          float *head_max) {
     const int64_t Tp = (T + W - 1) / W * W;
-    const size_t floats = (size_t)((hd + R) * Tp) + qkn_floats(gains, H, T, hd, 2);
+    const size_t floats = (size_t)((hd + R) * Tp) + qkn_floats(gains, H, T, hd, 0);
     float *KT = aligned_alloc(64, (floats + 15) / 16 * 16 * sizeof(float));
     if (!KT) return 1;
     float *scores = KT + hd * Tp;
     qkn_t norm;
-    qkn_init(&norm, gains, eps, H, T, hd, scores + R * Tp, 2);
+    qkn_init(&norm, gains, eps, H, T, hd, scores + R * Tp, 0);
     const qkn_t *n = gains ? &norm : NULL;
     for (int64_t b = 0; b < B; b++)
         switch (hd) { /* the common widths with hd known at compile time, so their loops unroll */
@@ -390,13 +394,13 @@ int lb_attention_backward(const heads_t *q, const heads_t *k, const heads_t *v, 
                           int64_t H, int64_t T, int64_t hd, float scale, const float *gains, float eps,
                           float *dgains) {
     const int64_t Tp = (T + W - 1) / W * W;
-    const size_t floats = (size_t)((2 * hd + 2 * Tp) * Tp + H * T) + qkn_floats(gains, H, T, hd, 4);
+    const size_t floats = (size_t)((2 * hd + 2 * Tp) * Tp + H * T) + qkn_floats(gains, H, T, hd, 1);
     float *buf = aligned_alloc(64, (floats + 15) / 16 * 16 * sizeof(float));
     if (!buf) return 1;
     float *D = buf + (2 * hd + 2 * Tp) * Tp;
     scratch_t s = {buf, buf + hd * Tp, buf + 2 * hd * Tp, buf + (2 * hd + Tp) * Tp, D};
     qkn_t norm;
-    if (qkn_init(&norm, gains, eps, H, T, hd, D + H * T, 4)) {
+    if (qkn_init(&norm, gains, eps, H, T, hd, D + H * T, 1)) {
         free(buf);
         return 1;
     }
