@@ -1,8 +1,12 @@
 /* One RMSNorm row forward and backward, shared by rms_norm.c and attention.c (its fused QK-norm).
  *
- * Sums run over LANES independent partial sums, added in a fixed order: the
- * compiler vectorises them without reordering floating-point additions, so
- * the same binary gives the same bits on every call.
+ * On vec.h's vectors, W floats at a time, with a scalar tail for a row that is
+ * not a whole number of them. A sum runs over W partial sums (lane l takes
+ * elements l, l + W, ...), halved in a tree at the end, in a fixed order, so
+ * the same binary gives the same bits on every call. (As loops over arrays
+ * left to the compiler, a row of a head's 32 floats was done in half-width
+ * vectors and the tree went through the stack: a fifth of the fused
+ * attention's backward.)
  */
 #ifndef LB_NORM_H
 #define LB_NORM_H
@@ -10,18 +14,15 @@
 #include <math.h>
 #include <stdint.h>
 
-#define LANES 16
+#include "vec.h"
 
-static inline float dot(const float *a, const float *b, int64_t d) {
-    float acc[LANES] = {0};
-    const int64_t whole = d - d % LANES;
-    for (int64_t j = 0; j < whole; j += LANES)
-        for (int l = 0; l < LANES; l++) acc[l] += a[j + l] * b[j + l];
-    /* Halve the partial sums in a tree, not one chain of adds: a chain's latency, not the
-       arithmetic, would bound a row only a head wide. */
-    for (int width = LANES / 2; width > 0; width /= 2)
-        for (int l = 0; l < width; l++) acc[l] += acc[l + width];
-    float s = acc[0];
+typedef double vd __attribute__((vector_size(8 * W))); /* W doubles */
+
+static inline __attribute__((always_inline)) float dot(const float *a, const float *b, const int64_t d) {
+    vf acc = {};
+    const int64_t whole = d - d % W;
+    for (int64_t j = 0; j < whole; j += W) acc += *(const vfu *)(a + j) * *(const vfu *)(b + j);
+    float s = hsum(acc);
     for (int64_t j = whole; j < d; j++) s += a[j] * b[j];
     return s;
 }
@@ -30,7 +31,9 @@ static inline float dot(const float *a, const float *b, int64_t d) {
 static inline __attribute__((always_inline)) float forward_row(const float *xr, const float *wr, float *yr,
                                                                const int64_t d, const float eps) {
     const float s = 1.0f / sqrtf(dot(xr, xr, d) / (float)d + eps);
-    for (int64_t c = 0; c < d; c++) yr[c] = xr[c] * s * wr[c];
+    int64_t c = 0;
+    for (; c + W <= d; c += W) *(vfu *)(yr + c) = *(const vfu *)(xr + c) * s * *(const vfu *)(wr + c);
+    for (; c < d; c++) yr[c] = xr[c] * s * wr[c];
     return s;
 }
 
@@ -38,11 +41,20 @@ static inline __attribute__((always_inline)) float forward_row(const float *xr, 
 static inline __attribute__((always_inline)) void backward_row(const float *gr, const float *xr, const float *wr,
                                                                const float s, float *dxr, double *acc, float *gw,
                                                                const int64_t d) {
-    for (int64_t c = 0; c < d; c++) gw[c] = gr[c] * wr[c];
+    int64_t c = 0;
+    for (; c + W <= d; c += W) *(vfu *)(gw + c) = *(const vfu *)(gr + c) * *(const vfu *)(wr + c);
+    for (; c < d; c++) gw[c] = gr[c] * wr[c];
     const float coef = dot(gw, xr, d) * s * s / (float)d;
-    for (int64_t c = 0; c < d; c++) dxr[c] = s * (gw[c] - xr[c] * coef);
-    if (acc)
-        for (int64_t c = 0; c < d; c++) acc[c] += (double)(gr[c] * xr[c] * s);
+    for (c = 0; c + W <= d; c += W) *(vfu *)(dxr + c) = s * (*(const vfu *)(gw + c) - *(const vfu *)(xr + c) * coef);
+    for (; c < d; c++) dxr[c] = s * (gw[c] - xr[c] * coef);
+    if (!acc) return;
+    for (c = 0; c + W <= d; c += W) {
+        vd a;
+        __builtin_memcpy(&a, acc + c, sizeof a); /* acc is only a double's alignment */
+        a += __builtin_convertvector(*(const vfu *)(gr + c) * *(const vfu *)(xr + c) * s, vd);
+        __builtin_memcpy(acc + c, &a, sizeof a);
+    }
+    for (; c < d; c++) acc[c] += (double)(gr[c] * xr[c] * s);
 }
 
 #endif
