@@ -17,6 +17,7 @@
 #include "vec.h"
 
 typedef double vd __attribute__((vector_size(8 * W))); /* W doubles */
+typedef double vdu __attribute__((vector_size(8 * W), aligned(8))); /* the same, at any double's address */
 
 static inline __attribute__((always_inline)) float dot(const float *a, const float *b, const int64_t d) {
     vf acc = {};
@@ -48,12 +49,8 @@ static inline __attribute__((always_inline)) void backward_row(const float *gr, 
     for (c = 0; c + W <= d; c += W) *(vfu *)(dxr + c) = s * (*(const vfu *)(gw + c) - *(const vfu *)(xr + c) * coef);
     for (; c < d; c++) dxr[c] = s * (gw[c] - xr[c] * coef);
     if (!acc) return;
-    for (c = 0; c + W <= d; c += W) {
-        vd a;
-        __builtin_memcpy(&a, acc + c, sizeof a); /* acc is only a double's alignment */
-        a += __builtin_convertvector(*(const vfu *)(gr + c) * *(const vfu *)(xr + c) * s, vd);
-        __builtin_memcpy(acc + c, &a, sizeof a);
-    }
+    for (c = 0; c + W <= d; c += W)
+        *(vdu *)(acc + c) += __builtin_convertvector(*(const vfu *)(gr + c) * *(const vfu *)(xr + c) * s, vd);
     for (; c < d; c++) acc[c] += (double)(gr[c] * xr[c] * s);
 }
 
