@@ -85,8 +85,12 @@ static inline vf gelu_grad(vf x, vf g) {
     const vf z = x * 0.70710678118654752f, u = z * z;
     vf d = 0.5f + z * poly(NEAR_S, N_S, u);
     if (any_far(u)) {
-        /* x phi(x): nought once e^-u is (u > 87, where x^2 might not even be finite) */
-        const vf xphi = sel((vi)(u > 87.0f), splat(0.0f), x * (vexp(-u) * 0.39894228040143268f));
+        /* x phi(x), taken as nought beyond u = 40 (|x| > 8.9), where it is below 2e-17, and e^-u not
+           computed there at all: closer to e^-87, the products are subnormal floats (and so is a gradient
+           multiplied by them), which the CPU computes many times slower than normal ones: on pre-activations
+           drawn with sd 20 (a few beyond 13) this backward took 13 times as long. */
+        const vi tiny = (vi)(u > 40.0f);
+        const vf xphi = sel(tiny, splat(0.0f), x * (vexp(-sel(tiny, splat(40.0f), u)) * 0.39894228040143268f));
         d = sel((vi)(u >= 1.0f), cdf_far(z) + xphi, d);
     }
     return g * d;
