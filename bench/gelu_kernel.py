@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -86,9 +88,6 @@ def timing(rounds: int, reps: int) -> None:
 
 
 def spread(rounds: int = 30) -> None:
-    import statistics
-    import time
-
     n = 2048 * 512  # one MLP's pre-activations at the peer benchmark's shape
     g = torch.Generator().manual_seed(0)
     grad = torch.randn(n, generator=g) * 1e-5
