@@ -108,31 +108,51 @@ def test_run_started_is_told_which_kernel_computes_the_gelu():
     assert gelu_kernel("cpu", "float32") == "pytorch"
 
 
-def test_under_torch_compile_the_kernel_is_one_operator_and_agrees_with_eager():
+def _ops_seen_compiling(fn, x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
     seen = []
 
     def record(gm, example_inputs):  # a backend that only looks: the graph runs as traced
         seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
         return gm.forward
 
+    return torch.compile(fn, backend=record, fullgraph=True)(x), seen
+
+
+def test_under_torch_compile_the_kernel_is_one_operator_and_agrees_with_eager():
     x = (torch.randn(4, 100, generator=torch.Generator().manual_seed(5)) * 2).requires_grad_()
-    out = torch.compile(gelu, backend=record, fullgraph=True)(x)
-    assert "logbook.gelu.default" in seen and not any("gelu.default" == t.split(".", 1)[-1] for t in seen if "aten" in t)
+    out, seen = _ops_seen_compiling(gelu, x)
+    assert "logbook.gelu_and_grad.default" in seen
+    assert not any("gelu.default" == t.split(".", 1)[-1] for t in seen if "aten" in t)
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
     eager = gelu(x)
     assert torch.equal(out, eager)
     assert torch.equal(torch.autograd.grad(out, x, g)[0], torch.autograd.grad(eager, x, g)[0])
 
 
-def test_the_compiled_backward_leaves_the_callers_gradient_alone():
-    """Outside inductor the in-place backward works on a copy: a gradient the caller still holds keeps its values."""
-    x = torch.randn(64, generator=torch.Generator().manual_seed(6)).requires_grad_()
-    y = torch.ops.logbook.gelu(x)
-    g = torch.randn(64, generator=torch.Generator().manual_seed(7))
+def test_without_a_gradient_only_gelu_is_computed_with_the_same_bits():
+    x = torch.randn(4, 100, generator=torch.Generator().manual_seed(8)) * 2
+    with torch.no_grad():
+        out, seen = _ops_seen_compiling(gelu, x)
+        plain = gelu(x)
+    assert "logbook.gelu.default" in seen and "logbook.gelu_and_grad.default" not in seen
+    assert plain.grad_fn is None
+    training = gelu(x.clone().requires_grad_())
+    assert torch.equal(out, plain) and torch.equal(plain, training.detach())
+
+
+def test_the_backward_multiplies_by_the_derivative_the_forward_kept():
+    """The training forward writes gelu'(x) beside gelu(x); the backward is the gradient times it, nothing else."""
+    x = (torch.randn(1000, generator=torch.Generator().manual_seed(6)) * 3).requires_grad_()
+    y, d = torch.ops.logbook.gelu_and_grad(x)
+    g = torch.randn(1000, generator=torch.Generator().manual_seed(7))
     before = g.clone()
     (dx,) = torch.autograd.grad(y, x, g)
-    assert torch.equal(g, before)
-    assert _err(dx, _exact(x.detach())[1] * g.double()).max() <= 1e-6
+    assert torch.equal(g, before)  # the caller's gradient is left alone
+    assert torch.equal(dx, g * d)
+    want_y, want_d = _exact(x.detach())
+    assert _err(y, want_y).max() <= 3e-7 and _err(d, want_d).max() <= 3e-7
+    (eager,) = torch.autograd.grad(_NativeGELU.apply(x), x, g)
+    assert torch.equal(dx, eager)
 
 
 def test_a_model_on_the_c_gelu_trains_like_one_on_pytorchs(monkeypatch):

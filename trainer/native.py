@@ -130,8 +130,8 @@ def library() -> ctypes.CDLL | None:
     lib.lb_attention_backward.restype = ctypes.c_int
     lib.lb_gelu_forward.argtypes = [f32p, f32p, ctypes.c_int64]
     lib.lb_gelu_forward.restype = None
-    lib.lb_gelu_backward.argtypes = [f32p, f32p, f32p, ctypes.c_int64]
-    lib.lb_gelu_backward.restype = None
+    lib.lb_gelu_forward_grad.argtypes = [f32p, f32p, f32p, ctypes.c_int64]
+    lib.lb_gelu_forward_grad.restype = None
     _why_not = None
     return lib
 
@@ -247,6 +247,6 @@ def gelu_forward(x: torch.Tensor, out: torch.Tensor) -> None:
     library().lb_gelu_forward(x.data_ptr(), out.data_ptr(), x.numel())
 
 
-def gelu_backward(g: torch.Tensor, x: torch.Tensor, dx: torch.Tensor) -> None:
-    """Write g * gelu'(x) into `dx`, which may be `g` itself; all contiguous float32 of one size."""
-    library().lb_gelu_backward(g.data_ptr(), x.data_ptr(), dx.data_ptr(), x.numel())
+def gelu_forward_grad(x: torch.Tensor, out: torch.Tensor, grad: torch.Tensor) -> None:
+    """Write gelu(x) into `out` and gelu'(x) into `grad`; all contiguous float32 of one size."""
+    library().lb_gelu_forward_grad(x.data_ptr(), out.data_ptr(), grad.data_ptr(), x.numel())

@@ -1,4 +1,4 @@
-/* GELU forward and backward on a CPU, exact (the error function's, not tanh's) to float32 rounding
+/* GELU and its derivative on a CPU, exact (the error function's, not tanh's) to float32 rounding
  * (trainer/native.py builds and loads it; trainer/activation.py calls it).
  *
  * gelu(x) = x Phi(x), and its derivative Phi(x) + x phi(x), with Phi and phi
@@ -21,7 +21,11 @@
  * and its derivative by 1.5e-7, absolute below 1 and relative above
  * (PyTorch's: 1.1e-6 and 2.7e-7; `python3 bench/gelu_kernel.py`).
  *
- * Arrays are contiguous; the backward may write over its gradient (dx == g).
+ * A training forward writes the derivative beside the output (lb_gelu_forward_grad), so the
+ * backward is one multiply, g * gelu'(x), that PyTorch does (trainer/activation.py): the far
+ * lanes' Phi is computed once for both, not once forward and again backward, and the backward
+ * reads the derivative where it read the pre-activation, so nothing more is kept for it.
+ * Arrays are contiguous.
  * Every lane is computed alone, so the same binary gives the same bits.
  */
 #include <string.h>
@@ -81,19 +85,22 @@ static inline vf gelu(vf x) {
     return y;
 }
 
-static inline vf gelu_grad(vf x, vf g) {
+/* gelu(x) into *y and gelu'(x) into *d: the far lanes' Phi, computed once, serves both. */
+static inline void gelu_and_grad(vf x, vf *y, vf *d) {
     const vf z = x * 0.70710678118654752f, u = z * z;
-    vf d = 0.5f + z * poly(NEAR_S, N_S, u);
+    *y = x * (0.5f + z * poly(NEAR_T, N_T, u));
+    *d = 0.5f + z * poly(NEAR_S, N_S, u);
     if (any_far(u)) {
         /* x phi(x), taken as nought beyond u = 40 (|x| > 8.9), where it is below 2e-17, and e^-u not
            computed there at all: closer to e^-87, the products are subnormal floats (and so is a gradient
            multiplied by them), which the CPU computes many times slower than normal ones: on pre-activations
-           drawn with sd 20 (a few beyond 13) this backward took 13 times as long. */
-        const vi tiny = (vi)(u > 40.0f);
+           drawn with sd 20 (a few beyond 13) the derivative took 13 times as long. */
+        const vi far = (vi)(u >= 1.0f), tiny = (vi)(u > 40.0f);
+        const vf cdf = cdf_far(z);
         const vf xphi = sel(tiny, splat(0.0f), x * (vexp(-sel(tiny, splat(40.0f), u)) * 0.39894228040143268f));
-        d = sel((vi)(u >= 1.0f), cdf_far(z) + xphi, d);
+        *y = sel(far, x * cdf, *y);
+        *d = sel(far, cdf + xphi, *d);
     }
-    return g * d;
 }
 
 void lb_gelu_forward(const float *x, float *y, int64_t n) {
@@ -107,14 +114,18 @@ void lb_gelu_forward(const float *x, float *y, int64_t n) {
     }
 }
 
-void lb_gelu_backward(const float *g, const float *x, float *dx, int64_t n) {
+void lb_gelu_forward_grad(const float *x, float *y, float *d, int64_t n) {
     int64_t i = 0;
-    for (; i + W <= n; i += W) *(vfu *)(dx + i) = gelu_grad(*(const vfu *)(x + i), *(const vfu *)(g + i));
+    vf a, b;
+    for (; i + W <= n; i += W) {
+        gelu_and_grad(*(const vfu *)(x + i), &a, &b);
+        *(vfu *)(y + i) = a, *(vfu *)(d + i) = b;
+    }
     if (i < n) {
-        vf v = {}, gv = {};
+        vf v = {};
         memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));
-        memcpy(&gv, g + i, (size_t)(n - i) * sizeof(float));
-        const vf r = gelu_grad(v, gv);
-        memcpy(dx + i, &r, (size_t)(n - i) * sizeof(float));
+        gelu_and_grad(v, &a, &b);
+        memcpy(y + i, &a, (size_t)(n - i) * sizeof(float));
+        memcpy(d + i, &b, (size_t)(n - i) * sizeof(float));
     }
 }
