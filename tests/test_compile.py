@@ -218,3 +218,17 @@ def test_the_cpu_checks_of_inductor_run_in_the_background_as_a_compile_would_run
     # Answered by the time the cache is ready, with no compile asking; and with the cache's
     # settings, which are per thread in inductor: the same checks, not the ones they skip.
     assert probes("background") == probes("here") and probes("background")[0] == "1"
+
+
+def test_the_generated_step_skips_its_size_checks_while_the_cache_is_open_and_puts_them_back(tmp_path):
+    import torch._inductor.config as inductor_config
+
+    from trainer.compiling import CompileCache
+
+    before = (inductor_config.size_asserts, inductor_config.alignment_asserts)
+    cache = CompileCache(tmp_path / ".logbook")
+    try:
+        assert (inductor_config.size_asserts, inductor_config.alignment_asserts) == (False, False)
+    finally:
+        cache.close()
+    assert (inductor_config.size_asserts, inductor_config.alignment_asserts) == before
