@@ -79,36 +79,11 @@ class CompileCache:
         self._before = {k: os.environ.get(k) for k in self.env}
         Path(self.env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
         os.environ.update(self.env)
-        # The two flags are read once, when inductor's config is first imported; a
-        # process that imported it before (tests, benchmarks) needs them set here.
-        import torch._functorch.config as functorch_config
-        import torch._inductor.config as inductor_config
-
-        self._config_before = (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
-                               inductor_config.cpp.vec_isa_ok, inductor_config.cpp_cache_precompile_headers,
-                               inductor_config.size_asserts, inductor_config.alignment_asserts)
-        inductor_config.fx_graph_cache = True
-        functorch_config.enable_autograd_cache = True
-        # The generated step checks the size and strides of every input and of every
-        # extern or custom operator's output, on every call: about a hundred Python
-        # calls a step, 0.7% of a small model's compiled step on a CPU. The guards
-        # already check the inputs, and the custom operators' layouts are pinned by
-        # their fake functions and tested against eager (tests/test_compile.py).
-        inductor_config.size_asserts = False
-        inductor_config.alignment_asserts = False
-        if device_type == "cpu":
-            # Otherwise every process start builds a test library per SIMD level and
-            # dlopens each in a Python subprocess (several seconds of a restart on a
-            # busy machine). The CPU's own flags name the levels it has; the probe only
-            # guards against a compiler that cannot target them. Set in every attempt,
-            # since inductor's cache keys include it.
-            inductor_config.cpp.vec_isa_ok = True
-            # A precompiled header only speeds up compiling kernels, yet inductor builds
-            # it (a preprocessor run and a hash of its output, about 0.3 s) whenever a
-            # process first loads a cached kernel: on every restart, where nothing is
-            # compiled. Off, a restart only loads; the first compile of a run's code
-            # takes longer instead. The kernels are the same code with the same flags.
-            inductor_config.cpp_cache_precompile_headers = False
+        # Inductor's settings for the attempt, each put back by `close()`.
+        settings = _settings(device_type)
+        self._settings_before = [(obj, name, getattr(obj, name)) for obj, name, _ in settings]
+        for obj, name, value in settings:
+            setattr(obj, name, value)
         self.torch_stamp = torch_files_stamp()
         """Names the saved graphs too (trainer/precompile.py)."""
         reuse_torch_key(self.path.parent, self.torch_stamp)
@@ -125,17 +100,45 @@ class CompileCache:
 
     def close(self) -> None:
         self.ready()
-        import torch._functorch.config as functorch_config
-        import torch._inductor.config as inductor_config
-
-        (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
-         inductor_config.cpp.vec_isa_ok, inductor_config.cpp_cache_precompile_headers,
-         inductor_config.size_asserts, inductor_config.alignment_asserts) = self._config_before
+        for obj, name, value in self._settings_before:
+            setattr(obj, name, value)
         for k, v in self._before.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _settings(device_type: str) -> list[tuple[Any, str, Any]]:
+    """(config module, attribute, value) for each inductor setting an attempt runs with."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    # The two cache flags are read once, when inductor's config is first imported; a
+    # process that imported it before (tests, benchmarks) needs them set here.
+    settings = [(inductor_config, "fx_graph_cache", True), (functorch_config, "enable_autograd_cache", True),
+                # The generated step checks the size and strides of every input and of every
+                # extern or custom operator's output, on every call: about a hundred Python
+                # calls a step, 0.7% of a small model's compiled step on a CPU. The guards
+                # already check the inputs, and the custom operators' layouts are pinned by
+                # their fake functions and tested against eager (tests/test_compile.py).
+                (inductor_config, "size_asserts", False), (inductor_config, "alignment_asserts", False)]
+    if device_type == "cpu":
+        settings += [
+            # Otherwise every process start builds a test library per SIMD level and
+            # dlopens each in a Python subprocess (several seconds of a restart on a
+            # busy machine). The CPU's own flags name the levels it has; the probe only
+            # guards against a compiler that cannot target them. Set in every attempt,
+            # since inductor's cache keys include it.
+            (inductor_config.cpp, "vec_isa_ok", True),
+            # A precompiled header only speeds up compiling kernels, yet inductor builds
+            # it (a preprocessor run and a hash of its output, about 0.3 s) whenever a
+            # process first loads a cached kernel: on every restart, where nothing is
+            # compiled. Off, a restart only loads; the first compile of a run's code
+            # takes longer instead. The kernels are the same code with the same flags.
+            (inductor_config, "cpp_cache_precompile_headers", False),
+        ]
+    return settings
 
 
 def _probe_cpu_isa_in_background() -> threading.Thread:
