@@ -47,7 +47,12 @@ def _forward_grad(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class _NativeGELU(torch.autograd.Function):
-    """The kernel in eager mode: the forward keeps gelu'(x) for the backward's one multiply."""
+    """The kernel in eager mode: the forward keeps gelu'(x) for the backward's one multiply.
+
+    The same work as `logbook::gelu_and_grad` below, which serves compiled graphs; in eager
+    mode the operator's own autograd took a tenth longer a call at the peer benchmark's shape
+    (its dispatch, and a zero gradient made for the derivative it also returns).
+    """
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
