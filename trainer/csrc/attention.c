@@ -41,8 +41,14 @@
 #include "norm.h"
 #include "vec.h"
 
-#define R 4  /* query rows at a time */
-#define G 4  /* column chunks at a time */
+#define R 8  /* the most query rows at a time (rows_at_once) */
+#define G 4  /* the most column chunks at a time */
+#define RB 4 /* query rows at a time backward */
+#define RK 4 /* key rows at a time (backward_keys: two sums of hd floats each) */
+
+/* Query rows at a time for a head hd wide: their outputs' sums, R * hd / W vectors, all kept in registers
+   (at hd = 32, four rows left the multiply-adds of p . v waiting on each other half the time). */
+static inline __attribute__((always_inline)) int rows_at_once(const int64_t hd) { return hd <= 32 ? 8 : 4; }
 
 typedef struct {
     float *base;
@@ -91,17 +97,20 @@ static void as_columns(const heads_t *t, int64_t b, int64_t h, int64_t T, int64_
 static inline __attribute__((always_inline)) void rows_times_columns(const float *const *x, const int nr,
                                                                      const float *cols, int64_t Tp, const int64_t hd,
                                                                      int64_t nch, float scale, vf (*out)[Tp / W]) {
+    const int ng = nr > R / 2 ? 2 : G; /* 16 sums at a time */
     int64_t c = 0;
-    for (; c + G <= nch; c += G) {
-        vf acc[R][G] = {};
+    for (; c + ng <= nch; c += ng) {
+        vf acc[R][G];
+        for (int r = 0; r < nr; r++)
+            for (int g = 0; g < ng; g++) acc[r][g] = (vf){};
         for (int64_t d = 0; d < hd; d++) {
             vf col[G];
-            for (int g = 0; g < G; g++) col[g] = *(const vf *)(cols + d * Tp + (c + g) * W);
+            for (int g = 0; g < ng; g++) col[g] = *(const vf *)(cols + d * Tp + (c + g) * W);
             for (int r = 0; r < nr; r++)
-                for (int g = 0; g < G; g++) acc[r][g] += x[r][d] * col[g];
+                for (int g = 0; g < ng; g++) acc[r][g] += x[r][d] * col[g];
         }
         for (int r = 0; r < nr; r++)
-            for (int g = 0; g < G; g++) out[r][c + g] = acc[r][g] * scale;
+            for (int g = 0; g < ng; g++) out[r][c + g] = acc[r][g] * scale;
     }
     /* The last one to G-1 chunks: two, then one, at a time (one at a time, R sums are too few to
        hide the multiply-add's latency). */
@@ -132,7 +141,8 @@ static inline vf causal(vf s, int64_t c, int64_t i, vf fill) {
 static inline __attribute__((always_inline)) void forward_rows(const heads_t *q, const heads_t *v, const heads_t *o,
                                                                float *lse, int64_t b, int64_t h, int64_t i0,
                                                                const int nr, int64_t Tp, const int64_t hd, float scale,
-                                                               const float *KT, vf (*S)[Tp / W], float *head_max) {
+                                                               const float *KT, vf (*S)[Tp / W], float *rowmax,
+                                                               float *head_max) {
     const int64_t last = i0 + nr - 1, nch = last / W + 1;
     const float *x[R];
     for (int r = 0; r < nr; r++) x[r] = row(q, b, h, i0 + r);
@@ -154,7 +164,7 @@ static inline __attribute__((always_inline)) void forward_rows(const heads_t *q,
         for (int64_t c = n; c < nch; c++) S[r][c] = (vf){};
         const float l = hsum(sum);
         inv[r] = 1.0f / l;
-        lse[i] = m + logf(l);
+        lse[i] = l, rowmax[i] = m; /* its logarithm later, for the whole head (forward_head) */
     }
     vf acc[R][hd / W];
     for (int r = 0; r < nr; r++)
@@ -199,9 +209,14 @@ static inline __attribute__((always_inline)) void forward_head(const heads_t *q,
     const int64_t Tp = (T + W - 1) / W * W;
     vf(*S)[Tp / W] = (vf(*)[Tp / W])scores;
     as_columns(k, b, h, T, hd, Tp, KT);
+    const int nr = rows_at_once(hd);
     int64_t i = 0;
-    for (; i + R <= T; i += R) forward_rows(q, v, o, lse, b, h, i, R, Tp, hd, scale, KT, S, head_max);
-    for (; i < T; i++) forward_rows(q, v, o, lse, b, h, i, 1, Tp, hd, scale, KT, S, head_max);
+    float *rowmax = scores + R * Tp;
+    for (; i + nr <= T; i += nr) forward_rows(q, v, o, lse, b, h, i, nr, Tp, hd, scale, KT, S, rowmax, head_max);
+    for (; i < T; i++) forward_rows(q, v, o, lse, b, h, i, 1, Tp, hd, scale, KT, S, rowmax, head_max);
+    /* The log-sum-exps, out of the rows' loop: a call to logf there had every vector register that loop
+       keeps live saved and loaded again around it, a tenth of the forward's time. */
+    for (i = 0; i < T; i++) lse[i] = rowmax[i] + logf(lse[i]);
 }
 
 /* Every head of batch element b, its queries and keys normalised first where n is given. */
@@ -244,12 +259,12 @@ int lb_attention_forward(const heads_t *q, const heads_t *k, const heads_t *v, c
                          int64_t B, int64_t H, int64_t T, int64_t hd, float scale, const float *gains, float eps,
                          float *head_max) {
     const int64_t Tp = (T + W - 1) / W * W;
-    const size_t floats = (size_t)((hd + R) * Tp) + qkn_floats(gains, H, T, hd, 0);
+    const size_t floats = (size_t)((hd + R + 1) * Tp) + qkn_floats(gains, H, T, hd, 0);
     float *KT = aligned_alloc(64, (floats + 15) / 16 * 16 * sizeof(float));
     if (!KT) return 1;
     float *scores = KT + hd * Tp;
     qkn_t norm;
-    qkn_init(&norm, gains, eps, H, T, hd, scores + R * Tp, 0);
+    qkn_init(&norm, gains, eps, H, T, hd, scores + (R + 1) * Tp, 0);
     const qkn_t *n = gains ? &norm : NULL;
     for (int64_t b = 0; b < B; b++)
         switch (hd) { /* the common widths with hd known at compile time, so their loops unroll */
@@ -324,7 +339,7 @@ static inline __attribute__((always_inline)) void backward_keys(const heads_t *q
                                                                 const heads_t *dv, int64_t b, int64_t h, int64_t j0,
                                                                 const int nj, int64_t T, int64_t Tp, const int64_t hd,
                                                                 const scratch_t *s) {
-    vf ak[R][hd / W], av[R][hd / W];
+    vf ak[RK][hd / W], av[RK][hd / W];
     for (int r = 0; r < nj; r++)
         for (int64_t a = 0; a < hd / W; a++) ak[r][a] = av[r][a] = (vf){};
     for (int64_t i = j0; i < T; i++) {
@@ -349,11 +364,12 @@ static inline __attribute__((always_inline)) void backward_head(const heads_t *q
     const int64_t Tp = (T + W - 1) / W * W;
     as_columns(k, b, h, T, hd, Tp, s->KT);
     as_columns(v, b, h, T, hd, Tp, s->VT);
+    const int nr = RB;
     int64_t i = 0;
-    for (; i + R <= T; i += R) backward_rows(q, k, g, lse, dq, b, h, i, R, T, Tp, hd, scale, s);
+    for (; i + nr <= T; i += nr) backward_rows(q, k, g, lse, dq, b, h, i, nr, T, Tp, hd, scale, s);
     for (; i < T; i++) backward_rows(q, k, g, lse, dq, b, h, i, 1, T, Tp, hd, scale, s);
     int64_t j = 0;
-    for (; j + R <= T; j += R) backward_keys(q, g, dk, dv, b, h, j, R, T, Tp, hd, s);
+    for (; j + RK <= T; j += RK) backward_keys(q, g, dk, dv, b, h, j, RK, T, Tp, hd, s);
     for (; j < T; j++) backward_keys(q, g, dk, dv, b, h, j, 1, T, Tp, hd, s);
 }
 

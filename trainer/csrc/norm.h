@@ -16,8 +16,11 @@
 
 #include "vec.h"
 
-typedef double vd __attribute__((vector_size(8 * W))); /* W doubles */
-typedef double vdu __attribute__((vector_size(8 * W), aligned(8))); /* the same, at any double's address */
+/* W/2 doubles (one register's worth: W of them, GCC keeps the pair on the stack, and every sum into
+   the gains' gradient waited on a store to it), and W/2 floats at any float's address. */
+typedef double vd __attribute__((vector_size(4 * W)));
+typedef double vdu __attribute__((vector_size(4 * W), aligned(8)));
+typedef float vhu __attribute__((vector_size(2 * W), aligned(4)));
 
 static inline __attribute__((always_inline)) float dot(const float *a, const float *b, const int64_t d) {
     vf acc = {};
@@ -49,8 +52,8 @@ static inline __attribute__((always_inline)) void backward_row(const float *gr, 
     for (c = 0; c + W <= d; c += W) *(vfu *)(dxr + c) = s * (*(const vfu *)(gw + c) - *(const vfu *)(xr + c) * coef);
     for (; c < d; c++) dxr[c] = s * (gw[c] - xr[c] * coef);
     if (!acc) return;
-    for (c = 0; c + W <= d; c += W)
-        *(vdu *)(acc + c) += __builtin_convertvector(*(const vfu *)(gr + c) * *(const vfu *)(xr + c) * s, vd);
+    for (c = 0; c + W / 2 <= d; c += W / 2)
+        *(vdu *)(acc + c) += __builtin_convertvector(*(const vhu *)(gr + c) * *(const vhu *)(xr + c) * s, vd);
     for (; c < d; c++) acc[c] += (double)(gr[c] * xr[c] * s);
 }
 
