@@ -65,11 +65,12 @@ def test_rms_norm_matches_pytorch_forward_and_backward_in_float32(path):
     assert torch.allclose(x.grad, ref_x.grad, atol=1e-5) and torch.allclose(w.grad, ref_w.grad, atol=1e-4)
 
 
-def test_cross_entropy_z_matches_cross_entropy_plus_logsumexp_squared():
+@pytest.mark.parametrize(("n", "V"), [(64, 256), (37, 50), (3, 7)])
+def test_cross_entropy_z_matches_cross_entropy_plus_logsumexp_squared(path, n, V):
     g = torch.Generator().manual_seed(2)
-    logits = (3 * torch.randn(64, 256, generator=g)).requires_grad_()
+    logits = (3 * torch.randn(n, V, generator=g)).requires_grad_()
     ref = logits.detach().clone().requires_grad_()
-    targets = torch.randint(0, 256, (64,), generator=g)
+    targets = torch.randint(0, V, (n,), generator=g)
     ce, z = cross_entropy_z(logits, targets, 1e-2)
     ref_ce = F.cross_entropy(ref, targets)
     ref_z = 1e-2 * torch.logsumexp(ref, dim=-1).pow(2).mean()
@@ -79,7 +80,7 @@ def test_cross_entropy_z_matches_cross_entropy_plus_logsumexp_squared():
     assert torch.allclose(logits.grad, ref.grad, atol=1e-7)
 
 
-def test_without_z_loss_the_term_is_zero_and_the_gradient_is_plain_cross_entropy():
+def test_without_z_loss_the_term_is_zero_and_the_gradient_is_plain_cross_entropy(path):
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(10, 5, generator=g, requires_grad=True)
     targets = torch.randint(0, 5, (10,), generator=g)
@@ -88,6 +89,37 @@ def test_without_z_loss_the_term_is_zero_and_the_gradient_is_plain_cross_entropy
     ref = logits.detach().clone().requires_grad_()
     F.cross_entropy(ref, targets).backward()
     assert z == 0 and torch.allclose(logits.grad, ref.grad, atol=1e-7)
+
+
+def test_a_target_outside_the_vocabulary_is_a_clear_error_not_a_read_past_the_row(path):
+    logits = torch.randn(4, 16, requires_grad=True)
+    for bad in (16, -1):
+        targets = torch.tensor([0, 3, bad, 1])
+        with pytest.raises((ValueError, RuntimeError), match="outside the vocabulary|out of bounds"):
+            cross_entropy_z(logits, targets, 1e-4)
+
+
+def test_under_torch_compile_the_loss_is_one_operator_with_the_eager_bits(path):
+    if path != "native":
+        pytest.skip("under torch.compile only the C kernel is an operator of its own")
+    g = torch.Generator().manual_seed(4)
+    logits = (3 * torch.randn(48, 40, generator=g)).requires_grad_()
+    targets = torch.randint(0, 40, (48,), generator=g)
+    seen = []
+
+    def record(gm, example_inputs):  # a backend that only looks: the graph runs as traced
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    def loss(a):
+        ce, z = cross_entropy_z(a, targets, 1e-2)
+        return ce + 2 * z
+
+    compiled = torch.compile(loss, backend=record, fullgraph=True)(logits)
+    assert "logbook.cross_entropy_z.default" in seen
+    eager = loss(logits)
+    assert torch.equal(compiled, eager)
+    assert torch.equal(torch.autograd.grad(compiled, logits)[0], torch.autograd.grad(eager, logits)[0])
 
 
 def test_the_model_keeps_nn_rmsnorm_parameter_names_so_old_checkpoints_load():

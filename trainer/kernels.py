@@ -18,7 +18,9 @@ cost about a fifth of the step.
   product), with the gain's gradient reduced over whichever dimensions it
   was broadcast along (so the per-head QK-norm gains fit too).
 - `cross_entropy_z`: one log-sum-exp serves both terms; backward is one
-  softmax scaled row by row, minus the targets.
+  softmax scaled row by row, minus the targets. Where the C kernels serve,
+  compiled or not, `trainer/csrc/cross_entropy.c` does it (trainer/loss.py),
+  keeping the softmax from the forward.
 
 The CPU's third hot spot lies outside any one op: the pages under every
 step's activations (trainer/host_memory.py).
@@ -40,7 +42,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import native
+from . import loss, native
 
 
 def _fast_path(x: torch.Tensor) -> bool:
@@ -282,6 +284,9 @@ class _CrossEntropyZ(torch.autograd.Function):
 
 def cross_entropy_z(logits: torch.Tensor, targets: torch.Tensor, z_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean cross-entropy, z_coef * mean log-partition squared) of 2-D float32 logits against class ids."""
+    if (logits.device.type == "cpu" and logits.dtype == torch.float32 and targets.dtype == torch.int64
+            and _native_path(logits, targets)):
+        return loss.cross_entropy_z(logits, targets, float(z_coef))  # the C kernel, compiled or not
     if not _fast_path(logits):
         ce = F.cross_entropy(logits, targets)
         if not z_coef:

@@ -21,6 +21,9 @@ can take the QK-norm in too, with the norm's row arithmetic that
 `trainer/csrc/gelu.c` computes the MLP's GELU (the error function's) and
 its gradient from one polynomial each where nearly every pre-activation
 lies, instead of PyTorch's division and exponentials (trainer/activation.py).
+`trainer/csrc/cross_entropy.c` computes the loss, cross-entropy and z-loss
+from one log-partition a row, and keeps the softmax for the backward
+(trainer/loss.py).
 
 `library()` compiles the files with the system's C compiler (`$CC`, else
 cc, gcc or clang) for this CPU (`-O3 -march=native`) into a cache folder,
@@ -56,7 +59,8 @@ from pathlib import Path
 
 import torch
 
-SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rms_norm.c", "attention.c", "gelu.c"))
+SOURCES = tuple(Path(__file__).with_name("csrc") / name
+                for name in ("rms_norm.c", "attention.c", "gelu.c", "cross_entropy.c"))
 HEADERS = tuple(Path(__file__).with_name("csrc") / name for name in ("vec.h", "norm.h"))
 """Included by the sources: part of what names a build, though not compiled on their own."""
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
@@ -132,6 +136,12 @@ def library() -> ctypes.CDLL | None:
     lib.lb_gelu_forward.restype = None
     lib.lb_gelu_forward_grad.argtypes = [f32p, f32p, f32p, ctypes.c_int64]
     lib.lb_gelu_forward_grad.restype = None
+    i64p = ctypes.c_void_p
+    lib.lb_cross_entropy_forward.argtypes = [f32p, i64p, ctypes.c_int64, ctypes.c_int64, f32p, f32p, ctypes.c_void_p]
+    lib.lb_cross_entropy_forward.restype = ctypes.c_int
+    lib.lb_cross_entropy_backward.argtypes = [f32p, i64p, f32p, ctypes.c_int64, ctypes.c_int64, ctypes.c_float,
+                                              ctypes.c_float, f32p]
+    lib.lb_cross_entropy_backward.restype = None
     _why_not = None
     return lib
 
@@ -250,3 +260,27 @@ def gelu_forward(x: torch.Tensor, out: torch.Tensor) -> None:
 def gelu_forward_grad(x: torch.Tensor, out: torch.Tensor, grad: torch.Tensor) -> None:
     """Write gelu(x) into `out` and gelu'(x) into `grad`; all contiguous float32 of one size."""
     library().lb_gelu_forward_grad(x.data_ptr(), out.data_ptr(), grad.data_ptr(), x.numel())
+
+
+def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, p: torch.Tensor,
+                          lse: torch.Tensor) -> tuple[float, float]:
+    """Write the softmax of [n, V] logits into `p` and each row's log-partition into `lse`.
+
+    Returns (sum over rows of lse - logit at the target, sum of lse squared).
+    Logits contiguous float32, targets contiguous int64 [n].
+    """
+    sums = torch.empty(2, dtype=torch.float64)
+    n, V = logits.shape
+    if library().lb_cross_entropy_forward(logits.data_ptr(), targets.data_ptr(), n, V, p.data_ptr(), lse.data_ptr(),
+                                          sums.data_ptr()):
+        raise ValueError(f"cross-entropy: a target outside the vocabulary [0, {V})")
+    ce, zz = sums.tolist()
+    return ce, zz
+
+
+def cross_entropy_backward(p: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, g_ce: float, g_zc: float,
+                           grad: torch.Tensor) -> None:
+    """Write the logits' gradient into `grad`: p * (g_ce + g_zc * lse) / n per row, less g_ce / n at the target."""
+    n, V = p.shape
+    library().lb_cross_entropy_backward(p.data_ptr(), targets.data_ptr(), lse.data_ptr(), n, V, g_ce, g_zc,
+                                        grad.data_ptr())
