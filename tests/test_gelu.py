@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from model_helpers import adamw_losses, c_kernels_one_thread  # noqa: F401 (a fixture)
-from trainer.activation import _NativeGELU, gelu, gelu_kernel, native_gelu
+from trainer.activation import _NativeGELU, fc_gelu, gelu, gelu_kernel, native_gelu
 from trainer.config import ModelConfig
 
 pytestmark = pytest.mark.usefixtures("c_kernels_one_thread")
@@ -176,3 +176,43 @@ def test_far_negative_pre_activations_make_no_subnormal_gradients():
     assert not ((dx != 0) & (dx.abs() < tiny)).any()
     assert (dx[x.detach() < -8.95] == 0).all()
     assert (dx[x.detach() > 8] == 1e-5).all()
+
+
+def _fc_inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 10, 32, generator=g).requires_grad_()
+    w = (0.4 * torch.randn(72, 32, generator=g)).requires_grad_()  # 72: a last partial vector a row
+    return x, w, torch.randn(3, 10, 72, generator=g)
+
+
+def test_the_fused_projection_and_gelu_give_the_bits_of_the_two_apart():
+    x, w, up = _fc_inputs(11)
+    fused = fc_gelu(x, w)
+    apart = gelu(F.linear(x, w))
+    assert torch.equal(fused, apart)
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(fused, (x, w), up),
+                                                  torch.autograd.grad(apart, (x, w), up)))
+
+
+def test_under_torch_compile_the_projection_and_gelu_are_one_operator_with_the_eager_bits():
+    x, w, up = _fc_inputs(12)
+    seen = []
+
+    def record(gm, example_inputs):  # a backend that only looks: the graph runs as traced
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    compiled = torch.compile(fc_gelu, backend=record, fullgraph=True)(x, w)
+    assert "logbook.fc_gelu.default" in seen
+    eager = fc_gelu(x, w)
+    assert torch.equal(compiled, eager)
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(compiled, (x, w), up),
+                                                  torch.autograd.grad(eager, (x, w), up)))
+
+
+def test_without_a_gradient_the_projection_and_gelu_take_the_plain_path():
+    x, w, _ = _fc_inputs(13)
+    with torch.no_grad():
+        out = fc_gelu(x, w)
+    assert out.grad_fn is None and torch.equal(out, gelu(F.linear(x.detach(), w.detach())))
+

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .activation import gelu
+from .activation import fc_gelu
 from .attention import causal_attention, fused_qk_norm_attention, qk_norm_attention
 from .config import ModelConfig
 from .kernels import cross_entropy_z, qk_norm, rms_norm
@@ -128,7 +128,7 @@ class MLP(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _dropout(self.proj(gelu(self.fc(x))), self.dropout, self.training)
+        return _dropout(self.proj(fc_gelu(x, self.fc.weight)), self.dropout, self.training)
 
 
 class Block(nn.Module):
