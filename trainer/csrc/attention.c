@@ -317,6 +317,14 @@ static inline __attribute__((always_inline)) void backward_rows(const heads_t *q
             DS[r][c] = p * (DS[r][c] - D) * scale;
         }
     }
+}
+
+/* Query rows i0 .. i0+nr-1 of one head: their gradients, from their score gradients (backward_rows'). */
+static inline __attribute__((always_inline)) void backward_queries(const heads_t *k, const heads_t *dq, int64_t b,
+                                                                   int64_t h, int64_t i0, const int nr, int64_t Tp,
+                                                                   const int64_t hd, const scratch_t *s) {
+    const int64_t last = i0 + nr - 1;
+    const float *DS = s->DS + i0 * Tp;
     vf acc[R][hd / W];
     for (int r = 0; r < nr; r++)
         for (int64_t a = 0; a < hd / W; a++) acc[r][a] = (vf){};
@@ -324,7 +332,7 @@ static inline __attribute__((always_inline)) void backward_rows(const heads_t *q
         const float *kj = row(k, b, h, j);
         for (int64_t a = 0; a < hd / W; a++) {
             const vf ka = *(const vfu *)(kj + a * W);
-            for (int r = 0; r < nr; r++) acc[r][a] += ((const float *)DS[r])[j] * ka;
+            for (int r = 0; r < nr; r++) acc[r][a] += DS[r * Tp + j] * ka;
         }
     }
     for (int r = 0; r < nr; r++) {
@@ -368,6 +376,9 @@ static inline __attribute__((always_inline)) void backward_head(const heads_t *q
     int64_t i = 0;
     for (; i + nr <= T; i += nr) backward_rows(q, k, g, lse, dq, b, h, i, nr, T, Tp, hd, scale, s);
     for (; i < T; i++) backward_rows(q, k, g, lse, dq, b, h, i, 1, T, Tp, hd, scale, s);
+    const int nq = rows_at_once(hd);
+    for (i = 0; i + nq <= T; i += nq) backward_queries(k, dq, b, h, i, nq, Tp, hd, s);
+    for (; i < T; i++) backward_queries(k, dq, b, h, i, 1, Tp, hd, s);
     int64_t j = 0;
     for (; j + RK <= T; j += RK) backward_keys(q, g, dk, dv, b, h, j, RK, T, Tp, hd, s);
     for (; j < T; j++) backward_keys(q, g, dk, dv, b, h, j, 1, T, Tp, hd, s);
