@@ -7,17 +7,20 @@
  *
  * The work of one head is small (at T = 128, hd = 32 its keys and values are
  * 16 KB each), so each head is done whole while it sits in the cache: the
- * keys (and, backward, the values) are first laid out as columns, then R
- * query rows at a time are multiplied against G column chunks at once, R*G
- * independent sums that keep the multiply-add units busy and reuse every
- * load R or G times. Softmax is exact (one pass for the row maximum, one for
- * the exponentials), with the log-sum-exp kept for backward, which computes
- * the probabilities again instead of storing them, as FlashAttention does.
- * Backward goes over a head twice: R query rows at a time it computes their
- * probabilities, their scores' gradients and their queries' gradients, and
- * keeps the first two for the head (T x T floats each, still in the cache);
- * then R keys at a time it sums their gradients and their values' over the
- * query rows that see them. Every gradient is summed in registers and
+ * keys (and, backward, the values) are first laid out as columns, then a
+ * few query rows at a time (eight at hd <= 32, else four) are multiplied
+ * against a few column chunks at once, 16 independent sums that keep the
+ * multiply-add units busy and reuse every load. Softmax is exact (one pass
+ * for the row maximum, one for the exponentials), with the log-sum-exp kept
+ * for backward, which computes the probabilities again instead of storing
+ * them, as FlashAttention does (kept, at the peer benchmark's shape, the
+ * 4 MB a layer made the whole step slower: other work lost the cache).
+ * Backward goes over a head three times: four query rows at a time it
+ * computes their probabilities and their scores' gradients and keeps them
+ * for the head (T x T floats each, still in the cache); then the queries'
+ * gradients, eight rows at a time where forward takes eight; then four keys
+ * at a time it sums their gradients and their values' over the query rows
+ * that see them. Every gradient is summed in registers and
  * written once (summed into memory block after block, the keys' and values'
  * gradients took a tenth more time).
  *
