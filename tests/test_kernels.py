@@ -99,9 +99,17 @@ def test_a_target_outside_the_vocabulary_is_a_clear_error_not_a_read_past_the_ro
             cross_entropy_z(logits, targets, 1e-4)
 
 
-def test_under_torch_compile_the_loss_is_one_operator_with_the_eager_bits(path):
-    if path != "native":
-        pytest.skip("under torch.compile only the C kernel is an operator of its own")
+@pytest.fixture
+def one_thread():
+    """A one-thread CPU run, as the C kernels serve it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@needs_compiler
+def test_under_torch_compile_the_loss_is_one_operator_with_the_eager_bits(one_thread):
     g = torch.Generator().manual_seed(4)
     logits = (3 * torch.randn(48, 40, generator=g)).requires_grad_()
     targets = torch.randint(0, 40, (48,), generator=g)
