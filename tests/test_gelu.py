@@ -78,6 +78,25 @@ def test_a_lane_does_not_depend_on_its_neighbours():
     assert torch.equal(a[keep], b[keep])
 
 
+@pytest.mark.parametrize("sd", [1.0, 3.0], ids=["few far lanes, gathered", "many, a vector at a time"])
+def test_a_large_tensor_gives_each_lane_the_bits_it_gets_alone(sd):
+    """Every lane the near or the far way as it would alone, whether the kernel gathers the far lanes or not."""
+    x = torch.randn(5000, generator=torch.Generator().manual_seed(4)) * sd  # past a block, and a partial vector
+    x[::997] = 9.5  # beyond u = 40: the far way without the exponential
+    whole = x.clone().requires_grad_()
+    y = gelu(whole)
+    (dx,) = torch.autograd.grad(y, whole, torch.ones_like(y))
+    alone_y, alone_dx = [], []
+    for part in x.split(15):  # fewer than a vector's worth: the kernel's one-vector path
+        p = part.clone().requires_grad_()
+        py = gelu(p)
+        alone_y.append(py.detach())
+        alone_dx.append(torch.autograd.grad(py, p, torch.ones_like(py))[0])
+    assert torch.equal(y.detach(), torch.cat(alone_y)) and torch.equal(dx, torch.cat(alone_dx))
+    want_y, want_dx = _exact(x)
+    assert _err(y, want_y).max() <= 3e-7 and _err(dx, want_dx).max() <= 3e-7
+
+
 def test_non_finite_inputs_stay_non_finite_or_take_their_limits():
     x = torch.tensor([float("nan"), float("inf"), -float("inf"), 3e38, -3e38, 0.0, -0.0]).requires_grad_()
     y = gelu(x)

@@ -13,9 +13,12 @@
  *     gelu(x)  = x (1/2 + z T(u))       T(u) = erf(z) / 2z
  *     gelu'(x) = 1/2 + z S(u)           S(u) = T(u) + e^-u / sqrt(pi)
  *
- * A vector with any lane beyond takes the full way for those lanes: Phi from
- * a polynomial for erfc(|z|) on [1, 4] (0 or 1 beyond, where float32 rounds
- * it so), phi from an exponential. The coefficients are least-squares fits
+ * A lane beyond takes the far way: Phi from a polynomial for erfc(|z|) on
+ * [1, 4] (0 or 1 beyond, where float32 rounds it so), phi from an
+ * exponential. On AVX-512 the training forward gathers those lanes, sixteen
+ * at a time, and scatters their results back, so a vector with one far lane
+ * no longer pays the far way for sixteen; where far lanes are too many for
+ * that to pay (forward_grad_block), it takes whole vectors. The coefficients are least-squares fits
  * on Chebyshev points against 40-digit values (`python3 bench/gelu_kernel.py
  * --fit` refits them). Evaluated in float32, gelu is off by at most 1.5e-7
  * and its derivative by 1.5e-7, absolute below 1 and relative above
@@ -85,23 +88,85 @@ static inline vf gelu(vf x) {
     return y;
 }
 
-/* gelu(x) into *y and gelu'(x) into *d: the far lanes' Phi, computed once, serves both. */
-static inline void gelu_and_grad(vf x, vf *y, vf *d) {
-    const vf z = x * 0.70710678118654752f, u = z * z;
+/* gelu(x) and gelu'(x) by the near polynomials, right for the lanes with u = z^2 < 1. */
+static inline void near_lanes(vf x, vf z, vf u, vf *y, vf *d) {
     *y = x * (0.5f + z * poly(NEAR_T, N_T, u));
     *d = 0.5f + z * poly(NEAR_S, N_S, u);
+}
+
+/* gelu(x) and gelu'(x) the far way, right for the lanes with u >= 1: the far lanes' Phi, computed once,
+   serves both. */
+static inline void far_lanes(vf x, vf z, vf u, vf *y, vf *d) {
+    /* x phi(x), taken as nought beyond u = 40 (|x| > 8.9), where it is below 2e-17, and e^-u not
+       computed there at all: closer to e^-87, the products are subnormal floats (and so is a gradient
+       multiplied by them), which the CPU computes many times slower than normal ones: on pre-activations
+       drawn with sd 20 (a few beyond 13) the derivative took 13 times as long. */
+    const vi tiny = (vi)(u > 40.0f);
+    const vf cdf = cdf_far(z);
+    *y = x * cdf;
+    *d = cdf + sel(tiny, splat(0.0f), x * (vexp(-sel(tiny, splat(40.0f), u)) * 0.39894228040143268f));
+}
+
+/* gelu(x) into *y and gelu'(x) into *d, each lane the near or the far way. */
+static inline void gelu_and_grad(vf x, vf *y, vf *d) {
+    const vf z = x * 0.70710678118654752f, u = z * z;
+    near_lanes(x, z, u, y, d);
     if (any_far(u)) {
-        /* x phi(x), taken as nought beyond u = 40 (|x| > 8.9), where it is below 2e-17, and e^-u not
-           computed there at all: closer to e^-87, the products are subnormal floats (and so is a gradient
-           multiplied by them), which the CPU computes many times slower than normal ones: on pre-activations
-           drawn with sd 20 (a few beyond 13) the derivative took 13 times as long. */
-        const vi far = (vi)(u >= 1.0f), tiny = (vi)(u > 40.0f);
-        const vf cdf = cdf_far(z);
-        const vf xphi = sel(tiny, splat(0.0f), x * (vexp(-sel(tiny, splat(40.0f), u)) * 0.39894228040143268f));
-        *y = sel(far, x * cdf, *y);
-        *d = sel(far, cdf + xphi, *d);
+        const vi far = (vi)(u >= 1.0f);
+        vf fy, fd;
+        far_lanes(x, z, u, &fy, &fd);
+        *y = sel(far, fy, *y), *d = sel(far, fd, *d);
     }
 }
+
+#ifdef __AVX512F__
+#define BLOCK 1024 /* elements a block: its far lanes gathered on the stack */
+
+/* A whole number of vectors, BLOCK floats at most: every lane the near way, then only the far lanes the
+   far way, gathered W at a time. Once a model has trained, most vectors hold a far lane or two (a tenth
+   of the lanes or fewer): taken a vector at a time, each such vector paid the far way for all its lanes. */
+/* Whether a tensor's far lanes are few enough to be gathered: a far lane taken alone costs about three
+   times its share of a vector taken whole (the gathering, and the scattering back), so where far lanes
+   fill more than a third of the vectors that hold any (pre-activations grown wide), a vector at a time
+   costs less. Judged on the first BLOCK elements: a layer's pre-activations are alike throughout. */
+static int few_far(const float *x, int64_t n) {
+    int lanes = 0, vectors = 0;
+    for (int64_t i = 0; i + W <= n && i < BLOCK; i += W) {
+        const vf z = *(const vfu *)(x + i) * 0.70710678118654752f;
+        const int k = __builtin_popcount(_mm512_cmp_ps_mask((__m512)(z * z), _mm512_set1_ps(1.0f), _CMP_GE_OQ));
+        lanes += k, vectors += k > 0;
+    }
+    return 3 * lanes < W * vectors;
+}
+
+static void forward_grad_block(const float *x, float *y, float *d, int64_t n) {
+    float fx[BLOCK + W];
+    int32_t fi[BLOCK + W];
+    int nf = 0;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int64_t i = 0; i < n; i += W) {
+        const vf v = *(const vfu *)(x + i), z = v * 0.70710678118654752f, u = z * z;
+        vf a, b;
+        near_lanes(v, z, u, &a, &b);
+        *(vfu *)(y + i) = a, *(vfu *)(d + i) = b;
+        const __mmask16 far = _mm512_cmp_ps_mask((__m512)u, _mm512_set1_ps(1.0f), _CMP_GE_OQ);
+        if (far) {
+            _mm512_mask_compressstoreu_ps(fx + nf, far, (__m512)v);
+            _mm512_mask_compressstoreu_epi32(fi + nf, far, _mm512_add_epi32(_mm512_set1_epi32((int32_t)i), lane));
+            nf += __builtin_popcount(far);
+        }
+    }
+    for (int f = 0; f < nf; f += W) {
+        const __mmask16 m = nf - f >= W ? 0xFFFF : (__mmask16)((1u << (nf - f)) - 1);
+        const vf v = (vf)_mm512_maskz_loadu_ps(m, fx + f), z = v * 0.70710678118654752f, u = z * z;
+        const __m512i at = _mm512_maskz_loadu_epi32(m, fi + f);
+        vf a, b;
+        far_lanes(v, z, u, &a, &b);
+        _mm512_mask_i32scatter_ps(y, m, at, (__m512)a, 4);
+        _mm512_mask_i32scatter_ps(d, m, at, (__m512)b, 4);
+    }
+}
+#endif
 
 void lb_gelu_forward(const float *x, float *y, int64_t n) {
     int64_t i = 0;
@@ -117,6 +182,17 @@ void lb_gelu_forward(const float *x, float *y, int64_t n) {
 void lb_gelu_forward_grad(const float *x, float *y, float *d, int64_t n) {
     int64_t i = 0;
     vf a, b;
+#ifdef __AVX512F__
+    const int gather = few_far(x, n);
+    for (; gather && i + W <= n; i += BLOCK) {
+        const int64_t m = n - i < BLOCK ? (n - i) / W * W : BLOCK;
+        forward_grad_block(x + i, y + i, d + i, m);
+        if (m < BLOCK) {
+            i += m;
+            break;
+        }
+    }
+#endif
     for (; i + W <= n; i += W) {
         gelu_and_grad(*(const vfu *)(x + i), &a, &b);
         *(vfu *)(y + i) = a, *(vfu *)(d + i) = b;
