@@ -193,7 +193,7 @@ def fc_gelu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     On the C kernel's path (see `gelu`) with a gradient wanted, one operator whose
     GELU reuses the product's buffer; otherwise `gelu(F.linear(x, weight))`.
     """
-    if (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and _native_path(x, weight)
+    if (native_gelu(x) and weight.dtype == x.dtype and _native_path(weight)
             and torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         if torch.compiler.is_compiling():
             return _fc_gelu_op(x, weight)[0]

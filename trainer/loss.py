@@ -30,12 +30,10 @@ def _forward(logits: torch.Tensor, targets: torch.Tensor,
     return ce, z, p, lse
 
 
-def _backward(p: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, coef: float,
-              g_ce: torch.Tensor | None, g_z: torch.Tensor | None) -> torch.Tensor:
+def _backward(p: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, coef: float, g_ce: torch.Tensor,
+              g_z: torch.Tensor) -> torch.Tensor:
     grad = torch.empty_like(p)
-    ce_scale = float(g_ce) if g_ce is not None else 0.0
-    z_scale = 2.0 * coef * float(g_z) if g_z is not None else 0.0
-    native.cross_entropy_backward(p, targets.contiguous(), lse, ce_scale, z_scale, grad)
+    native.cross_entropy_backward(p, targets.contiguous(), lse, float(g_ce), 2.0 * coef * float(g_z), grad)
     return grad
 
 

@@ -71,8 +71,6 @@ static inline float *row(const heads_t *t, int64_t b, int64_t h, int64_t i) {
     return t->base + b * t->s0 + h * t->s1 + i * t->s2;
 }
 
-static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-
 /* cols[d][j] = element d of row j of one head: its rows as columns, Tp (T rounded up to W) wide, zero-padded.
    W rows at a time, so that every store fills a whole cache line (a row at a time, each store would
    land on a line of its own: a fifth of the backward's time). */
@@ -375,9 +373,8 @@ static inline __attribute__((always_inline)) void backward_head(const heads_t *q
     const int64_t Tp = (T + W - 1) / W * W;
     as_columns(k, b, h, T, hd, Tp, s->KT);
     as_columns(v, b, h, T, hd, Tp, s->VT);
-    const int nr = RB;
     int64_t i = 0;
-    for (; i + nr <= T; i += nr) backward_rows(q, k, g, lse, dq, b, h, i, nr, T, Tp, hd, scale, s);
+    for (; i + RB <= T; i += RB) backward_rows(q, k, g, lse, dq, b, h, i, RB, T, Tp, hd, scale, s);
     for (; i < T; i++) backward_rows(q, k, g, lse, dq, b, h, i, 1, T, Tp, hd, scale, s);
     const int nq = rows_at_once(hd);
     for (i = 0; i + nq <= T; i += nq) backward_queries(k, dq, b, h, i, nq, Tp, hd, s);

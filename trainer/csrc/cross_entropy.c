@@ -22,8 +22,6 @@
 
 #include "vec.h"
 
-static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-
 /* The last rem (< W) floats of a row, padded with fill. */
 static inline vf tail(const float *at, int64_t rem, float fill) {
     vf v = splat(fill);

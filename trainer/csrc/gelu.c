@@ -122,9 +122,6 @@ static inline void gelu_and_grad(vf x, vf *y, vf *d) {
 #ifdef __AVX512F__
 #define BLOCK 1024 /* elements a block: its far lanes gathered on the stack */
 
-/* A whole number of vectors, BLOCK floats at most: every lane the near way, then only the far lanes the
-   far way, gathered W at a time. Once a model has trained, most vectors hold a far lane or two (a tenth
-   of the lanes or fewer): taken a vector at a time, each such vector paid the far way for all its lanes. */
 /* Whether a tensor's far lanes are few enough to be gathered: a far lane taken alone costs about three
    times its share of a vector taken whole (the gathering, and the scattering back), so where far lanes
    fill more than a third of the vectors that hold any (pre-activations grown wide), a vector at a time
@@ -139,11 +136,13 @@ static int few_far(const float *x, int64_t n) {
     return 3 * lanes < W * vectors;
 }
 
+/* A whole number of vectors, BLOCK floats at most: every lane the near way, then only the far lanes the
+   far way, gathered W at a time. Once a model has trained, most vectors hold a far lane or two (a tenth
+   of the lanes or fewer): taken a vector at a time, each such vector paid the far way for all its lanes. */
 static void forward_grad_block(const float *x, float *y, float *d, int64_t n) {
     float fx[BLOCK + W];
     int32_t fi[BLOCK + W];
     int nf = 0;
-    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     for (int64_t i = 0; i < n; i += W) {
         const vf v = *(const vfu *)(x + i), z = v * 0.70710678118654752f, u = z * z;
         vf a, b;
@@ -152,7 +151,7 @@ static void forward_grad_block(const float *x, float *y, float *d, int64_t n) {
         const __mmask16 far = _mm512_cmp_ps_mask((__m512)u, _mm512_set1_ps(1.0f), _CMP_GE_OQ);
         if (far) {
             _mm512_mask_compressstoreu_ps(fx + nf, far, (__m512)v);
-            _mm512_mask_compressstoreu_epi32(fi + nf, far, _mm512_add_epi32(_mm512_set1_epi32((int32_t)i), lane));
+            _mm512_mask_compressstoreu_epi32(fi + nf, far, (__m512i)(LANE + (int32_t)i));
             nf += __builtin_popcount(far);
         }
     }

@@ -15,6 +15,9 @@ typedef float vf __attribute__((vector_size(4 * W)));
 typedef float vfu __attribute__((vector_size(4 * W), aligned(4))); /* the same, at any float's address */
 typedef int32_t vi __attribute__((vector_size(4 * W)));
 
+/* Each lane's index: a mask of the lanes before some count, or a vector's offsets. */
+static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
 static inline vf splat(float x) { return (vf){} + x; }
 static inline vf sel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }
 
