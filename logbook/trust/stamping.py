@@ -192,3 +192,32 @@ class HeadStamper:
                     self.outcomes.append(stamp_record(self.project, head))
                 except Exception:  # noqa: BLE001 - a stamp is never worth a run: it stays pending
                     pass
+
+
+# --- a run's start ------------------------------------------------------------------------
+
+
+def stamp_prereg_before_run(project: Project, prereg_id: str, in_force: list[str]) -> list[StampOutcome]:
+    """Fetch what a preregistration (and its amendments in force) still lacks, before its run is recorded:
+    the run's stamp must come after theirs, and a seed drawn from the preregistration's stamp needs it."""
+    items = [s for s in prereg_records(project)
+             if s.prereg_id == prereg_id and (not s.key or s.key in in_force)]
+    return stamp_pending(project, only=items)
+
+
+def stamp_run_start(project: Project, run_id: str) -> StampOutcome | None:
+    """Stamp the run record just written, strictly later than its preregistration's stamps.
+
+    Bounded by the timeout: torchrun starts when it returns, stamp or not.
+    """
+    from logbook.trust.timestamps import earliest
+
+    path = project.run_dir(run_id) / "run.json"
+    if settings(project) is None or not path.is_file():
+        return None
+    rec = json.loads(path.read_text("utf-8"))
+    pid, keys = rec.get("prereg_id"), [str(k) for k in rec.get("amendments") or []]
+    firsts = [earliest(project, s.digest) for s in prereg_records(project)
+              if pid and s.prereg_id == pid and (not s.key or s.key in keys)]
+    after = max((f.time for f in firsts if f is not None), default=None)
+    return stamp_digest(project, bytes_digest(path), what=f"run {run_id}'s record", after=after)
