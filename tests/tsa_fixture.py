@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -113,8 +114,8 @@ class _Handler(BaseHTTPRequestHandler):
 class _TsaServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, pki: Pki) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, pki: Pki, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.pki = pki
         self.requests = 0
         self._lock = threading.Lock()  # one `ts -reply` at a time: it rewrites its serial file
@@ -134,12 +135,28 @@ class LocalTsa:
 
     url: str
     ca_pem_path: Path
-    server: _TsaServer
+    server: _TsaServer | None
 
     @property
     def requests(self) -> int:
-        """Requests answered so far."""
-        return self.server.requests
+        """Requests answered so far (by the server now running)."""
+        return self.server.requests if self.server else 0
+
+    def stop(self) -> None:
+        """Take the authority off the network: its port is closed until `start`."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def start(self) -> None:
+        """Serve again, on the same url."""
+        if self.server is None:
+            self.server = _serve(_TsaServer(self._pki, int(self.url.rsplit(":", 1)[1].strip("/"))))
+
+    @property
+    def _pki(self) -> Pki:
+        return Pki(self.ca_pem_path.parent, self.ca_pem_path)
 
     def configure(self, repo: Path, *, require: bool = False, timeout_s: float = 5, url: str | None = None,
                   ca_pem: Path | None = None, commit: bool = True) -> None:
@@ -157,16 +174,30 @@ class LocalTsa:
                 subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 
 
+def _serve(server: _TsaServer) -> _TsaServer:
+    threading.Thread(target=server.serve_forever, name="local-tsa", daemon=True).start()
+    return server
+
+
 @pytest.fixture
 def local_tsa(tsa_pki) -> Iterator[LocalTsa]:
-    server = _TsaServer(tsa_pki)
-    thread = threading.Thread(target=server.serve_forever, name="local-tsa", daemon=True)
-    thread.start()
+    server = _serve(_TsaServer(tsa_pki))
+    tsa = LocalTsa(f"http://127.0.0.1:{server.server_address[1]}/", tsa_pki.ca_pem_path, server)
     try:
-        yield LocalTsa(f"http://127.0.0.1:{server.server_address[1]}/", tsa_pki.ca_pem_path, server)
+        yield tsa
     finally:
-        server.shutdown()
-        server.server_close()
+        tsa.stop()
+
+
+@contextmanager
+def silent_tsa() -> Iterator[str]:
+    """A URL whose server accepts connections and never answers: only a timeout ends a request."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/"
 
 
 def closed_port_url() -> str:
