@@ -125,6 +125,8 @@ def commit_cmd(
 
     The commit is built beside your index, so git hooks (pre-commit, commit-msg) do not run: they would
     check your staged work, not the logbook's. Records are verified by `logbook verify` instead.
+    Third-party stamps still pending (an authority was unreachable) are fetched first, within one
+    timeout, and committed too.
 
     Example: logbook commit -m "qknorm: first night"
     """

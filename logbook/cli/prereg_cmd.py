@@ -223,7 +223,11 @@ def verify_cmd(
     amendment chain) and every hash-chained log line by line. Rebases,
     cherry-picks and squash-merges that keep the bytes verify. Commits already
     verified are remembered under .logbook/, so a second run is quick
-    (--full reads them all again).
+    (--full reads them all again). Where logbook.yaml names a timestamp
+    authority, every stamp is checked offline against its CA, and a run
+    answers to its preregistration only when the preregistration's stamp is
+    earlier than the run's; verify says per preregistration what third-party
+    time it has ("no third-party time" without an authority).
 
     Exit 0 when everything is as written; exit 4 naming what changed; exit 3
     when git ignores records (they can never be committed, so never verified).
@@ -251,15 +255,16 @@ def verify_cmd(
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")
-        _echo_time(report.timestamps)
+        _echo_time(report.timestamps, report.ok)
     report.raise_if_tampered(project.root)
 
 
-def _echo_time(facts: dict[str, Any]) -> None:
+def _echo_time(facts: dict[str, Any], ok: bool) -> None:
     """What third-party stamps prove: per preregistration its earliest stamp, and per run whether it came after."""
     if not facts or facts.get("state") == "off":
-        err("note: no third-party time: no timestamp authority is configured, so nothing proves when records "
-            "were written (see `timestamping:` in the README)")
+        if ok:  # beside a problem, the problem is what matters
+                err("note: no third-party time: no timestamp authority is configured, so nothing proves when records "
+                "were written (see `timestamping:` in the README)")
         return
     pending = facts.get("pending") or []
     typer.echo(f"Third-party time: {facts.get('stamps', 0)} valid stamp(s) from {', '.join(facts['authorities'])}"

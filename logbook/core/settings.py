@@ -10,7 +10,7 @@ import yaml
 
 from logbook.core.errors import UsageError, did_you_mean
 from logbook.core.yamlsafe import load_yaml_mapping
-from logbook.trust.tsa_settings import TimestampingConfig, parse_timestamping
+from logbook.core.timestamping import TimestampingConfig, parse_timestamping
 
 CONFIG_FILE = "logbook.yaml"
 
@@ -38,7 +38,7 @@ class LogbookConfig:
     """Untracked files larger than this are left out of code snapshots (stray checkpoints)."""
 
     timestamping: TimestampingConfig | None = None
-    """RFC 3161 authorities that stamp records (see `logbook.trust.tsa_settings`); None: no third-party time."""
+    """RFC 3161 authorities that stamp records (see `logbook.core.timestamping`); None: no third-party time."""
 
     def validate(self) -> None:
         entries = self.entries_dir

@@ -57,6 +57,7 @@ from logbook.records.files import damaged_records, run_record_problem
 from logbook.records.prereg import AMEND_RE, runs_referencing
 from logbook.records.prereg_format import record_hash, split_record
 from logbook.records.prereg_input import ID_RE, check_id
+from logbook.trust.timecheck import check_time, time_hint
 
 TRAILER = "Logbook-Prereg"
 
@@ -143,8 +144,6 @@ class VerifyReport:
 def fix_hint(f: Finding) -> str:
     """What to do about one finding: steps that work, and never `run logbook verify` (it sent you here)."""
     if f.kind.startswith("stamp"):
-        from logbook.trust.timecheck import time_hint
-
         return time_hint(f.kind, f.path)
     if f.had and f.lost and f.had != f.lost and not f.kind.startswith("remote"):
         return (f"restore it as {f.had[:7]} had it (`git checkout {f.had[:7]} -- {f.path}`) and commit; "
@@ -210,8 +209,6 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
 
 
 def _check_time(project: Project, report: VerifyReport) -> None:
-    from logbook.trust.timecheck import check_time
-
     time = check_time(project)
     for t in time.findings:
         (report.problems if t.problem else report.warnings).append(Finding(t.path, t.kind, t.message))
