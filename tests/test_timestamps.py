@@ -304,3 +304,66 @@ def test_stamp_api_for_other_checks(logbook_repo, cli, local_tsa):
     assert timestamps.earliest(project, "cd" * 32) is None
     with pytest.raises(UsageError):
         timestamps.stamp_digest(project, "not-a-digest", what="x")
+
+
+def test_the_launchers_watcher_stamps_the_head_at_each_checkpoint(logbook_repo, local_tsa):
+    from logbook.launch.watch import Watcher
+    from logbook.trust.stamping import HeadStamper
+
+    local_tsa.configure(logbook_repo)
+    project = open_project()
+    run = _run(logbook_repo, "r1", None, events=0)
+    sink = EventSink(run, "r1", attempt=1)
+    heads = HeadStamper(project, "r1")
+    watcher = Watcher(project, "r1", proc=None, say=lambda _: None, heads=heads)
+    sink.emit("milestone", step=1, fraction=0.1)
+    watcher.tick()  # no checkpoint: nothing to stamp
+    sink.emit("checkpoint_saved", step=2, path="ckpt/2", bytes=1, blocking_s=0.0, total_s=0.0)
+    at_checkpoint = json.loads((run / "events.jsonl").read_text().splitlines()[-1])["hash"]
+    watcher.tick()
+    sink.emit("milestone", step=3, fraction=0.3)
+    heads.close()  # the launcher's end: the final head too
+    lines = [json.loads(x)["hash"] for x in (run / "events.jsonl").read_text().splitlines()]
+    assert timestamps.earliest(project, at_checkpoint) is not None
+    assert timestamps.earliest(project, lines[-1]) is not None and timestamps.earliest(project, lines[0]) is None
+
+
+# --- a real run ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_run_is_stamped_at_start_at_checkpoints_and_at_its_outcome(logbook_repo, cli, local_tsa):
+    """The honest flow needs no extra command: prereg, run, outcome, commit; verify proves "before"."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from runhelpers import micro_config, of_kind, events
+
+    cfg = micro_config(logbook_repo, steps=6, every=2)
+    local_tsa.configure(logbook_repo)
+    git(logbook_repo, "add", "configs")
+    git(logbook_repo, "commit", "-q", "-m", "micro config")
+    pid, _ = _prereg(cli)
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "logbook", "run", "--prereg", pid, "--run-id", "tiny", str(cfg)],
+                          cwd=logbook_repo, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "stamped run tiny's record" in proc.stderr + proc.stdout
+    project = open_project()
+    run_json = logbook_repo / "entries/runs/tiny/run.json"
+    started = timestamps.earliest(project, bytes_digest(run_json))
+    first_event = min(e["ts"] for e in events(logbook_repo, "tiny"))
+    assert started is not None and started.time.isoformat() <= first_event.replace("Z", "+00:00")  # before step 1
+    assert of_kind(events(logbook_repo, "tiny"), "checkpoint_saved")
+    final = events(logbook_repo, "tiny")[-1]
+    assert final["kind"] == "run_finished" and timestamps.earliest(project, final["hash"]) is not None  # the end
+    res = cli("outcome", "tiny", "--json")
+    assert res.exit_code == 0, res.output
+    card = next((logbook_repo / "entries/runs/tiny/outcomes").glob("*.json"))
+    assert timestamps.earliest(project, json.loads(card.read_text())["hash"]) is not None
+    assert cli("commit").exit_code == 0
+    assert git(logbook_repo, "status", "--porcelain", "--", "entries/stamps") == ""
+    code, report = _verify(cli)
+    assert code == 0, report["problems"]
+    assert report["timestamps"]["runs"]["tiny"]["order"] == "before" and report["timestamps"]["pending"] == []

@@ -168,7 +168,7 @@ class Watcher:
             if line:
                 self.say(line)
         if self.heads is not None and any(e.get("kind") == "checkpoint_saved" for e in new):
-            self.heads.checkpoint()
+            self.heads.checkpoint(new[-1])
         if new:
             self._render(sorted({str(e.get("ts", ""))[:10] for e in new if e.get("ts")}))
 

@@ -154,8 +154,9 @@ def stamp_prereg_record(project: Project, prereg_id: str, digest: str, key: str 
 class HeadStamper:
     """Stamps a run log's chain head from the launcher, in a thread of its own: training never waits for it.
 
-    `checkpoint()` asks for the current head; requests that pile up while an
-    authority is slow collapse into one (the latest head proves every line
+    `checkpoint(head)` asks for a stamp of the line the launcher just read
+    (the log's head at that moment); requests that pile up while an authority
+    is slow collapse into the newest (the latest head proves every line
     before it). `close()` stamps the final head and waits at most one timeout.
     """
 
@@ -163,35 +164,42 @@ class HeadStamper:
         self.project = project
         self.run_id = run_id
         self.outcomes: list[StampOutcome] = []
-        self._wake: queue.Queue[bool] = queue.Queue()
+        self._wake: queue.Queue[dict | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         if settings(project) is not None:
             self._thread = threading.Thread(target=self._loop, name=f"stamp-{run_id}", daemon=True)
             self._thread.start()
 
-    def checkpoint(self) -> None:
-        if self._thread is not None:
-            self._wake.put(True)
+    def checkpoint(self, head: dict) -> None:
+        """`head`: the newest event read from the log (a dict with its chain `hash`)."""
+        if self._thread is not None and isinstance(head.get("hash"), str):
+            self._wake.put(head)
 
     def close(self) -> None:
         if self._thread is None:
             return
-        self._wake.put(False)
+        self._wake.put(None)
         cfg = settings(self.project)
         self._thread.join(cfg.timeout_s + 1 if cfg else 1)
 
     def _loop(self) -> None:
-        go_on = True
-        while go_on:
-            go_on = self._wake.get()
-            while not self._wake.empty():  # collapse a backlog: the newest head proves the older ones
-                go_on = self._wake.get_nowait() and go_on
-            head = log_head(self.project, self.run_id)
-            if head is not None and not has_stamp_file(self.project, head.digest):
-                try:
-                    self.outcomes.append(stamp_record(self.project, head))
-                except Exception:  # noqa: BLE001 - a stamp is never worth a run: it stays pending
-                    pass
+        while True:
+            item = self._wake.get()
+            while item is not None and not self._wake.empty():  # a backlog: the newest head proves the older
+                item = self._wake.get_nowait()
+            if item is None:
+                final = log_head(self.project, self.run_id)
+                self._stamp(final.digest if final else None, final.what if final else "")
+                return
+            self._stamp(item["hash"], f"run {self.run_id}'s log at seq {item.get('seq')}")
+
+    def _stamp(self, digest: str | None, what: str) -> None:
+        if digest is None or has_stamp_file(self.project, digest):
+            return
+        try:
+            self.outcomes.append(stamp_digest(self.project, digest, what=what))
+        except Exception:  # noqa: BLE001 - a stamp is never worth a run: it stays pending
+            pass
 
 
 # --- a run's start ------------------------------------------------------------------------
