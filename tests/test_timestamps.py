@@ -367,3 +367,52 @@ def test_a_real_run_is_stamped_at_start_at_checkpoints_and_at_its_outcome(logboo
     code, report = _verify(cli)
     assert code == 0, report["problems"]
     assert report["timestamps"]["runs"]["tiny"]["order"] == "before" and report["timestamps"]["pending"] == []
+
+
+def test_a_run_stamp_is_strictly_later_than_its_preregistrations(logbook_repo, local_tsa):
+    """The authority's clock reads seconds: a run stamped in its preregistration's second would order nothing."""
+    local_tsa.configure(logbook_repo)
+    project = open_project()
+    first = timestamps.stamp_digest(project, "01" * 32, what="a preregistration")
+    mark = timestamps.earliest(project, "01" * 32).time
+    timestamps.stamp_digest(project, "02" * 32, what="a run record", after=mark)
+    assert first.written and timestamps.earliest(project, "02" * 32).time > mark
+
+
+def test_pending_stamps_cost_one_timeout_in_all(logbook_repo, cli, local_tsa):
+    local_tsa.configure(logbook_repo)
+    local_tsa.stop()
+    for title in ("one", "two", "three"):
+        _prereg(cli, title)
+    with silent_tsa() as url:
+        local_tsa.configure(logbook_repo, url=url, timeout_s=1)
+        began = time.monotonic()
+        assert cli("stamp").exit_code == 3
+        assert time.monotonic() - began < 2.5  # not three timeouts
+
+
+def test_an_amendment_in_force_stamped_after_the_run_started_is_exit_4(logbook_repo, cli, local_tsa):
+    local_tsa.configure(logbook_repo)
+    pid, _ = _prereg(cli)
+    local_tsa.stop()
+    res = cli("prereg", "amend", pid, "--seen", "nothing", "--reason", "r", "--predict", "spikes@final == 0", "--json")
+    key = json.loads(res.stdout)["amendment"]
+    proj = open_project()
+    write_run_record(proj, RunRecord(run_id="r1", created="2026-12-01T00:00:00Z", config_path="c.yaml",
+                                     config_hash="0" * 64, prereg_id=pid, amendments=[key]))
+    local_tsa.start()
+    assert timestamps.stamp_digest(proj, bytes_digest(proj.run_dir("r1") / "run.json"), what="run r1").written
+    time.sleep(1.1)
+    assert cli("stamp").exit_code == 0  # the amendment's stamp comes after the run's
+    code, report = _verify(cli)
+    assert code == 4
+    [bad] = [p for p in report["problems"] if p["kind"] == "stamped_after_run"]
+    assert f"amendment {key} of {pid}" in bad["message"]
+
+
+def test_stamps_of_an_authority_no_longer_configured_are_a_warning(logbook_repo, cli, local_tsa):
+    local_tsa.configure(logbook_repo)
+    _prereg(cli)
+    local_tsa.configure(logbook_repo, url="http://127.0.0.1:9/")  # another authority now
+    code, report = _verify(cli)
+    assert code == 0 and [w["kind"] for w in report["warnings"]] == ["stamp_unchecked"]
