@@ -416,3 +416,18 @@ def test_stamps_of_an_authority_no_longer_configured_are_a_warning(logbook_repo,
     local_tsa.configure(logbook_repo, url="http://127.0.0.1:9/")  # another authority now
     code, report = _verify(cli)
     assert code == 0 and [w["kind"] for w in report["warnings"]] == ["stamp_unchecked"]
+
+
+def test_a_stamp_checked_once_is_not_checked_again_unless_its_bytes_change(logbook_repo, cli, local_tsa):
+    local_tsa.configure(logbook_repo)
+    run = _run(logbook_repo, "r1", None)
+    assert cli("stamp").exit_code == 0
+    assert _verify(cli)[0] == 0
+    cache = json.loads((logbook_repo / ".logbook" / "verified-stamps.json").read_text())
+    assert len(cache) == 2  # the run record's and the head's
+    stamp = next(p for p in _stamp_files(logbook_repo) if p.parent.name == bytes_digest(run / "run.json"))
+    data = bytearray(stamp.read_bytes())
+    data[-8] ^= 0x01
+    stamp.write_bytes(bytes(data))
+    assert "stamp_invalid" in _kinds(_verify(cli)[1])  # a changed token is not found in the cache
+    assert "stamp_invalid" in _kinds(json.loads(cli("verify", "--full", "--json").stdout))

@@ -202,14 +202,14 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
-    _check_time(project, report)
+    _check_time(project, report, use_cache=not full)
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)
     return report
 
 
-def _check_time(project: Project, report: VerifyReport) -> None:
-    time = check_time(project)
+def _check_time(project: Project, report: VerifyReport, use_cache: bool) -> None:
+    time = check_time(project, use_cache=use_cache)
     for t in time.findings:
         (report.problems if t.problem else report.warnings).append(Finding(t.path, t.kind, t.message))
     report.timestamps = time.facts

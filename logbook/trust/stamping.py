@@ -21,7 +21,7 @@ from pathlib import Path
 
 from logbook.core.errors import TamperedError
 from logbook.core.project import Project
-from logbook.records.chain import iter_records
+from logbook.core.fsutil import log_tail
 from logbook.records.files import record_files, read_record
 from logbook.trust.timestamps import StampOutcome, has_stamp_file, settings, stamp_digest
 
@@ -89,14 +89,17 @@ def run_records(project: Project) -> list[Stampable]:
 
 
 def log_head(project: Project, run_id: str) -> Stampable | None:
-    """The chain head of a run's event log (its last complete line), or None when the log is empty."""
+    """The chain head of a run's event log (its last complete line, read from the end), or None when empty."""
     path = project.run_dir(run_id) / "events.jsonl"
-    last, line = None, 0
-    for line, rec in enumerate(iter_records(path), start=1):
-        last = rec
-    if last is None or not isinstance(last.get("hash"), str):
+    try:
+        with open(path, "rb") as f:
+            last = log_tail(f).last_line
+        rec = json.loads(last) if last else None
+    except (OSError, ValueError):
         return None
-    return Stampable(last["hash"], "log_head", _rel(project, path), f"run {run_id}'s log at line {line}",
+    if not isinstance(rec, dict) or not isinstance(rec.get("hash"), str):
+        return None
+    return Stampable(rec["hash"], "log_head", _rel(project, path), f"run {run_id}'s log at seq {rec.get('seq')}",
                      None, run_id)
 
 

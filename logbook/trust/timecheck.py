@@ -30,8 +30,8 @@ from logbook.core.errors import UsageError
 from logbook.core.project import Project
 from logbook.records.chain import iter_records
 from logbook.trust.stamping import Stampable, prereg_records, run_records
-from logbook.trust.timestamps import (DIGEST_RE, STAMP_NAME_RE, VerifiedStamp, check_stamp_file, settings,
-                                      stamps_dir)
+from logbook.trust.timestamps import (DIGEST_RE, STAMP_NAME_RE, StampCache, VerifiedStamp, check_stamp_file,
+                                      settings, stamps_dir)
 from logbook.trust.tsa_client import StampInvalid
 
 NO_TIME = "no third-party time"
@@ -60,12 +60,15 @@ class TimeReport:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-def check_time(project: Project) -> TimeReport:
-    """Check every stamp offline and what they prove about order."""
+def check_time(project: Project, *, use_cache: bool = True) -> TimeReport:
+    """Check every stamp offline and what they prove about order.
+
+    `use_cache`: stamps that checked before (same token, digest, url and CA) are not checked again.
+    """
     cfg = settings(project)
     out = TimeReport()
     records = prereg_records(project) + run_records(project)
-    stamps = _check_stamp_files(project, out)
+    stamps = _check_stamp_files(project, out, use_cache)
     lines = _stamped_lines(project, {d for d in stamps} - {r.digest for r in records})
     known = {r.digest for r in records} | set(lines)
     for digest, found in sorted(stamps.items()):
@@ -94,17 +97,18 @@ class _Stamps:
         return min(self.valid, key=lambda s: s.time) if self.valid else None
 
 
-def _check_stamp_files(project: Project, out: TimeReport) -> dict[str, _Stamps]:
+def _check_stamp_files(project: Project, out: TimeReport, use_cache: bool) -> dict[str, _Stamps]:
     folder = stamps_dir(project)
     found: dict[str, _Stamps] = {}
     unchecked = []
+    cache = StampCache(project) if use_cache else None
     for path in sorted(folder.glob("*/*")) if folder.is_dir() else []:
         if not (DIGEST_RE.match(path.parent.name) and STAMP_NAME_RE.match(path.name)) or path.is_symlink():
             continue  # not a stamp by its name: the record kinds' business, not time's
         entry = found.setdefault(path.parent.name, _Stamps())
         entry.files.append(path)
         try:
-            entry.valid.append(check_stamp_file(project, path))
+            entry.valid.append(check_stamp_file(project, path, cache.entries if cache else None))
         except LookupError:
             unchecked.append(path)
         except UsageError as e:  # the configured CA file is missing or unreadable: nothing can be checked
@@ -115,6 +119,8 @@ def _check_stamp_files(project: Project, out: TimeReport) -> dict[str, _Stamps]:
             out.findings.append(TimeFinding(_rel(project, path), "stamp_invalid", (
                 f"{_rel(project, path)}: the stamp of sha256 {path.parent.name[:12]}… does not verify: "
                 f"the {proof} check failed ({getattr(e, 'detail', e)})"), True))
+    if cache is not None:
+        cache.save()
     if unchecked:
         rel = _rel(project, unchecked[0])
         out.findings.append(TimeFinding(rel, "stamp_unchecked", (

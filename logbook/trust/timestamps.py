@@ -17,6 +17,7 @@ authority, and its imprint equal to the digest.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from logbook.core.errors import RefusedError, UsageError
-from logbook.core.fsutil import atomic_create_bytes
+from logbook.core.fsutil import atomic_create_bytes, atomic_write_json
 from logbook.core.project import Project
 from logbook.trust.tsa_client import (StampInvalid, TrustAnchors, TsaUnavailable, check_token, read_anchor_file,
                                       request_token)
@@ -196,15 +197,60 @@ def authority_for(project: Project, path: Path) -> Authority | None:
     return None
 
 
-def check_stamp_file(project: Project, path: Path) -> VerifiedStamp:
+def check_stamp_file(project: Project, path: Path, cache: dict[str, str] | None = None) -> VerifiedStamp:
     """Check one stamp file offline; StampInvalid (its `proof` names the failed check), or
-    LookupError when no configured authority is named by the file."""
+    LookupError when no configured authority is named by the file.
+
+    `cache` (see `StampCache`) remembers stamps that checked, by a hash of
+    everything the check reads: the token, the digest, the url and the CA.
+    """
     digest = path.parent.name
     auth = authority_for(project, path)
     if auth is None or not DIGEST_RE.match(digest):
         raise LookupError(f"{path.name} names no authority logbook.yaml configures")
-    when = check_token(path.read_bytes(), bytes.fromhex(digest), anchors(project, auth))
-    return VerifiedStamp(when.astimezone(timezone.utc), auth.url, path, digest)
+    tsr = path.read_bytes()
+    trust = anchors(project, auth)
+    key = _cache_key(project, auth, digest, tsr) if cache is not None else ""
+    if cache is not None and key in cache:
+        return VerifiedStamp(datetime.fromisoformat(cache[key]), auth.url, path, digest)
+    when = check_token(tsr, bytes.fromhex(digest), trust).astimezone(timezone.utc)
+    if cache is not None:
+        cache[key] = when.isoformat()
+    return VerifiedStamp(when, auth.url, path, digest)
+
+
+def _cache_key(project: Project, auth: Authority, digest: str, tsr: bytes) -> str:
+    import hashlib
+
+    ca = (project.root / auth.ca).read_bytes()
+    return hashlib.sha256(b"\0".join([tsr, digest.encode(), auth.url.encode(), ca])).hexdigest()
+
+
+class StampCache:
+    """Stamps that checked before, in `.logbook/verified-stamps.json`: a warm `verify` re-checks none.
+
+    Keyed by a hash of the token, digest, url and CA bytes, so an edited
+    token or a changed CA is never found there; only successes are kept.
+    """
+
+    FILE = "verified-stamps.json"
+
+    def __init__(self, project: Project) -> None:
+        self.path = project.state_dir / self.FILE
+        try:
+            data = json.loads(self.path.read_text("utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        self.entries: dict[str, str] = data if isinstance(data, dict) else {}
+        self._size = len(self.entries)
+
+    def save(self) -> None:
+        if len(self.entries) != self._size:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_json(self.path, self.entries)
+            except OSError:
+                pass  # a cache that cannot be written costs time, never correctness
 
 
 def verified_stamps(project: Project, digest_hex: str) -> list[VerifiedStamp]:
