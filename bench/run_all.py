@@ -35,6 +35,7 @@ SCRIPTS = [
     "cli_latency.py",
     "render_scaling.py",
     "verify_history.py",
+    "stamp_cost.py",
     "team_scale.py",
     "gpu_mfu.py",
     "fault_matrix.py",

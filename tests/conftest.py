@@ -13,6 +13,9 @@ from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# `local_tsa`: a real RFC 3161 authority (openssl ts -reply) on 127.0.0.1, for every test that wants one.
+pytest_plugins = ["tsa_fixture"]
+
 # Every event any test writes, in this process or in a trainer it launches (subprocesses and
 # torchrun's workers inherit the environment), is checked against logbook/records/eventschema.py.
 os.environ["LOGBOOK_STRICT_EVENTS"] = "1"

@@ -53,6 +53,7 @@ def prereg_cmd(
     inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
                         config=config, budget=budget, rationale=rationale, assume=assume, from_file=from_file)
     written = create_prereg(project, inp)
+    _stamp(project, written.id, written.sha256)
     for w in written.warnings:
         err(f"warning: {w}")
     if as_json:
@@ -60,6 +61,14 @@ def prereg_cmd(
         return
     typer.echo(f"Preregistered {written.id}  (commit {written.commit[:7]}, sha256 {written.sha256[:8]}…)")
     _echo_plan(written.front)
+
+
+def _stamp(project, prereg_id: str, digest: str, key: str = "") -> None:
+    """Third-party time for the record just committed (bounded by the timeout; pending if unreachable)."""
+    from logbook.cli.stamp_cmd import say_stamp, stamp_quietly
+    from logbook.trust.stamping import stamp_prereg_record
+
+    say_stamp(stamp_quietly(project, stamp_prereg_record, prereg_id, digest, key))
 
 
 def _echo_plan(front: dict[str, Any]) -> None:
@@ -185,6 +194,7 @@ def amend_cmd(
     pid = resolve_prereg_id(project, prereg_id) or prereg_id
     written = amend_prereg(project, pid, reason=reason, seen=seen, predictions=list(predict or []),
                            contingency=list(contingency or []))
+    _stamp(project, written.id, written.sha256, written.front["id"])
     for w in written.warnings:
         err(f"warning: {w}")
     key, kind = written.front["id"], written.front["kind"]
@@ -213,7 +223,11 @@ def verify_cmd(
     amendment chain) and every hash-chained log line by line. Rebases,
     cherry-picks and squash-merges that keep the bytes verify. Commits already
     verified are remembered under .logbook/, so a second run is quick
-    (--full reads them all again).
+    (--full reads them all again). Where logbook.yaml names a timestamp
+    authority, every stamp is checked offline against its CA, and a run
+    answers to its preregistration only when the preregistration's stamp is
+    earlier than the run's; verify says per preregistration what third-party
+    time it has ("no third-party time" without an authority).
 
     Exit 0 when everything is as written; exit 4 naming what changed; exit 3
     when git ignores records (they can never be committed, so never verified).
@@ -241,7 +255,24 @@ def verify_cmd(
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")
+        _echo_time(report.timestamps, report.ok)
     report.raise_if_tampered(project.root)
+
+
+def _echo_time(facts: dict[str, Any], ok: bool) -> None:
+    """What third-party stamps prove: per preregistration its earliest stamp, and per run whether it came after."""
+    if not facts or facts.get("state") == "off":
+        if ok:  # beside a problem, the problem is what matters
+                err("note: no third-party time: no timestamp authority is configured, so nothing proves when records "
+                "were written (see `timestamping:` in the README)")
+        return
+    pending = facts.get("pending") or []
+    typer.echo(f"Third-party time: {facts.get('stamps', 0)} valid stamp(s) from {', '.join(facts['authorities'])}"
+               + (f"; {len(pending)} record(s) not stamped yet (`logbook stamp`)" if pending else "") + ".")
+    for pid, p in sorted((facts.get("preregs") or {}).items()):
+        when = f"stamped {p['stamped']}" if p.get("stamped") else "no third-party time"
+        runs = "; ".join(f"run {r}: {v.get('order')}" for r, v in sorted(p.get("runs", {}).items()))
+        typer.echo(f"  {pid}: {when}" + (f"; {runs}" if runs else ""))
 
 
 def _count(n: int, word: str) -> str:

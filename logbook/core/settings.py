@@ -10,6 +10,7 @@ import yaml
 
 from logbook.core.errors import UsageError, did_you_mean
 from logbook.core.yamlsafe import load_yaml_mapping
+from logbook.core.timestamping import TimestampingConfig, parse_timestamping
 
 CONFIG_FILE = "logbook.yaml"
 
@@ -36,6 +37,9 @@ class LogbookConfig:
     snapshot_max_file_mb: float = 10.0
     """Untracked files larger than this are left out of code snapshots (stray checkpoints)."""
 
+    timestamping: TimestampingConfig | None = None
+    """RFC 3161 authorities that stamp records (see `logbook.core.timestamping`); None: no third-party time."""
+
     def validate(self) -> None:
         entries = self.entries_dir
         if (not isinstance(entries, str) or not entries or "\x00" in entries or Path(entries).is_absolute()
@@ -60,10 +64,15 @@ class LogbookConfig:
             raise UsageError(f"{CONFIG_FILE}: allow_unregistered_runs must be true or false")
         if isinstance(self.snapshot_max_file_mb, bool) or not isinstance(self.snapshot_max_file_mb, (int, float)) or self.snapshot_max_file_mb <= 0:
             raise UsageError(f"{CONFIG_FILE}: snapshot_max_file_mb must be a positive number")
+        self.timestamping = parse_timestamping(self.timestamping)
 
     def to_yaml(self) -> str:
         lines = ["# logbook settings: see `logbook init --help`"]
         for f in dataclasses.fields(self):
+            if f.name == "timestamping":  # a nested mapping, and off unless set
+                if self.timestamping is not None:
+                    lines.append(yaml.safe_dump({f.name: self.timestamping.to_dict()}, sort_keys=False).rstrip())
+                continue
             doc = _FIELD_DOCS.get(f.name)
             if doc:
                 lines.append(f"# {doc}")

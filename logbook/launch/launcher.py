@@ -47,6 +47,7 @@ from logbook.records.prereg import load_prereg, resolve_prereg_id
 from logbook.records.verify import verify_or_raise
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from logbook.runs.runlock import RunLock
+from logbook.trust.stamping import HeadStamper, stamp_prereg_before_run, stamp_run_start
 
 __all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
@@ -144,7 +145,7 @@ def launch_run(
         if rdzv.node_rank != 0:
             plan = _follower_plan(project, run_id, config, overrides)
         elif resume is not None:
-            plan = _resume_plan(project, run_id, nproc, max_restarts, rdzv)
+            plan = _resume_plan(project, run_id, nproc, max_restarts, rdzv, say)
         else:
             plan = _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory,
                              nproc or 1, DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, rdzv, say)
@@ -368,11 +369,13 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         rec.deviations = _deviations(rec)
         for d in rec.deviations:
             say(f"WARNING: deviation from preregistration {prereg_id}: {d}")
+        _say_stamps(say, stamp_prereg_before_run(project, prereg.id, rec.amendments))
     write_run_record(project, rec)
+    _say_stamps(say, [stamp_run_start(project, run_id)])
     return _Plan(record=rec, config=config, overrides=list(overrides), resumed=False)
 
 
-def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rendezvous) -> _Plan:
+def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rendezvous, say: Say = _quiet) -> _Plan:
     rec = load_run_record(project, run_id)
     if run_status(project, run_id, rec) == "finished":
         raise RefusedError(f"run {run_id} already finished", hint="start a new run instead of resuming this one")
@@ -388,7 +391,16 @@ def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rende
     rec.nproc = nproc or rec.nproc
     rec.max_restarts = rec.max_restarts if max_restarts is None else max_restarts
     rec.nnodes = rdzv.nnodes
+    _say_stamps(say, [stamp_run_start(project, run_id)])  # a start whose authority was down: fetched now
     return _Plan(record=rec, config=config, overrides=list(rec.overrides), resumed=True)
+
+
+def _say_stamps(say: Say, outcomes: list) -> None:
+    for o in outcomes:
+        if o is not None and o.written:
+            say(f"  stamped {o.what} (third-party time)")
+        for why in o.pending if o is not None else []:
+            say(f"  warning: stamp pending for {o.what}: {why}; `logbook stamp` fetches it later")
 
 
 def _follower_plan(project: Project, run_id: str, config: Path, overrides: list[str]) -> _Plan:
@@ -485,12 +497,17 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     # stop) when the launcher dies rather than training on unwatched.
     proc = subprocess.Popen(cmd, cwd=project.root, env=env, start_new_session=True, stderr=subprocess.PIPE,
                             pass_fds=(lock.fileno(),), preexec_fn=_term_with_parent)
-    watcher = Watcher(project, rec.run_id, proc, say)
+    # The log's chain head is stamped at every checkpoint, from a thread of the launcher: never the trainer's.
+    heads = HeadStamper(project, rec.run_id) if rdzv.node_rank == 0 else None
+    watcher = Watcher(project, rec.run_id, proc, say, heads=heads)
     pump = StderrPump(proc.stderr, launch_dir / "torchrun.log", muted=lambda: bool(watcher.signals))
     torchrun_exit = watcher.wait(poll_s)
     pump.join()
-    return launch_ending(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0,
-                   join_timeout_s=rdzv.join_timeout_s if rdzv.nnodes > 1 else None)
+    result = launch_ending(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq,
+                           record=rdzv.node_rank == 0, join_timeout_s=rdzv.join_timeout_s if rdzv.nnodes > 1 else None)
+    if heads is not None:
+        heads.close()  # the final head, run_failed included; at most one timeout
+    return result
 
 
 def _rendezvous_env(rdzv: Rendezvous) -> dict[str, str]:

@@ -57,6 +57,7 @@ from logbook.records.files import damaged_records, run_record_problem
 from logbook.records.prereg import AMEND_RE, runs_referencing
 from logbook.records.prereg_format import record_hash, split_record
 from logbook.records.prereg_input import ID_RE, check_id
+from logbook.trust.timecheck import check_time, time_hint
 
 TRAILER = "Logbook-Prereg"
 
@@ -71,7 +72,9 @@ class Finding:
     """edited | deleted | uncommitted | hash_mismatch | chain_broken | prereg_after_run | symlink | ignored |
     log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
-    log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased)"""
+    log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), and third-party time's
+    (stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run,
+    see `logbook.trust.timecheck`)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
@@ -98,6 +101,8 @@ class VerifyReport:
     """A merge, rebase, cherry-pick... under way, with how to finish or abort it."""
     root: Path | None = field(default=None, repr=False)
     """The repository, for hints that depend on its git state."""
+    timestamps: dict[str, Any] = field(default_factory=dict)
+    """What third-party stamps prove, per preregistration and run (`logbook.trust.timecheck`)."""
 
     @property
     def ok(self) -> bool:
@@ -107,7 +112,7 @@ class VerifyReport:
         return {"ok": self.ok, "preregs": self.preregs, "amendments": self.amendments, "logs": self.logs,
                 "commits_checked": self.commits_checked, "in_progress": self.in_progress,
                 "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings],
-                "unverifiable": [asdict(f) for f in self.unverifiable]}
+                "unverifiable": [asdict(f) for f in self.unverifiable], "timestamps": self.timestamps}
 
     def raise_if_tampered(self, root: Path | None = None) -> None:
         """TamperedError (exit 4) for a changed record; RefusedError (exit 3) for ignored ones only.
@@ -138,6 +143,8 @@ class VerifyReport:
 
 def fix_hint(f: Finding) -> str:
     """What to do about one finding: steps that work, and never `run logbook verify` (it sent you here)."""
+    if f.kind.startswith("stamp"):
+        return time_hint(f.kind, f.path)
     if f.had and f.lost and f.had != f.lost and not f.kind.startswith("remote"):
         return (f"restore it as {f.had[:7]} had it (`git checkout {f.had[:7]} -- {f.path}`) and commit; "
                 "a record is never edited: a correction is a new record that supersedes it")
@@ -195,9 +202,17 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
+    _check_time(project, report, use_cache=not full)
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)
     return report
+
+
+def _check_time(project: Project, report: VerifyReport, use_cache: bool) -> None:
+    time = check_time(project, use_cache=use_cache)
+    for t in time.findings:
+        (report.problems if t.problem else report.warnings).append(Finding(t.path, t.kind, t.message))
+    report.timestamps = time.facts
 
 
 def _in_progress(root: Path) -> str | None:
