@@ -49,6 +49,7 @@ from logbook.records.files import damaged_records, write_record
 from logbook.records.reviews import ACTIONS, review_records
 from logbook.runs.record import load_run_record
 from logbook.scoring.outcome import outcome_records
+from logbook.trust.signatures import sign_record
 
 REVIEW_KINDS = kinds_where(reviewable=True)
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
@@ -315,7 +316,8 @@ def add_review(project: Project, entry_id: str, action: str, text: str | None = 
         if warnings:
             rec["clock_warnings"] = warnings
         written = write_record(project.reviews_dir, rec, ts=now)
-    warnings = rerender_days(project, [item.ts[:10]]) if render else []
+    warnings = sign_record(project, written["hash"], what=f"review review:{written['id']}")
+    warnings += rerender_days(project, [item.ts[:10]]) if render else []
     return ReviewResult(written, find_reviewable(project, item.id), warnings)
 
 

@@ -37,7 +37,7 @@ def outcome_cmd(
     require_intact(project, "outcome", run=run)
     card = record_outcome(project, run)
     if card.final and not card.already_recorded:
-        card.warnings = rerender_days(project, [card.computed_at[:10]])
+        card.warnings += rerender_days(project, [card.computed_at[:10]])
     for w in card.warnings:
         err(f"warning: {w}")
     if as_json:

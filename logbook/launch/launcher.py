@@ -368,7 +368,8 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         rec.deviations = _deviations(rec)
         for d in rec.deviations:
             say(f"WARNING: deviation from preregistration {prereg_id}: {d}")
-    write_run_record(project, rec)
+    for w in write_run_record(project, rec):
+        say(f"WARNING: {w}")
     return _Plan(record=rec, config=config, overrides=list(overrides), resumed=False)
 
 
