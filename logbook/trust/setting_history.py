@@ -95,6 +95,19 @@ def setting_changes(project: Project) -> list[SettingChange]:
     return changes
 
 
+def self_approval_allowed(project: Project) -> bool:
+    """Whether a launcher's approval of their own run counts: `review_self_approval` true as HEAD commits it.
+
+    The working tree's logbook.yaml must say so too (a clone may always be
+    stricter); an uncommitted edit grants nothing, since no one else sees it.
+    """
+    if not project.config.review_self_approval:
+        return False
+    data = gitbind.read_blobs(project.root, [f"HEAD:{CONFIG_FILE}"]).get(f"HEAD:{CONFIG_FILE}")
+    raw, _ = _config_of(data) if data is not None else (None, None)
+    return isinstance(raw, dict) and raw.get("review_self_approval") is True
+
+
 def _utc(seconds: int) -> str:
     from datetime import datetime, timezone
 
