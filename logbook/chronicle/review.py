@@ -176,6 +176,16 @@ def review_queue(project: Project, *, run: str | None = None, include_approved: 
     return out
 
 
+def identity_notes(project: Project, runs: Iterable[str]) -> list[str]:
+    """What the queue says where people can be told apart by e-mail only (which anyone can set)."""
+    if project.config.signing is None:
+        return ["reviewers and launchers are told apart by e-mail only (logbook.yaml has no `signing:`): "
+                "an approval under a second address counts as another person's"]
+    with People(project) as people:
+        unsigned = [r for r in dict.fromkeys(runs) if (w := people.launcher(r)) is not None and not w.signed]
+    return [f"run {r}'s record is signed by no allowed key: its launcher is known by e-mail only" for r in unsigned]
+
+
 # --- review records -------------------------------------------------------------------------
 
 

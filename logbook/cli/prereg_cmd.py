@@ -215,8 +215,15 @@ def verify_cmd(
     verified are remembered under .logbook/, so a second run is quick
     (--full reads them all again).
 
-    Exit 0 when everything is as written; exit 4 naming what changed; exit 3
-    when git ignores records (they can never be committed, so never verified).
+    With `signing:` in logbook.yaml, every record signature is checked against
+    the allowed-signers file as HEAD commits it, and each record is listed as
+    signed by a principal or unsigned; every commit that changed the allowed
+    signers, `signing:` or review_self_approval is listed (SETTING lines).
+
+    Exit 0 when everything is as written; exit 4 naming what changed (a
+    signature that does not match its record, or an unsigned record where
+    signing.require is true); exit 3 when git ignores records (they can never
+    be committed, so never verified).
 
     Example: logbook verify
     """

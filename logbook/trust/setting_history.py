@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import base64
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ import yaml
 from logbook.core.project import Project
 from logbook.core.settings import CONFIG_FILE
 from logbook.records import gitbind
+from logbook.records.eventstream import Item
 
 SOURCE = "@settings"
 """The chronicle's source name for these entries (no run id can start with `@`)."""
@@ -93,6 +95,14 @@ def setting_changes(project: Project) -> list[SettingChange]:
             who = committer if author == committer else f"{committer}, authored by {author}"
             changes.append(SettingChange(commit, _utc(int(ct)), who, said))
     return changes
+
+
+def setting_items(project: Project, since: str | None = None, until: str | None = None) -> Iterator[Item]:
+    """The changes as chronicle items on days in [since, until], in time order (after the day's records at
+    the same instant)."""
+    items = [Item(c.ts, 3, SOURCE, n, c.record()) for n, c in enumerate(setting_changes(project))
+             if (not since or c.ts[:10] >= since) and (not until or c.ts[:10] <= until)]
+    return iter(sorted(items))
 
 
 def self_approval_allowed(project: Project) -> bool:
