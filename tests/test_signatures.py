@@ -247,3 +247,68 @@ def test_required_signatures_fail_an_unsigned_record_but_not_one_made_before_the
     code, report, _ = verify(ada)
     assert [k for k, p in kinds(report) if p == f"entries/prereg/{signed}.md"] == []
     assert signed_by(report)[f"entries/prereg/{signed}.md"] == ["ada@lab.example"]
+
+
+def test_a_signature_filed_under_another_keys_name_does_not_check(lab):
+    team, _, pid = lab
+    ada = team["ada"]
+    [sig] = [p for p in (ada.entries() / "signatures").rglob("*.sig")
+             if p.parent.name == signed_digest(ada, f"entries/prereg/{pid}.md")]
+    sig.rename(sig.with_name("0123456789ab.sig"))  # the file name no longer says which key made it
+    ada.git("add", "-A", "entries")
+    ada.git("commit", "-q", "--amend", "--no-edit")
+    code, report, _ = verify(ada)
+    assert code == 4 and ("signature_invalid", f"entries/prereg/{pid}.md") in kinds(report)
+
+
+def signed_digest(c: Clone, rel: str) -> str:
+    return next(r["digest"] for r in verify(c)[1]["identity"]["records"] if r["path"] == rel)
+
+
+def test_a_signer_removed_in_a_commit_no_longer_counts_and_the_removal_is_listed(lab):
+    team, _, pid = lab
+    ada = team["ada"]
+    assert signed_by(verify(ada)[1])[f"entries/prereg/{pid}.md"] == ["ada@lab.example"]  # checked, and cached
+    lines = (ada.path / ALLOWED).read_text().splitlines(keepends=True)
+    (ada.path / ALLOWED).write_text("".join(ln for ln in lines if not ln.startswith("ada@")))
+    ada.git("commit", "-q", "-am", "ada leaves the lab")
+    code, report, _ = verify(ada)
+    assert code == 0 and signed_by(report)[f"entries/prereg/{pid}.md"] == []
+    assert ("signature_unknown_key", f"entries/prereg/{pid}.md") in kinds(report, "warnings")
+    assert any(ch["changes"][0].startswith("allowed signer removed: ada@lab.example (ssh-ed25519 SHA256:")
+               for ch in report["identity"]["setting_changes"])
+
+
+def test_require_with_an_allowed_signers_file_that_is_not_committed_is_exit_4(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada"])
+    ada = team["ada"]
+    cfg = ada.path / "logbook.yaml"
+    cfg.write_text(cfg.read_text() + f"signing:\n  allowed_signers: {ALLOWED}\n  require: true\n")
+    ada.git("commit", "-q", "-am", "require signatures")
+    (ada.path / "trust").mkdir()
+    key = keypair(tmp_path / "keys", "ada")
+    (ada.path / ALLOWED).write_text(allowed_line("ada@lab.example", key))  # written, never committed
+    code, report, _ = verify(ada)
+    assert code == 4 and ("allowed_signers_missing", ALLOWED) in kinds(report)
+
+
+def test_without_signing_the_queue_says_people_are_told_apart_by_e_mail_only(tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada"])
+    ada = team["ada"]
+    story_run(open_project(ada.path), story_clock, "qknorm", None, author="Ada <ada@lab.example>")
+    res = ada.ok("review")
+    assert "note: reviewers and launchers are told apart by e-mail only" in res.stderr
+    code, report, _ = verify(ada)
+    assert code == 0 and report["identity"]["enabled"] is False and report["identity"]["records"] == []
+
+
+def test_signing_settings_are_checked_when_logbook_yaml_is_read(logbook_repo, cli):
+    cfg = logbook_repo / "logbook.yaml"
+    base = cfg.read_text()
+    for block, words in (("signing: yes\n", "signing must be a mapping"),
+                         ("signing:\n  allowed_signers: ../outside\n", "relative to the repository root"),
+                         ("signing:\n  allowed_signers: a\n  require: maybe\n", "signing.require must be true or false"),
+                         ("signing:\n  allowed_signer: a\n", "did you mean `signing.allowed_signers`")):
+        cfg.write_text(base + block)
+        res = cli("verify")
+        assert res.exit_code == 2 and words in res.stderr, res.stderr
