@@ -38,7 +38,7 @@ def outcome_cmd(
     card = record_outcome(project, run)
     if card.final and not card.already_recorded:
         _stamp_scorecard(project, run, card.event)
-        card.warnings = rerender_days(project, [card.computed_at[:10]])
+        card.warnings += rerender_days(project, [card.computed_at[:10]])
     for w in card.warnings:
         err(f"warning: {w}")
     if as_json:

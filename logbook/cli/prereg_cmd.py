@@ -229,8 +229,15 @@ def verify_cmd(
     earlier than the run's; verify says per preregistration what third-party
     time it has ("no third-party time" without an authority).
 
-    Exit 0 when everything is as written; exit 4 naming what changed; exit 3
-    when git ignores records (they can never be committed, so never verified).
+    With `signing:` in logbook.yaml, every record signature is checked against
+    the allowed-signers file as HEAD commits it, and each record is listed as
+    signed by a principal or unsigned; every commit that changed the allowed
+    signers, `signing:` or review_self_approval is listed (SETTING lines).
+
+    Exit 0 when everything is as written; exit 4 naming what changed (a
+    signature that does not match its record, or an unsigned record where
+    signing.require is true); exit 3 when git ignores records (they can never
+    be committed, so never verified).
 
     Example: logbook verify
     """
@@ -252,6 +259,8 @@ def verify_cmd(
             typer.echo(f"CHANGED  {p.message}")
         for u in report.unverifiable:
             typer.echo(f"IGNORED  {u.message}")
+        for line in report.identity.lines() if report.identity is not None else []:
+            typer.echo(line)  # who signed each record, and every commit that changed who may sign
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")

@@ -370,7 +370,8 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         for d in rec.deviations:
             say(f"WARNING: deviation from preregistration {prereg_id}: {d}")
         _say_stamps(say, stamp_prereg_before_run(project, prereg.id, rec.amendments))
-    write_run_record(project, rec)
+    for w in write_run_record(project, rec):
+        say(f"WARNING: {w}")
     _say_stamps(say, [stamp_run_start(project, run_id)])
     return _Plan(record=rec, config=config, overrides=list(overrides), resumed=False)
 

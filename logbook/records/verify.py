@@ -58,6 +58,7 @@ from logbook.records.prereg import AMEND_RE, runs_referencing
 from logbook.records.prereg_format import record_hash, split_record
 from logbook.records.prereg_input import ID_RE, check_id
 from logbook.trust.timecheck import check_time, time_hint
+from logbook.trust import signed_records
 
 TRAILER = "Logbook-Prereg"
 
@@ -72,9 +73,11 @@ class Finding:
     """edited | deleted | uncommitted | hash_mismatch | chain_broken | prereg_after_run | symlink | ignored |
     log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
-    log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), and third-party time's
+    log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), third-party time's
     (stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run,
-    see `logbook.trust.timecheck`)"""
+    see `logbook.trust.timecheck`), and identity's
+    (signature_invalid | signature_orphan | unsigned; warnings: signature_unknown_key | signature_unchecked |
+    unsigned_before_require | allowed_signers_missing: see `logbook.trust.signed_records`)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
@@ -82,6 +85,8 @@ class Finding:
     """The commit (or remote ref) that held the version that was lost, for history findings."""
     lost: str | None = None
     """The commit that lost it (or `HEAD`), for history findings."""
+    hint: str | None = None
+    """What to do, where the check that found it knows better than `fix_hint`."""
 
 
 @dataclass
@@ -103,6 +108,8 @@ class VerifyReport:
     """The repository, for hints that depend on its git state."""
     timestamps: dict[str, Any] = field(default_factory=dict)
     """What third-party stamps prove, per preregistration and run (`logbook.trust.timecheck`)."""
+    identity: Any = None
+    """`logbook.trust.signed_records.IdentityReport`: who signed each record, and who changed who may sign."""
 
     @property
     def ok(self) -> bool:
@@ -112,7 +119,8 @@ class VerifyReport:
         return {"ok": self.ok, "preregs": self.preregs, "amendments": self.amendments, "logs": self.logs,
                 "commits_checked": self.commits_checked, "in_progress": self.in_progress,
                 "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings],
-                "unverifiable": [asdict(f) for f in self.unverifiable], "timestamps": self.timestamps}
+                "unverifiable": [asdict(f) for f in self.unverifiable], "timestamps": self.timestamps,
+                "identity": self.identity.to_dict() if self.identity is not None else None}
 
     def raise_if_tampered(self, root: Path | None = None) -> None:
         """TamperedError (exit 4) for a changed record; RefusedError (exit 3) for ignored ones only.
@@ -145,6 +153,8 @@ def fix_hint(f: Finding) -> str:
     """What to do about one finding: steps that work, and never `run logbook verify` (it sent you here)."""
     if f.kind.startswith("stamp"):
         return time_hint(f.kind, f.path)
+    if f.hint:
+        return f.hint
     if f.had and f.lost and f.had != f.lost and not f.kind.startswith("remote"):
         return (f"restore it as {f.had[:7]} had it (`git checkout {f.had[:7]} -- {f.path}`) and commit; "
                 "a record is never edited: a correction is a new record that supersedes it")
@@ -203,6 +213,9 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
     _check_time(project, report, use_cache=not full)
+    report.identity = ident = signed_records.check_identity(project, prereg_id, hist.introduced)
+    report.problems += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.problems]
+    report.warnings += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.warnings]
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)
     return report

@@ -10,6 +10,7 @@ in its event log (`run_status`), which the run alone appends to.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from logbook.records.chain import iter_records
 from logbook.records.files import run_record_problem
 from logbook.records.eventstream import check_run_id, run_log_path
 from logbook.runs.facts import LIFECYCLE
+from logbook.trust.signatures import sign_record
 
 @dataclass
 class RunRecord:
@@ -69,10 +71,14 @@ def run_record_path(project: Project, run_id: str) -> Path:
     return project.run_dir(check_run_id(run_id)) / "run.json"
 
 
-def write_run_record(project: Project, rec: RunRecord) -> None:
-    """Create run.json; a record is written once, so an existing one is never replaced (FileExistsError)."""
+def write_run_record(project: Project, rec: RunRecord) -> list[str]:
+    """Create run.json, signed by the launcher's key when one is configured; returns warnings.
+
+    A record is written once, so an existing one is never replaced (FileExistsError).
+    """
     body = (json.dumps(rec.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
     atomic_create_bytes(run_record_path(project, rec.run_id), body)
+    return sign_record(project, hashlib.sha256(body).hexdigest(), what=f"run record {rec.run_id}")
 
 
 def run_status(project: Project, run_id: str, rec: RunRecord | None = None) -> str:

@@ -54,6 +54,7 @@ from logbook.runs.milestones import milestone_step
 from logbook.runs.record import RunRecord, check_run_id, load_run_record
 from logbook.scoring.forecasts import late_sources, run_start_time
 from logbook.scoring.rules import forecast_scores
+from logbook.trust.signatures import sign_record
 
 SCHEMA = 1
 STATUSES = ("confirmed", "refuted", "inconclusive")
@@ -469,6 +470,7 @@ def record_outcome(project: Project, run_id: str) -> Scorecard:
     rec = {"kind": "outcome", "run": run_id, "step": card.last_step, "data": payload, "scorecard": card.to_dict()}
     written = write_record(folder, rec, ts=now)
     card.event = f"{OUTCOME_SOURCE}:{written['id']}"
+    card.warnings += sign_record(project, written["hash"], what=f"scorecard {card.event}")
     return card
 
 
