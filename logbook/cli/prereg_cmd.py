@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -201,6 +202,11 @@ def amend_cmd(
 def verify_cmd(
     prereg_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="Check only this preregistration."),
     full: bool = typer.Option(False, "--full", help="Read every commit again, ignoring (and not updating) the cache."),
+    replay: Optional[int] = typer.Option(None, "--replay", metavar="N", min=1,
+                                         help="Also retrain the first N steps of each run that answers to a "
+                                              "preregistration, from its code snapshot and seed, and compare the losses "
+                                              "bit for bit (CPU)."),
+    run: Optional[str] = typer.Option(None, "--run", metavar="RUN", help="With --replay: replay only this run."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check that every record and log is as first committed, over the whole history of HEAD.
@@ -215,20 +221,33 @@ def verify_cmd(
     verified are remembered under .logbook/, so a second run is quick
     (--full reads them all again).
 
-    Exit 0 when everything is as written; exit 4 naming what changed; exit 3
-    when git ignores records (they can never be committed, so never verified).
+    Each run that answers to a preregistration must have trained with the seed
+    its preregistration's earliest timestamp token gives. --replay N retrains
+    the first N steps of those runs from their own code snapshot, with that
+    seed, on the CPU (where the trainer is deterministic) in a temporary
+    folder, and compares each logged loss bit for bit: a run trained before
+    its preregistration existed cannot match.
 
-    Example: logbook verify
+    Exit 0 when everything is as written; exit 4 naming what changed (or the
+    first step whose loss differs from the replay); exit 3 when git ignores
+    records (they can never be committed, so never verified), or when a run
+    asked to be replayed cannot be (trained on a GPU, snapshot missing...).
+
+    Example: logbook verify --replay 3
     """
+    from logbook.core.errors import RefusedError, UsageError
     from logbook.records.prereg import resolve_prereg_id
     from logbook.core.project import open_project
     from logbook.records.verify import verify_project
 
     project = open_project()
+    if run is not None and replay is None:
+        raise UsageError("--run goes with --replay N", hint=f"logbook verify --replay 3 --run {run}")
     pid = None if prereg_id is None else (resolve_prereg_id(project, prereg_id) or prereg_id)
     report = verify_project(project, pid, full=full)
+    verdicts = _replay(project, replay, pid, run, report) if replay is not None else []
     if as_json:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "replay": [asdict(v) for v in verdicts]} if replay else report.to_dict())
     else:
         if report.in_progress:
             err(f"note: {report.in_progress}; verified HEAD as it stands")
@@ -238,10 +257,27 @@ def verify_cmd(
             typer.echo(f"CHANGED  {p.message}")
         for u in report.unverifiable:
             typer.echo(f"IGNORED  {u.message}")
+        for v in verdicts:
+            if v.state != "differs":  # a difference is one of the problems above
+                typer.echo(f"{'REPLAYED' if v.state == 'equal' else 'NOT REPLAYED'}  {v.message}")
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")
     report.raise_if_tampered(project.root)
+    undone = [v.run_id for v in verdicts if v.state == "not_replayed"]
+    if undone:
+        raise RefusedError(f"{_count(len(undone), 'run')} could not be replayed: {', '.join(undone[:5])}",
+                           hint="the NOT REPLAYED lines say why; a run trained on a GPU or on several workers "
+                                "cannot be compared bit for bit with a CPU replay")
+
+
+def _replay(project: Any, steps: int, pid: str | None, run: str | None, report: Any) -> list[Any]:
+    """`verify --replay`: each run's verdict; a run whose losses differ joins the report's problems."""
+    from logbook.trust.replay import replay_runs
+
+    verdicts = replay_runs(project, steps, prereg_id=pid, run_id=run)
+    report.problems += [v.finding(project) for v in verdicts if v.state == "differs"]
+    return verdicts
 
 
 def _count(n: int, word: str) -> str:

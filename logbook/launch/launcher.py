@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import re
@@ -47,6 +48,7 @@ from logbook.records.prereg import load_prereg, resolve_prereg_id
 from logbook.records.verify import verify_or_raise
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from logbook.runs.runlock import RunLock
+from logbook.trust.replay import anchored_seed
 
 __all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
@@ -134,7 +136,7 @@ def launch_run(
         elif not run_id:
             raise UsageError("nodes other than 0 need the run id of node 0", hint="pass --run-id ID on every node")
     _check_torch_installed()
-    _check_config_with_trainer(project, config, overrides, entry)
+    resolved = _check_config_with_trainer(project, config, overrides, entry)
     run_id = check_run_id(run_id) if run_id else new_run_id(project, prereg_id, config)
     lock = RunLock(project.state_dir / "locks" / _lock_name(run_id, rdzv))
     stale = lock.acquire(what=f"run {run_id}")
@@ -147,7 +149,8 @@ def launch_run(
             plan = _resume_plan(project, run_id, nproc, max_restarts, rdzv)
         else:
             plan = _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory,
-                             nproc or 1, DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, rdzv, say)
+                             nproc or 1, DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, rdzv, say,
+                             config_seed=_config_seed(resolved))
         _announce(plan, project, say)
         return _supervise(project, plan, rdzv, entry, say, poll_s, lock)
     finally:
@@ -269,15 +272,19 @@ def _check_torch_installed() -> None:
                            hint="install the training extra: python3 -m pip install -e '.[train]'")
 
 
-def _check_config_with_trainer(project: Project, config: Path, overrides: list[str], entry: str) -> None:
+def _check_config_with_trainer(project: Project, config: Path, overrides: list[str], entry: str) -> Any:
     """Let the trainer parse the config and overrides, so a typo fails before any process starts.
 
-    `--print-config` validates without importing torch and prints the resolved config.
+    `--print-config` validates without importing torch and prints the resolved config; returns what it
+    printed, parsed (None when it is not JSON: another entry's format).
     """
     cmd = [sys.executable, *_entry_argv(entry), "--print-config", str(config), *overrides]
     proc = subprocess.run(cmd, cwd=project.root, env=_child_env(), capture_output=True, text=True, timeout=300)
     if proc.returncode == 0:
-        return
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            return None
     message, hint = _error_lines(proc.stderr or proc.stdout)
     if proc.returncode == 2:
         raise UsageError(message or f"the trainer refused the config {config}", hint=hint)
@@ -285,6 +292,15 @@ def _check_config_with_trainer(project: Project, config: Path, overrides: list[s
         f"checking the config with the trainer failed (exit {proc.returncode}): {message}",
         hint=f"run `{' '.join(cmd[1:])}` to see the whole output",
     )
+
+
+def _config_seed(resolved: Any) -> int | None:
+    """train.seed of the config as the trainer resolved it (`--print-config`), when it says."""
+    try:
+        seed = resolved["config"]["train"]["seed"]
+    except (KeyError, TypeError):
+        return None
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
 def _error_lines(text: str) -> tuple[str, str | None]:
@@ -347,20 +363,21 @@ def _resume_args(project: Project, resume: str, config_path, overrides, prereg_i
 # --- the run record ------------------------------------------------------------------
 
 
-def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory, nproc, max_restarts, rdzv, say) -> _Plan:
+def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory, nproc, max_restarts, rdzv, say,
+              *, config_seed: int | None = None) -> _Plan:
     check_run_id(run_id)
     if run_record_path(project, run_id).exists():
         status = run_status(project, run_id, load_run_record(project, run_id))
         raise RefusedError(f"run {run_id} already exists (status {status})",
                            hint=f"resume it with `logbook run --resume {run_id}`, or choose another --run-id")
-
+    anchor = _anchor(project, prereg, overrides)
     snapshot = snapshot_worktree(project, run_id)
     digest = config_sha256(config)
     rec = RunRecord(
         run_id=run_id, created=utc_now(), config_path=_rel(project, config), config_hash=digest,
         prereg_id=prereg_id, exploratory=exploratory, snapshot=dict(snapshot), overrides=list(overrides),
         nproc=nproc, nnodes=rdzv.nnodes, max_restarts=max_restarts, author=str(git_identity(project.root)),
-        status="running",
+        status="running", seed=anchor.seed if anchor else config_seed, seed_source=anchor.source if anchor else None,
     )
     if prereg is not None:
         rec.amendments = [a.key for a in prereg.amendments]  # the promise as it stands at the start
@@ -369,7 +386,24 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         for d in rec.deviations:
             say(f"WARNING: deviation from preregistration {prereg_id}: {d}")
     write_run_record(project, rec)
-    return _Plan(record=rec, config=config, overrides=list(overrides), resumed=False)
+    return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, overrides), resumed=False)
+
+
+def _anchor(project: Project, prereg: Any, overrides: list[str]) -> Any:
+    """The seed drawn from the preregistration's earliest timestamp token (None: no stamp yet, or no preregistration).
+
+    A seed chosen on the command line would undo the point of drawing it, so it is refused.
+    """
+    anchor = anchored_seed(project, prereg.sha256) if prereg is not None else None
+    if anchor is not None and any(o.startswith("train.seed=") for o in overrides):
+        raise UsageError(f"train.seed is drawn from preregistration {prereg.id}'s timestamp ({anchor.source}), "
+                         "so it cannot be set on the command line", hint="drop the train.seed override")
+    return anchor
+
+
+def _trainer_overrides(rec: RunRecord, overrides: list[str]) -> list[str]:
+    """The trainer's overrides: the launch's own, then the anchored seed (last, so it wins over the config's)."""
+    return [*overrides, f"train.seed={rec.seed}"] if rec.seed_source else list(overrides)
 
 
 def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rendezvous) -> _Plan:
@@ -388,7 +422,7 @@ def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rende
     rec.nproc = nproc or rec.nproc
     rec.max_restarts = rec.max_restarts if max_restarts is None else max_restarts
     rec.nnodes = rdzv.nnodes
-    return _Plan(record=rec, config=config, overrides=list(rec.overrides), resumed=True)
+    return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, list(rec.overrides)), resumed=True)
 
 
 def _follower_plan(project: Project, run_id: str, config: Path, overrides: list[str]) -> _Plan:
@@ -396,7 +430,7 @@ def _follower_plan(project: Project, run_id: str, config: Path, overrides: list[
     for _ in range(120):
         if run_record_path(project, run_id).exists():
             rec = load_run_record(project, run_id)
-            return _Plan(record=rec, config=config, overrides=list(overrides), resumed=False)
+            return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, overrides), resumed=False)
         time.sleep(0.5)
     raise RefusedError(f"run {run_id} has no run.json after 60 s", hint="start node 0 first, on a filesystem all nodes share")
 
@@ -434,6 +468,11 @@ def _announce(plan: _Plan, project: Project, say: Say) -> None:
     snap = rec.snapshot or {}
     dirty = " (uncommitted changes included)" if snap.get("dirty") else ""
     say(f"  config {rec.config_path} sha256 {rec.config_hash[:12]}; code snapshot {str(snap.get('commit', ''))[:12]}{dirty}")
+    if rec.seed_source:
+        say(f"  seed {rec.seed}, drawn from the preregistration's timestamp ({rec.seed_source})")
+    elif rec.prereg_id and not plan.resumed:
+        say(f"  seed {rec.seed} from the config: the preregistration has no timestamp yet, so the run's randomness "
+            "is not anchored")
     say(f"  torchrun: {rec.nproc} process(es) x {rec.nnodes} node(s), up to {rec.max_restarts} restart(s)")
     say(f"  events: {_rel(project, project.run_dir(rec.run_id) / 'events.jsonl')}")
 

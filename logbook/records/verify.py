@@ -71,7 +71,9 @@ class Finding:
     """edited | deleted | uncommitted | hash_mismatch | chain_broken | prereg_after_run | symlink | ignored |
     log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
-    log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased)"""
+    log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), the seed kinds
+    (seed_mismatch | seed_source_missing | seed_source_foreign | seed_not_earliest | seed_not_anchored, see
+    logbook/trust/replay.py) and `verify --replay`'s (replay_differs | replay_not_done)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
@@ -154,6 +156,9 @@ def fix_hint(f: Finding) -> str:
         return f"take the remote's version back (`git checkout {f.had} -- {f.path}`) and commit"
     if f.kind == "uncommitted":
         return "preregister with `logbook prereg`, which commits the record; a hand-written file proves nothing"
+    if f.kind.startswith(("seed_", "replay_")):
+        return ("a run answers to its preregistration only when it trained from the seed the preregistration's "
+                "earliest stamp gives: restore a deleted stamp from git, or start a new run with `--prereg`")
     if f.kind == "prereg_after_run":
         return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
     return "restore the record from git; a correction is a new record that supersedes it, never an edit"
@@ -195,6 +200,9 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
+    from logbook.trust.replay import WARNING_KINDS, check_seeds  # here: that module imports this one
+    for f in check_seeds(project, prereg_id):
+        (report.warnings if f.kind in WARNING_KINDS else report.problems).append(f)
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)
     return report

@@ -1,0 +1,1 @@
+"""Proofs that need more than a hash chain: third-party time, signed identity, and seeds drawn from a stamp."""
