@@ -273,10 +273,12 @@ def verify_cmd(
 
 def _replay(project: Any, steps: int, pid: str | None, run: str | None, report: Any) -> list[Any]:
     """`verify --replay`: each run's verdict; a run whose losses differ joins the report's problems."""
+    from logbook.records.verify import Finding
     from logbook.trust.replay import replay_runs
 
     verdicts = replay_runs(project, steps, prereg_id=pid, run_id=run)
-    report.problems += [v.finding(project) for v in verdicts if v.state == "differs"]
+    report.problems += [Finding(f.path, f.kind, f.message) for f in (v.finding(project) for v in verdicts)
+                        if f.kind == "replay_differs"]
     return verdicts
 
 

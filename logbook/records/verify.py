@@ -57,6 +57,8 @@ from logbook.records.files import damaged_records, run_record_problem
 from logbook.records.prereg import AMEND_RE, runs_referencing
 from logbook.records.prereg_format import record_hash, split_record
 from logbook.records.prereg_input import ID_RE, check_id
+from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
+from logbook.trust.replay import check_seeds
 
 TRAILER = "Logbook-Prereg"
 
@@ -200,9 +202,8 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
-    from logbook.trust.replay import WARNING_KINDS, check_seeds  # here: that module imports this one
     for f in check_seeds(project, prereg_id):
-        (report.warnings if f.kind in WARNING_KINDS else report.problems).append(f)
+        (report.warnings if f.kind in SEED_WARNING_KINDS else report.problems).append(Finding(f.path, f.kind, f.message))
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)
     return report

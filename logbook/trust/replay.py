@@ -31,12 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.core.errors import LogbookError
+from logbook.core.errors import LogbookError, NotFoundError, TamperedError
 from logbook.core.project import Project
 from logbook.records.chain import iter_records
-from logbook.records.eventstream import run_log_path
+from logbook.records.eventstream import check_run_id, run_log_path
+from logbook.records.files import run_record_problem
 from logbook.records.sink import full_metrics_path
-from logbook.records.verify import Finding
+from logbook.trust.retrain import ReplayImpossible, first_losses, retrain
 
 SEED_DOMAIN = b"logbook-seed\0"
 """Prefix of the hashed bytes, so that this seed is never the hash of the token for any other purpose."""
@@ -49,6 +50,19 @@ WARNING_KINDS = frozenset({"seed_not_anchored"})
 def seed_from_stamp(tsr: bytes) -> int:
     """The seed a timestamp token's bytes give: 63 bits, so that every RNG the trainer seeds takes it."""
     return int.from_bytes(hashlib.sha256(SEED_DOMAIN + tsr).digest()[:8], "big") >> 1
+
+
+@dataclass(frozen=True)
+class SeedFinding:
+    """One thing wrong with a run's seed, or a replay that differs (verify.py turns it into a Finding)."""
+
+    path: str
+    """The run's run.json, relative to the repository root."""
+    kind: str
+    """seed_mismatch | seed_source_missing | seed_source_foreign | seed_not_earliest | seed_not_anchored |
+    replay_differs | replay_not_done."""
+    message: str
+    """One sentence naming the run, what was recorded and what the proof gives."""
 
 
 @dataclass(frozen=True)
@@ -102,13 +116,13 @@ def timestamping_configured(project: Project) -> bool:
 # --- verify: the recorded seed against its source ------------------------------------
 
 
-def check_seeds(project: Project, prereg_id: str | None = None) -> list[Finding]:
+def check_seeds(project: Project, prereg_id: str | None = None) -> list[SeedFinding]:
     """For each run that answers to a preregistration (only `prereg_id`'s when given), what is wrong with its seed.
 
     Kinds: seed_mismatch, seed_source_missing, seed_source_foreign, seed_not_earliest (exit 4), and
     seed_not_anchored (a warning: the run trained with its config's seed although a stamp is expected).
     """
-    out: list[Finding] = []
+    out: list[SeedFinding] = []
     for run_id, raw in _prereg_runs(project, prereg_id):
         out += _run_seed_findings(project, run_id, raw)
     return out
@@ -132,7 +146,7 @@ def run_starts(project: Project, run_id: str) -> list[dict[str, Any]]:
     return [e.get("data") or {} for e in iter_records(run_log_path(project, run_id)) if e.get("kind") == "run_started"]
 
 
-def _run_seed_findings(project: Project, run_id: str, raw: dict[str, Any]) -> list[Finding]:
+def _run_seed_findings(project: Project, run_id: str, raw: dict[str, Any]) -> list[SeedFinding]:
     rel = (project.run_dir(run_id) / "run.json").relative_to(project.root).as_posix()
     source, seed = raw.get("seed_source"), raw.get("seed")
     starts = run_starts(project, run_id)
@@ -145,7 +159,7 @@ def _run_seed_findings(project: Project, run_id: str, raw: dict[str, Any]) -> li
                              f"{data['seed']}, its run.json records {seed}")]
     if source is None:
         if timestamping_configured(project):
-            return [Finding(rel, "seed_not_anchored", f"run {run_id}: its randomness is not anchored: it trained "
+            return [SeedFinding(rel, "seed_not_anchored", f"run {run_id}: its randomness is not anchored: it trained "
                             f"with its config's seed, not one drawn from preregistration {raw['prereg_id']}'s "
                             "timestamp (there was no stamp when it started)")]
         return []
@@ -153,7 +167,7 @@ def _run_seed_findings(project: Project, run_id: str, raw: dict[str, Any]) -> li
 
 
 def _source_findings(project: Project, run_id: str, rel: str, raw: dict[str, Any], source: str,
-                     starts: list[dict[str, Any]]) -> list[Finding]:
+                     starts: list[dict[str, Any]]) -> list[SeedFinding]:
     path = (project.entries / source).resolve()
     stamps = (project.entries / STAMPS_DIR).resolve()
     if not path.is_relative_to(stamps) or path.suffix != ".tsr" or not path.is_file():
@@ -187,8 +201,8 @@ def _prereg_hash(project: Project, prereg_id: str) -> str | None:
         return None  # a missing or damaged preregistration is verify's own finding
 
 
-def _finding(path: str, kind: str, message: str) -> Finding:
-    return Finding(path, kind, message)
+def _finding(path: str, kind: str, message: str) -> SeedFinding:
+    return SeedFinding(path, kind, message)
 
 
 # --- verify --replay -----------------------------------------------------------------
@@ -213,18 +227,21 @@ class ReplayVerdict:
     seconds: float = 0.0
     """Wall time of the replay."""
 
-    def finding(self, project: Project) -> Finding:
+    def finding(self, project: Project) -> SeedFinding:
         rel = (project.run_dir(self.run_id) / "run.json").relative_to(project.root).as_posix()
-        return Finding(rel, "replay_differs" if self.state == "differs" else "replay_not_done", self.message)
+        return SeedFinding(rel, "replay_differs" if self.state == "differs" else "replay_not_done", self.message)
 
 
 def replay_runs(project: Project, steps: int, *, prereg_id: str | None = None, run_id: str | None = None,
                 timeout_s: float = 3600.0) -> list[ReplayVerdict]:
     """Retrain the first `steps` steps of each run that answers to a preregistration (or of `run_id`) and compare."""
-    from logbook.runs.record import load_run_record
-
     if run_id is not None:
-        load_run_record(project, run_id)  # unknown or damaged: its typed error
+        path = project.run_dir(check_run_id(run_id)) / "run.json"
+        if not path.is_file():
+            raise NotFoundError(f"unknown run {run_id!r}", hint="`logbook ls` lists the runs of each preregistration")
+        why = run_record_problem(path)
+        if why:
+            raise TamperedError(f"run {run_id}'s run.json: {why}", hint="restore it from git; nothing can be replayed from it")
         ids = [run_id]
     else:
         ids = [r for r, _ in _prereg_runs(project, prereg_id)]
@@ -233,8 +250,6 @@ def replay_runs(project: Project, steps: int, *, prereg_id: str | None = None, r
 
 def replay_run(project: Project, run_id: str, steps: int, *, timeout_s: float = 3600.0) -> ReplayVerdict:
     """Retrain run `run_id`'s first `steps` steps from its code snapshot and compare its losses bit for bit."""
-    from logbook.trust import retrain
-
     raw = json.loads((project.run_dir(run_id) / "run.json").read_text("utf-8"))
     starts = run_starts(project, run_id)
     seed = raw.get("seed") if raw.get("seed") is not None else (starts[0].get("seed") if starts else None)
@@ -245,9 +260,9 @@ def replay_run(project: Project, run_id: str, steps: int, *, timeout_s: float = 
         verdict.message = f"run {run_id} not replayed: {why}"
         return verdict
     try:
-        result = retrain.retrain(project, run_id, raw, seed=int(seed), steps=steps, threads=starts[0].get("threads"),
+        result = retrain(project, run_id, raw, seed=int(seed), steps=steps, threads=starts[0].get("threads"),
                                  timeout_s=timeout_s)
-    except retrain.ReplayImpossible as e:
+    except ReplayImpossible as e:
         verdict.message = f"run {run_id} not replayed: {e}"
         return verdict
     verdict.seconds = result.seconds
@@ -287,16 +302,6 @@ def _first_live_change(project: Project, run_id: str) -> int | None:
         if e.get("kind") == "hparam_change" and isinstance(e.get("step"), int):
             return max(1, int(e["step"]))
     return None
-
-
-def first_losses(path: Path, limit: int) -> dict[int, float]:
-    """step -> the first training loss logged for it (steps 1..limit) in one metrics file; a torn line is skipped."""
-    out: dict[int, float] = {}
-    for row in iter_records(path):
-        step, loss = row.get("step"), row.get("loss")
-        if isinstance(step, int) and 1 <= step <= limit and isinstance(loss, (int, float)) and step not in out:
-            out[step] = float(loss)
-    return out
 
 
 _SAME_INPUTS = ("config_hash", "data_fingerprints", "n_params", "dtype", "threads", "norm_kernels",

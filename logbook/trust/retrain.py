@@ -70,8 +70,6 @@ class Retrained:
 def retrain(project: Project, run_id: str, raw: dict[str, Any], *, seed: int, steps: int, threads: Any,
             timeout_s: float) -> Retrained:
     """Retrain run `run_id` (its `run.json` is `raw`) for at least `steps` steps from `seed`."""
-    from logbook.trust.replay import first_losses
-
     t0 = time.monotonic()
     commit = _snapshot_commit(project, run_id, raw)
     with tempfile.TemporaryDirectory(prefix="logbook-replay-") as tmp:
@@ -240,3 +238,13 @@ def _beat_step(heartbeat: Path) -> int:
         return 0
     step = beat.get("step") if isinstance(beat, dict) else None
     return step if isinstance(step, int) else 0
+
+
+def first_losses(path: Path, limit: int) -> dict[int, float]:
+    """step -> the first training loss logged for it (steps 1..limit) in one metrics file; a torn line is skipped."""
+    out: dict[int, float] = {}
+    for row in iter_records(path):
+        step, loss = row.get("step"), row.get("loss")
+        if isinstance(step, int) and 1 <= step <= limit and isinstance(loss, (int, float)) and step not in out:
+            out[step] = float(loss)
+    return out
