@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ SEED_DOMAIN = b"logbook-seed\0"
 """Prefix of the hashed bytes, so that this seed is never the hash of the token for any other purpose."""
 STAMPS_DIR = "stamps"
 """The stamps' folder under the entries folder (fixed with the timestamping code)."""
+_DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 WARNING_KINDS = frozenset({"seed_not_anchored"})
 """Kinds of `check_seeds` findings that are warnings; every other kind is exit 4."""
 
@@ -109,8 +111,12 @@ def anchored_seed(project: Project, prereg_digest: str) -> AnchoredSeed | None:
 
 def timestamping_configured(project: Project) -> bool:
     """Whether logbook.yaml names a timestamp authority (the setting belongs to the timestamping code)."""
-    setting = getattr(project.config, "timestamping", None)
-    return bool(setting and getattr(setting, "authorities", None))
+    try:
+        from logbook.trust import timestamps
+    except ImportError:
+        return False
+    setting = timestamps.settings(project)
+    return bool(setting and setting.authorities)
 
 
 # --- verify: the recorded seed against its source ------------------------------------
@@ -170,7 +176,8 @@ def _source_findings(project: Project, run_id: str, rel: str, raw: dict[str, Any
                      starts: list[dict[str, Any]]) -> list[SeedFinding]:
     path = (project.entries / source).resolve()
     stamps = (project.entries / STAMPS_DIR).resolve()
-    if not path.is_relative_to(stamps) or path.suffix != ".tsr" or not path.is_file():
+    if (not path.is_relative_to(stamps) or path.suffix != ".tsr" or not path.is_file()
+            or not _DIGEST_RE.match(path.parent.name)):
         return [_finding(rel, "seed_source_missing", f"run {run_id}: its seed source {source} is not a stamp file "
                          f"under {STAMPS_DIR}/")]
     derived = seed_from_stamp(path.read_bytes())
