@@ -16,7 +16,7 @@ from runhelpers import events, micro_config, of_kind
 
 from logbook.core.errors import EXIT_TAMPERED, UsageError
 from logbook.core.project import open_project
-from logbook.launch.launcher import _anchor, launch_run
+from logbook.launch.launcher import _refuse_chosen_seed, launch_run
 from logbook.records.chain import GENESIS, ChainedLog, canonical, record_hash
 from logbook.records.prereg import load_prereg
 from logbook.trust.replay import _not_replayable, check_seeds, seed_from_stamp
@@ -128,8 +128,9 @@ def test_a_run_draws_its_seed_from_the_stamp_and_its_first_steps_replay_bit_for_
     assert res.exit_code == 2 and "--run goes with --replay N" in res.output
 
     # A seed chosen on the command line would undo the draw: refused before anything starts.
-    with pytest.raises(UsageError, match="train.seed is drawn from preregistration"):
-        _anchor(open_project(), load_prereg(open_project(), pid), ["train.seed=7"])
+    with pytest.raises(UsageError, match="is drawn from its timestamp, so train.seed cannot be set"):
+        _refuse_chosen_seed(open_project(), load_prereg(open_project(), pid), ["optim.lr=1e-3", "train.seed=7"])
+    _refuse_chosen_seed(open_project(), load_prereg(open_project(), pid), ["optim.lr=1e-3"])
 
 
 @pytest.mark.slow

@@ -48,7 +48,7 @@ from logbook.records.prereg import load_prereg, resolve_prereg_id
 from logbook.records.verify import verify_or_raise
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from logbook.runs.runlock import RunLock
-from logbook.trust.replay import anchored_seed
+from logbook.trust.replay import anchored_seed, stamp_files, timestamping_configured
 
 __all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
@@ -370,14 +370,14 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         status = run_status(project, run_id, load_run_record(project, run_id))
         raise RefusedError(f"run {run_id} already exists (status {status})",
                            hint=f"resume it with `logbook run --resume {run_id}`, or choose another --run-id")
-    anchor = _anchor(project, prereg, overrides)
+    _refuse_chosen_seed(project, prereg, overrides)
     snapshot = snapshot_worktree(project, run_id)
     digest = config_sha256(config)
     rec = RunRecord(
         run_id=run_id, created=utc_now(), config_path=_rel(project, config), config_hash=digest,
         prereg_id=prereg_id, exploratory=exploratory, snapshot=dict(snapshot), overrides=list(overrides),
         nproc=nproc, nnodes=rdzv.nnodes, max_restarts=max_restarts, author=str(git_identity(project.root)),
-        status="running", seed=anchor.seed if anchor else config_seed, seed_source=anchor.source if anchor else None,
+        status="running",
     )
     if prereg is not None:
         rec.amendments = [a.key for a in prereg.amendments]  # the promise as it stands at the start
@@ -385,20 +385,21 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         rec.deviations = _deviations(rec)
         for d in rec.deviations:
             say(f"WARNING: deviation from preregistration {prereg_id}: {d}")
+    # Last before the record is written: a stamp fetched while launching is the one the seed comes from.
+    anchor = anchored_seed(project, prereg.sha256) if prereg is not None else None
+    rec.seed, rec.seed_source = (anchor.seed, anchor.source) if anchor else (config_seed, None)
     write_run_record(project, rec)
     return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, overrides), resumed=False)
 
 
-def _anchor(project: Project, prereg: Any, overrides: list[str]) -> Any:
-    """The seed drawn from the preregistration's earliest timestamp token (None: no stamp yet, or no preregistration).
-
-    A seed chosen on the command line would undo the point of drawing it, so it is refused.
-    """
-    anchor = anchored_seed(project, prereg.sha256) if prereg is not None else None
-    if anchor is not None and any(o.startswith("train.seed=") for o in overrides):
-        raise UsageError(f"train.seed is drawn from preregistration {prereg.id}'s timestamp ({anchor.source}), "
-                         "so it cannot be set on the command line", hint="drop the train.seed override")
-    return anchor
+def _refuse_chosen_seed(project: Project, prereg: Any, overrides: list[str]) -> None:
+    """A seed chosen on the command line would undo the draw from the preregistration's timestamp: refused
+    wherever there is or will be a stamp to draw it from."""
+    if prereg is None or not any(o.startswith("train.seed=") for o in overrides):
+        return
+    if timestamping_configured(project) or stamp_files(project, prereg.sha256):
+        raise UsageError(f"the seed of a run of preregistration {prereg.id} is drawn from its timestamp, "
+                         "so train.seed cannot be set on the command line", hint="drop the train.seed override")
 
 
 def _trainer_overrides(rec: RunRecord, overrides: list[str]) -> list[str]:
