@@ -195,6 +195,7 @@ class Trainer:
             deviations=list(rec.deviations) if rec and rec.deviations else None,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
             members=self.dist.members, group_id=self.dist.group_id or None,
+            seed=self.cfg.train.seed, seed_source=rec.seed_source if rec else None,
         )
         member = self.dist.members[self.dist.rank] if self.dist.members else \
             {"rank": 0, "node": 0, "local_rank": 0, "host": socket.gethostname(), "pid": os.getpid()}

@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -211,6 +212,11 @@ def amend_cmd(
 def verify_cmd(
     prereg_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="Check only this preregistration."),
     full: bool = typer.Option(False, "--full", help="Read every commit again, ignoring (and not updating) the cache."),
+    replay: Optional[int] = typer.Option(None, "--replay", metavar="N", min=1,
+                                         help="Also retrain the first N steps of each run that answers to a "
+                                              "preregistration, from its code snapshot and seed, and compare the losses "
+                                              "bit for bit (CPU)."),
+    run: Optional[str] = typer.Option(None, "--run", metavar="RUN", help="With --replay: replay only this run."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check that every record and log is as first committed, over the whole history of HEAD.
@@ -234,22 +240,35 @@ def verify_cmd(
     signed by a principal or unsigned; every commit that changed the allowed
     signers, `signing:` or review_self_approval is listed (SETTING lines).
 
-    Exit 0 when everything is as written; exit 4 naming what changed (a
-    signature that does not match its record, or an unsigned record where
-    signing.require is true); exit 3 when git ignores records (they can never
-    be committed, so never verified).
+    Each run that answers to a preregistration must have trained with the seed
+    its preregistration's earliest timestamp token gives. --replay N retrains
+    the first N steps of those runs from their own code snapshot, with that
+    seed, on the CPU (where the trainer is deterministic) in a temporary
+    folder, and compares each logged loss bit for bit: a run trained before
+    its preregistration existed cannot match.
 
-    Example: logbook verify
+    Exit 0 when everything is as written; exit 4 naming what changed (a
+    signature that does not match its record, an unsigned record where
+    signing.require is true, or the first step whose loss differs from the
+    replay); exit 3 when git ignores
+    records (they can never be committed, so never verified), or when a run
+    asked to be replayed cannot be (trained on a GPU, snapshot missing...).
+
+    Example: logbook verify --replay 3
     """
+    from logbook.core.errors import RefusedError, UsageError
     from logbook.records.prereg import resolve_prereg_id
     from logbook.core.project import open_project
     from logbook.records.verify import verify_project
 
     project = open_project()
+    if run is not None and replay is None:
+        raise UsageError("--run goes with --replay N", hint=f"logbook verify --replay 3 --run {run}")
     pid = None if prereg_id is None else (resolve_prereg_id(project, prereg_id) or prereg_id)
     report = verify_project(project, pid, full=full)
+    verdicts = _replay(project, replay, pid, run, report) if replay is not None else []
     if as_json:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "replay": [asdict(v) for v in verdicts]} if replay else report.to_dict())
     else:
         if report.in_progress:
             err(f"note: {report.in_progress}; verified HEAD as it stands")
@@ -261,11 +280,30 @@ def verify_cmd(
             typer.echo(f"IGNORED  {u.message}")
         for line in report.identity.lines() if report.identity is not None else []:
             typer.echo(line)  # who signed each record, and every commit that changed who may sign
+        for v in verdicts:
+            if v.state != "differs":  # a difference is one of the problems above
+                typer.echo(f"{'REPLAYED' if v.state == 'equal' else 'NOT REPLAYED'}  {v.message}")
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")
         _echo_time(report.timestamps, report.ok)
     report.raise_if_tampered(project.root)
+    undone = [v.run_id for v in verdicts if v.state == "not_replayed"]
+    if undone:
+        raise RefusedError(f"{_count(len(undone), 'run')} could not be replayed: {', '.join(undone[:5])}",
+                           hint="the NOT REPLAYED lines say why; a run trained on a GPU or on several workers "
+                                "cannot be compared bit for bit with a CPU replay")
+
+
+def _replay(project: Any, steps: int, pid: str | None, run: str | None, report: Any) -> list[Any]:
+    """`verify --replay`: each run's verdict; a run whose losses differ joins the report's problems."""
+    from logbook.records.verify import Finding
+    from logbook.trust.replay import replay_runs
+
+    verdicts = replay_runs(project, steps, prereg_id=pid, run_id=run)
+    report.problems += [Finding(f.path, f.kind, f.message) for f in (v.finding(project) for v in verdicts)
+                        if f.kind == "replay_differs"]
+    return verdicts
 
 
 def _echo_time(facts: dict[str, Any], ok: bool) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import re
@@ -48,6 +49,7 @@ from logbook.records.verify import verify_or_raise
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from logbook.runs.runlock import RunLock
 from logbook.trust.stamping import HeadStamper, stamp_prereg_before_run, stamp_run_start
+from logbook.trust.replay import anchored_seed, stamp_files, timestamping_configured
 
 __all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
@@ -135,7 +137,7 @@ def launch_run(
         elif not run_id:
             raise UsageError("nodes other than 0 need the run id of node 0", hint="pass --run-id ID on every node")
     _check_torch_installed()
-    _check_config_with_trainer(project, config, overrides, entry)
+    resolved = _check_config_with_trainer(project, config, overrides, entry)
     run_id = check_run_id(run_id) if run_id else new_run_id(project, prereg_id, config)
     lock = RunLock(project.state_dir / "locks" / _lock_name(run_id, rdzv))
     stale = lock.acquire(what=f"run {run_id}")
@@ -148,7 +150,8 @@ def launch_run(
             plan = _resume_plan(project, run_id, nproc, max_restarts, rdzv, say)
         else:
             plan = _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory,
-                             nproc or 1, DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, rdzv, say)
+                             nproc or 1, DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, rdzv, say,
+                             config_seed=_config_seed(resolved))
         _announce(plan, project, say)
         return _supervise(project, plan, rdzv, entry, say, poll_s, lock)
     finally:
@@ -270,15 +273,19 @@ def _check_torch_installed() -> None:
                            hint="install the training extra: python3 -m pip install -e '.[train]'")
 
 
-def _check_config_with_trainer(project: Project, config: Path, overrides: list[str], entry: str) -> None:
+def _check_config_with_trainer(project: Project, config: Path, overrides: list[str], entry: str) -> Any:
     """Let the trainer parse the config and overrides, so a typo fails before any process starts.
 
-    `--print-config` validates without importing torch and prints the resolved config.
+    `--print-config` validates without importing torch and prints the resolved config; returns what it
+    printed, parsed (None when it is not JSON: another entry's format).
     """
     cmd = [sys.executable, *_entry_argv(entry), "--print-config", str(config), *overrides]
     proc = subprocess.run(cmd, cwd=project.root, env=_child_env(), capture_output=True, text=True, timeout=300)
     if proc.returncode == 0:
-        return
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            return None
     message, hint = _error_lines(proc.stderr or proc.stdout)
     if proc.returncode == 2:
         raise UsageError(message or f"the trainer refused the config {config}", hint=hint)
@@ -286,6 +293,15 @@ def _check_config_with_trainer(project: Project, config: Path, overrides: list[s
         f"checking the config with the trainer failed (exit {proc.returncode}): {message}",
         hint=f"run `{' '.join(cmd[1:])}` to see the whole output",
     )
+
+
+def _config_seed(resolved: Any) -> int | None:
+    """train.seed of the config as the trainer resolved it (`--print-config`), when it says."""
+    try:
+        seed = resolved["config"]["train"]["seed"]
+    except (KeyError, TypeError):
+        return None
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
 def _error_lines(text: str) -> tuple[str, str | None]:
@@ -348,13 +364,14 @@ def _resume_args(project: Project, resume: str, config_path, overrides, prereg_i
 # --- the run record ------------------------------------------------------------------
 
 
-def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory, nproc, max_restarts, rdzv, say) -> _Plan:
+def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory, nproc, max_restarts, rdzv, say,
+              *, config_seed: int | None = None) -> _Plan:
     check_run_id(run_id)
     if run_record_path(project, run_id).exists():
         status = run_status(project, run_id, load_run_record(project, run_id))
         raise RefusedError(f"run {run_id} already exists (status {status})",
                            hint=f"resume it with `logbook run --resume {run_id}`, or choose another --run-id")
-
+    _refuse_chosen_seed(project, prereg, overrides)
     snapshot = snapshot_worktree(project, run_id)
     digest = config_sha256(config)
     rec = RunRecord(
@@ -370,10 +387,28 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         for d in rec.deviations:
             say(f"WARNING: deviation from preregistration {prereg_id}: {d}")
         _say_stamps(say, stamp_prereg_before_run(project, prereg.id, rec.amendments))
+    # Last before the record is written: a stamp fetched while launching is the one the seed comes from.
+    anchor = anchored_seed(project, prereg.sha256) if prereg is not None else None
+    rec.seed, rec.seed_source = (anchor.seed, anchor.source) if anchor else (config_seed, None)
     for w in write_run_record(project, rec):
         say(f"WARNING: {w}")
     _say_stamps(say, [stamp_run_start(project, run_id)])
-    return _Plan(record=rec, config=config, overrides=list(overrides), resumed=False)
+    return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, overrides), resumed=False)
+
+
+def _refuse_chosen_seed(project: Project, prereg: Any, overrides: list[str]) -> None:
+    """A seed chosen on the command line would undo the draw from the preregistration's timestamp: refused
+    wherever there is or will be a stamp to draw it from."""
+    if prereg is None or not any(o.startswith("train.seed=") for o in overrides):
+        return
+    if timestamping_configured(project) or stamp_files(project, prereg.sha256):
+        raise UsageError(f"the seed of a run of preregistration {prereg.id} is drawn from its timestamp, "
+                         "so train.seed cannot be set on the command line", hint="drop the train.seed override")
+
+
+def _trainer_overrides(rec: RunRecord, overrides: list[str]) -> list[str]:
+    """The trainer's overrides: the launch's own, then the anchored seed (last, so it wins over the config's)."""
+    return [*overrides, f"train.seed={rec.seed}"] if rec.seed_source else list(overrides)
 
 
 def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rendezvous, say: Say = _quiet) -> _Plan:
@@ -393,7 +428,7 @@ def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rende
     rec.max_restarts = rec.max_restarts if max_restarts is None else max_restarts
     rec.nnodes = rdzv.nnodes
     _say_stamps(say, [stamp_run_start(project, run_id)])  # a start whose authority was down: fetched now
-    return _Plan(record=rec, config=config, overrides=list(rec.overrides), resumed=True)
+    return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, list(rec.overrides)), resumed=True)
 
 
 def _say_stamps(say: Say, outcomes: list) -> None:
@@ -409,7 +444,7 @@ def _follower_plan(project: Project, run_id: str, config: Path, overrides: list[
     for _ in range(120):
         if run_record_path(project, run_id).exists():
             rec = load_run_record(project, run_id)
-            return _Plan(record=rec, config=config, overrides=list(overrides), resumed=False)
+            return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, overrides), resumed=False)
         time.sleep(0.5)
     raise RefusedError(f"run {run_id} has no run.json after 60 s", hint="start node 0 first, on a filesystem all nodes share")
 
@@ -447,6 +482,11 @@ def _announce(plan: _Plan, project: Project, say: Say) -> None:
     snap = rec.snapshot or {}
     dirty = " (uncommitted changes included)" if snap.get("dirty") else ""
     say(f"  config {rec.config_path} sha256 {rec.config_hash[:12]}; code snapshot {str(snap.get('commit', ''))[:12]}{dirty}")
+    if rec.seed_source:
+        say(f"  seed {rec.seed}, drawn from the preregistration's timestamp ({rec.seed_source})")
+    elif rec.prereg_id and not plan.resumed:
+        say(f"  seed {rec.seed} from the config: the preregistration has no timestamp yet, so the run's randomness "
+            "is not anchored")
     say(f"  torchrun: {rec.nproc} process(es) x {rec.nnodes} node(s), up to {rec.max_restarts} restart(s)")
     say(f"  events: {_rel(project, project.run_dir(rec.run_id) / 'events.jsonl')}")
 

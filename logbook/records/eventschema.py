@@ -285,6 +285,9 @@ _KINDS: tuple[Kind, ...] = (
              _SLURM,
              _f("members", "list", "[{rank, node, local_rank, host, pid}] with several workers"),
              _f("group_id", "str", "the attempt's identity, agreed by every worker"),
+             _f("seed", "int", "the seed of the initialisation and the data order (train.seed as trained)"),
+             _f("seed_source", "str", "the preregistration's timestamp token the seed was drawn from, relative to the"
+                " entries folder; null: the config's own seed, not anchored (logbook/trust/replay.py)"),
          )),
     Kind("restart", "an attempt resumed after a failure: cause, steps and seconds lost, downtime", "restart",
          starts_attempt=True, run_state="running", incident=True, reviewable=True, counted_as="restarts",

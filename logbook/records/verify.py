@@ -59,6 +59,8 @@ from logbook.records.prereg_format import record_hash, split_record
 from logbook.records.prereg_input import ID_RE, check_id
 from logbook.trust.timecheck import check_time, time_hint
 from logbook.trust import signed_records
+from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
+from logbook.trust.replay import check_seeds
 
 TRAILER = "Logbook-Prereg"
 
@@ -75,9 +77,11 @@ class Finding:
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
     log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), third-party time's
     (stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run,
-    see `logbook.trust.timecheck`), and identity's
-    (signature_invalid | signature_orphan | unsigned; warnings: signature_unknown_key | signature_unchecked |
-    unsigned_before_require | allowed_signers_missing: see `logbook.trust.signed_records`)"""
+    see `logbook.trust.timecheck`), identity's (signature_invalid | signature_orphan | unsigned; warnings:
+    signature_unknown_key | signature_unchecked | unsigned_before_require | allowed_signers_missing: see
+    `logbook.trust.signed_records`), the seed kinds (seed_mismatch | seed_source_missing | seed_source_foreign |
+    seed_not_earliest | seed_not_anchored, see `logbook.trust.replay`) and `verify --replay`'s
+    (replay_differs | replay_not_done)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
@@ -171,6 +175,9 @@ def fix_hint(f: Finding) -> str:
         return f"take the remote's version back (`git checkout {f.had} -- {f.path}`) and commit"
     if f.kind == "uncommitted":
         return "preregister with `logbook prereg`, which commits the record; a hand-written file proves nothing"
+    if f.kind.startswith(("seed_", "replay_")):
+        return ("a run answers to its preregistration only when it trained from the seed the preregistration's "
+                "earliest stamp gives: restore a deleted stamp from git, or start a new run with `--prereg`")
     if f.kind == "prereg_after_run":
         return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
     return "restore the record from git; a correction is a new record that supersedes it, never an edit"
@@ -216,6 +223,8 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     report.identity = ident = signed_records.check_identity(project, prereg_id, hist.introduced)
     report.problems += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.problems]
     report.warnings += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.warnings]
+    for f in check_seeds(project, prereg_id):
+        (report.warnings if f.kind in SEED_WARNING_KINDS else report.problems).append(Finding(f.path, f.kind, f.message))
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)
     return report

@@ -62,6 +62,12 @@ class RunRecord:
     """The state at launch, always `running` in new records; `run_status` reads the state from the event log."""
     deviations: list[str] = field(default_factory=list)
     """Deviations recorded at launch (config differs from the preregistered one, ...)."""
+    seed: int | None = None
+    """The seed the run trains with (initialisation and data order): drawn from its preregistration's earliest
+    timestamp token when there is one (`seed_source`), else its config's own; None in older records."""
+    seed_source: str | None = None
+    """That token's path relative to the entries folder (logbook/trust/replay.py); None: the config's seed, which
+    nothing anchors in time."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
