@@ -48,6 +48,7 @@ from logbook.scoring.calibration import calibration
 from logbook.scoring.calibration_plot import write_calibration_plot
 from logbook.scoring.forecasts import run_summary, summary_text
 from logbook.scoring.outcome import evaluate, load_outcome
+from logbook.trust.disclosure import same_question
 
 MD_TEMPLATE = "report.md.j2"
 TYP_TEMPLATE = "report.typ"
@@ -371,6 +372,7 @@ def _prereg(project: Project, rec: RunRecord | None, facts: RunFacts) -> dict[st
             "contingency": [{"text": r.text, "summary": r.summary(), "structured": r.structured}
                             for r in p.all_contingency()],
             "config": p.config, "budget": p.budget,
+            "same_question": [s.to_dict() for s in same_question(project, p.id)],
             "amendments": [{"n": a.n, "kind": a.kind, "created": a.created, "author": a.author, "reason": a.reason}
                            for a in p.amendments]}
 
