@@ -23,9 +23,6 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     "trainer_vs_bare.py",
     "peers.py",
-    "huge_pages.py",
-    "attention_kernel.py",
-    "gelu_kernel.py",
     "guard_overhead.py",
     "telemetry_overhead.py",
     "background_save.py",
