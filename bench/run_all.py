@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     "trainer_vs_bare.py",
     "peers.py",
+    "demo_first_run.py",
     "guard_overhead.py",
     "telemetry_overhead.py",
     "background_save.py",
