@@ -236,32 +236,7 @@ def _child_env() -> dict[str, str]:
     """The environment for torchrun and the trainer: this logbook's source on the path."""
     env = with_own_source(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
-    env["GLIBC_TUNABLES"] = with_huge_pages(env.get("GLIBC_TUNABLES"))
     return env
-
-
-HUGE_PAGES = "glibc.malloc.hugetlb=1"
-"""glibc's malloc asks for transparent huge pages (`madvise`) for the memory it gets from the kernel."""
-
-
-def with_huge_pages(tunables: str | None) -> str:
-    """glibc's tunables for the trainer: `HUGE_PAGES` added, unless they already say how malloc should page.
-
-    A CPU step streams activations of several megabytes through element-wise
-    ops, and with 4 KB pages every one of them walks the page tables: backed
-    by 2 MB pages the trainer made 2-4% more tokens/s at the small CPU
-    configs' shapes (`bench/huge_pages.py`), for about 2% more resident
-    memory. It only takes effect where the kernel's transparent huge pages
-    are `madvise` or `always` (`/sys/kernel/mm/transparent_hugepage/enabled`);
-    glibc older than 2.35, or another C library, ignores it. A user's own
-    `glibc.malloc.hugetlb` setting stands (`=0` turns it off), and the
-    trainer records what it got (trainer/host_memory.py `heap_pages`).
-    """
-    if not tunables:
-        return HUGE_PAGES
-    if any(t.startswith("glibc.malloc.hugetlb=") for t in tunables.split(":")):
-        return tunables
-    return f"{tunables}:{HUGE_PAGES}"
 
 
 def _check_torch_installed() -> None:

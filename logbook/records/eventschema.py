@@ -272,12 +272,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("compile_s", "number", "compile seconds (a cache load on a restart)"),
              _f("compile_graphs", "dict", "how each compiled graph was readied: loaded (saved by an earlier attempt),"
                 " compiled (and saved) or traced (torch.compile)"),
-             _f("norm_kernels", "str", "what computes the norms: native (C, on a CPU), inductor (the QK-norm native,"
-                " on a CPU) or pytorch (why)"),
-             _f("attention_kernel", "str", "what computes attention: native (C, on a single-threaded CPU) or pytorch"),
-             _f("gelu_kernel", "str", "what computes the MLP's GELU: native (C, on a single-threaded CPU) or pytorch"),
-             _f("heap_pages", "str", "how malloc pages the trainer's memory: huge (transparent huge pages) or"
-                " 4 KB (why)"),
+             _f("attention_backend", "str", "what computes attention (model.attention_backend): sdpa"
+                " (F.scaled_dot_product_attention) or math (the softmax written out)"),
              _f("config_changed", "list", "config keys changed since the previous launch"),
              _f("deviations", "list", "deviations from the preregistration the launcher recorded (run.json)"),
              _f("guard_from_plan", "list", "guard settings the preregistered contingency rules set, one line each"
