@@ -431,3 +431,38 @@ def test_a_stamp_checked_once_is_not_checked_again_unless_its_bytes_change(logbo
     stamp.write_bytes(bytes(data))
     assert "stamp_invalid" in _kinds(_verify(cli)[1])  # a changed token is not found in the cache
     assert "stamp_invalid" in _kinds(json.loads(cli("verify", "--full", "--json").stdout))
+
+
+def test_a_team_shares_stamps_through_git_and_a_fresh_clone_verifies_them(tmp_path, local_tsa):
+    from team import make_team
+
+    team = make_team(tmp_path, ["alice", "bob"])
+    alice, bob = team["alice"], team["bob"]
+    local_tsa.configure(alice.path)
+    alice.push()
+    bob.pull()
+    pid = json.loads(alice.ok("prereg", "--title", "wider mlp", "--hypothesis", "h", "--predict",
+                              "val_loss@final < 3", "--json").stdout)["id"]
+    alice.push()  # the stamp was committed with the preregistration: no extra command
+    assert bob.pull().returncode == 0
+    bob.ok("prereg", "amend", pid, "--seen", "nothing", "--reason", "r", "--predict", "spikes@final == 0")
+    bob.commit()
+    bob.push()
+    alice.pull()
+    local_tsa.stop()  # every clone checks offline
+    fresh = team.join("carol")
+    for c in (alice, bob, fresh):
+        report = json.loads(c.ok("verify", "--json").stdout)
+        assert report["ok"] and report["timestamps"]["stamps"] == 2 and report["timestamps"]["pending"] == []
+        assert report["timestamps"]["preregs"][pid]["stamped"]
+
+
+def test_a_missing_ca_file_leaves_stamps_pending_and_verify_says_which_file(logbook_repo, cli, local_tsa):
+    local_tsa.configure(logbook_repo)
+    _prereg(cli, "first")
+    git(logbook_repo, "rm", "-q", CA_REL)
+    git(logbook_repo, "commit", "-q", "-m", "CA removed")
+    res = cli("prereg", "--title", "second", "--hypothesis", "h", "--predict", "val_loss@final < 3")
+    assert res.exit_code == 0 and "stamp pending" in res.stderr and CA_REL in res.stderr
+    code, report = _verify(cli)
+    assert code == 4 and _kinds(report) == ["stamp_invalid"] and CA_REL in report["problems"][0]["message"]

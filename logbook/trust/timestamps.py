@@ -141,8 +141,8 @@ def stamp_digest(project: Project, digest_hex: str, *, what: str, after: datetim
             continue
         try:
             tsr = _fetch(project, auth, digest_hex, after, deadline)
-        except (TsaUnavailable, StampInvalid) as e:
-            out.pending.append(str(e) if isinstance(e, TsaUnavailable) else f"{auth.url}: its answer does not verify: {e}")
+        except (TsaUnavailable, StampInvalid, UsageError) as e:  # UsageError: its CA file is missing or unreadable
+            out.pending.append(f"{auth.url}: its answer does not verify: {e}" if isinstance(e, StampInvalid) else str(e))
             if skip is not None:
                 skip.add(auth.url)
             continue
