@@ -466,3 +466,23 @@ def test_a_missing_ca_file_leaves_stamps_pending_and_verify_says_which_file(logb
     assert res.exit_code == 0 and "stamp pending" in res.stderr and CA_REL in res.stderr
     code, report = _verify(cli)
     assert code == 4 and _kinds(report) == ["stamp_invalid"] and CA_REL in report["problems"][0]["message"]
+
+
+def test_a_launch_waits_one_timeout_at_most_for_all_its_stamps(logbook_repo, cli, local_tsa):
+    """The preregistration's missing stamp and the run record's share one timeout before the first step."""
+    from logbook.trust.stamping import launch_deadline, stamp_prereg_before_run
+
+    local_tsa.configure(logbook_repo)
+    local_tsa.stop()
+    pid, _ = _prereg(cli)  # pending
+    with silent_tsa() as url:
+        local_tsa.configure(logbook_repo, url=url, timeout_s=1)
+        project = open_project()
+        began = time.monotonic()
+        deadline = launch_deadline(project)
+        before = stamp_prereg_before_run(project, pid, [], deadline)
+        _run(logbook_repo, "r1", pid, events=0)
+        start = stamp_run_start(project, "r1", deadline)
+        took = time.monotonic() - began
+    assert before[0].pending and start.pending and not start.written
+    assert took < 1.6, took

@@ -128,7 +128,8 @@ def _rel(project: Project, path: Path) -> str:
 # --- fetching what is missing ------------------------------------------------------------
 
 
-def stamp_pending(project: Project, *, only: list[Stampable] | None = None) -> list[StampOutcome]:
+def stamp_pending(project: Project, *, only: list[Stampable] | None = None,
+                  deadline: float | None = None) -> list[StampOutcome]:
     """Ask for every stamp still missing (records first, then log heads), within one timeout in all.
 
     An authority that fails once is not asked again in this call, so an
@@ -138,7 +139,7 @@ def stamp_pending(project: Project, *, only: list[Stampable] | None = None) -> l
     if cfg is None:
         return []
     items = [s for s in (stampables(project) if only is None else only) if not has_stamp_file(project, s.digest)]
-    deadline, down = time.monotonic() + cfg.timeout_s, set()
+    deadline, down = deadline if deadline is not None else time.monotonic() + cfg.timeout_s, set()
     return [stamp_digest(project, s.digest, what=s.what, deadline=deadline, skip=down)
             for s in sorted(items, key=lambda s: s.kind == "log_head")]
 
@@ -208,18 +209,26 @@ class HeadStamper:
 # --- a run's start ------------------------------------------------------------------------
 
 
-def stamp_prereg_before_run(project: Project, prereg_id: str, in_force: list[str]) -> list[StampOutcome]:
+def launch_deadline(project: Project) -> float | None:
+    """One timeout for everything a launch stamps before the first step (a `time.monotonic()` value)."""
+    cfg = settings(project)
+    return time.monotonic() + cfg.timeout_s if cfg else None
+
+
+def stamp_prereg_before_run(project: Project, prereg_id: str, in_force: list[str],
+                            deadline: float | None = None) -> list[StampOutcome]:
     """Fetch what a preregistration (and its amendments in force) still lacks, before its run is recorded:
     the run's stamp must come after theirs, and a seed drawn from the preregistration's stamp needs it."""
     items = [s for s in prereg_records(project)
              if s.prereg_id == prereg_id and (not s.key or s.key in in_force)]
-    return stamp_pending(project, only=items)
+    return stamp_pending(project, only=items, deadline=deadline)
 
 
-def stamp_run_start(project: Project, run_id: str) -> StampOutcome | None:
+def stamp_run_start(project: Project, run_id: str, deadline: float | None = None) -> StampOutcome | None:
     """Stamp the run record just written, strictly later than its preregistration's stamps.
 
-    Bounded by the timeout: torchrun starts when it returns, stamp or not.
+    Bounded by the timeout (or by `deadline`, shared with `stamp_prereg_before_run` so that a launch's first
+    step waits one timeout at most): torchrun starts when it returns, stamp or not.
     """
     from logbook.trust.timestamps import earliest
 
@@ -231,4 +240,4 @@ def stamp_run_start(project: Project, run_id: str) -> StampOutcome | None:
     firsts = [earliest(project, s.digest) for s in prereg_records(project)
               if pid and s.prereg_id == pid and (not s.key or s.key in keys)]
     after = max((f.time for f in firsts if f is not None), default=None)
-    return stamp_digest(project, bytes_digest(path), what=f"run {run_id}'s record", after=after)
+    return stamp_digest(project, bytes_digest(path), what=f"run {run_id}'s record", after=after, deadline=deadline)
