@@ -401,7 +401,7 @@ def test_an_amendment_in_force_stamped_after_the_run_started_is_exit_4(logbook_r
     write_run_record(proj, RunRecord(run_id="r1", created="2026-12-01T00:00:00Z", config_path="c.yaml",
                                      config_hash="0" * 64, prereg_id=pid, amendments=[key]))
     local_tsa.start()
-    assert timestamps.stamp_digest(proj, bytes_digest(proj.run_dir("r1") / "run.json"), what="run r1").written
+    assert stamp_run_start(proj, "r1").written  # after the preregistration's stamp, as the launcher does
     time.sleep(1.1)
     assert cli("stamp").exit_code == 0  # the amendment's stamp comes after the run's
     code, report = _verify(cli)

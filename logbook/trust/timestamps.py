@@ -157,8 +157,7 @@ def _fetch(project: Project, auth: Authority, digest_hex: str, after: datetime |
         left = deadline - time.monotonic()
         if left <= 0:
             raise TsaUnavailable(f"{auth.url}: no answer within the timeout")
-        tsr = request_token(auth.url, bytes.fromhex(digest_hex), trust, left)
-        when = check_token(tsr, bytes.fromhex(digest_hex), trust)
+        tsr, when = request_token(auth.url, bytes.fromhex(digest_hex), trust, left)
         if after is None or when > after:
             return tsr
         time.sleep(min(1.05, max(0.0, deadline - time.monotonic())))  # the authority's clock reads seconds

@@ -84,8 +84,8 @@ def build_request(digest: bytes):
     return swapped
 
 
-def request_token(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: float) -> bytes:
-    """Ask `url` for a stamp of `digest`; the TimeStampResp's DER bytes, checked against this request.
+def request_token(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: float) -> tuple[bytes, datetime]:
+    """Ask `url` for a stamp of `digest`: the TimeStampResp's DER bytes, checked against this request, and its time.
 
     Raises TsaUnavailable for anything the network or the authority did
     (unreachable, slow, an HTTP error, a refusal), StampInvalid when the answer
@@ -101,8 +101,12 @@ def request_token(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: flo
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         raise TsaUnavailable(f"{url}: {reason}") from None
-    check_token(body, digest, anchors, nonce=req.nonce)
-    return body
+    try:
+        return body, check_token(body, digest, anchors, nonce=req.nonce)
+    except StampInvalid as e:
+        if e.proof in ("format", "status"):  # a refusal or an error page: the authority gave no stamp this time
+            raise TsaUnavailable(f"{url}: {e}") from None
+        raise
 
 
 def token_time(tsr: bytes) -> datetime:
