@@ -486,3 +486,13 @@ def test_a_launch_waits_one_timeout_at_most_for_all_its_stamps(logbook_repo, cli
         took = time.monotonic() - began
     assert before[0].pending and start.pending and not start.written
     assert took < 1.6, took
+
+
+def test_only_files_named_like_stamps_are_read_as_stamps(logbook_repo, cli, local_tsa):
+    local_tsa.configure(logbook_repo)
+    _prereg(cli)
+    [stamp] = _stamp_files(logbook_repo)
+    (stamp.parent / "README.txt").write_text("not a stamp")  # a stray file is the record kinds' business
+    report = _verify(cli)[1]
+    assert report["timestamps"]["stamps"] == 1
+    assert not [f for f in report["problems"] + report["warnings"] if f["kind"].startswith("stamp")]
