@@ -496,3 +496,25 @@ def test_only_files_named_like_stamps_are_read_as_stamps(logbook_repo, cli, loca
     report = _verify(cli)[1]
     assert report["timestamps"]["stamps"] == 1
     assert not [f for f in report["problems"] + report["warnings"] if f["kind"].startswith("stamp")]
+
+
+def test_a_pending_stamp_is_fetched_by_its_authors_clone_only(tmp_path, local_tsa):
+    """Two clones fetching one stamp would add one path with different bytes: a conflict at the next pull."""
+    from team import make_team
+
+    team = make_team(tmp_path, ["alice", "bob"])
+    alice, bob = team["alice"], team["bob"]
+    local_tsa.configure(alice.path)
+    local_tsa.stop()
+    pid = json.loads(alice.ok("prereg", "--title", "t", "--hypothesis", "h", "--predict", "val_loss@final < 3",
+                              "--json").stdout)["id"]
+    alice.push()
+    assert bob.pull().returncode == 0
+    local_tsa.start()
+    bob.ok("stamp")  # nothing of Bob's is missing a stamp
+    assert not list((bob.entries() / "stamps").glob("*/*.tsr"))
+    alice.ok("stamp")
+    alice.commit()
+    alice.push()
+    assert bob.pull().returncode == 0 and bob.conflicts() == []
+    assert json.loads(bob.ok("verify", "--json").stdout)["timestamps"]["preregs"][pid]["stamped"]
