@@ -518,3 +518,16 @@ def test_a_pending_stamp_is_fetched_by_its_authors_clone_only(tmp_path, local_ts
     alice.push()
     assert bob.pull().returncode == 0 and bob.conflicts() == []
     assert json.loads(bob.ok("verify", "--json").stdout)["timestamps"]["preregs"][pid]["stamped"]
+
+
+def test_a_launch_leaves_a_teammates_pending_stamp_to_them_and_says_so(logbook_repo, cli, local_tsa):
+    from logbook.trust.stamping import stamp_prereg_before_run
+
+    local_tsa.configure(logbook_repo)
+    local_tsa.stop()
+    pid, _ = _prereg(cli)
+    git(logbook_repo, "config", "user.email", "bob@example.org")  # Bob launches Alice's preregistration
+    local_tsa.start()
+    [outcome] = stamp_prereg_before_run(open_project(), pid, [])
+    assert not outcome.written and "clone, which fetches its stamp" in outcome.pending[0]
+    assert not _stamp_files(logbook_repo)

@@ -147,21 +147,20 @@ def _rel(project: Project, path: Path) -> str:
 # --- fetching what is missing ------------------------------------------------------------
 
 
-def stamp_pending(project: Project, *, only: list[Stampable] | None = None, deadline: float | None = None,
-                  anyones: bool = False) -> list[StampOutcome]:
+def stamp_pending(project: Project, *, only: list[Stampable] | None = None,
+                  deadline: float | None = None) -> list[StampOutcome]:
     """Ask for every stamp still missing of this clone's own records (records first, then log heads), within
     one timeout in all.
 
     An authority that fails once is not asked again in this call, so an
     unreachable one costs one timeout, however many records wait. Records
-    another clone wrote are left to it (see `Stampable.author`), unless
-    `anyones`.
+    another clone wrote are left to it (see `Stampable.author`).
     """
     cfg = settings(project)
     if cfg is None:
         return []
-    items = stampables(project) if only is None else only
-    items = [s for s in (items if anyones else mine(project, items)) if not has_stamp_file(project, s.digest)]
+    items = [s for s in mine(project, stampables(project) if only is None else only)
+             if not has_stamp_file(project, s.digest)]
     deadline, down = deadline if deadline is not None else time.monotonic() + cfg.timeout_s, set()
     return [stamp_digest(project, s.digest, what=s.what, deadline=deadline, skip=down)
             for s in sorted(items, key=lambda s: s.kind == "log_head")]
@@ -243,13 +242,16 @@ def stamp_prereg_before_run(project: Project, prereg_id: str, in_force: list[str
     """Fetch what a preregistration (and its amendments in force) still lacks, before its run is recorded:
     the run's stamp must come after theirs, and a seed drawn from the preregistration's stamp needs it.
 
-    Whoever wrote them: a stamp fetched later would come after the run's, and the run could never answer to
-    its preregistration. (Should the author's clone fetch the same stamp before pulling this one, the two
-    files meet at one path; `git pull` then asks which to keep, and either is as good.)
+    Only its author's clone fetches a record's stamp (see `Stampable.author`): another's comes back pending,
+    said so, since a run started now cannot be proven to come after it.
     """
     items = [s for s in prereg_records(project)
              if s.prereg_id == prereg_id and (not s.key or s.key in in_force)]
-    return stamp_pending(project, only=items, deadline=deadline, anyones=True)
+    theirs = [s for s in items if s not in mine(project, items) and not has_stamp_file(project, s.digest)]
+    return stamp_pending(project, only=items, deadline=deadline) + [
+        StampOutcome(s.digest, s.what, pending=[f"written on {s.author}'s clone, which fetches its stamp; a run "
+                                                "started before that cannot be proven to come after it"])
+        for s in theirs if settings(project) is not None]
 
 
 def stamp_run_start(project: Project, run_id: str, deadline: float | None = None) -> StampOutcome | None:
