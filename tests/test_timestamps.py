@@ -531,3 +531,17 @@ def test_a_launch_leaves_a_teammates_pending_stamp_to_them_and_says_so(logbook_r
     [outcome] = stamp_prereg_before_run(open_project(), pid, [])
     assert not outcome.written and "clone, which fetches its stamp" in outcome.pending[0]
     assert not _stamp_files(logbook_repo)
+
+
+def test_an_authority_that_embeds_its_chain_is_asked_without_certreq_once_its_certificate_is_trusted(
+        logbook_repo, cli, chained_tsa, tsa_pki, tmp_path):
+    chained_tsa.configure(logbook_repo)  # the CA alone: the chained token cannot be parsed
+    res = cli("prereg", "--title", "first", "--hypothesis", "h", "--predict", "val_loss@final < 3")
+    assert res.exit_code == 0 and "add the authority's own certificate to its ca file" in res.stderr
+    assert not _stamp_files(logbook_repo)
+    both = tmp_path / "ca-and-tsa.pem"
+    both.write_bytes(tsa_pki.ca_pem_path.read_bytes() + (tsa_pki.folder / "tsa.pem").read_bytes())
+    chained_tsa.configure(logbook_repo, ca_pem=both)
+    assert cli("stamp").exit_code == 0
+    assert len(_stamp_files(logbook_repo)) == 1
+    assert _verify(cli)[0] == 0

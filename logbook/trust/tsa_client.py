@@ -19,6 +19,7 @@ intermediates beside the root (every self-signed certificate in it is a root).
 from __future__ import annotations
 
 import hashlib
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ class TrustAnchors:
     """Self-signed certificates (cryptography.x509.Certificate)."""
     intermediates: tuple
     """Any other certificate in the CA file."""
+    signers: tuple = ()
+    """Those of them that may stamp (critical timeStamping EKU): the authority's own certificate, for tokens
+    that carry none (see `request_token`)."""
 
 
 def load_anchors(pem: bytes, where: str) -> TrustAnchors:
@@ -63,18 +67,29 @@ def load_anchors(pem: bytes, where: str) -> TrustAnchors:
     roots = tuple(c for c in certs if c.issuer == c.subject)
     if not roots:
         raise ValueError(f"{where} holds no self-signed (root) certificate")
-    return TrustAnchors(roots, tuple(c for c in certs if c.issuer != c.subject))
+    others = tuple(c for c in certs if c.issuer != c.subject)
+    return TrustAnchors(roots, others, tuple(c for c in others if _may_stamp(c)))
 
 
-def build_request(digest: bytes):
-    """A TimeStampRequest (SHA-256, a nonce, certReq) whose imprint is `digest`."""
+def _may_stamp(cert) -> bool:
+    from cryptography import x509
+
+    try:
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage)
+    except x509.ExtensionNotFound:
+        return False
+    return eku.critical and x509.ExtendedKeyUsageOID.TIME_STAMPING in eku.value
+
+
+def build_request(digest: bytes, cert_req: bool = True):
+    """A TimeStampRequest (SHA-256, a nonce, certReq unless told) whose imprint is `digest`."""
     from rfc3161_client import HashAlgorithm, TimestampRequestBuilder
     from rfc3161_client import _rust
 
     if len(digest) != 32:
         raise ValueError("a stamp is asked for a 32-byte SHA-256 digest")
     req = (TimestampRequestBuilder().data(_PLACEHOLDER).hash_algorithm(HashAlgorithm.SHA256)
-           .cert_request(cert_request=True).build())
+           .cert_request(cert_request=cert_req).build())
     der, imprint = req.as_bytes(), hashlib.sha256(_PLACEHOLDER).digest()
     if der.count(imprint) != 1:  # never: 32 bytes of a hash do not occur by chance elsewhere in 80
         raise RuntimeError("the placeholder's imprint is not where a request keeps it")
@@ -90,8 +105,26 @@ def request_token(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: flo
     Raises TsaUnavailable for anything the network or the authority did
     (unreachable, slow, an HTTP error, a refusal), StampInvalid when the answer
     does not verify (a wrong nonce, imprint or signer is not a stamp of ours).
+    Some authorities embed their chain as an unsorted SET, which strict DER
+    refuses (`InvalidSetOrdering`); where the CA file also holds the
+    authority's own certificate, such an authority is asked again without
+    certReq and its token checked against that certificate.
     """
-    req = build_request(digest)
+    deadline = time.monotonic() + timeout_s
+    try:
+        return _ask(url, digest, anchors, timeout_s, cert_req=True)
+    except StampInvalid as e:
+        if "InvalidSetOrdering" not in e.detail:
+            raise
+        if not anchors.signers:
+            raise StampInvalid("format", "its token embeds a certificate chain in an order strict DER refuses: add "
+                                         "the authority's own certificate to its ca file, and it is asked for "
+                                         "tokens without one") from None
+        return _ask(url, digest, anchors, max(0.001, deadline - time.monotonic()), cert_req=False)
+
+
+def _ask(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: float, *, cert_req: bool) -> tuple[bytes, datetime]:
+    req = build_request(digest, cert_req)
     http = urllib.request.Request(url, data=req.as_bytes(), method="POST",
                                   headers={"Content-Type": "application/timestamp-query",
                                            "Accept": "application/timestamp-reply"})
@@ -104,7 +137,8 @@ def request_token(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: flo
     try:
         return body, check_token(body, digest, anchors, nonce=req.nonce)
     except StampInvalid as e:
-        if e.proof in ("format", "status"):  # a refusal or an error page: the authority gave no stamp this time
+        if e.proof == "status" or (e.proof == "format" and "InvalidSetOrdering" not in e.detail):
+            # a refusal or an error page: the authority gave no stamp this time
             raise TsaUnavailable(f"{url}: {e}") from None
         raise
 
@@ -132,10 +166,18 @@ def check_token(tsr: bytes, digest: bytes, anchors: TrustAnchors, *, nonce: int 
         # Checked first and by itself: a stamp of another record is the commonest mistake, and says so.
         raise StampInvalid("imprint", f"it stamps {resp.tst_info.message_imprint.message.hex()[:12]}…, "
                                       f"not {digest.hex()[:12]}…")
-    builder = VerifierBuilder(roots=list(anchors.roots), intermediates=list(anchors.intermediates),
-                              nonce=nonce)
+    # A token without certificates is checked against the authority's own, from the CA file.
+    leaves = [None] if resp.signed_data.certificates else list(anchors.signers) or [None]
     try:
-        builder.build().verify(resp, digest)
+        for n, leaf in enumerate(leaves):
+            builder = VerifierBuilder(tsa_certificate=leaf, roots=list(anchors.roots),
+                                      intermediates=list(anchors.intermediates), nonce=nonce)
+            try:
+                builder.build().verify(resp, digest)
+                break
+            except VerificationError:
+                if n == len(leaves) - 1:
+                    raise
     except VerificationError as e:
         text = str(e)
         proof = "chain" if "issuer certificate" in text or "certificate verify" in text else "signature"
