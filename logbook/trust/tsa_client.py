@@ -143,46 +143,46 @@ def _ask(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: float, *, ce
         raise
 
 
-def token_time(tsr: bytes) -> datetime:
-    """The authority's time in a token (UTC, to the second), without checking it."""
-    from rfc3161_client import decode_timestamp_response
-
-    return decode_timestamp_response(tsr).tst_info.gen_time
-
-
 def check_token(tsr: bytes, digest: bytes, anchors: TrustAnchors, *, nonce: int | None = None) -> datetime:
     """Verify a stored TimeStampResp offline: granted, signed by a certificate that chains to `anchors`
     and may stamp (critical timeStamping EKU), over exactly `digest`. Returns its time (UTC)."""
-    from rfc3161_client import PKIStatus, VerificationError, VerifierBuilder, decode_timestamp_response
+    from rfc3161_client import PKIStatus, VerificationError, decode_timestamp_response
 
     try:
         resp = decode_timestamp_response(tsr)
     except Exception as e:  # the Rust parser raises its own types for malformed DER
         raise StampInvalid("format", f"not an RFC 3161 response ({type(e).__name__}: {e})") from None
-    if resp.status not in (PKIStatus.GRANTED, PKIStatus.GRANTED_WITH_MODS):
+    if resp.status != PKIStatus.GRANTED:  # what the library's verifier accepts
         raise StampInvalid("status", f"the authority refused: status {resp.status} "
                                      f"{' '.join(resp.status_string)}".rstrip())
     if resp.tst_info.message_imprint.message != digest:
         # Checked first and by itself: a stamp of another record is the commonest mistake, and says so.
         raise StampInvalid("imprint", f"it stamps {resp.tst_info.message_imprint.message.hex()[:12]}…, "
                                       f"not {digest.hex()[:12]}…")
-    # A token without certificates is checked against the authority's own, from the CA file.
-    leaves = [None] if resp.signed_data.certificates else list(anchors.signers) or [None]
     try:
-        for n, leaf in enumerate(leaves):
-            builder = VerifierBuilder(tsa_certificate=leaf, roots=list(anchors.roots),
-                                      intermediates=list(anchors.intermediates), nonce=nonce)
-            try:
-                builder.build().verify(resp, digest)
-                break
-            except VerificationError:
-                if n == len(leaves) - 1:
-                    raise
+        _verify(resp, digest, anchors, nonce)
     except VerificationError as e:
         text = str(e)
         proof = "chain" if "issuer certificate" in text or "certificate verify" in text else "signature"
         raise StampInvalid(proof, _short(text)) from None
     return resp.tst_info.gen_time
+
+
+def _verify(resp, digest: bytes, anchors: TrustAnchors, nonce: int | None) -> None:
+    """The library's check: signature, chain to a root, EKU, nonce, imprint. A token that carries no
+    certificate is checked against the authority's own from the CA file (each, until one verifies)."""
+    from rfc3161_client import VerificationError, VerifierBuilder
+
+    leaves = [None] if resp.signed_data.certificates or not anchors.signers else list(anchors.signers)
+    for n, leaf in enumerate(leaves, start=1):
+        verifier = VerifierBuilder(tsa_certificate=leaf, roots=list(anchors.roots),
+                                   intermediates=list(anchors.intermediates), nonce=nonce).build()
+        try:
+            verifier.verify(resp, digest)
+            return
+        except VerificationError:
+            if n == len(leaves):
+                raise
 
 
 def _short(text: str) -> str:
