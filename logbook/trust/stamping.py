@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logbook.core.errors import TamperedError
-from logbook.core.project import Project
 from logbook.core.fsutil import log_tail
+from logbook.core.identity import git_identity
+from logbook.core.project import Project
 from logbook.records.files import record_files, read_record
-from logbook.trust.timestamps import StampOutcome, has_stamp_file, settings, stamp_digest
+from logbook.records.prereg import AMEND_RE
+from logbook.records.prereg_format import record_hash, split_record
+from logbook.records.prereg_input import ID_RE
+from logbook.trust.timestamps import StampOutcome, earliest, has_stamp_file, settings, stamp_digest
 
 
 @dataclass(frozen=True)
@@ -54,10 +58,6 @@ def bytes_digest(path: Path) -> str:
 
 def prereg_records(project: Project) -> list[Stampable]:
     """Preregistrations and amendments on disk, with their record hashes (unreadable ones are verify's)."""
-    from logbook.records.prereg import AMEND_RE
-    from logbook.records.prereg_format import record_hash, split_record
-    from logbook.records.prereg_input import ID_RE
-
     out = []
     folder = project.prereg_dir
     for path in sorted(folder.glob("*.md")) if folder.is_dir() else []:
@@ -134,8 +134,6 @@ def _str(value: object) -> str:
 
 def mine(project: Project, items: list[Stampable]) -> list[Stampable]:
     """The records this clone's git identity wrote (and those that name no author)."""
-    from logbook.core.identity import git_identity
-
     me = str(git_identity(project.root))
     return [s for s in items if not s.author or s.author == me]
 
@@ -260,8 +258,6 @@ def stamp_run_start(project: Project, run_id: str, deadline: float | None = None
     Bounded by the timeout (or by `deadline`, shared with `stamp_prereg_before_run` so that a launch's first
     step waits one timeout at most): torchrun starts when it returns, stamp or not.
     """
-    from logbook.trust.timestamps import earliest
-
     path = project.run_dir(run_id) / "run.json"
     if settings(project) is None or not path.is_file():
         return None

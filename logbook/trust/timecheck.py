@@ -21,6 +21,7 @@ No authority configured: "no third-party time", its own state, not a failure.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -218,8 +219,6 @@ def _order_against_prereg(project: Project, run: Stampable, started: VerifiedSta
 
 
 def _amendments_in_force(project: Project, run: Stampable) -> list[str]:
-    import json
-
     try:
         rec = json.loads((project.root / run.path).read_text("utf-8"))
     except (OSError, ValueError):
