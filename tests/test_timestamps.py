@@ -401,7 +401,7 @@ def test_an_amendment_in_force_stamped_after_the_run_started_is_exit_4(logbook_r
     write_run_record(proj, RunRecord(run_id="r1", created="2026-12-01T00:00:00Z", config_path="c.yaml",
                                      config_hash="0" * 64, prereg_id=pid, amendments=[key]))
     local_tsa.start()
-    assert timestamps.stamp_digest(proj, bytes_digest(proj.run_dir("r1") / "run.json"), what="run r1").written
+    assert stamp_run_start(proj, "r1").written  # after the preregistration's stamp, as the launcher does
     time.sleep(1.1)
     assert cli("stamp").exit_code == 0  # the amendment's stamp comes after the run's
     code, report = _verify(cli)
@@ -431,3 +431,117 @@ def test_a_stamp_checked_once_is_not_checked_again_unless_its_bytes_change(logbo
     stamp.write_bytes(bytes(data))
     assert "stamp_invalid" in _kinds(_verify(cli)[1])  # a changed token is not found in the cache
     assert "stamp_invalid" in _kinds(json.loads(cli("verify", "--full", "--json").stdout))
+
+
+def test_a_team_shares_stamps_through_git_and_a_fresh_clone_verifies_them(tmp_path, local_tsa):
+    from team import make_team
+
+    team = make_team(tmp_path, ["alice", "bob"])
+    alice, bob = team["alice"], team["bob"]
+    local_tsa.configure(alice.path)
+    alice.push()
+    bob.pull()
+    pid = json.loads(alice.ok("prereg", "--title", "wider mlp", "--hypothesis", "h", "--predict",
+                              "val_loss@final < 3", "--json").stdout)["id"]
+    alice.push()  # the stamp was committed with the preregistration: no extra command
+    assert bob.pull().returncode == 0
+    bob.ok("prereg", "amend", pid, "--seen", "nothing", "--reason", "r", "--predict", "spikes@final == 0")
+    bob.commit()
+    bob.push()
+    alice.pull()
+    local_tsa.stop()  # every clone checks offline
+    fresh = team.join("carol")
+    for c in (alice, bob, fresh):
+        report = json.loads(c.ok("verify", "--json").stdout)
+        assert report["ok"] and report["timestamps"]["stamps"] == 2 and report["timestamps"]["pending"] == []
+        assert report["timestamps"]["preregs"][pid]["stamped"]
+
+
+def test_a_missing_ca_file_leaves_stamps_pending_and_verify_says_which_file(logbook_repo, cli, local_tsa):
+    local_tsa.configure(logbook_repo)
+    _prereg(cli, "first")
+    git(logbook_repo, "rm", "-q", CA_REL)
+    git(logbook_repo, "commit", "-q", "-m", "CA removed")
+    res = cli("prereg", "--title", "second", "--hypothesis", "h", "--predict", "val_loss@final < 3")
+    assert res.exit_code == 0 and "stamp pending" in res.stderr and CA_REL in res.stderr
+    code, report = _verify(cli)
+    assert code == 4 and _kinds(report) == ["stamp_invalid"] and CA_REL in report["problems"][0]["message"]
+
+
+def test_a_launch_waits_one_timeout_at_most_for_all_its_stamps(logbook_repo, cli, local_tsa):
+    """The preregistration's missing stamp and the run record's share one timeout before the first step."""
+    from logbook.trust.stamping import launch_deadline, stamp_prereg_before_run
+
+    local_tsa.configure(logbook_repo)
+    local_tsa.stop()
+    pid, _ = _prereg(cli)  # pending
+    with silent_tsa() as url:
+        local_tsa.configure(logbook_repo, url=url, timeout_s=1)
+        project = open_project()
+        began = time.monotonic()
+        deadline = launch_deadline(project)
+        before = stamp_prereg_before_run(project, pid, [], deadline)
+        _run(logbook_repo, "r1", pid, events=0)
+        start = stamp_run_start(project, "r1", deadline)
+        took = time.monotonic() - began
+    assert before[0].pending and start.pending and not start.written
+    assert took < 1.6, took
+
+
+def test_only_files_named_like_stamps_are_read_as_stamps(logbook_repo, cli, local_tsa):
+    local_tsa.configure(logbook_repo)
+    _prereg(cli)
+    [stamp] = _stamp_files(logbook_repo)
+    (stamp.parent / "README.txt").write_text("not a stamp")  # a stray file is the record kinds' business
+    report = _verify(cli)[1]
+    assert report["timestamps"]["stamps"] == 1
+    assert not [f for f in report["problems"] + report["warnings"] if f["kind"].startswith("stamp")]
+
+
+def test_a_pending_stamp_is_fetched_by_its_authors_clone_only(tmp_path, local_tsa):
+    """Two clones fetching one stamp would add one path with different bytes: a conflict at the next pull."""
+    from team import make_team
+
+    team = make_team(tmp_path, ["alice", "bob"])
+    alice, bob = team["alice"], team["bob"]
+    local_tsa.configure(alice.path)
+    local_tsa.stop()
+    pid = json.loads(alice.ok("prereg", "--title", "t", "--hypothesis", "h", "--predict", "val_loss@final < 3",
+                              "--json").stdout)["id"]
+    alice.push()
+    assert bob.pull().returncode == 0
+    local_tsa.start()
+    bob.ok("stamp")  # nothing of Bob's is missing a stamp
+    assert not list((bob.entries() / "stamps").glob("*/*.tsr"))
+    alice.ok("stamp")
+    alice.commit()
+    alice.push()
+    assert bob.pull().returncode == 0 and bob.conflicts() == []
+    assert json.loads(bob.ok("verify", "--json").stdout)["timestamps"]["preregs"][pid]["stamped"]
+
+
+def test_a_launch_leaves_a_teammates_pending_stamp_to_them_and_says_so(logbook_repo, cli, local_tsa):
+    from logbook.trust.stamping import stamp_prereg_before_run
+
+    local_tsa.configure(logbook_repo)
+    local_tsa.stop()
+    pid, _ = _prereg(cli)
+    git(logbook_repo, "config", "user.email", "bob@example.org")  # Bob launches Alice's preregistration
+    local_tsa.start()
+    [outcome] = stamp_prereg_before_run(open_project(), pid, [])
+    assert not outcome.written and "clone, which fetches its stamp" in outcome.pending[0]
+    assert not _stamp_files(logbook_repo)
+
+
+def test_an_authority_that_embeds_its_chain_is_asked_without_certreq_once_its_certificate_is_trusted(
+        logbook_repo, cli, chained_tsa, tsa_pki, tmp_path):
+    chained_tsa.configure(logbook_repo)  # the CA alone: the chained token cannot be parsed
+    res = cli("prereg", "--title", "first", "--hypothesis", "h", "--predict", "val_loss@final < 3")
+    assert res.exit_code == 0 and "add the authority's own certificate to its ca file" in res.stderr
+    assert not _stamp_files(logbook_repo)
+    both = tmp_path / "ca-and-tsa.pem"
+    both.write_bytes(tsa_pki.ca_pem_path.read_bytes() + (tsa_pki.folder / "tsa.pem").read_bytes())
+    chained_tsa.configure(logbook_repo, ca_pem=both)
+    assert cli("stamp").exit_code == 0
+    assert len(_stamp_files(logbook_repo)) == 1
+    assert _verify(cli)[0] == 0

@@ -72,6 +72,10 @@ tsa_name = yes
 ess_cert_id_chain = no
 ess_cert_id_alg = sha256
 """)
+    # The same authority, embedding its chain (CA and its own certificate) as OpenSSL orders it.
+    (folder / "chain.pem").write_bytes((ca_dir / "ca.pem").read_bytes() + (folder / "tsa.pem").read_bytes())
+    text = (folder / "tsa.cnf").read_text()
+    (folder / "tsa-chain.cnf").write_text(text.replace("signer_digest", "certs = $dir/chain.pem\nsigner_digest"))
 
 
 @dataclass
@@ -114,9 +118,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _TsaServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, pki: Pki, port: int = 0) -> None:
+    def __init__(self, pki: Pki, port: int = 0, chain: bool = False) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.pki = pki
+        self.config = pki.folder / ("tsa-chain.cnf" if chain else "tsa.cnf")
         self.requests = 0
         self._lock = threading.Lock()  # one `ts -reply` at a time: it rewrites its serial file
 
@@ -124,7 +129,7 @@ class _TsaServer(ThreadingHTTPServer):
         with self._lock, tempfile.TemporaryDirectory() as tmp:
             q, r = Path(tmp) / "q.tsq", Path(tmp) / "r.tsr"
             q.write_bytes(query)
-            _openssl("ts", "-reply", "-config", str(self.pki.folder / "tsa.cnf"), "-queryfile", str(q),
+            _openssl("ts", "-reply", "-config", str(self.config), "-queryfile", str(q),
                      "-out", str(r), cwd=self.pki.folder)
             return r.read_bytes()
 
@@ -182,6 +187,18 @@ def _serve(server: _TsaServer) -> _TsaServer:
 @pytest.fixture
 def local_tsa(tsa_pki) -> Iterator[LocalTsa]:
     server = _serve(_TsaServer(tsa_pki))
+    tsa = LocalTsa(f"http://127.0.0.1:{server.server_address[1]}/", tsa_pki.ca_pem_path, server)
+    try:
+        yield tsa
+    finally:
+        tsa.stop()
+
+
+@pytest.fixture
+def chained_tsa(tsa_pki) -> Iterator[LocalTsa]:
+    """Like `local_tsa`, but its tokens embed the CA and its own certificate: an unsorted SET, as OpenSSL writes
+    it when its `certs =` names a chain (strict DER parsers refuse it)."""
+    server = _serve(_TsaServer(tsa_pki, chain=True))
     tsa = LocalTsa(f"http://127.0.0.1:{server.server_address[1]}/", tsa_pki.ca_pem_path, server)
     try:
         yield tsa

@@ -48,7 +48,7 @@ from logbook.records.prereg import load_prereg, resolve_prereg_id
 from logbook.records.verify import verify_or_raise
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from logbook.runs.runlock import RunLock
-from logbook.trust.stamping import HeadStamper, stamp_prereg_before_run, stamp_run_start
+from logbook.trust.stamping import HeadStamper, launch_deadline, stamp_prereg_before_run, stamp_run_start
 from logbook.trust.replay import anchored_seed, stamp_files, timestamping_configured
 
 __all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
@@ -361,13 +361,15 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         rec.deviations = _deviations(rec)
         for d in rec.deviations:
             say(f"WARNING: deviation from preregistration {prereg_id}: {d}")
-        _say_stamps(say, stamp_prereg_before_run(project, prereg.id, rec.amendments))
+    deadline = launch_deadline(project)  # one timeout for all the stamps before the first step
+    if prereg is not None:
+        _say_stamps(say, stamp_prereg_before_run(project, prereg.id, rec.amendments, deadline))
     # Last before the record is written: a stamp fetched while launching is the one the seed comes from.
     anchor = anchored_seed(project, prereg.sha256) if prereg is not None else None
     rec.seed, rec.seed_source = (anchor.seed, anchor.source) if anchor else (config_seed, None)
     for w in write_run_record(project, rec):
         say(f"WARNING: {w}")
-    _say_stamps(say, [stamp_run_start(project, run_id)])
+    _say_stamps(say, [stamp_run_start(project, run_id, deadline)])
     return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, overrides), resumed=False)
 
 

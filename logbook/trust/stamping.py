@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logbook.core.errors import TamperedError
-from logbook.core.project import Project
 from logbook.core.fsutil import log_tail
+from logbook.core.identity import git_identity
+from logbook.core.project import Project
 from logbook.records.files import record_files, read_record
-from logbook.trust.timestamps import StampOutcome, has_stamp_file, settings, stamp_digest
+from logbook.records.prereg import AMEND_RE
+from logbook.records.prereg_format import record_hash, split_record
+from logbook.records.prereg_input import ID_RE
+from logbook.trust.timestamps import StampOutcome, earliest, has_stamp_file, settings, stamp_digest
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class Stampable:
     run_id: str | None = None
     key: str = ""
     """An amendment's key; "" otherwise."""
+    author: str = ""
+    """Who wrote the record (`Name <email>`), "" when it does not say: only its author's clone fetches its
+    missing stamp, so no stamp file ever has two writers (two clones would add one path with other bytes)."""
 
 
 def bytes_digest(path: Path) -> str:
@@ -51,10 +58,6 @@ def bytes_digest(path: Path) -> str:
 
 def prereg_records(project: Project) -> list[Stampable]:
     """Preregistrations and amendments on disk, with their record hashes (unreadable ones are verify's)."""
-    from logbook.records.prereg import AMEND_RE
-    from logbook.records.prereg_format import record_hash, split_record
-    from logbook.records.prereg_input import ID_RE
-
     out = []
     folder = project.prereg_dir
     for path in sorted(folder.glob("*.md")) if folder.is_dir() else []:
@@ -63,11 +66,13 @@ def prereg_records(project: Project) -> list[Stampable]:
         if not ID_RE.match(pid):
             continue
         try:
-            digest = record_hash(*split_record(path.read_text("utf-8"), path.name))
+            front, body = split_record(path.read_text("utf-8"), path.name)
+            digest = record_hash(front, body)
         except (OSError, UnicodeDecodeError, TamperedError):
             continue
         what = f"amendment {key} of {pid}" if key else f"preregistration {pid}"
-        out.append(Stampable(digest, "amendment" if key else "prereg", _rel(project, path), what, pid, None, key))
+        out.append(Stampable(digest, "amendment" if key else "prereg", _rel(project, path), what, pid, None, key,
+                             str(front.get("author") or "")))
     return out
 
 
@@ -78,17 +83,19 @@ def run_records(project: Project) -> list[Stampable]:
     for d in runs:
         rec = d / "run.json"
         if rec.is_file() and not rec.is_symlink():
+            fields = _json_object(rec)
             out.append(Stampable(bytes_digest(rec), "run_record", _rel(project, rec), f"run {d.name}'s record",
-                                 _prereg_of(rec), d.name))
+                                 _str(fields.get("prereg_id")) or None, d.name, author=_str(fields.get("author"))))
         for card in record_files(d / "outcomes"):
             data = read_record(card)
             if data is not None and isinstance(data.get("hash"), str):
+                by = (data.get("data") or {}).get("computed_by") if isinstance(data.get("data"), dict) else None
                 out.append(Stampable(data["hash"], "scorecard", _rel(project, card),
-                                     f"scorecard {card.stem} of run {d.name}", None, d.name))
+                                     f"scorecard {card.stem} of run {d.name}", None, d.name, author=_str(by)))
     return out
 
 
-def log_head(project: Project, run_id: str) -> Stampable | None:
+def log_head(project: Project, run_id: str, author: str = "") -> Stampable | None:
     """The chain head of a run's event log (its last complete line, read from the end), or None when empty."""
     path = project.run_dir(run_id) / "events.jsonl"
     try:
@@ -100,25 +107,35 @@ def log_head(project: Project, run_id: str) -> Stampable | None:
     if not isinstance(rec, dict) or not isinstance(rec.get("hash"), str):
         return None
     return Stampable(rec["hash"], "log_head", _rel(project, path), f"run {run_id}'s log at seq {rec.get('seq')}",
-                     None, run_id)
+                     None, run_id, author=author)
 
 
 def stampables(project: Project) -> list[Stampable]:
     """Every record that should carry a stamp, and every run log's current head."""
     items = prereg_records(project) + run_records(project)
-    for run in sorted({s.run_id for s in items if s.kind == "run_record"}):
-        head = log_head(project, run)
+    for run in [s for s in items if s.kind == "run_record"]:
+        head = log_head(project, run.run_id, run.author)  # a run's log has one writer: the run's launcher
         if head is not None:
             items.append(head)
     return items
 
 
-def _prereg_of(path: Path) -> str | None:
+def _json_object(path: Path) -> dict:
     try:
         rec = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):
-        return None
-    return rec.get("prereg_id") if isinstance(rec, dict) and isinstance(rec.get("prereg_id"), str) else None
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def mine(project: Project, items: list[Stampable]) -> list[Stampable]:
+    """The records this clone's git identity wrote (and those that name no author)."""
+    me = str(git_identity(project.root))
+    return [s for s in items if not s.author or s.author == me]
 
 
 def _rel(project: Project, path: Path) -> str:
@@ -128,17 +145,21 @@ def _rel(project: Project, path: Path) -> str:
 # --- fetching what is missing ------------------------------------------------------------
 
 
-def stamp_pending(project: Project, *, only: list[Stampable] | None = None) -> list[StampOutcome]:
-    """Ask for every stamp still missing (records first, then log heads), within one timeout in all.
+def stamp_pending(project: Project, *, only: list[Stampable] | None = None,
+                  deadline: float | None = None) -> list[StampOutcome]:
+    """Ask for every stamp still missing of this clone's own records (records first, then log heads), within
+    one timeout in all.
 
     An authority that fails once is not asked again in this call, so an
-    unreachable one costs one timeout, however many records wait.
+    unreachable one costs one timeout, however many records wait. Records
+    another clone wrote are left to it (see `Stampable.author`).
     """
     cfg = settings(project)
     if cfg is None:
         return []
-    items = [s for s in (stampables(project) if only is None else only) if not has_stamp_file(project, s.digest)]
-    deadline, down = time.monotonic() + cfg.timeout_s, set()
+    items = [s for s in mine(project, stampables(project) if only is None else only)
+             if not has_stamp_file(project, s.digest)]
+    deadline, down = deadline if deadline is not None else time.monotonic() + cfg.timeout_s, set()
     return [stamp_digest(project, s.digest, what=s.what, deadline=deadline, skip=down)
             for s in sorted(items, key=lambda s: s.kind == "log_head")]
 
@@ -208,21 +229,35 @@ class HeadStamper:
 # --- a run's start ------------------------------------------------------------------------
 
 
-def stamp_prereg_before_run(project: Project, prereg_id: str, in_force: list[str]) -> list[StampOutcome]:
+def launch_deadline(project: Project) -> float | None:
+    """One timeout for everything a launch stamps before the first step (a `time.monotonic()` value)."""
+    cfg = settings(project)
+    return time.monotonic() + cfg.timeout_s if cfg else None
+
+
+def stamp_prereg_before_run(project: Project, prereg_id: str, in_force: list[str],
+                            deadline: float | None = None) -> list[StampOutcome]:
     """Fetch what a preregistration (and its amendments in force) still lacks, before its run is recorded:
-    the run's stamp must come after theirs, and a seed drawn from the preregistration's stamp needs it."""
+    the run's stamp must come after theirs, and a seed drawn from the preregistration's stamp needs it.
+
+    Only its author's clone fetches a record's stamp (see `Stampable.author`): another's comes back pending,
+    said so, since a run started now cannot be proven to come after it.
+    """
     items = [s for s in prereg_records(project)
              if s.prereg_id == prereg_id and (not s.key or s.key in in_force)]
-    return stamp_pending(project, only=items)
+    theirs = [s for s in items if s not in mine(project, items) and not has_stamp_file(project, s.digest)]
+    return stamp_pending(project, only=items, deadline=deadline) + [
+        StampOutcome(s.digest, s.what, pending=[f"written on {s.author}'s clone, which fetches its stamp; a run "
+                                                "started before that cannot be proven to come after it"])
+        for s in theirs if settings(project) is not None]
 
 
-def stamp_run_start(project: Project, run_id: str) -> StampOutcome | None:
+def stamp_run_start(project: Project, run_id: str, deadline: float | None = None) -> StampOutcome | None:
     """Stamp the run record just written, strictly later than its preregistration's stamps.
 
-    Bounded by the timeout: torchrun starts when it returns, stamp or not.
+    Bounded by the timeout (or by `deadline`, shared with `stamp_prereg_before_run` so that a launch's first
+    step waits one timeout at most): torchrun starts when it returns, stamp or not.
     """
-    from logbook.trust.timestamps import earliest
-
     path = project.run_dir(run_id) / "run.json"
     if settings(project) is None or not path.is_file():
         return None
@@ -231,4 +266,4 @@ def stamp_run_start(project: Project, run_id: str) -> StampOutcome | None:
     firsts = [earliest(project, s.digest) for s in prereg_records(project)
               if pid and s.prereg_id == pid and (not s.key or s.key in keys)]
     after = max((f.time for f in firsts if f is not None), default=None)
-    return stamp_digest(project, bytes_digest(path), what=f"run {run_id}'s record", after=after)
+    return stamp_digest(project, bytes_digest(path), what=f"run {run_id}'s record", after=after, deadline=deadline)

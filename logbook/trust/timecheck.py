@@ -21,6 +21,7 @@ No authority configured: "no third-party time", its own state, not a failure.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -67,6 +68,9 @@ def check_time(project: Project, *, use_cache: bool = True) -> TimeReport:
     """
     cfg = settings(project)
     out = TimeReport()
+    if cfg is None and not stamps_dir(project).is_dir():  # the common case without an authority: nothing to read
+        out.facts = _facts(cfg, 0)
+        return out
     records = prereg_records(project) + run_records(project)
     stamps = _check_stamp_files(project, out, use_cache)
     lines = _stamped_lines(project, {d for d in stamps} - {r.digest for r in records})
@@ -77,14 +81,19 @@ def check_time(project: Project, *, use_cache: bool = True) -> TimeReport:
                 out.findings.append(TimeFinding(_rel(project, path), "stamp_orphan", (
                     f"{_rel(project, path)} stamps sha256 {digest[:12]}…, which no record and no event-log line "
                     "has any more: what was stamped has been changed, re-chained or removed"), True))
-    out.facts = {"state": "off" if cfg is None else "on", "require": bool(cfg and cfg.require),
-                 "authorities": [a.url for a in cfg.authorities] if cfg else [],
-                 "stamps": sum(len(f.valid) for f in stamps.values()), "pending": [], "preregs": {}, "runs": {}}
+    out.facts = _facts(cfg, sum(len(f.valid) for f in stamps.values()))
     if cfg is None:
         return out
     _check_missing(project, records, stamps, out, cfg.require)
     _check_runs(project, records, stamps, lines, out, cfg.require)
     return out
+
+
+def _facts(cfg, valid: int) -> dict[str, Any]:
+    """The time facts' shape (verify's `--json` under "timestamps"); the checks fill pending, preregs and runs."""
+    return {"state": "off" if cfg is None else "on", "require": bool(cfg and cfg.require),
+            "authorities": [a.url for a in cfg.authorities] if cfg else [], "stamps": valid,
+            "pending": [], "preregs": {}, "runs": {}}
 
 
 @dataclass
@@ -210,8 +219,6 @@ def _order_against_prereg(project: Project, run: Stampable, started: VerifiedSta
 
 
 def _amendments_in_force(project: Project, run: Stampable) -> list[str]:
-    import json
-
     try:
         rec = json.loads((project.root / run.path).read_text("utf-8"))
     except (OSError, ValueError):

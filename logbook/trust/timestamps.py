@@ -141,8 +141,8 @@ def stamp_digest(project: Project, digest_hex: str, *, what: str, after: datetim
             continue
         try:
             tsr = _fetch(project, auth, digest_hex, after, deadline)
-        except (TsaUnavailable, StampInvalid) as e:
-            out.pending.append(str(e) if isinstance(e, TsaUnavailable) else f"{auth.url}: its answer does not verify: {e}")
+        except (TsaUnavailable, StampInvalid, UsageError) as e:  # UsageError: its CA file is missing or unreadable
+            out.pending.append(f"{auth.url}: its answer does not verify: {e}" if isinstance(e, StampInvalid) else str(e))
             if skip is not None:
                 skip.add(auth.url)
             continue
@@ -157,8 +157,7 @@ def _fetch(project: Project, auth: Authority, digest_hex: str, after: datetime |
         left = deadline - time.monotonic()
         if left <= 0:
             raise TsaUnavailable(f"{auth.url}: no answer within the timeout")
-        tsr = request_token(auth.url, bytes.fromhex(digest_hex), trust, left)
-        when = check_token(tsr, bytes.fromhex(digest_hex), trust)
+        tsr, when = request_token(auth.url, bytes.fromhex(digest_hex), trust, left)
         if after is None or when > after:
             return tsr
         time.sleep(min(1.05, max(0.0, deadline - time.monotonic())))  # the authority's clock reads seconds

@@ -19,6 +19,7 @@ intermediates beside the root (every self-signed certificate in it is a root).
 from __future__ import annotations
 
 import hashlib
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ class TrustAnchors:
     """Self-signed certificates (cryptography.x509.Certificate)."""
     intermediates: tuple
     """Any other certificate in the CA file."""
+    signers: tuple = ()
+    """Those of them that may stamp (critical timeStamping EKU): the authority's own certificate, for tokens
+    that carry none (see `request_token`)."""
 
 
 def load_anchors(pem: bytes, where: str) -> TrustAnchors:
@@ -63,18 +67,29 @@ def load_anchors(pem: bytes, where: str) -> TrustAnchors:
     roots = tuple(c for c in certs if c.issuer == c.subject)
     if not roots:
         raise ValueError(f"{where} holds no self-signed (root) certificate")
-    return TrustAnchors(roots, tuple(c for c in certs if c.issuer != c.subject))
+    others = tuple(c for c in certs if c.issuer != c.subject)
+    return TrustAnchors(roots, others, tuple(c for c in others if _may_stamp(c)))
 
 
-def build_request(digest: bytes):
-    """A TimeStampRequest (SHA-256, a nonce, certReq) whose imprint is `digest`."""
+def _may_stamp(cert) -> bool:
+    from cryptography import x509
+
+    try:
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage)
+    except x509.ExtensionNotFound:
+        return False
+    return eku.critical and x509.ExtendedKeyUsageOID.TIME_STAMPING in eku.value
+
+
+def build_request(digest: bytes, cert_req: bool = True):
+    """A TimeStampRequest (SHA-256, a nonce, certReq unless told) whose imprint is `digest`."""
     from rfc3161_client import HashAlgorithm, TimestampRequestBuilder
     from rfc3161_client import _rust
 
     if len(digest) != 32:
         raise ValueError("a stamp is asked for a 32-byte SHA-256 digest")
     req = (TimestampRequestBuilder().data(_PLACEHOLDER).hash_algorithm(HashAlgorithm.SHA256)
-           .cert_request(cert_request=True).build())
+           .cert_request(cert_request=cert_req).build())
     der, imprint = req.as_bytes(), hashlib.sha256(_PLACEHOLDER).digest()
     if der.count(imprint) != 1:  # never: 32 bytes of a hash do not occur by chance elsewhere in 80
         raise RuntimeError("the placeholder's imprint is not where a request keeps it")
@@ -84,14 +99,32 @@ def build_request(digest: bytes):
     return swapped
 
 
-def request_token(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: float) -> bytes:
-    """Ask `url` for a stamp of `digest`; the TimeStampResp's DER bytes, checked against this request.
+def request_token(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: float) -> tuple[bytes, datetime]:
+    """Ask `url` for a stamp of `digest`: the TimeStampResp's DER bytes, checked against this request, and its time.
 
     Raises TsaUnavailable for anything the network or the authority did
     (unreachable, slow, an HTTP error, a refusal), StampInvalid when the answer
     does not verify (a wrong nonce, imprint or signer is not a stamp of ours).
+    Some authorities embed their chain as an unsorted SET, which strict DER
+    refuses (`InvalidSetOrdering`); where the CA file also holds the
+    authority's own certificate, such an authority is asked again without
+    certReq and its token checked against that certificate.
     """
-    req = build_request(digest)
+    deadline = time.monotonic() + timeout_s
+    try:
+        return _ask(url, digest, anchors, timeout_s, cert_req=True)
+    except StampInvalid as e:
+        if "InvalidSetOrdering" not in e.detail:
+            raise
+        if not anchors.signers:
+            raise StampInvalid("format", "its token embeds a certificate chain in an order strict DER refuses: add "
+                                         "the authority's own certificate to its ca file, and it is asked for "
+                                         "tokens without one") from None
+        return _ask(url, digest, anchors, max(0.001, deadline - time.monotonic()), cert_req=False)
+
+
+def _ask(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: float, *, cert_req: bool) -> tuple[bytes, datetime]:
+    req = build_request(digest, cert_req)
     http = urllib.request.Request(url, data=req.as_bytes(), method="POST",
                                   headers={"Content-Type": "application/timestamp-query",
                                            "Accept": "application/timestamp-reply"})
@@ -101,42 +134,55 @@ def request_token(url: str, digest: bytes, anchors: TrustAnchors, timeout_s: flo
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         raise TsaUnavailable(f"{url}: {reason}") from None
-    check_token(body, digest, anchors, nonce=req.nonce)
-    return body
-
-
-def token_time(tsr: bytes) -> datetime:
-    """The authority's time in a token (UTC, to the second), without checking it."""
-    from rfc3161_client import decode_timestamp_response
-
-    return decode_timestamp_response(tsr).tst_info.gen_time
+    try:
+        return body, check_token(body, digest, anchors, nonce=req.nonce)
+    except StampInvalid as e:
+        if e.proof == "status" or (e.proof == "format" and "InvalidSetOrdering" not in e.detail):
+            # a refusal or an error page: the authority gave no stamp this time
+            raise TsaUnavailable(f"{url}: {e}") from None
+        raise
 
 
 def check_token(tsr: bytes, digest: bytes, anchors: TrustAnchors, *, nonce: int | None = None) -> datetime:
     """Verify a stored TimeStampResp offline: granted, signed by a certificate that chains to `anchors`
     and may stamp (critical timeStamping EKU), over exactly `digest`. Returns its time (UTC)."""
-    from rfc3161_client import PKIStatus, VerificationError, VerifierBuilder, decode_timestamp_response
+    from rfc3161_client import PKIStatus, VerificationError, decode_timestamp_response
 
     try:
         resp = decode_timestamp_response(tsr)
     except Exception as e:  # the Rust parser raises its own types for malformed DER
         raise StampInvalid("format", f"not an RFC 3161 response ({type(e).__name__}: {e})") from None
-    if resp.status not in (PKIStatus.GRANTED, PKIStatus.GRANTED_WITH_MODS):
+    if resp.status != PKIStatus.GRANTED:  # what the library's verifier accepts
         raise StampInvalid("status", f"the authority refused: status {resp.status} "
                                      f"{' '.join(resp.status_string)}".rstrip())
     if resp.tst_info.message_imprint.message != digest:
         # Checked first and by itself: a stamp of another record is the commonest mistake, and says so.
         raise StampInvalid("imprint", f"it stamps {resp.tst_info.message_imprint.message.hex()[:12]}…, "
                                       f"not {digest.hex()[:12]}…")
-    builder = VerifierBuilder(roots=list(anchors.roots), intermediates=list(anchors.intermediates),
-                              nonce=nonce)
     try:
-        builder.build().verify(resp, digest)
+        _verify(resp, digest, anchors, nonce)
     except VerificationError as e:
         text = str(e)
         proof = "chain" if "issuer certificate" in text or "certificate verify" in text else "signature"
         raise StampInvalid(proof, _short(text)) from None
     return resp.tst_info.gen_time
+
+
+def _verify(resp, digest: bytes, anchors: TrustAnchors, nonce: int | None) -> None:
+    """The library's check: signature, chain to a root, EKU, nonce, imprint. A token that carries no
+    certificate is checked against the authority's own from the CA file (each, until one verifies)."""
+    from rfc3161_client import VerificationError, VerifierBuilder
+
+    leaves = [None] if resp.signed_data.certificates or not anchors.signers else list(anchors.signers)
+    for n, leaf in enumerate(leaves, start=1):
+        verifier = VerifierBuilder(tsa_certificate=leaf, roots=list(anchors.roots),
+                                   intermediates=list(anchors.intermediates), nonce=nonce).build()
+        try:
+            verifier.verify(resp, digest)
+            return
+        except VerificationError:
+            if n == len(leaves):
+                raise
 
 
 def _short(text: str) -> str:
