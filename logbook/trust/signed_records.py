@@ -129,6 +129,7 @@ def check_identity(project: Project, prereg_id: str | None, introduced: dict[str
                 f"{signing.allowed_signers}, which logbook.yaml names as the allowed signers, is not committed: "
                 "no signature can count"), hint=f"commit it (`git add {signing.allowed_signers} && git commit`)")
             (report.problems if signing.require else report.warnings).append(finding)
+        book.prefetch([(path, digest) for digest, path in files if digest in by_digest])
         for digest, path in files:
             _check_file(project, book, digest, path, by_digest, report, scoped=prereg_id is not None)
     _judge_unsigned(project, records, introduced, signing.require, report)
