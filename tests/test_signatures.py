@@ -88,6 +88,12 @@ def lab(tmp_path, story_clock):
 def test_the_honest_flow_is_signed_with_no_extra_command_and_verifies_on_every_clone(lab, tmp_path):
     team, keys, pid = lab
     ada, bo = team["ada"], team["bo"]
+    amended = ada.ok("prereg", "amend", pid, "--seen", "run-started", "--reason", "one restart is expected",
+                     "--predict", "restarts@final <= 3", "--json")
+    amendment = json.loads(amended.stdout)["path"]
+    ada.commit()
+    ada.push()
+    assert bo.pull("rebase").returncode == 0
     bo.ok("review", "approve", "qknorm:2")
     bo.ok("outcome", "qknorm")
     bo.commit()
@@ -99,13 +105,14 @@ def test_the_honest_flow_is_signed_with_no_extra_command_and_verifies_on_every_c
         assert code == 0, report["problems"]
         who = signed_by(report)
         assert who[f"entries/prereg/{pid}.md"] == ["ada@lab.example"]
+        assert who[Path(amendment).relative_to(ada.path).as_posix()] == ["ada@lab.example"]
         assert who["entries/runs/qknorm/run.json"] == ["ada@lab.example"]
         reviews = [p for p in who if p.startswith("entries/reviews/")]
         scorecards = [p for p in who if "/outcomes/" in p]
         assert len(reviews) == 1 and who[reviews[0]] == ["bo@lab.example"]
         assert len(scorecards) == 1 and who[scorecards[0]] == ["bo@lab.example"]
     sigs = fresh.git("ls-files", "entries/signatures").stdout.split()
-    assert len(sigs) == 4 and all(s.endswith(".sig") for s in sigs)  # `logbook commit` committed every signature
+    assert len(sigs) == 5 and all(s.endswith(".sig") for s in sigs)  # `logbook commit` committed every signature
     out = fresh.ok("verify").stdout
     assert f"SIGNED   entries/prereg/{pid}.md  by ada@lab.example" in out
     assert "SETTING " in out and "signing turned on (allowed_signers trust/allowed_signers)" in out
@@ -234,7 +241,13 @@ def test_required_signatures_fail_an_unsigned_record_but_not_one_made_before_the
     project = open_project(ada.path)
     early = make_prereg(project, ["loss@final < 4"], title="made before signing")
     enable_signing(ada, [allowed_line("ada@lab.example", key)], require=True)
-    late = make_prereg(open_project(ada.path), ["loss@final < 3"], title="made after require, unsigned")
+    from logbook.records.prereg import create_prereg
+    from logbook.records.prereg_input import PreregInput
+
+    written = create_prereg(open_project(ada.path), PreregInput(title="made after require, unsigned",
+                                                               hypothesis="h", predictions=["loss@final < 3"]))
+    late = written.id
+    assert any("recorded unsigned: git has no SSH signing key" in w for w in written.warnings)
     code, report, _ = verify(ada)
     assert code == 4
     assert ("unsigned", f"entries/prereg/{late}.md") in kinds(report)
@@ -300,7 +313,10 @@ def test_require_with_an_allowed_signers_file_that_is_not_committed_is_exit_4(tm
 def test_without_signing_the_queue_says_people_are_told_apart_by_e_mail_only(tmp_path, story_clock):
     team = make_team(tmp_path, ["ada"])
     ada = team["ada"]
-    story_run(open_project(ada.path), story_clock, "qknorm", None, author="Ada <ada@lab.example>")
+    use_key(ada, keypair(tmp_path / "keys", "ada"))  # a key set up for signing commits only
+    pid = make_prereg(open_project(ada.path), ["loss@final < 4"])
+    story_run(open_project(ada.path), story_clock, "qknorm", pid, author="Ada <ada@lab.example>")
+    assert not (ada.entries() / "signatures").exists()  # the logbook does not sign: no files appear
     res = ada.ok("review")
     assert "note: reviewers and launchers are told apart by e-mail only" in res.stderr
     code, report, _ = verify(ada)

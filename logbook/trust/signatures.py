@@ -207,18 +207,24 @@ def _run(args: list[str], data: bytes | None = None) -> subprocess.CompletedProc
 
 
 def sign_digest(project: Project, digest_hex: str, *, what: str) -> SignOutcome:
-    """Sign a record's digest with git's SSH signing key, when one is configured; never raises for a bad key.
+    """Sign a record's digest with git's SSH signing key where logbook.yaml turns signing on; never raises for a
+    bad key.
 
-    `what` names the record in a warning ("preregistration x"). With no key
-    configured nothing is signed (the record shows as unsigned). A key that
-    fails (missing file, no agent) leaves the record unsigned with a warning:
-    the record is already written, and losing it would be worse.
+    `what` names the record in a warning ("preregistration x"). Without
+    `signing:` nothing is signed (a key set up for commits alone writes no
+    files here). With it but no key, or a key that fails (missing file, no
+    agent), the record is left unsigned with a warning: it is already written,
+    and losing it would be worse; `logbook sign` signs it later.
     """
     if not _DIGEST_RE.match(digest_hex):
         raise ValueError(f"not a sha256 digest: {digest_hex!r}")
+    if project.config.signing is None:
+        return SignOutcome(None)
     key = configured_key(project.root)
     if key is None:
-        return SignOutcome(None)
+        return SignOutcome(None, warning=f"{what} was recorded unsigned: git has no SSH signing key (set "
+                                         "`git config gpg.format ssh` and `git config user.signingkey KEY`, "
+                                         "then `logbook sign` it)")
     with tempfile.TemporaryDirectory(prefix="logbook-sign-") as tmp:
         if key.startswith("key::"):  # a public key literal: the private half is in ssh-agent, as for git
             key_file = Path(tmp) / "key.pub"

@@ -227,6 +227,9 @@ def sign_existing(project: Project, paths: list[str]) -> list[SignatureFile]:
     of record is refused, and so is signing with no key configured: nothing is
     written then.
     """
+    if project.config.signing is None:
+        raise RefusedError("logbook.yaml has no `signing:` block, so no signature would be checked",
+                           hint="signing:\n  allowed_signers: trust/allowed_signers   (committed)")
     if configured_key(project.root) is None:
         raise RefusedError("no signing key: git's gpg.format is not ssh, or user.signingkey is not set",
                            hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519")
