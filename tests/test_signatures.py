@@ -114,6 +114,8 @@ def test_the_honest_flow_is_signed_with_no_extra_command_and_verifies_on_every_c
     sigs = fresh.git("ls-files", "entries/signatures").stdout.split()
     assert len(sigs) == 5 and all(s.endswith(".sig") for s in sigs)  # `logbook commit` committed every signature
     out = fresh.ok("verify").stdout
+    scoped = fresh.ok("verify", pid).stdout  # one preregistration: its records and its runs' only
+    assert f"SIGNED   entries/prereg/{pid}.md" in scoped and "entries/reviews/" not in scoped
     assert f"SIGNED   entries/prereg/{pid}.md  by ada@lab.example" in out
     assert "SETTING " in out and "signing turned on (allowed_signers trust/allowed_signers)" in out
     queue = bo.ok("review", "--all")
@@ -333,3 +335,26 @@ def test_signing_settings_are_checked_when_logbook_yaml_is_read(logbook_repo, cl
         cfg.write_text(base + block)
         res = cli("verify")
         assert res.exit_code == 2 and words in res.stderr, res.stderr
+
+
+def test_logbook_run_signs_its_run_record_with_the_launchers_key(logbook_repo, cli, tmp_path):
+    """The one real run here: two steps of a one-layer model, to see the launcher sign run.json."""
+    from runhelpers import micro_config
+    from conftest import git
+
+    key = keypair(tmp_path / "keys", "ada")
+    (logbook_repo / "trust").mkdir()
+    (logbook_repo / ALLOWED).write_text(allowed_line("ada@example.org", key))
+    with open(logbook_repo / "logbook.yaml", "a") as f:
+        f.write(f"signing:\n  allowed_signers: {ALLOWED}\n  require: true\n")
+    cfg = micro_config(logbook_repo, steps=2, every=2)
+    git(logbook_repo, "add", "-A")
+    git(logbook_repo, "commit", "-q", "-m", "signing on")
+    git(logbook_repo, "config", "gpg.format", "ssh")
+    git(logbook_repo, "config", "user.signingkey", str(key))
+    res = cli("run", "--exploratory", "--run-id", "signed", "--max-restarts", "0", str(cfg))
+    assert res.exit_code == 0, res.output
+    assert cli("commit").exit_code == 0
+    report = json.loads(cli("verify", "--json").stdout)
+    assert report["ok"], report["problems"]
+    assert signed_by(report)["entries/runs/signed/run.json"] == ["ada@example.org"]
