@@ -88,6 +88,12 @@ def lab(tmp_path, story_clock):
 def test_the_honest_flow_is_signed_with_no_extra_command_and_verifies_on_every_clone(lab, tmp_path):
     team, keys, pid = lab
     ada, bo = team["ada"], team["bo"]
+    amended = ada.ok("prereg", "amend", pid, "--seen", "run-started", "--reason", "one restart is expected",
+                     "--predict", "restarts@final <= 3", "--json")
+    amendment = json.loads(amended.stdout)["path"]
+    ada.commit()
+    ada.push()
+    assert bo.pull("rebase").returncode == 0
     bo.ok("review", "approve", "qknorm:2")
     bo.ok("outcome", "qknorm")
     bo.commit()
@@ -99,14 +105,17 @@ def test_the_honest_flow_is_signed_with_no_extra_command_and_verifies_on_every_c
         assert code == 0, report["problems"]
         who = signed_by(report)
         assert who[f"entries/prereg/{pid}.md"] == ["ada@lab.example"]
+        assert who[Path(amendment).relative_to(ada.path).as_posix()] == ["ada@lab.example"]
         assert who["entries/runs/qknorm/run.json"] == ["ada@lab.example"]
         reviews = [p for p in who if p.startswith("entries/reviews/")]
         scorecards = [p for p in who if "/outcomes/" in p]
         assert len(reviews) == 1 and who[reviews[0]] == ["bo@lab.example"]
         assert len(scorecards) == 1 and who[scorecards[0]] == ["bo@lab.example"]
     sigs = fresh.git("ls-files", "entries/signatures").stdout.split()
-    assert len(sigs) == 4 and all(s.endswith(".sig") for s in sigs)  # `logbook commit` committed every signature
+    assert len(sigs) == 5 and all(s.endswith(".sig") for s in sigs)  # `logbook commit` committed every signature
     out = fresh.ok("verify").stdout
+    scoped = fresh.ok("verify", pid).stdout  # one preregistration: its records and its runs' only
+    assert f"SIGNED   entries/prereg/{pid}.md" in scoped and "entries/reviews/" not in scoped
     assert f"SIGNED   entries/prereg/{pid}.md  by ada@lab.example" in out
     assert "SETTING " in out and "signing turned on (allowed_signers trust/allowed_signers)" in out
     queue = bo.ok("review", "--all")
@@ -234,19 +243,30 @@ def test_required_signatures_fail_an_unsigned_record_but_not_one_made_before_the
     project = open_project(ada.path)
     early = make_prereg(project, ["loss@final < 4"], title="made before signing")
     enable_signing(ada, [allowed_line("ada@lab.example", key)], require=True)
-    late = make_prereg(open_project(ada.path), ["loss@final < 3"], title="made after require, unsigned")
+    from logbook.records.prereg import create_prereg
+    from logbook.records.prereg_input import PreregInput
+
+    written = create_prereg(open_project(ada.path), PreregInput(title="made after require, unsigned",
+                                                               hypothesis="h", predictions=["loss@final < 3"]))
+    late = written.id
+    assert any("recorded unsigned: git has no SSH signing key" in w for w in written.warnings)
     code, report, _ = verify(ada)
     assert code == 4
     assert ("unsigned", f"entries/prereg/{late}.md") in kinds(report)
     assert ("unsigned_before_require", f"entries/prereg/{early}.md") in kinds(report, "warnings")
     res = ada.cli("verify")
-    assert res.exit_code == 4 and "signing.require" in res.output and "hint:" in res.stderr
+    assert res.exit_code == 4 and "signing.require" in res.output and f"logbook sign entries/prereg/{late}.md" in res.stderr
+    no_key = ada.cli("sign", f"entries/prereg/{late}.md")
+    assert no_key.exit_code == 3 and "user.signingkey" in no_key.output
     use_key(ada, key)
     signed = make_prereg(open_project(ada.path), ["loss@final < 2"], title="signed")
+    ada.ok("sign", f"entries/prereg/{late}.md")  # the way forward the hint names: the author signs it late
+    assert ada.cli("sign", "README.md").exit_code == 3  # no record: nothing to sign
     ada.commit()
     code, report, _ = verify(ada)
-    assert [k for k, p in kinds(report) if p == f"entries/prereg/{signed}.md"] == []
+    assert code == 0 and [k for k, _ in kinds(report)] == []
     assert signed_by(report)[f"entries/prereg/{signed}.md"] == ["ada@lab.example"]
+    assert signed_by(report)[f"entries/prereg/{late}.md"] == ["ada@lab.example"]
 
 
 def test_a_signature_filed_under_another_keys_name_does_not_check(lab):
@@ -295,7 +315,10 @@ def test_require_with_an_allowed_signers_file_that_is_not_committed_is_exit_4(tm
 def test_without_signing_the_queue_says_people_are_told_apart_by_e_mail_only(tmp_path, story_clock):
     team = make_team(tmp_path, ["ada"])
     ada = team["ada"]
-    story_run(open_project(ada.path), story_clock, "qknorm", None, author="Ada <ada@lab.example>")
+    use_key(ada, keypair(tmp_path / "keys", "ada"))  # a key set up for signing commits only
+    pid = make_prereg(open_project(ada.path), ["loss@final < 4"])
+    story_run(open_project(ada.path), story_clock, "qknorm", pid, author="Ada <ada@lab.example>")
+    assert not (ada.entries() / "signatures").exists()  # the logbook does not sign: no files appear
     res = ada.ok("review")
     assert "note: reviewers and launchers are told apart by e-mail only" in res.stderr
     code, report, _ = verify(ada)
@@ -312,3 +335,26 @@ def test_signing_settings_are_checked_when_logbook_yaml_is_read(logbook_repo, cl
         cfg.write_text(base + block)
         res = cli("verify")
         assert res.exit_code == 2 and words in res.stderr, res.stderr
+
+
+def test_logbook_run_signs_its_run_record_with_the_launchers_key(logbook_repo, cli, tmp_path):
+    """The one real run here: two steps of a one-layer model, to see the launcher sign run.json."""
+    from runhelpers import micro_config
+    from conftest import git
+
+    key = keypair(tmp_path / "keys", "ada")
+    (logbook_repo / "trust").mkdir()
+    (logbook_repo / ALLOWED).write_text(allowed_line("ada@example.org", key))
+    with open(logbook_repo / "logbook.yaml", "a") as f:
+        f.write(f"signing:\n  allowed_signers: {ALLOWED}\n  require: true\n")
+    cfg = micro_config(logbook_repo, steps=2, every=2)
+    git(logbook_repo, "add", "-A")
+    git(logbook_repo, "commit", "-q", "-m", "signing on")
+    git(logbook_repo, "config", "gpg.format", "ssh")
+    git(logbook_repo, "config", "user.signingkey", str(key))
+    res = cli("run", "--exploratory", "--run-id", "signed", "--max-restarts", "0", str(cfg))
+    assert res.exit_code == 0, res.output
+    assert cli("commit").exit_code == 0
+    report = json.loads(cli("verify", "--json").stdout)
+    assert report["ok"], report["problems"]
+    assert signed_by(report)["entries/runs/signed/run.json"] == ["ada@example.org"]

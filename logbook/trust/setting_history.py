@@ -17,14 +17,16 @@ impossible to hide is that it is in the history every clone verifies.
 
 from __future__ import annotations
 
-import hashlib
 import base64
+import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import yaml
 
+from logbook.core.fsutil import atomic_write_json
 from logbook.core.project import Project
 from logbook.core.settings import CONFIG_FILE
 from logbook.records import gitbind
@@ -77,8 +79,28 @@ def setting_changes(project: Project) -> list[SettingChange]:
     """Every commit in HEAD's history that changed the allowed signers, `signing:` or `review_self_approval`, oldest
     first."""
     root = project.root
-    if gitbind.head_commit(root) is None:
+    head = gitbind.head_commit(root)
+    if head is None:
         return []
+    # History below HEAD never changes, so the answer for one HEAD (and today's path) is kept under .logbook/.
+    key = f"{head}:{project.config.signing.allowed_signers if project.config.signing else ''}"
+    cache = project.state_dir / "setting-changes.json"
+    try:
+        kept = json.loads(cache.read_text("utf-8"))
+        if kept.get("key") == key:
+            return [SettingChange(**c) for c in kept["changes"]]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass
+    changes = _changes(project)
+    try:
+        atomic_write_json(cache, {"key": key, "changes": [c.to_dict() for c in changes]})
+    except OSError:
+        pass  # a cache that cannot be written only costs time
+    return changes
+
+
+def _changes(project: Project) -> list[SettingChange]:
+    root = project.root
     paths = [CONFIG_FILE, *_signers_paths(project)]
     fmt = "%H%x1f%P%x1f%ct%x1f%cn <%ce>%x1f%an <%ae>"
     out = gitbind.git(root, "log", "--reverse", f"--format={fmt}", "HEAD", "--", *paths)

@@ -54,6 +54,7 @@ SIGNATURES_DIR = "signatures"
 _DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 _FP12_RE = re.compile(r"^[0-9a-f]{12}$")
 _TIMEOUT_S = 30
+_TIMED_OUT = f"ssh-keygen did not answer within {_TIMEOUT_S} s"
 
 
 @dataclass(frozen=True)
@@ -206,18 +207,24 @@ def _run(args: list[str], data: bytes | None = None) -> subprocess.CompletedProc
 
 
 def sign_digest(project: Project, digest_hex: str, *, what: str) -> SignOutcome:
-    """Sign a record's digest with git's SSH signing key, when one is configured; never raises for a bad key.
+    """Sign a record's digest with git's SSH signing key where logbook.yaml turns signing on; never raises for a
+    bad key.
 
-    `what` names the record in a warning ("preregistration x"). With no key
-    configured nothing is signed (the record shows as unsigned). A key that
-    fails (missing file, no agent) leaves the record unsigned with a warning:
-    the record is already written, and losing it would be worse.
+    `what` names the record in a warning ("preregistration x"). Without
+    `signing:` nothing is signed (a key set up for commits alone writes no
+    files here). With it but no key, or a key that fails (missing file, no
+    agent), the record is left unsigned with a warning: it is already written,
+    and losing it would be worse; `logbook sign` signs it later.
     """
     if not _DIGEST_RE.match(digest_hex):
         raise ValueError(f"not a sha256 digest: {digest_hex!r}")
+    if project.config.signing is None:
+        return SignOutcome(None)
     key = configured_key(project.root)
     if key is None:
-        return SignOutcome(None)
+        return SignOutcome(None, warning=f"{what} was recorded unsigned: git has no SSH signing key (set "
+                                         "`git config gpg.format ssh` and `git config user.signingkey KEY`, "
+                                         "then `logbook sign` it)")
     with tempfile.TemporaryDirectory(prefix="logbook-sign-") as tmp:
         if key.startswith("key::"):  # a public key literal: the private half is in ssh-agent, as for git
             key_file = Path(tmp) / "key.pub"
@@ -274,6 +281,21 @@ def committed_allowed_signers(project: Project) -> AllowedSigners | None:
     return AllowedSigners(path, data, blob)
 
 
+def _plain_principals(allowed: bytes, key_blob: bytes) -> list[str] | None:
+    """The principals of the lines listing exactly this key with no options, in file order; None when a line
+    names the key with options (or none names it plainly): then `ssh-keygen -Y find-principals` decides."""
+    b64 = base64.b64encode(key_blob).decode()
+    out: list[str] = []
+    for line in allowed.decode("utf-8", "replace").splitlines():
+        tokens = line.split()
+        if not tokens or tokens[0].startswith("#") or b64 not in tokens:
+            continue
+        if tokens.index(b64) != 2:
+            return None  # options between the principals and the key (namespaces=, valid-before=, cert-authority)
+        out += [p for p in tokens[0].split(",") if p]
+    return out or None
+
+
 class _Checker:
     """Checks signature files against one allowed-signers version, remembering answers under `.logbook/`."""
 
@@ -298,37 +320,75 @@ class _Checker:
         blob = signature_key(data)
         if blob is None:
             return SignatureCheck(path, digest_hex, None, (), False, "it is not an SSH signature")
-        fingerprint = fingerprint_of_blob(blob)
-        key = f"{hashlib.sha256(data).hexdigest()}:{digest_hex}"
-        hit = self._cache["checked"].get(key)
-        if not (isinstance(hit, list) and len(hit) == 3):
-            hit = list(self._ssh_check(data, digest_hex))
-            self._cache["checked"][key] = hit
-            self._dirty = True
+        hit = self._cached(data, digest_hex)
+        if hit is None:
+            hit = self._remember(data, digest_hex, self._ssh_check(data, blob, digest_hex))
         principals, valid, why = tuple(hit[0]), bool(hit[1]), str(hit[2])
-        return SignatureCheck(path, digest_hex, fingerprint, principals, valid, why)
+        return SignatureCheck(path, digest_hex, fingerprint_of_blob(blob), principals, valid, why)
 
-    def _ssh_check(self, data: bytes, digest_hex: str) -> tuple[list[str], bool, str]:
+    def prefetch(self, pairs: list[tuple[Path, str]]) -> None:
+        """Check many (signature file, digest) pairs at once: each check is an `ssh-keygen` process, so a
+        cold cache is filled on every core instead of one."""
+        todo = []
+        for path, digest in pairs:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            blob = signature_key(data)
+            if blob is not None and self._cached(data, digest) is None:
+                todo.append((data, blob, digest))
+        if len(todo) < 2:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._tmpdir()  # made once, before the threads: none may see the folder without its allowed-signers file
+        with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+            answers = list(pool.map(lambda t: self._ssh_check(*t), todo))
+        for (data, _, digest), answer in zip(todo, answers):
+            self._remember(data, digest, answer)
+
+    def _cached(self, data: bytes, digest_hex: str) -> list | None:
+        hit = self._cache["checked"].get(f"{hashlib.sha256(data).hexdigest()}:{digest_hex}")
+        return hit if isinstance(hit, list) and len(hit) == 3 else None
+
+    def _remember(self, data: bytes, digest_hex: str, answer: tuple[list[str], bool, str]) -> list:
+        if answer[2] != _TIMED_OUT:  # a verdict is kept; an ssh-keygen that hung is asked again next time
+            self._cache["checked"][f"{hashlib.sha256(data).hexdigest()}:{digest_hex}"] = list(answer)
+            self._dirty = True
+        return list(answer)
+
+    def _ssh_check(self, data: bytes, key_blob: bytes, digest_hex: str) -> tuple[list[str], bool, str]:
+        """(principals of the key, whether the signature is good, why not): what `ssh-keygen -Y` says."""
         if self.allowed.data is None:
             return [], False, f"{self.allowed.path} is not committed, so no key is allowed"
         folder = Path(self._tmpdir())
-        sig = folder / "record.sig"
+        sig = folder / f"{hashlib.sha256(data).hexdigest()}.sig"  # one file per signature: checks run in threads
         sig.write_bytes(data)
         allowed = folder / "allowed_signers"
-        found = _run(["ssh-keygen", "-Y", "find-principals", "-s", str(sig), "-f", str(allowed)])
-        principals = [p for p in found.stdout.decode("utf-8", "replace").splitlines() if p.strip()]
-        if found.returncode != 0 or not principals:
+        principals = _plain_principals(self.allowed.data, key_blob)
+        if principals is None:  # options, certificates: let ssh-keygen find who the key belongs to
+            found = _run(["ssh-keygen", "-Y", "find-principals", "-s", str(sig), "-f", str(allowed)])
+            if found.returncode == 124:
+                return [], False, _TIMED_OUT
+            principals = [p for p in found.stdout.decode("utf-8", "replace").splitlines() if p.strip()] \
+                if found.returncode == 0 else []
+        if not principals:
             return [], False, f"its key is not in {self.allowed.path} as committed"
+        # The verdict is ssh-keygen's: the key bound to that principal, the namespace, the signature itself.
         ok = _run(["ssh-keygen", "-Y", "verify", "-f", str(allowed), "-I", principals[0], "-n", NAMESPACE,
                    "-s", str(sig)], message(digest_hex))
+        if ok.returncode == 124:
+            return principals, False, _TIMED_OUT
         if ok.returncode != 0:
             return principals, False, "it is not a good signature of this record's digest"
         return principals, True, ""
 
     def _tmpdir(self) -> str:
         if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="logbook-verify-")
-            (Path(self._tmp.name) / "allowed_signers").write_bytes(self.allowed.data or b"")
+            tmp = tempfile.TemporaryDirectory(prefix="logbook-verify-")
+            (Path(tmp.name) / "allowed_signers").write_bytes(self.allowed.data or b"")
+            self._tmp = tmp  # published only once the file is in it
         return self._tmp.name
 
     def close(self) -> None:
@@ -366,6 +426,11 @@ class SignatureBook:
     def check(self, path: Path, digest_hex: str) -> SignatureCheck:
         assert self._checker is not None, "signing is off"
         return self._checker.check(path, digest_hex)
+
+    def prefetch(self, pairs: list[tuple[Path, str]]) -> None:
+        """Check many signatures at once (see `_Checker.prefetch`); later lookups are answered from the cache."""
+        if self._checker is not None:
+            self._checker.prefetch(pairs)
 
     def checks(self, digest_hex: str) -> list[SignatureCheck]:
         """Every signature file kept for the digest, checked."""

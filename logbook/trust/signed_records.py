@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from logbook.core.errors import TamperedError
+from logbook.core.errors import NotFoundError, RefusedError, TamperedError
 from logbook.core.project import Project
 from logbook.core.settings import CONFIG_FILE
 from logbook.records import gitbind
@@ -45,7 +45,8 @@ from logbook.records.prereg_format import record_hash as prereg_hash
 from logbook.records.prereg_format import split_record
 from logbook.records.prereg_input import ID_RE
 from logbook.trust.setting_history import SettingChange, setting_changes
-from logbook.trust.signatures import SIGNATURES_DIR, SignatureBook, all_signature_files, fp12_of
+from logbook.trust.signatures import (SIGNATURES_DIR, SignatureBook, all_signature_files, configured_key, fp12_of,
+                                      sign_digest)
 
 _SIG_NAME = re.compile(r"^[0-9a-f]{12}\.sig$")
 
@@ -128,6 +129,7 @@ def check_identity(project: Project, prereg_id: str | None, introduced: dict[str
                 f"{signing.allowed_signers}, which logbook.yaml names as the allowed signers, is not committed: "
                 "no signature can count"), hint=f"commit it (`git add {signing.allowed_signers} && git commit`)")
             (report.problems if signing.require else report.warnings).append(finding)
+        book.prefetch([(path, digest) for digest, path in files if digest in by_digest])
         for digest, path in files:
             _check_file(project, book, digest, path, by_digest, report, scoped=prereg_id is not None)
     _judge_unsigned(project, records, introduced, signing.require, report)
@@ -200,10 +202,8 @@ def _judge_unsigned(project: Project, records: list[SignedRecord], introduced: d
         report.problems.append(IdentityFinding(r.path, "unsigned", (
             f"{r.path} ({r.kind}, sha256 {r.digest[:12]}) is signed by no key in {report.allowed_signers}; it was "
             f"{where} logbook.yaml requires signatures (signing.require: true)"), hint=(
-            "its author signs it: with `git config gpg.format ssh` and `git config user.signingkey KEY` set, "
-            f"`ssh-keygen -Y sign -n logbook-record -f KEY` over the line `logbook-record sha256:{r.digest}` "
-            f"saved as {project.config.entries_dir.strip('/')}/{SIGNATURES_DIR}/{r.digest}/<key fp, 12 hex>.sig; "
-            "or turn signing.require off in a commit of its own (the chronicle shows it)")))
+            f"its author signs it (`logbook sign {r.path}`, with git's gpg.format ssh and user.signingkey set), "
+            "then `logbook commit`; or turn signing.require off in a commit of its own (the chronicle shows it)")))
 
 
 def _require_at(project: Project, commits: set[str]) -> dict[str, bool]:
@@ -218,6 +218,43 @@ def _require_at(project: Project, commits: set[str]) -> dict[str, bool]:
         signing = raw.get("signing") if isinstance(raw, dict) else None
         out[c] = isinstance(signing, dict) and signing.get("require") is True
     return out
+
+
+def sign_existing(project: Project, paths: list[str]) -> list[SignatureFile]:
+    """Sign records already written (the key was set up after they were made, or `require` was turned on).
+
+    `paths` are relative to the repository root. A path that is no signed kind
+    of record is refused, and so is signing with no key configured: nothing is
+    written then.
+    """
+    if project.config.signing is None:
+        raise RefusedError("logbook.yaml has no `signing:` block, so no signature would be checked",
+                           hint="signing:\n  allowed_signers: trust/allowed_signers   (committed)")
+    if configured_key(project.root) is None:
+        raise RefusedError("no signing key: git's gpg.format is not ssh, or user.signingkey is not set",
+                           hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519")
+    known = {r.path: r for r in _records(project, None)}
+    missing = [p for p in paths if p not in known]
+    if missing:
+        raise NotFoundError(f"{missing[0]} is no record that is signed here",
+                            hint="signed records: preregistrations and amendments, run.json, reviews, scorecards; "
+                                 "give the path from the repository root")
+    out = []
+    for p in paths:
+        done = sign_digest(project, known[p].digest, what=p)
+        if done.path is None:
+            raise RefusedError(done.warning or f"{p} could not be signed")
+        out.append(SignatureFile(p, done.path.relative_to(project.root).as_posix(), done.fingerprint or ""))
+    return out
+
+
+@dataclass
+class SignatureFile:
+    """A signature `sign_existing` wrote (or found: one key signs a record once)."""
+
+    record: str
+    signature: str
+    fingerprint: str
 
 
 # --- the records and their digests ------------------------------------------------------------
