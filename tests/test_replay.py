@@ -274,3 +274,35 @@ def test_a_preregistered_run_with_no_stamp_is_said_to_be_not_anchored_where_stam
     _fake_run(logbook_repo, "unanchored", pid, 1337, None)
     (finding,) = check_seeds(open_project())
     assert finding.kind == "seed_not_anchored" and "its randomness is not anchored" in finding.message
+
+
+def _retrained(losses, **started):
+    from logbook.trust.retrain import Retrained
+
+    base = {"config_hash": "c0", "data_fingerprints": {"stdlib": "f0"}, "n_params": 10, "threads": 1}
+    return Retrained(losses, {**base, **started.pop("started", {})}, started.get("own_code", False),
+                     started.get("config_altered", False), 1.0)
+
+
+@pytest.mark.parametrize("result, state, words", [
+    (_retrained({1: 5.5, 2: 5.4, 3: 5.3}), "equal", "run r: steps 1-3 equal bit for bit to a replay from seed 7"),
+    (_retrained({1: 5.5, 2: 5.4000000000000001 + 1e-15, 3: 5.3}), "differs",
+     "run r: step 2 logged loss 5.4, the replay from seed 7 (from stamps/d/k.tsr) computes 5.400000000000001: "
+     "this run was not trained from that seed, so not from its preregistration's timestamp"),
+    (_retrained({1: 5.5}, started={"config_hash": "c1"}), "not_replayed", "the replay's config_hash differ"),
+    (_retrained({1: 5.5}, started={"config_hash": "c1"}, own_code=True), "differs",
+     "resolve, in its own code, to config hash c1, but its run_started records c0"),
+    (_retrained({1: 5.5}, started={"config_hash": "c1"}, config_altered=True), "equal", "run r: step 1 equal"),
+    (_retrained({1: 5.5, 3: 5.3}), "equal", "run r: steps 1, 3 equal"),
+    (_retrained({1: 5.5}, started={"data_fingerprints": {"stdlib": "f1"}}), "not_replayed",
+     "the replay's data_fingerprints differ"),
+    (_retrained({4: 5.1}), "not_replayed", "the replay stopped before any step the run logged"),
+])
+def test_the_replay_judges_losses_bit_for_bit_only_when_its_inputs_are_the_runs(result, state, words):
+    from logbook.trust.replay import ReplayVerdict, _judge
+
+    first = {"config_hash": "c0", "data_fingerprints": {"stdlib": "f0"}, "n_params": 10, "threads": 1}
+    logged = [{1: 5.5, 3: 5.3}, {1: 5.5, 2: 5.4, 3: 5.3}]  # the committed stream thinned, the full one whole
+    verdict = _judge(ReplayVerdict("r", "not_replayed", "", seed=7, seed_source="stamps/d/k.tsr"), first, result,
+                     logged)
+    assert verdict.state == state and words in verdict.message, verdict.message
