@@ -306,3 +306,11 @@ def test_the_replay_judges_losses_bit_for_bit_only_when_its_inputs_are_the_runs(
     verdict = _judge(ReplayVerdict("r", "not_replayed", "", seed=7, seed_source="stamps/d/k.tsr"), first, result,
                      logged)
     assert verdict.state == state and words in verdict.message, verdict.message
+
+
+def test_replay_with_no_run_to_replay_says_so_and_an_unknown_run_is_refused(logbook_repo, cli):
+    _prereg(cli, logbook_repo, micro_config(logbook_repo))
+    res = cli("verify", "--replay", "3")
+    assert res.exit_code == 0 and "note: no run answers to a preregistration: nothing to replay" in res.stderr
+    res = cli("verify", "--replay", "3", "--run", "nosuch")
+    assert res.exit_code == 3 and "unknown run 'nosuch'" in res.output and "Traceback" not in res.output
