@@ -248,7 +248,8 @@ def replay_runs(project: Project, steps: int, *, prereg_id: str | None = None, r
             raise NotFoundError(f"unknown run {run_id!r}", hint="`logbook ls` lists the runs of each preregistration")
         why = run_record_problem(path)
         if why:
-            raise TamperedError(f"run {run_id}'s run.json: {why}", hint="restore it from git; nothing can be replayed from it")
+            raise TamperedError(f"run {run_id}'s run.json: {why}",
+                                hint="restore it from git; nothing can be replayed from it")
         ids = [run_id]
     else:
         ids = [r for r, _ in _prereg_runs(project, prereg_id)]
@@ -296,7 +297,8 @@ def _not_replayable(raw: dict[str, Any], starts: list[dict[str, Any]], seed: Any
     if not isinstance(seed, int):
         return "it records no seed (it was launched before seeds were recorded)"
     if first.get("device") not in (None, "cpu"):
-        return f"it trained on {first['device']}; only the CPU path is deterministic, so the CPU replay cannot match it bit for bit"
+        return (f"it trained on {first['device']}; only the CPU path is deterministic, so the CPU replay cannot "
+                "match it bit for bit")
     if (first.get("world_size") or 1) != 1:
         return f"it trained on {first['world_size']} workers; the replay trains on one"
     if (first.get("resumed_from_step") or 0) != 0:
