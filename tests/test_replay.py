@@ -314,3 +314,47 @@ def test_replay_with_no_run_to_replay_says_so_and_an_unknown_run_is_refused(logb
     assert res.exit_code == 0 and "note: no run answers to a preregistration: nothing to replay" in res.stderr
     res = cli("verify", "--replay", "3", "--run", "nosuch")
     assert res.exit_code == 3 and "unknown run 'nosuch'" in res.output and "Traceback" not in res.output
+
+
+# --- what the replay takes from the run, without training ----------------------------
+
+
+def test_the_replay_takes_the_config_with_the_recorded_hash_and_never_the_runs_checkpoint_folder(logbook_repo,
+                                                                                                  tmp_path):
+    from logbook.trust.retrain import ReplayImpossible, _checkpoint_override, _config_file
+
+    project = open_project()
+    cfg = micro_config(logbook_repo)
+    digest = hashlib.sha256(cfg.read_bytes()).hexdigest()
+    work = tmp_path / "tree"
+    (work / "configs").mkdir(parents=True)
+    (work / "configs" / "micro.yaml").write_text("train: {steps: 99}\n")  # the snapshot holds other bytes
+    raw = {"config_path": "configs/micro.yaml", "config_hash": digest}
+    taken = _config_file(project, work, tmp_path, raw)
+    assert taken == work / "configs" / "micro.yaml" and taken.read_bytes() == cfg.read_bytes()
+    with pytest.raises(ReplayImpossible, match="neither in its snapshot nor here"):
+        _config_file(project, work, tmp_path, {**raw, "config_hash": "0" * 64})
+
+    assert _checkpoint_override(cfg, [], work) == []  # a relative folder lands in the scratch copy
+    assert _checkpoint_override(cfg, ["checkpoint.dir=/scratch/ckpt"], work) == [
+        f"checkpoint.dir={work / '.logbook' / 'replay-checkpoints'}"]
+
+
+def test_a_run_whose_snapshot_is_gone_is_not_replayed_and_a_live_change_ends_the_comparison(logbook_repo):
+    from logbook.trust.replay import _logged_losses
+    from logbook.trust.retrain import ReplayImpossible, _snapshot_commit
+
+    project = open_project()
+    head = git(logbook_repo, "rev-parse", "HEAD").strip()
+    assert _snapshot_commit(project, "r", {"snapshot": {"commit": head}}) == head
+    with pytest.raises(ReplayImpossible, match="its code snapshot 0123456789ab is not in this clone"):
+        _snapshot_commit(project, "r", {"snapshot": {"commit": "0123456789ab" * 3}})
+
+    run_dir = project.run_dir("r")
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0 - s / 10}) + "\n" for s in (1, 2, 3)))
+    log = ChainedLog(run_dir / "events.jsonl")
+    log.append({"run": "r", "attempt": 1, "rank": 0, "step": 0, "kind": "run_started", "data": {}})
+    assert _logged_losses(project, "r", 3)[0] == {1: 4.9, 2: 4.8, 3: 4.7}
+    log.append({"run": "r", "attempt": 1, "rank": 0, "step": 3, "kind": "hparam_change", "data": {}})
+    assert _logged_losses(project, "r", 3)[0] == {1: 4.9, 2: 4.8}  # a person's change cannot be replayed
