@@ -95,7 +95,8 @@ def test_the_seed_rule_is_the_agreed_hash_of_the_token_bytes():
 @pytest.mark.slow
 def test_a_run_draws_its_seed_from_the_stamp_and_its_first_steps_replay_bit_for_bit(logbook_repo, cli, stamper):
     stamper.configure(logbook_repo)
-    cfg = micro_config(logbook_repo, steps=6, every=3)
+    # Attempt 1 fails after step 4 (the checkpoint of step 3 is complete); `--resume` finishes the run.
+    cfg = micro_config(logbook_repo, steps=6, every=3, faults=[{"kind": "exception", "step": 4, "attempt": 1}])
     _commit_all(logbook_repo, "config")
     pid = _prereg(cli, logbook_repo, cfg)
     stamp = stamper.stamp(logbook_repo, load_prereg(open_project(), pid).sha256)
@@ -103,13 +104,16 @@ def test_a_run_draws_its_seed_from_the_stamp_and_its_first_steps_replay_bit_for_
 
     said: list[str] = []
     res = launch_run(open_project(), cfg, [], prereg_id=pid, run_id="honest", max_restarts=0, say=said.append)
-    assert res.status == "finished", said
+    assert res.status == "failed", said
+    assert any(f"seed {seed}, drawn from the preregistration's timestamp" in s for s in said)
+    res = launch_run(open_project(), None, [], resume="honest")
+    assert res.status == "finished"
     source = stamp.relative_to(logbook_repo / "entries").as_posix()
     record = json.loads((logbook_repo / "entries" / "runs" / "honest" / "run.json").read_text())
     assert (record["seed"], record["seed_source"]) == (seed, source)
-    (started,) = of_kind(events(logbook_repo, "honest"), "run_started")
-    assert (started["data"]["seed"], started["data"]["seed_source"]) == (seed, source)  # what the trainer trained with
-    assert any(f"seed {seed}, drawn from the preregistration's timestamp" in s for s in said)
+    starts = [e["data"] for e in of_kind(events(logbook_repo, "honest"), "run_started")]
+    assert [(d["seed"], d["seed_source"], d["resumed_from_step"]) for d in starts] == [(seed, source, 0),
+                                                                                       (seed, source, 3)]
     _commit_all(logbook_repo, "run")
     with open(cfg, "a") as f:
         f.write("# edited after the run: the replay trains what the snapshot holds\n")
