@@ -95,7 +95,8 @@ def test_the_seed_rule_is_the_agreed_hash_of_the_token_bytes():
 @pytest.mark.slow
 def test_a_run_draws_its_seed_from_the_stamp_and_its_first_steps_replay_bit_for_bit(logbook_repo, cli, stamper):
     stamper.configure(logbook_repo)
-    cfg = micro_config(logbook_repo, steps=6, every=3)
+    # Attempt 1 fails after step 4 (the checkpoint of step 3 is complete); `--resume` finishes the run.
+    cfg = micro_config(logbook_repo, steps=6, every=3, faults=[{"kind": "exception", "step": 4, "attempt": 1}])
     _commit_all(logbook_repo, "config")
     pid = _prereg(cli, logbook_repo, cfg)
     stamp = stamper.stamp(logbook_repo, load_prereg(open_project(), pid).sha256)
@@ -103,13 +104,16 @@ def test_a_run_draws_its_seed_from_the_stamp_and_its_first_steps_replay_bit_for_
 
     said: list[str] = []
     res = launch_run(open_project(), cfg, [], prereg_id=pid, run_id="honest", max_restarts=0, say=said.append)
-    assert res.status == "finished", said
+    assert res.status == "failed", said
+    assert any(f"seed {seed}, drawn from the preregistration's timestamp" in s for s in said)
+    res = launch_run(open_project(), None, [], resume="honest")
+    assert res.status == "finished"
     source = stamp.relative_to(logbook_repo / "entries").as_posix()
     record = json.loads((logbook_repo / "entries" / "runs" / "honest" / "run.json").read_text())
     assert (record["seed"], record["seed_source"]) == (seed, source)
-    (started,) = of_kind(events(logbook_repo, "honest"), "run_started")
-    assert (started["data"]["seed"], started["data"]["seed_source"]) == (seed, source)  # what the trainer trained with
-    assert any(f"seed {seed}, drawn from the preregistration's timestamp" in s for s in said)
+    starts = [e["data"] for e in of_kind(events(logbook_repo, "honest"), "run_started")]
+    assert [(d["seed"], d["seed_source"], d["resumed_from_step"]) for d in starts] == [(seed, source, 0),
+                                                                                       (seed, source, 3)]
     _commit_all(logbook_repo, "run")
     with open(cfg, "a") as f:
         f.write("# edited after the run: the replay trains what the snapshot holds\n")
@@ -274,3 +278,87 @@ def test_a_preregistered_run_with_no_stamp_is_said_to_be_not_anchored_where_stam
     _fake_run(logbook_repo, "unanchored", pid, 1337, None)
     (finding,) = check_seeds(open_project())
     assert finding.kind == "seed_not_anchored" and "its randomness is not anchored" in finding.message
+
+
+def _retrained(losses, **started):
+    from logbook.trust.retrain import Retrained
+
+    base = {"config_hash": "c0", "data_fingerprints": {"stdlib": "f0"}, "n_params": 10, "threads": 1}
+    return Retrained(losses, {**base, **started.pop("started", {})}, started.get("own_code", False),
+                     started.get("config_altered", False), 1.0)
+
+
+@pytest.mark.parametrize("result, state, words", [
+    (_retrained({1: 5.5, 2: 5.4, 3: 5.3}), "equal", "run r: steps 1-3 equal bit for bit to a replay from seed 7"),
+    (_retrained({1: 5.5, 2: 5.4000000000000001 + 1e-15, 3: 5.3}), "differs",
+     "run r: step 2 logged loss 5.4, the replay from seed 7 (from stamps/d/k.tsr) computes 5.400000000000001: "
+     "this run was not trained from that seed, so not from its preregistration's timestamp"),
+    (_retrained({1: 5.5}, started={"config_hash": "c1"}), "not_replayed", "the replay's config_hash differ"),
+    (_retrained({1: 5.5}, started={"config_hash": "c1"}, own_code=True), "differs",
+     "resolve, in its own code, to config hash c1, but its run_started records c0"),
+    (_retrained({1: 5.5}, started={"config_hash": "c1"}, config_altered=True), "equal", "run r: step 1 equal"),
+    (_retrained({1: 5.5, 3: 5.3}), "equal", "run r: steps 1, 3 equal"),
+    (_retrained({1: 5.5}, started={"data_fingerprints": {"stdlib": "f1"}}), "not_replayed",
+     "the replay's data_fingerprints differ"),
+    (_retrained({4: 5.1}), "not_replayed", "the replay stopped before any step the run logged"),
+])
+def test_the_replay_judges_losses_bit_for_bit_only_when_its_inputs_are_the_runs(result, state, words):
+    from logbook.trust.replay import ReplayVerdict, _judge
+
+    first = {"config_hash": "c0", "data_fingerprints": {"stdlib": "f0"}, "n_params": 10, "threads": 1}
+    logged = [{1: 5.5, 3: 5.3}, {1: 5.5, 2: 5.4, 3: 5.3}]  # the committed stream thinned, the full one whole
+    verdict = _judge(ReplayVerdict("r", "not_replayed", "", seed=7, seed_source="stamps/d/k.tsr"), first, result,
+                     logged)
+    assert verdict.state == state and words in verdict.message, verdict.message
+
+
+def test_replay_with_no_run_to_replay_says_so_and_an_unknown_run_is_refused(logbook_repo, cli):
+    _prereg(cli, logbook_repo, micro_config(logbook_repo))
+    res = cli("verify", "--replay", "3")
+    assert res.exit_code == 0 and "note: no run answers to a preregistration: nothing to replay" in res.stderr
+    res = cli("verify", "--replay", "3", "--run", "nosuch")
+    assert res.exit_code == 3 and "unknown run 'nosuch'" in res.output and "Traceback" not in res.output
+
+
+# --- what the replay takes from the run, without training ----------------------------
+
+
+def test_the_replay_takes_the_config_with_the_recorded_hash_and_never_the_runs_checkpoint_folder(logbook_repo,
+                                                                                                  tmp_path):
+    from logbook.trust.retrain import ReplayImpossible, _checkpoint_override, _config_file
+
+    project = open_project()
+    cfg = micro_config(logbook_repo)
+    digest = hashlib.sha256(cfg.read_bytes()).hexdigest()
+    work = tmp_path / "tree"
+    (work / "configs").mkdir(parents=True)
+    (work / "configs" / "micro.yaml").write_text("train: {steps: 99}\n")  # the snapshot holds other bytes
+    raw = {"config_path": "configs/micro.yaml", "config_hash": digest}
+    taken = _config_file(project, work, tmp_path, raw)
+    assert taken == work / "configs" / "micro.yaml" and taken.read_bytes() == cfg.read_bytes()
+    with pytest.raises(ReplayImpossible, match="neither in its snapshot nor here"):
+        _config_file(project, work, tmp_path, {**raw, "config_hash": "0" * 64})
+
+    assert _checkpoint_override(cfg, [], work) == []  # a relative folder lands in the scratch copy
+    assert _checkpoint_override(cfg, ["checkpoint.dir=/scratch/ckpt"], work) == [
+        f"checkpoint.dir={work / '.logbook' / 'replay-checkpoints'}"]
+
+
+def test_a_run_whose_snapshot_is_gone_is_not_replayed_and_a_live_change_ends_the_comparison(logbook_repo):
+    from logbook.trust.replay import _logged_losses
+    from logbook.trust.retrain import ReplayImpossible, _snapshot_commit
+
+    project = open_project()
+    head = git(logbook_repo, "rev-parse", "HEAD").strip()
+    assert _snapshot_commit(project, "r", {"snapshot": {"commit": head}}) == head
+    with pytest.raises(ReplayImpossible, match="its code snapshot 0123456789ab is not in this clone"):
+        _snapshot_commit(project, "r", {"snapshot": {"commit": "0123456789ab" * 3}})
+
+    run_dir = project.run_dir("r")
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0 - s / 10}) + "\n" for s in (1, 2, 3)))
+    log = ChainedLog(run_dir / "events.jsonl")
+    log.append({"run": "r", "attempt": 1, "rank": 0, "step": 0, "kind": "run_started", "data": {}})
+    assert _logged_losses(project, "r", 3)[0] == {1: 4.9, 2: 4.8, 3: 4.7}
+    log.append({"run": "r", "attempt": 1, "rank": 0, "step": 3, "kind": "hparam_change", "data": {}})
+    assert _logged_losses(project, "r", 3)[0] == {1: 4.9, 2: 4.8}  # a person's change cannot be replayed

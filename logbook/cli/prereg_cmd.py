@@ -301,6 +301,8 @@ def _replay(project: Any, steps: int, pid: str | None, run: str | None, report: 
     from logbook.trust.replay import replay_runs
 
     verdicts = replay_runs(project, steps, prereg_id=pid, run_id=run)
+    if not verdicts:
+        err("note: no run answers to " + (f"preregistration {pid}" if pid else "a preregistration") + ": nothing to replay")
     report.problems += [Finding(f.path, f.kind, f.message) for f in (v.finding(project) for v in verdicts)
                         if f.kind == "replay_differs"]
     return verdicts

@@ -248,7 +248,8 @@ def replay_runs(project: Project, steps: int, *, prereg_id: str | None = None, r
             raise NotFoundError(f"unknown run {run_id!r}", hint="`logbook ls` lists the runs of each preregistration")
         why = run_record_problem(path)
         if why:
-            raise TamperedError(f"run {run_id}'s run.json: {why}", hint="restore it from git; nothing can be replayed from it")
+            raise TamperedError(f"run {run_id}'s run.json: {why}",
+                                hint="restore it from git; nothing can be replayed from it")
         ids = [run_id]
     else:
         ids = [r for r, _ in _prereg_runs(project, prereg_id)]
@@ -259,7 +260,7 @@ def replay_run(project: Project, run_id: str, steps: int, *, timeout_s: float = 
     """Retrain run `run_id`'s first `steps` steps from its code snapshot and compare its losses bit for bit."""
     raw = json.loads((project.run_dir(run_id) / "run.json").read_text("utf-8"))
     starts = run_starts(project, run_id)
-    seed = raw.get("seed") if raw.get("seed") is not None else (starts[0].get("seed") if starts else None)
+    seed = _replay_seed(project, raw, starts)
     verdict = ReplayVerdict(run_id, "not_replayed", "", seed=seed, seed_source=raw.get("seed_source"))
     logged = _logged_losses(project, run_id, steps)
     why = _not_replayable(raw, starts, seed, logged, steps)
@@ -268,12 +269,23 @@ def replay_run(project: Project, run_id: str, steps: int, *, timeout_s: float = 
         return verdict
     try:
         result = retrain(project, run_id, raw, seed=int(seed), steps=steps, threads=starts[0].get("threads"),
-                                 timeout_s=timeout_s)
+                         timeout_s=timeout_s)
     except ReplayImpossible as e:
         verdict.message = f"run {run_id} not replayed: {e}"
         return verdict
     verdict.seconds = result.seconds
     return _judge(verdict, starts[0], result, logged)
+
+
+def _replay_seed(project: Project, raw: dict[str, Any], starts: list[dict[str, Any]]) -> Any:
+    """The seed to replay from: the one the seed source gives (what the run must have trained with), else the one
+    its first attempt says it trained with."""
+    source = raw.get("seed_source")
+    path = project.entries / str(source) if source else None
+    if path is not None and path.resolve().is_relative_to((project.entries / STAMPS_DIR).resolve()) and path.is_file():
+        return seed_from_stamp(path.read_bytes())
+    recorded = starts[0].get("seed") if starts else None
+    return recorded if recorded is not None else raw.get("seed")
 
 
 def _not_replayable(raw: dict[str, Any], starts: list[dict[str, Any]], seed: Any, logged: list[dict[int, float]],
@@ -285,7 +297,8 @@ def _not_replayable(raw: dict[str, Any], starts: list[dict[str, Any]], seed: Any
     if not isinstance(seed, int):
         return "it records no seed (it was launched before seeds were recorded)"
     if first.get("device") not in (None, "cpu"):
-        return f"it trained on {first['device']}; only the CPU path is deterministic, so the CPU replay cannot match it bit for bit"
+        return (f"it trained on {first['device']}; only the CPU path is deterministic, so the CPU replay cannot "
+                "match it bit for bit")
     if (first.get("world_size") or 1) != 1:
         return f"it trained on {first['world_size']} workers; the replay trains on one"
     if (first.get("resumed_from_step") or 0) != 0:
@@ -349,7 +362,7 @@ def _judge(verdict: ReplayVerdict, first: dict[str, Any], result: Any, logged: l
     verdict.state, verdict.steps = "equal", compared
     anchor = ("drawn from its preregistration's timestamp" if verdict.seed_source else
               "its config's; the seed is not anchored, so this proves nothing about time")
-    verdict.message = (f"run {run_id}: steps {_span(compared)} equal bit for bit to a replay from seed "
+    verdict.message = (f"run {run_id}: {_span(compared)} equal bit for bit to a replay from seed "
                        f"{verdict.seed} ({anchor})")
     return verdict
 
@@ -363,5 +376,9 @@ def _origin(verdict: ReplayVerdict) -> str:
 
 
 def _span(steps: list[int]) -> str:
-    return str(steps[0]) if len(steps) == 1 else f"{steps[0]}-{steps[-1]}" if steps == list(
-        range(steps[0], steps[-1] + 1)) else ", ".join(map(str, steps))
+    """`step 1`, `steps 1-3`, or `steps 1, 5, 9`."""
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if steps == list(range(steps[0], steps[-1] + 1)):
+        return f"steps {steps[0]}-{steps[-1]}"
+    return "steps " + ", ".join(map(str, steps))
