@@ -611,6 +611,44 @@ def check_falsifiable(p: Prediction, text: str | None = None) -> None:
             f"prediction {shown!r} can never hold: {m.name} is always in {_range_text(m)}",
             hint="check the comparator's direction and the threshold",
         )
+    if m.integer:
+        _check_whole(p, m, shown)
+    _check_tolerance(p, m, shown)
+
+
+def _check_whole(p: Prediction, m: Metric, shown: str) -> None:
+    """A count compared with a fraction (`restarts <= 2.5`) says less than it seems: refuse it, naming the whole number."""
+    t, tol = p.threshold, p.tolerance
+    if p.op in ("==", "!="):
+        return  # a fractional `==`/`!=` is refused above, a band of equality may be fractional
+    if not float(t).is_integer():
+        whole = {"<": ("<=", math.floor(t)), "<=": ("<=", math.floor(t)),
+                 ">": (">=", math.ceil(t)), ">=": (">=", math.ceil(t))}[p.op]
+        raise UsageError(f"prediction {shown!r} compares a count with a fraction: {m.name} is a whole number, "
+                         f"so `{p.op} {_shortest(t)}` means `{whole[0]} {whole[1]}`",
+                         hint=f"say the whole number you mean: `{m.name}@{p.at.to_text()} {whole[0]} {whole[1]}`")
+    if tol and not float(tol).is_integer():
+        raise UsageError(f"prediction {shown!r} gives a count a fractional tolerance: {m.name} is a whole number",
+                         hint=f"use a whole-number tolerance, or none: `{m.name}@{p.at.to_text()} {p.op} {_shortest(t)}`")
+
+
+def _check_tolerance(p: Prediction, m: Metric, shown: str) -> None:
+    """A grace margin wider than everything the threshold itself accepts makes the threshold say nothing.
+
+    `loss < 3 ± 5` accepts [0, 3) by its threshold and [3, 8) by its tolerance:
+    the tolerance is the prediction, and it is not the one written. A tolerance
+    is a small grace margin; anything wider is refused.
+    """
+    t, tol = p.threshold, p.tolerance
+    if not tol or p.op in ("==", "!="):
+        return  # for == and != the tolerance is the band itself, checked above
+    accepted = t - m.lo if p.op in ("<", "<=") else m.hi - t
+    if tol > accepted and not math.isclose(tol, accepted, rel_tol=1e-9):  # 1 - 0.9 is 0.0999...
+        side = f"[{_shortest(m.lo)}, {_shortest(t)})" if p.op in ("<", "<=") else f"({_shortest(t)}, {_shortest(m.hi)}]"
+        raise UsageError(f"prediction {shown!r} can hardly fail: its tolerance ± {_shortest(tol)} is wider than "
+                         f"everything the threshold accepts ({side}), so the tolerance, not the threshold, decides",
+                         hint="a tolerance is a small grace margin; state the threshold you expect and a margin "
+                              "smaller than it")
 
 
 def _check_interval(p: Prediction, m: Metric, shown: str) -> None:
