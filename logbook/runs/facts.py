@@ -67,6 +67,8 @@ class RunFacts:
     """attempt -> (first, last) `time` of its metric rows."""
     first_past: list[tuple[int, float]] = field(default_factory=list)
     """(step, time) of each row that took the run further than any row before it, in file order."""
+    refused: set[int] = field(default_factory=set)
+    """Steps whose update the guard skipped: their loss is no value the run stands at."""
     _goodput: dict[float | None, Any] = field(default_factory=dict, repr=False)
     """goodput reports already computed, by cut-off time (None: the whole run)."""
 
@@ -90,6 +92,31 @@ class RunFacts:
         if found is None:
             return None
         return Measurement(found[1], found[0], f"from the progress note at step {found[0]:,}")
+
+    def value_exactly(self, metric: str, step: int) -> float | None:
+        """The value logged at `step` itself on the branch that counts; None when that step has none."""
+        return (self.series.get(metric) or {}).get(step)
+
+    def nearest_within(self, metric: str, step: int, window: int) -> tuple[int, float] | None:
+        """(step, value) logged nearest `step` within `window` steps either side (a tie: the earlier); None."""
+        s = self.series.get(metric) or {}
+        near = sorted((abs(k - step), k) for k in s if abs(k - step) <= window)
+        return (near[0][1], s[near[0][1]]) if near else None
+
+    def logged_around(self, metric: str, step: int) -> list[int]:
+        """The logged steps nearest `step`: the last one before it and the first one after (either may be absent)."""
+        steps = sorted(self.series.get(metric) or {})
+        i = bisect.bisect_left(steps, step)
+        return ([steps[i - 1]] if i else []) + ([steps[i]] if i < len(steps) and steps[i] != step else
+                                                [steps[i + 1]] if i + 1 < len(steps) else [])
+
+    def median_over(self, metric: str, lo: int, hi: int) -> tuple[float, int] | None:
+        """(median, how many values) of the metric logged at steps lo..hi; None when none was."""
+        vals = sorted(v for k, v in (self.series.get(metric) or {}).items() if lo <= k <= hi)
+        if not vals:
+            return None
+        n = len(vals)
+        return (vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2.0), n
 
     # --- counts --------------------------------------------------------------------------
 
@@ -191,10 +218,13 @@ def _read_metrics(facts: RunFacts, rows: list[dict[str, Any]]) -> None:
             lo, hi = facts.attempt_times.get(a, (t, t))
             facts.attempt_times[a] = (min(lo, t), max(hi, t))
         if s < last_seen:  # a new branch: what was logged from here on no longer counts
+            facts.refused = {k for k in facts.refused if k < s}
             for vals in series.values():
                 for k in [k for k in vals if k >= s]:
                     del vals[k]
         last_seen = s
+        if r.get("skipped") is True:
+            facts.refused.add(s)
         for key, v in r.items():
             if key in _REFUSED_BY_GUARD and r.get("skipped") is True:
                 continue  # the guard refused this step's update: its spike is not where the run stands
