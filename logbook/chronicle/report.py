@@ -155,23 +155,23 @@ def compute(project: Project, facts: RunFacts, rec: RunRecord | None, atts: list
     """Device-hours of the run, of its failed attempts, and of each kind of time that produced nothing."""
     rep = facts.goodput_report()
     per_step = rep.median_step_s
-    skipped = len(facts.of_kind("step_skipped")) * (per_step or 0.0)
     parts = {
         "lost_restarts": rep.lost_restart_s, "downtime": rep.downtime_s, "lost_rollbacks": rep.lost_rollback_s,
-        "skipped": skipped, "startup": rep.startup_s + rep.compile_s + rep.restore_s, "checkpoints": rep.checkpoint_save_s,
-        "data": rep.data_s, "productive": rep.productive_s,
+        "skipped": rep.skipped_s, "startup": rep.startup_s + rep.compile_s + rep.restore_s,
+        "checkpoints": rep.checkpoint_save_s, "data": rep.data_s, "productive": rep.productive_s,
     }
     failed_s = sum(a["seconds"] or 0.0 for a in atts if not a["finished"])
     abandoned = facts.state in ("failed", "aborted")
-    disrupted = rep.lost_restart_s + rep.downtime_s + rep.lost_rollback_s + skipped
-    lost_total = rep.wall_s if abandoned else disrupted
+    lost_total = rep.wall_s if abandoned else rep.lost_total_s
+    shares = rep.shares_shown() or {}
     dh = lambda s: _hours(facts, s)  # noqa: E731
     return {
         "world_size": facts.world_size, "total_s": rep.wall_s, "total_dh": dh(rep.wall_s),
         "failed_attempts": sum(1 for a in atts if not a["finished"]), "failed_s": failed_s, "failed_dh": dh(failed_s),
         "parts": {k: {"seconds": v, "device_hours": dh(v)} for k, v in parts.items()},
         "lost_total_s": lost_total, "lost_total_dh": dh(lost_total),
-        "lost_share": (lost_total / rep.wall_s) if rep.wall_s else None, "abandoned": abandoned,
+        "lost_share": 1.0 if abandoned and rep.wall_s else shares.get("lost"), "abandoned": abandoned,
+        "overhead_share": shares.get("overhead"),
         "per_step_s": per_step, "notes": list(rep.notes), "goodput": rep.goodput,
         "sibling_runs": _siblings(project, facts.run, rec),
     }
@@ -385,10 +385,13 @@ def _signoffs(project: Project, run_id: str) -> dict[str, Any]:
 
 
 def _goodput(facts: RunFacts) -> dict[str, Any]:
+    """Goodput with the lost and overhead shares of the same report: the three add up to 100%."""
     m = facts.goodput(None)
     rep = facts.goodput_report()
-    return {"value": m.value, "rule": m.rule or m.missing, "productive_s": rep.productive_s if rep.attempts else None,
-            "wall_s": rep.wall_s if rep.attempts else None}
+    shares = rep.shares_shown() or {}
+    return {"value": shares.get("productive", m.value), "rule": m.rule or m.missing, "productive_s": rep.productive_s if rep.attempts else None,
+            "wall_s": rep.wall_s if rep.attempts else None, "lost_share": shares.get("lost"),
+            "overhead_share": shares.get("overhead")}
 
 
 # --- rendering --------------------------------------------------------------------------------

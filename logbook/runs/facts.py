@@ -172,15 +172,13 @@ class RunFacts:
         return rep.wall_s if rep.attempts else None
 
     def goodput(self, step: int | None = None):
-        """Goodput at `step` (None: the whole run): as the trainer recorded it where it did, else computed."""
+        """Goodput at `step` (None: the whole run), from `goodput_report` alone.
+
+        One source: the report's productive share, which its lost and overhead
+        shares complete to 1 (a figure a progress note recorded mid-run is that
+        note's, not the run's).
+        """
         upto = self.last_step if step is None else step
-        if step is None or step == self.last_step:
-            fin = self.of_kind("run_finished")
-            if fin and is_number((fin[-1].get("data") or {}).get("goodput")):
-                return Measurement(float(fin[-1]["data"]["goodput"]), upto, "recorded by the trainer at the end of the run")
-        noted = self.milestone_value("goodput", upto or 0)
-        if noted is not None and noted.step == upto:
-            return noted
         rep = self.goodput_report(step)
         if rep.goodput is None:
             return Measurement(missing="no wall time recorded to compute goodput from")
