@@ -153,6 +153,25 @@ def restart_cause(data: dict[str, Any], *, name: Callable[[str], str] = str,
                         exception=code(exc) if isinstance(exc, str) and exc else "an exception")
 
 
+def signal_evidence(data: dict[str, Any]) -> str:
+    """What is known of who killed an attempt that a signal ended without a record ("" when not such a kill).
+
+    A SIGKILL (or an unnamed signal) leaves no record of its sender: the words say
+    the cause is unknown, unless the kernel counted OOM kills while the attempt ran
+    (`oom_kills`, from the memory cgroup), which is evidence and is named.
+    """
+    if data.get("cause") != "signal" or data.get("exception_type"):
+        return ""
+    sig = data.get("signal")
+    if sig not in (None, 9, -9, "9", "-9", "SIGKILL") and signal_name(sig) != "signal 9 (SIGKILL)":
+        return ""
+    kills = data.get("oom_kills")
+    if isinstance(kills, int) and not isinstance(kills, bool) and kills > 0:
+        return (f"the kernel's OOM killer: {kills} OOM kill{'s' if kills != 1 else ''} in the run's memory cgroup "
+                "while the attempt ran")
+    return "cause unknown: the OOM killer, a scheduler or a person"
+
+
 # --- one line per event, for a person ------------------------------------------------------------
 
 
@@ -165,7 +184,9 @@ def _plan_tag(d: dict[str, Any]) -> str:
 
 def _sum_restart(e: Event) -> str:
     d = e.data
-    parts = [f"attempt {d.get('prev_attempt', '?')} → {e.rec.get('attempt', '?')}: {restart_cause(d)}"]
+    why = signal_evidence(d) if not e.drill else ""
+    parts = [f"attempt {d.get('prev_attempt', '?')} → {e.rec.get('attempt', '?')}: {restart_cause(d)}"
+             + (f" ({why})" if why else "")]
     if isinstance(d.get("resumed_from_step"), int):
         parts.append(f"resumed from step {fmt_int(d['resumed_from_step'])}")
     if isinstance(d.get("steps_lost"), int):
@@ -283,6 +304,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("guard_from_plan", "list", "guard settings the preregistered contingency rules set, one line each"
                 " (`guard.spike_sigma 6 -> 4 (contingency rule 1)`)"),
              _SLURM,
+             _f("oom_kills", "int", "OOM kills the kernel had counted in the process's memory cgroup at the start"),
              _f("members", "list", "[{rank, node, local_rank, host, pid}] with several workers"),
              _f("group_id", "str", "the attempt's identity, agreed by every worker"),
          )),
@@ -302,6 +324,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("exception_message", "str", "its message"),
              _f("signal", "any", "the signal that ended it (number or name)"),
              _f("peer_lost", "bool", "rank 0 lost a peer that left no record"),
+             _f("oom_kills", "int", "OOM kills the kernel counted in the memory cgroup while the ended attempt ran"
+                " (absent: it keeps no count)"),
              _f("lost_ranks", "list", f"{_RANKS}: the workers that vanished without a record"),
              _f("hung_ranks", "list", f"{_RANKS}: the workers that hung"),
              _SLURM,
