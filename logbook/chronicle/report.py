@@ -199,7 +199,10 @@ def _siblings(project: Project, run_id: str, rec: RunRecord | None) -> list[dict
 def changes(facts: RunFacts) -> list[dict[str, Any]]:
     """Every hyperparameter change (and guard learning-rate scaling), in order."""
     out = []
+    again = facts.reapplications()
     for e in facts.of_kind("hparam_change", "lr_scaled"):
+        if e.get("seq") in again:
+            continue  # a live change re-applied after a restart is the change already listed
         d = Event.of(e).data
         plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
         if e.get("kind") == "lr_scaled":
@@ -292,7 +295,7 @@ def interventions(facts: RunFacts) -> list[dict[str, Any]]:
     manual_restarts = sum(1 for e in facts.of_kind("restart") if _manual_restart(facts, e))
     auto_restarts = len(facts.of_kind("restart")) - manual_restarts
     changes_ = facts.of_kind("hparam_change")
-    manual_changes = sum(1 for e in changes_ if Event.of(e).data.get("source") in ("live", "advice"))
+    manual_changes = len(facts.live_changes())
     scheduled = sum(1 for e in changes_ if Event.of(e).data.get("source") == "schedule")
     rows = [
         ("restarts", manual_restarts, auto_restarts),

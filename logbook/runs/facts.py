@@ -70,6 +70,8 @@ class RunFacts:
     refused: set[int] = field(default_factory=set)
     """Steps whose update the guard skipped: their loss is no value the run stands at."""
     _goodput: dict[float | None, Any] = field(default_factory=dict, repr=False)
+    _again: dict[Any, Any] | None = field(default=None, repr=False)
+    """`reapplications()`, once computed."""
     """goodput reports already computed, by cut-off time (None: the whole run)."""
 
     # --- metric values -----------------------------------------------------------------
@@ -126,12 +128,16 @@ class RunFacts:
         return self.first_past[i][1] if i < len(self.first_past) else None
 
     def count(self, metric: str, step: int | None = None) -> int:
-        """Events of the metric's kinds recorded before the run first went past `step` (None: all)."""
+        """Events of the metric's kinds recorded before the run first went past `step` (None: all).
+
+        A live change re-applied after a restart is the change already counted, not another one.
+        """
         kinds = COUNT_KINDS[metric]
         cutoff = None if step is None else self.time_past(step)
+        again = self.reapplications()
         n = 0
         for e in self.events:
-            if e.get("kind") not in kinds:
+            if e.get("kind") not in kinds or e.get("seq") in again:
                 continue
             if metric == "lr_changes" and not changes_lr(e):
                 continue
@@ -139,6 +145,37 @@ class RunFacts:
                 continue
             n += 1
         return n
+
+    def reapplications(self) -> dict[Any, Any]:
+        """seq of each live change that re-applies an earlier one after a restart -> seq of that earlier one."""
+        if self._again is None:
+            self._again = {}
+            seen: dict[tuple[Any, ...], Any] = {}
+            for e in self.events:
+                if e.get("kind") == "hparam_change":
+                    first = reapplies(e, seen)
+                    if first is not None:
+                        self._again[e.get("seq")] = first
+        return self._again
+
+    def live_changes(self) -> list[dict[str, Any]]:
+        """Hyperparameter changes made by hand (or on advice) during the run, each once.
+
+        A change re-applied after a restart (the trainer applies every live
+        change again over the config on resume) is the same change: it is folded
+        into the original, whose `reapplied_at` lists the steps it was applied again at.
+        """
+        again = self.reapplications()
+        out: dict[Any, dict[str, Any]] = {}
+        for e in self.events:
+            d = Event.of(e).data
+            if e.get("kind") != "hparam_change" or d.get("source") not in ("live", "advice"):
+                continue
+            if e.get("seq") in again and again[e.get("seq")] in out:
+                out[again[e.get("seq")]]["reapplied_at"].append(e.get("step"))
+                continue
+            out[e.get("seq")] = {"event": e, "reapplied_at": []}
+        return list(out.values())
 
     def count_rule(self, metric: str) -> str:
         return _COUNT_RULES[metric]
@@ -187,6 +224,27 @@ class RunFacts:
 
     def device_hours(self, seconds: float | None) -> float | None:
         return None if seconds is None else self.world_size * seconds / 3600.0
+
+
+def reapplies(e: dict[str, Any], seen: dict[tuple[Any, ...], Any]) -> Any:
+    """The seq of the change that `e` applies again after a restart, or None when `e` is a change of its own.
+
+    Feed a run's `hparam_change` events in order with one `seen` dict. A change
+    is the same one again when the trainer marked it `reapplied`, or when it
+    carries the request id, key and value of a change already seen (older logs).
+    """
+    d = Event.of(e).data
+    if d.get("source") not in ("live", "advice"):
+        return None
+    key = (d.get("request_id"), d.get("key"), repr(d.get("new"))) if d.get("request_id") else None
+    first = seen.get(key) if key is not None else None
+    if d.get("reapplied") is True and first is None:
+        first = next((seq for k, seq in seen.items() if k[1:] == (d.get("key"), repr(d.get("new")))), None)
+    if first is not None:
+        return first
+    if key is not None:
+        seen[key] = e.get("seq")
+    return None
 
 
 def _state(events: list[dict[str, Any]], record_status: str | None) -> str:

@@ -337,15 +337,20 @@ def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
     """
     out: list[dict[str, Any]] = []
     incident: dict[str, Any] | None = None
+    again = {c["event"].get("seq"): c["reapplied_at"] for c in facts.live_changes()}
     for e in facts.run_events():
         kind, d = e.get("kind"), e.get("data") if isinstance(e.get("data"), dict) else {}
         eid = f"{facts.run}:{e.get('seq')}"
         plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
         if kind == "hparam_change" and d.get("source") in ("live", "advice"):
+            if e.get("seq") not in again:
+                continue  # the same change re-applied after a restart: already listed
+            steps = ", ".join(str(s) for s in again[e.get("seq")])
             out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
                         "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
                                 f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))}"
-                                + (f" ({d['reason']})" if d.get("reason") else "")})
+                                + (f" ({d['reason']})" if d.get("reason") else "")
+                                + (f"; re-applied after a restart at step {steps} (the same change)" if steps else "")})
         elif plan.get("follows") is False and incident is not None and kind in _GUARD_ACTIONS:
             incident["actions"].append(str(kind).replace("_", " "))
             incident["entries"].append(eid)
