@@ -39,6 +39,7 @@ from logbook.core.textfmt import fmt_setting, is_number
 from logbook.core.yamlsafe import load_yaml_text
 from logbook.records import gitbind
 from logbook.records.eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts, summary as event_summary
+from logbook.records.plan import plan_words
 from logbook.records.prereg import load_prereg, runs_referencing
 from logbook.records.reviews import reviews_for
 from logbook.runs.facts import RunFacts, load_facts
@@ -127,12 +128,8 @@ def _manual_restart(facts: RunFacts, restart: dict[str, Any]) -> bool:
 
 def _action(e: dict[str, Any], manual: bool = False) -> str:
     d, kind = Event.of(e).data, e.get("kind")
-    plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
-    tag = ""
-    if plan.get("follows") is True:
-        tag = f" (plan rule {plan['rule']})" if isinstance(plan.get("rule"), int) else " (as planned)"
-    elif plan.get("follows") is False:
-        tag = " (not in the plan)"
+    words = plan_words(d.get("plan"))
+    tag = f" ({words})" if words else ""
     if kind == "restart":
         return "relaunched by hand" if manual else "automatic restart (torchrun)"
     if kind == "divergence_detected":

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+from logbook.records.plan import plan_words
 from logbook.core.textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, signal_name
 
 STRICT_ENV = "LOGBOOK_STRICT_EVENTS"
@@ -176,9 +177,10 @@ def signal_evidence(data: dict[str, Any]) -> str:
 
 
 def _plan_tag(d: dict[str, Any]) -> str:
+    """" [not in the plan]" for an action no rule foresaw; the rule and its difference for one that carries a rule out."""
     plan = d.get("plan")
     if isinstance(plan, dict) and plan.get("follows") is False:
-        return " [not in the plan]"
+        return f" [{plan_words(plan)}]"
     return ""
 
 
@@ -263,7 +265,8 @@ def _sum_reason(e: Event) -> str:
     return str(e.data.get("reason") or label(e.kind))
 
 
-_PLAN = _f("plan", "dict", "{rule: int | null, follows: bool}: the preregistered contingency rule it follows, if any")
+_PLAN = _f("plan", "dict", "{rule: int | null, follows: bool, differences: [str]}: the preregistered contingency rule it"
+                           " follows or carries out, and how it differs from the rule's terms, if it does")
 _SLURM = _f("slurm", "dict", "job facts under Slurm ({job_id, restart_count, ...})")
 _RANKS = "[{rank, node, host, pid}]"
 

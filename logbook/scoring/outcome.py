@@ -356,12 +356,11 @@ def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
             incident["entries"].append(eid)
             continue
         elif plan.get("follows") is False:
-            rule = f" (rule {plan['rule']} said otherwise)" if isinstance(plan.get("rule"), int) else ""
             what = str(kind).replace("_", " ")
             if kind == "divergence_detected" and d.get("action"):
                 what += f" (action: {d['action']})"
             incident = {"kind": "off_plan", "entry": eid, "step": e.get("step"), "entries": [eid], "actions": [],
-                        "text": f"{what} at step {e.get('step')} was not in the preregistered contingency plan{rule}"}
+                        "text": f"{what} at step {e.get('step')} {_off_plan_words(plan)}"}
             out.append(incident)
             if kind != "divergence_detected":
                 incident = None
@@ -373,6 +372,17 @@ def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
             dev["text"] += f"; carried out as: {', '.join(dev['actions'])}"
         dev.pop("actions", None)
     return out
+
+
+def _off_plan_words(plan: dict[str, Any]) -> str:
+    """How an action departed from the plan: no rule foresaw it, or it carried a rule out differently (named)."""
+    rule = plan.get("rule") if isinstance(plan.get("rule"), int) else None
+    if rule is None:
+        return "was not in the preregistered contingency plan"
+    diffs = [str(x) for x in plan.get("differences") or [] if x]
+    if diffs:
+        return f"carried out contingency rule {rule} with a difference: {'; '.join(diffs)}"
+    return f"was not done as contingency rule {rule} says (the log does not record which part differed)"
 
 
 def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts) -> tuple[list[dict[str, Any]], str]:
