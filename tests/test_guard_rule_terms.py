@@ -70,3 +70,27 @@ def test_an_action_no_rule_foresaw_is_still_not_in_the_plan(logbook_repo, story_
     assert "at step 24 was not in the preregistered contingency plan" in dev["text"]
     actions = {i["kind"]: i["action"] for i in report_data(project, "g")["incidents"]}
     assert actions["rollback"] == "rollback (not in the plan)"
+
+
+def test_a_log_written_before_the_guard_named_differences_is_judged_by_the_rules_terms_too(logbook_repo, story_clock):
+    """The issue's own run: its log says only {rule: 1, follows: false}; the rule and the rollback's record say why."""
+    import json
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["rollbacks@final <= 1"], contingency=[RULE])
+    _guarded_run(project, story_clock, pid)
+    log = project.run_dir("g") / "events.jsonl"
+    # Rewrite the log as the older guard wrote it (the test's own fixture, re-chained by a fresh sink).
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    log.unlink()
+    sinks = {}
+    for r in recs:
+        d = dict(r["data"])
+        if isinstance(d.get("plan"), dict):
+            d["plan"] = {k: v for k, v in d["plan"].items() if k != "differences"}
+        sink = sinks.setdefault(r["attempt"], EventSink(project.run_dir("g"), "g", r["attempt"]))
+        sink.emit(r["kind"], step=r["step"], **d)
+    (dev,) = [d for d in evaluate(project, "g").deviations if d["kind"] == "off_plan"]
+    assert "carried out contingency rule 1 with a difference: skipped 13 batches, the rule said 10" in dev["text"]
+    actions = {i["kind"]: i["action"] for i in report_data(project, "g")["incidents"]}
+    assert actions["rollback"] == "rollback (plan rule 1, with a difference: skipped 13 batches, the rule said 10)"

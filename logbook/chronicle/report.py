@@ -319,6 +319,8 @@ def report_data(project: Project, run_id: str) -> dict[str, Any]:
     if rec is None and not facts.events:
         load_run_record(project, run_id)  # raises: unknown run, with the known ones
     prereg = _prereg(project, rec, facts)
+    if prereg is not None and not prereg.get("missing"):
+        facts.judge_plans(load_prereg(project, prereg["id"]).all_contingency(rec.amendments if rec else None))
     card = load_outcome(project, run_id)
     if prereg is not None and (card is None or not card.get("final")):
         try:

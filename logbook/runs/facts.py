@@ -20,6 +20,7 @@ from typing import Any
 from logbook.core.project import Project
 from logbook.core.textfmt import is_number
 from logbook.records.chain import iter_records
+from logbook.records.plan import rule_differences, structured_rules
 from logbook.records.eventschema import AFTERWARDS_KINDS, KINDS, Event, changes_lr, kinds_where, parse_ts
 from logbook.records.sink import read_metrics
 from logbook.runs.goodput import goodput_report
@@ -177,6 +178,29 @@ class RunFacts:
             out[e.get("seq")] = {"event": e, "reapplied_at": []}
         return list(out.values())
 
+    def judge_plans(self, rules: list[Any]) -> None:
+        """Name how each guard action differs from the contingency rule it carried out, where its log does not.
+
+        Logs written before the guard recorded `differences` say only that rule n
+        "said otherwise". The rule's own terms and what the run recorded (the
+        batches a rollback skipped, the factor the learning rate was scaled by)
+        say which part differed; the rollback's configured distance is not in the
+        log, so it is taken as the rule's. Done once, before any view reads the plans.
+        """
+        table = {n: acts for n, _, acts in structured_rules(rules)}
+        for i, e in enumerate(self.events):
+            plan = Event.of(e).data.get("plan")
+            if not (isinstance(plan, dict) and plan.get("follows") is False and plan.get("rule") in table
+                    and "differences" not in plan and e.get("kind") in ("divergence_detected", "rollback", "lr_scaled")):
+                continue
+            done = _recorded_rollback(self.events, i)
+            if done is None:
+                continue
+            acts = table[plan["rule"]]
+            want = next((a for a in acts if a.get("kind") == "rollback"), {})
+            action = {"kind": "rollback", "rollback_steps": want.get("steps"), **done}
+            e["data"] = {**e["data"], "plan": {**plan, "differences": rule_differences(acts, action)}}
+
     def count_rule(self, metric: str) -> str:
         return _COUNT_RULES[metric]
 
@@ -224,6 +248,19 @@ class RunFacts:
 
     def device_hours(self, seconds: float | None) -> float | None:
         return None if seconds is None else self.world_size * seconds / 3600.0
+
+
+def _recorded_rollback(events: list[dict[str, Any]], i: int) -> dict[str, Any] | None:
+    """{skip_batches, lr_factor} of the rollback that event `i` belongs to (its step's), as the log recorded it."""
+    step = events[i].get("step")
+    same = [e for e in events[i:] if e.get("step") == step][:6]
+    rb = next((Event.of(e).data for e in same if e.get("kind") == "rollback"), None)
+    if rb is None:
+        return None
+    b = rb.get("batches_skipped")
+    skipped = int(b[1]) - int(b[0]) + 1 if isinstance(b, list) and len(b) == 2 and all(is_number(x) for x in b) else 0
+    lr = next((Event.of(e).data for e in same if e.get("kind") == "lr_scaled"), {})
+    return {"skip_batches": skipped, "lr_factor": lr.get("factor") if is_number(lr.get("factor")) else 1.0}
 
 
 def reapplies(e: dict[str, Any], seen: dict[tuple[Any, ...], Any]) -> Any:

@@ -474,6 +474,7 @@ def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Sc
     # Amendments made after the run started are scored too, but apart and
     # labelled late (and listed as deviations): never as if preregistered.
     in_force = rec.amendments if rec is not None else None
+    facts.judge_plans(prereg.all_contingency(in_force))
     late = late_sources(prereg, run_start_time(facts), in_force)
     card.predictions = [score(p, src, facts, late.get(src)) for p, src in prereg.all_predictions()]
     card.deviations, card.code_diff = deviations(project, rec, prereg, facts)
