@@ -94,3 +94,36 @@ def test_a_log_written_before_the_guard_named_differences_is_judged_by_the_rules
     assert "carried out contingency rule 1 with a difference: skipped 13 batches, the rule said 10" in dev["text"]
     actions = {i["kind"]: i["action"] for i in report_data(project, "g")["incidents"]}
     assert actions["rollback"] == "rollback (plan rule 1, with a difference: skipped 13 batches, the rule said 10)"
+
+
+def test_a_real_run_whose_guard_skips_more_batches_than_its_rule_says_names_the_difference(logbook_repo, cli):
+    """Through the real trainer: spikes at 12 and 24, so the skipped range 12-24 (13 batches, the latest spike's
+    included) is longer than the rule's 10. The guard's own judgement names it, and every view says it."""
+    import json
+
+    from conftest import ROOT
+
+    from logbook.core.project import open_project
+    from logbook.records.events import iter_events
+
+    config = logbook_repo / "micro.yaml"
+    config.write_text((ROOT / "configs" / "micro-test.yaml").read_text())
+    res = cli("prereg", "--title", "the guard carries out its rule", "--hypothesis", "The guard follows the plan.",
+              "--predict", "loss@final < 9", "--config", str(config.relative_to(logbook_repo)),
+              "--contingency", "loss spike > 4 sigma twice within 50 steps -> rollback 5 steps, skip 10 batches, lr × 0.9",
+              "--json")
+    assert res.exit_code == 0, res.output
+    pid = json.loads(res.stdout)["id"]
+    res = cli("run", "--prereg", pid, str(config), "--run-id", "wider", "guard.warmup=8", "guard.cooldown=3",
+              "faults=[{kind: spike, step: 12}, {kind: spike, step: 24}]")
+    assert res.exit_code == 0, res.output
+    project = open_project(logbook_repo)
+    events = list(iter_events(project.run_dir("wider") / "events.jsonl"))
+    rollback = next(e for e in events if e["kind"] == "rollback")["data"]
+    assert rollback["batches_skipped"] == [12, 24]
+    assert rollback["plan"] == {"rule": 1, "follows": False, "differences": ["skipped 13 batches, the rule said 10"]}
+    offs = [d["text"] for d in evaluate(project, "wider").deviations if d["kind"] == "off_plan"]
+    assert any("carried out contingency rule 1 with a difference: skipped 13 batches, the rule said 10" in t for t in offs)
+    assert not any("not in the preregistered contingency plan" in t for t in offs)
+    actions = {i["kind"]: i["action"] for i in report_data(project, "wider")["incidents"]}
+    assert actions["rollback"] == "rollback (plan rule 1, with a difference: skipped 13 batches, the rule said 10)"
