@@ -188,3 +188,19 @@ def test_shown_shares_round_to_tenths_that_sum_to_exactly_100():
     rep = GoodputReport(wall_s=100.0, productive_s=75.55, lost_restart_s=19.65, startup_s=4.8)
     assert rep.shares_shown() == {"productive": 0.756, "lost": 0.196, "overhead": 0.048}  # 100.1 rounded one by one
     assert round(sum(v * 1000 for v in rep.shares_shown().values())) == 1000
+
+
+def test_goodput_parts_still_add_up_when_estimated_losses_exceed_the_wall_time():
+    t0 = T0
+
+    def ev(kind, sec, step=None, **data):
+        ts = (t0 + timedelta(seconds=sec)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return {"kind": kind, "ts": ts, "attempt": 1, "step": step, "data": data}
+
+    # Rows one second apart price a skipped step at 1 s; twenty skips in a 5 s run cannot all have cost that.
+    events = [ev("run_started", 0, 0, started_at=t0.timestamp()), *[ev("step_skipped", 1, 1) for _ in range(20)]]
+    rows = [{"attempt": 1, "step": k, "time": t0.timestamp() + k, "loss": 1.0} for k in range(1, 6)]
+    rep = goodput_report(events, rows)
+    assert rep.skipped_s < 20 and rep.productive_s >= 0
+    assert rep.productive_s + rep.lost_total_s + rep.overhead_s == pytest.approx(rep.wall_s)
+    assert any("scaled to fit" in n for n in rep.notes)

@@ -57,3 +57,19 @@ def test_a_sigkill_without_evidence_is_cause_unknown_and_with_the_kernels_count_
     assert signal_evidence({"cause": "signal", "signal": 15}) == ""
     assert signal_evidence({"cause": "exception", "exception_type": "OSError"}) == ""
     assert Event.of(by_hand).data["oom_kills"] == 0
+
+
+def test_a_restart_records_the_oom_kills_since_the_ended_attempt_began_only_where_it_has_a_count():
+    from trainer.attempts import RunHistory, classify_restart
+
+    now = oom_kill_count()
+
+    def started(**data):
+        return [{"kind": "run_started", "attempt": 1, "step": 0, "ts": "2026-11-30T00:00:00.000000Z", "data": data}]
+
+    without = classify_restart(RunHistory(events=started()), 1, 0, 1.8e9, {})
+    assert without["cause"] == "signal" and "oom_kills" not in without  # no count at the start: nothing claimed
+    if now is not None:  # on a machine with a memory cgroup: none since the start is a count of 0, and it says so
+        counted = classify_restart(RunHistory(events=started(oom_kills=now)), 1, 0, 1.8e9, {})
+        assert counted["oom_kills"] == 0 and signal_evidence(counted).startswith("cause unknown")
+
