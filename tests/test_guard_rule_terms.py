@@ -127,3 +127,15 @@ def test_a_real_run_whose_guard_skips_more_batches_than_its_rule_says_names_the_
     assert not any("not in the preregistered contingency plan" in t for t in offs)
     actions = {i["kind"]: i["action"] for i in report_data(project, "wider")["incidents"]}
     assert actions["rollback"] == "rollback (plan rule 1, with a difference: skipped 13 batches, the rule said 10)"
+
+
+def test_the_chronicle_names_the_rule_and_its_difference(logbook_repo, story_clock):
+    from logbook.chronicle.build import render_chronicle
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["rollbacks@final <= 1"], contingency=[RULE])
+    _guarded_run(project, story_clock, pid)
+    render_chronicle(project)
+    text = "".join(p.read_text() for p in sorted(project.entries.glob("[0-9]*/[0-9]*/[0-9]*.md")))
+    assert ("Preregistered contingency rule 1 applied here, with a difference: skipped 13 batches, the rule said 10. "
+            "Recorded as a deviation.") in text
