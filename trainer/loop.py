@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from logbook.core.errors import RunFailedError
+from logbook.runs.oom import oom_kill_count
 
 from .attempts import classify_restart
 from .callbacks import LoopAction
@@ -191,7 +192,7 @@ class Trainer:
             attention_backend=self.cfg.model.attention_backend, guard_from_plan=self._parts.guard_from_plan or None,
             deviations=list(rec.deviations) if rec and rec.deviations else None,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
-            members=self.dist.members, group_id=self.dist.group_id or None,
+            members=self.dist.members, group_id=self.dist.group_id or None, oom_kills=oom_kill_count(),
             seed=self.cfg.train.seed, seed_source=rec.seed_source if rec else None,
         )
         member = self.dist.members[self.dist.rank] if self.dist.members else \

@@ -107,7 +107,7 @@ def _advise(tracker, rec: dict[str, Any]) -> str | None:
     if adv.complete:
         return adv.sentence()
     if tracker.failures:
-        return f"Failures so far: {tracker.failures}; no checkpoint advice yet (no completed save to measure its cost)."
+        return f"Failures so far: {tracker.failures}; no checkpoint advice yet. " + " ".join(adv.notes)
     return None
 
 

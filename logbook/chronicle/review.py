@@ -47,6 +47,8 @@ from logbook.records.eventschema import Event, kinds_where, summary
 from logbook.records.eventstream import list_event_runs, run_log_path
 from logbook.records.files import damaged_records, write_record
 from logbook.records.reviews import ACTIONS, review_records
+from logbook.runs.facts import reapplies
+from logbook.runs.record import load_run_record
 from logbook.scoring.outcome import outcome_records
 from logbook.trust.people import People, Who
 from logbook.trust.setting_history import self_approval_allowed
@@ -135,7 +137,10 @@ def needs_review(rec: dict[str, Any]) -> bool:
 
 def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> Iterable[tuple[str, dict[str, Any]]]:
     for run in (list_event_runs(project) if runs is None else runs):
+        seen: dict[tuple[Any, ...], Any] = {}
         for rec in iter_records(run_log_path(project, run)):
+            if rec.get("kind") == "hparam_change" and reapplies(rec, seen) is not None:
+                continue  # a live change re-applied after a restart: its first application is the entry
             if isinstance(rec.get("seq"), int) and needs_review(rec):
                 yield run, rec
         # A scorecard migrated from the old layout is reviewed through the `outcome` event it came from.

@@ -44,6 +44,7 @@ from logbook.launch.watch import RunResult, StderrPump, Watcher, launch_ending, 
 from logbook.records import gitbind
 from logbook.records.chain import utc_now
 from logbook.records.gitbind import snapshot_worktree
+from logbook.records.measurable import launch_warnings
 from logbook.records.prereg import load_prereg, resolve_prereg_id
 from logbook.records.verify import verify_or_raise
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
@@ -361,6 +362,8 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         rec.deviations = _deviations(rec)
         for d in rec.deviations:
             say(f"WARNING: deviation from preregistration {prereg_id}: {d}")
+        for w in launch_warnings(prereg, config, list(overrides), rec.amendments):
+            say(f"WARNING: {w}")
     deadline = launch_deadline(project)  # one timeout for all the stamps before the first step
     if prereg is not None:
         _say_stamps(say, stamp_prereg_before_run(project, prereg.id, rec.amendments, deadline))
