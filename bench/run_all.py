@@ -36,6 +36,7 @@ SCRIPTS = [
     "render_scaling.py",
     "verify_history.py",
     "team_scale.py",
+    "replay_cost.py",
     "gpu_mfu.py",
     "fault_matrix.py",
     "chaos_long.py",

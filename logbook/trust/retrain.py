@@ -112,6 +112,8 @@ def _export(root: Path, commit: str, dest: Path) -> None:
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
             tar.extractall(dest, filter="data")  # no path or link may leave the scratch folder
+        while proc.stdout.read(1 << 16):  # the padding after the archive's end: git dies of SIGPIPE if it is left
+            pass
     finally:
         proc.stdout.close()
         proc.wait()
