@@ -114,6 +114,9 @@ def _export(root: Path, commit: str, dest: Path) -> None:
             tar.extractall(dest, filter="data")  # no path or link may leave the scratch folder
         while proc.stdout.read(1 << 16):  # the padding after the archive's end: git dies of SIGPIPE if it is left
             pass
+    except (tarfile.TarError, OSError) as e:
+        proc.kill()
+        raise ReplayImpossible(f"the snapshot {commit[:12]} cannot be checked out in a scratch folder: {e}") from None
     finally:
         proc.stdout.close()
         proc.wait()
