@@ -35,6 +35,7 @@ SCRIPTS = [
     "verify_history.py",
     "stamp_cost.py",
     "team_scale.py",
+    "replay_cost.py",
     "gpu_mfu.py",
     "fault_matrix.py",
     "chaos_long.py",

@@ -344,7 +344,7 @@ def test_the_replay_takes_the_config_with_the_recorded_hash_and_never_the_runs_c
         f"checkpoint.dir={work / '.logbook' / 'replay-checkpoints'}"]
 
 
-def test_a_run_whose_snapshot_is_gone_is_not_replayed_and_a_live_change_ends_the_comparison(logbook_repo):
+def test_a_run_whose_snapshot_is_gone_is_not_replayed_and_a_live_change_ends_the_comparison(logbook_repo, tmp_path):
     from logbook.trust.replay import _logged_losses
     from logbook.trust.retrain import ReplayImpossible, _snapshot_commit
 
@@ -353,6 +353,15 @@ def test_a_run_whose_snapshot_is_gone_is_not_replayed_and_a_live_change_ends_the
     assert _snapshot_commit(project, "r", {"snapshot": {"commit": head}}) == head
     with pytest.raises(ReplayImpossible, match="its code snapshot 0123456789ab is not in this clone"):
         _snapshot_commit(project, "r", {"snapshot": {"commit": "0123456789ab" * 3}})
+
+    from logbook.trust.retrain import _export
+
+    _export(logbook_repo, head, tmp_path / "copy")
+    assert (tmp_path / "copy" / "logbook.yaml").read_bytes() == (logbook_repo / "logbook.yaml").read_bytes()
+    (logbook_repo / "escape").symlink_to("/etc/hostname")  # a snapshot's link may not reach out of the scratch copy
+    _commit_all(logbook_repo, "a link out")
+    _export(logbook_repo, git(logbook_repo, "rev-parse", "HEAD").strip(), tmp_path / "copy2")
+    assert (tmp_path / "copy2" / "logbook.yaml").is_file() and not (tmp_path / "copy2" / "escape").is_symlink()
 
     run_dir = project.run_dir("r")
     run_dir.mkdir(parents=True)

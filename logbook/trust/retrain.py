@@ -111,13 +111,27 @@ def _export(root: Path, commit: str, dest: Path) -> None:
                             stderr=subprocess.DEVNULL)
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            tar.extractall(dest, filter="data")  # no path or link may leave the scratch folder
+            tar.extractall(dest, filter=_inside)
+        while proc.stdout.read(1 << 16):  # the padding after the archive's end: git dies of SIGPIPE if it is left
+            pass
+    except (tarfile.TarError, OSError) as e:
+        proc.kill()
+        raise ReplayImpossible(f"the snapshot {commit[:12]} cannot be checked out in a scratch folder: {e}") from None
     finally:
         proc.stdout.close()
         proc.wait()
     if proc.returncode != 0:
         raise ReplayImpossible(f"git archive of the snapshot {commit[:12]} failed (exit {proc.returncode})")
     subprocess.run(["git", "init", "-q", str(dest)], check=True, capture_output=True)
+
+
+def _inside(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's `data` filter, except that a file or link that would leave the scratch copy is left out, not fatal:
+    a link to a dataset at an absolute path is the user's business, and the replay links its data itself."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
 
 
 def _scratch_project(project: Project, work: Path) -> Project:
