@@ -34,6 +34,7 @@ SCRIPTS = [
     "render_scaling.py",
     "verify_history.py",
     "stamp_cost.py",
+    "sign_verify.py",
     "team_scale.py",
     "replay_cost.py",
     "gpu_mfu.py",

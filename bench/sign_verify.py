@@ -10,7 +10,7 @@ review command does, commits them, then measures:
 - the same check warm: every answer cached under `.logbook/`, no `ssh-keygen`;
 - `logbook verify` as a whole, warm.
 
-    python3 bench/sign_verify.py [--records 1000]
+    python3 bench/sign_verify.py [--records 1000] [--quick]
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ def build(base: Path, n: int) -> tuple[Path, list[float]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1000)
+    ap.add_argument("--quick", action="store_true", help="200 records")
     args = ap.parse_args()
+    if args.quick:
+        args.records = 200
     from logbook.core.project import open_project
     from logbook.trust.signed_records import check_identity
 

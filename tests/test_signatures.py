@@ -192,6 +192,7 @@ def test_the_launcher_with_a_second_address_and_the_same_key_is_still_the_launch
     laptop.commit()
     entry = next(i for i in json.loads(laptop.ok("review", "--all", "--json").stdout) if i["id"] == "qknorm:2")
     assert entry["approvals"] == [] and entry["not_counted"] == ["Ada L."] and entry["state"] == "needs review"
+    assert "0/1 (launcher's own not counted)" in laptop.ok("review").stdout
     assert verify(laptop)[0] == 0
 
 

@@ -88,7 +88,8 @@ def _print_queue(items) -> None:
         table.add_column("approvals", no_wrap=True)
         table.add_column("summary", overflow="fold", min_width=20, ratio=1)
         for i in (i for i in items if i.run == run):
-            marks = f"{len(i.approvals)}/{i.needed}" + (" (changes)" if i.changes_requested else "")
+            marks = f"{len(i.approvals)}/{i.needed}" + (" (changes)" if i.changes_requested else "") \
+                + (" (launcher's own not counted)" if i.not_counted else "")
             table.add_row(*_plain(i.id.rpartition(":")[2] if i.id.startswith(f"{run}:") else i.id, i.ts[:16].replace("T", " "), i.kind.replace("_", " "), marks, i.summary))
         if n:
             con.print()
