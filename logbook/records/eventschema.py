@@ -511,6 +511,13 @@ _KINDS: tuple[Kind, ...] = (
          )),
     Kind("note", "a human note", "note"),
     Kind("review", "a review record", "review"),
+    Kind("trust_setting_changed", "a commit changed who may sign records (the allowed signers, `signing:`) or whether "
+         "a launcher may approve their own run (`review_self_approval`); read from git history, never written in a log",
+         "signers or self-approval changed", fields=(
+             _f("commit", "str", "the commit that made the change", required=True),
+             _f("committer", "str", "`Name <email>` of whoever committed it"),
+             _f("changes", "list", "one sentence per setting that changed"),
+         )),
     Kind("wandb_run", "the run is mirrored to W&B: id, path, project, entity, mode, dir, url (online only)",
          "W&B mirror", fields=(
              _f("id", "str", "the W&B run id", required=True),

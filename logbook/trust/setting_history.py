@@ -34,7 +34,7 @@ from logbook.records.eventstream import Item
 
 SOURCE = "@settings"
 """The chronicle's source name for these entries (no run id can start with `@`)."""
-KIND = "setting_change"
+KIND = "trust_setting_changed"
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class SettingChange:
                + "; ".join(self.changes)
 
     def record(self) -> dict[str, Any]:
-        """The change as a chronicle record (`kind` setting_change, its fields under `data`)."""
+        """The change as a chronicle record (`kind` trust_setting_changed, its fields under `data`)."""
         return {"kind": KIND, "ts": self.ts, "id": self.commit[:12],
                 "data": {"commit": self.commit, "committer": self.committer, "changes": list(self.changes)}}
 
