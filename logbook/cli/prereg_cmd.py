@@ -238,6 +238,8 @@ def verify_cmd(
             typer.echo(f"CHANGED  {p.message}")
         for u in report.unverifiable:
             typer.echo(f"IGNORED  {u.message}")
+        for a in report.acknowledged:
+            typer.echo(f"ACKNOWLEDGED  {a.message}")
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")

@@ -1,0 +1,1 @@
+"""Proofs beyond the hash chain: acknowledgements, third-party time, signatures, replay."""
