@@ -59,7 +59,7 @@ def check_run_log(log: Path, rel: str) -> list[EndProblem]:
                     f"{rec_line(rel, line)} is an outcome event that no scorecard record names: logbook writes "
                     "scorecards as records of their own (runs/<run>/outcomes/), never into a run's log")))
             continue
-        if ending is not None and not may_follow_end(ending[1], kind) and not any(p.kind == "after_end" for p in problems):
+        if ending is not None and not may_follow_end(ending[1], kind):
             state = (get_kind(ending[1]).run_state if get_kind(ending[1]) else None) or "ended"
             problems.append(EndProblem(line, "after_end", (
                 f"{rec_line(rel, line)} is a {kind} event after the run {state} (line {ending[0]}, {ending[1]}): "

@@ -143,6 +143,8 @@ class VerifyReport:
 
 def fix_hint(f: Finding) -> str:
     """What to do about one finding: steps that work, and never `run logbook verify` (it sent you here)."""
+    if f.kind == "prereg_after_run":
+        return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
     if f.had and f.lost and f.had != f.lost and not f.kind.startswith("remote"):
         return (f"restore it as {f.had[:7]} had it (`git checkout {f.had[:7]} -- {f.path}`) and commit; "
                 "a record is never edited: a correction is a new record that supersedes it")
@@ -210,7 +212,7 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
-    no_third_party.check(project, report)
+    no_third_party.check(project, report, hist.introduced)
     ack.apply_acknowledgements(project, report)  # last: it may cover any check's finding
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)

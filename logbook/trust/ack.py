@@ -52,8 +52,8 @@ class Ack:
     id: str
     path: str
     """The acknowledged file, relative to the repository root."""
-    kinds: set[str]
-    """The finding kinds it covers."""
+    kinds: set[tuple[str, int | None]]
+    """The findings it covers: (kind, line), the line None for a finding about a whole file."""
     sha256: str
     """The file's bytes when acknowledged (`absent` for a file that was gone); for a log, its first `size` bytes."""
     size: int
@@ -119,16 +119,17 @@ def load_acks(project: Project) -> list[Ack]:
         latest = verdicts.get(f"{ENTRY_PREFIX}{rec.get('id')}", {})
         approved = [name for who, (action, name) in latest.items() if action == "approve" and who != email]
         blocked = any(action == "request_changes" for action, _ in latest.values())
-        out.append(Ack(str(rec.get("id")), rec["path"], {str(f.get("kind")) for f in rec.get("findings") or []
-                                                         if isinstance(f, dict)},
+        out.append(Ack(str(rec.get("id")), rec["path"], {(str(f.get("kind")), f.get("line"))
+                                                         for f in rec.get("findings") or [] if isinstance(f, dict)},
                        str(rec.get("sha256")), int(rec.get("size") or 0), str(rec.get("author") or ""), email,
                        [] if blocked else approved))
     return out
 
 
 def covers(project: Project, ack: Ack, finding: Any) -> bool:
-    """Whether `ack` names this finding's file, its kind, and the file's bytes as they are now."""
-    if ack.path != finding.path or finding.kind not in ack.kinds:
+    """Whether `ack` names this finding (file, kind and line) and the file's bytes as they are now (for a log,
+    its first bytes: a log may grow, but a line added later is a finding of its own)."""
+    if ack.path != finding.path or (finding.kind, finding.line) not in ack.kinds:
         return False
     entries = project.entries.relative_to(project.root).as_posix()
     is_log = classify(ack.path[len(entries) + 1:]) == "log" and ack.sha256 != "absent"
@@ -186,3 +187,17 @@ def check_ack_reviewer(project: Project, entry_id: str, reviewer_key: str) -> No
         if rec.get("id") == rid and str(rec.get("email") or "").lower() == reviewer_key:
             raise RefusedError(f"{rec.get('author')} wrote {entry_id} and cannot approve it; nothing was recorded",
                                hint=f"ask a teammate to review it (`logbook review approve {entry_id}`)")
+
+
+ANY = "ack:*"
+"""`acknowledged_paths`' entry for the review queue itself: every acknowledgement's path."""
+
+
+def acknowledged_paths(project: Project, entry: str | None) -> frozenset[str]:
+    """The paths acknowledgements name, so reviewing them does not wait for their own findings: the one
+    `entry` (`ack:<id>`) names, or every one for `ANY` (listing the queue); nothing for any other entry."""
+    if not entry or not entry.startswith(ENTRY_PREFIX):
+        return frozenset()
+    rid = entry[len(ENTRY_PREFIX):]
+    return frozenset(str(r.get("path")) for r in iter_folder(acknowledgements_dir(project))
+                     if r.get("kind") == KIND and (entry == ANY or r.get("id") == rid))

@@ -14,9 +14,9 @@ something a fresh clone gets from elsewhere than the rewritten branch:
   carries it). Deleted on the origin and spread by `git fetch --prune`: every
   clone reports it; a clone that still has it restores it with `logbook init`
   (which pushes the snapshots the remote lacks).
-- **`--seen`**: an amendment that says `nothing` or `run-started` must not come
-  after a run that answers to it was launched (`nothing`), or ended or was
-  scored (`run-started`), by the records' own times.
+- **`--seen`**: an amendment that says `nothing` or `run-started` must not be
+  added by a commit whose tree already held a run that answers to it
+  (`nothing`), or that run's end or scorecard (`run-started`).
 
 Findings: stray (warning) | snapshot_missing | snapshot_moved | snapshot_prereg_differs | seen_false.
 """
@@ -37,8 +37,9 @@ from logbook.records.files import iter_folder
 LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
 
 
-def check(project: Project, report: Any) -> None:
-    """Add this module's findings to `report` (a `verify.VerifyReport`)."""
+def check(project: Project, report: Any, introduced: dict[str, list[str]]) -> None:
+    """Add this module's findings to `report` (a `verify.VerifyReport`); `introduced`: history's commits that
+    added each path (relative to the entries folder)."""
     from logbook.records.verify import Finding  # verify calls this module: import its shape when called
 
     if gitbind.head_commit(project.root) is None:
@@ -47,7 +48,7 @@ def check(project: Project, report: Any) -> None:
         report.warnings.append(Finding(path, "stray", message))
     for path, kind, message in snapshot_problems(project):
         (report.warnings if kind == "snapshot_unknown" else report.problems).append(Finding(path, kind, message))
-    for path, message in seen_problems(project):
+    for path, message in seen_problems(project, introduced):
         report.problems.append(Finding(path, "seen_false", message))
 
 
@@ -67,7 +68,7 @@ def stray_files(project: Project) -> list[tuple[str, str]]:
         if classify(rel) == "stray":
             out.append((p, f"{p} is not a logbook record (no record kind has a file there): nothing reads it, "
                            f"and `logbook commit` will not commit it; {where_it_could_go(rel)} "
-                           f"(if it was committed: `git rm --cached {p}`, then `logbook commit`)"))
+                           "(if it was committed: move it out, then `logbook commit` commits its removal)"))
     return out
 
 
@@ -148,9 +149,9 @@ def _snapshot_refs(root: Path) -> dict[str, str]:
 
 # --- what had been seen -------------------------------------------------------------------------
 
-def results_before(project: Project, runs: list[str], before: str | None = None) -> str | None:
-    """A sentence naming the first result that exists (before `before`, an ISO time, if given): a run of `runs`
-    that ended, or a scorecard of one. None when there is none."""
+def results_before(project: Project, runs: list[str]) -> str | None:
+    """A sentence naming the first result that exists here: a run of `runs` that ended, or a scorecard of one.
+    None when there is none (what `prereg amend --seen run-started` checks before writing)."""
     found: list[tuple[str, str]] = []
     for run in runs:
         for rec in iter_records(project.run_dir(run) / "events.jsonl"):
@@ -162,14 +163,21 @@ def results_before(project: Project, runs: list[str], before: str | None = None)
         for card in iter_folder(project.run_dir(run) / "outcomes"):
             if isinstance(card.get("ts"), str):
                 found.append((card["ts"], f"run {run} was scored at {card['ts'][:19]}Z (outcome:{card.get('id')})"))
-    found = sorted(f for f in found if before is None or f[0][:19] < before[:19])
+    found.sort()
     return found[0][1] if found else None
 
 
-def seen_problems(project: Project) -> list[tuple[str, str]]:
-    """(amendment path, sentence) for each amendment whose `seen` is contradicted by the records' times."""
+def seen_problems(project: Project, introduced: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """(amendment path, sentence) for each amendment whose `seen` the commit that added it contradicts.
+
+    What its author's clone held is the tree of the commit that added the
+    amendment: a run there that had ended, or a scorecard there, were results
+    (`run-started` is false); a run record there was a run (`nothing` is false).
+    An amendment made in a clone that had not pulled the run yet is honest.
+    """
     from logbook.records.prereg import load_prereg, runs_referencing
 
+    entries = project.entries.relative_to(project.root).as_posix()
     out = []
     for pid, runs in runs_referencing(project).items():
         try:
@@ -178,22 +186,34 @@ def seen_problems(project: Project) -> list[tuple[str, str]]:
             continue
         for a in prereg.amendments:
             rel = a.path.relative_to(project.root).as_posix()
-            if a.seen == "run-started":
-                why = results_before(project, runs, a.created)
-                if why:
-                    out.append((rel, f"{rel} says `--seen run-started` (no results seen), but {why}, before it was "
-                                     f"written ({a.created[:19]}Z): results existed"))
-            elif a.seen == "nothing":
-                started = [r for r in runs if _created(project, r) and _created(project, r)[:19] < a.created[:19]]
-                if started:
-                    out.append((rel, f"{rel} says `--seen nothing`, but run {started[0]} answering to it was "
-                                     f"launched at {_created(project, started[0])[:19]}Z, before it was written"))
+            made = introduced.get(rel[len(entries) + 1:], [])
+            if a.seen not in ("nothing", "run-started") or not made:
+                continue
+            why = _what_the_commit_held(project, made[0], runs, a.seen)
+            if why:
+                out.append((rel, f"{rel} says `--seen {a.seen}`, but the commit that added it ({made[0][:7]}) "
+                                 f"already held {why}"))
     return out
 
 
-def _created(project: Project, run: str) -> str:
-    try:
-        rec = json.loads((project.run_dir(run) / "run.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return ""
-    return str(rec.get("created") or "") if isinstance(rec, dict) else ""
+def _what_the_commit_held(project: Project, commit: str, runs: list[str], seen: str) -> str | None:
+    entries = project.entries.relative_to(project.root).as_posix()
+    for run in runs:
+        base = f"{entries}/runs/{run}"
+        if seen == "nothing":
+            if gitbind.read_blobs(project.root, [f"{commit}:{base}/run.json"]).get(f"{commit}:{base}/run.json"):
+                return f"run {run}, which answers to it"
+            continue
+        if gitbind.tree_files(project.root, commit, f"{base}/outcomes"):
+            return f"a scorecard of run {run}: its results"
+        log = gitbind.read_blobs(project.root, [f"{commit}:{base}/events.jsonl"]).get(f"{commit}:{base}/events.jsonl")
+        for line in (log or b"").splitlines():
+            try:
+                kind = get_kind(json.loads(line).get("kind"))
+            except (ValueError, AttributeError):
+                continue
+            if kind is not None and kind.terminal:
+                return f"the end of run {run} ({kind.name}): its results"
+    return None
+
+
