@@ -91,6 +91,12 @@ def test_case4_a_forged_outcome_line_is_exit_4_and_the_chronicle_keeps_the_score
     assert f"{LOG}: line {n} is an outcome event that no scorecard record names" in res.output
     problems = json_out(team["fresh"].cli("verify", "--json"))["problems"]
     assert [(p["kind"], p["line"]) for p in problems] == [("outcome_in_log", n)]
+    # What the chronicle reads (once the finding is acknowledged, it renders): the scorecard record, never the line.
+    from logbook.records.eventstream import merged
+
+    items = [it.rec for it in merged(open_project(team["fresh"].path), runs=["qknorm"], notes=False)]
+    assert [r.get("seq") for r in items if r and r.get("kind") == "outcome" and "seq" in r] == []
+    assert len([r for r in items if r and r.get("kind") == "outcome"]) == 1  # the record
 
 
 # --- case 5: created times, whatever the commit order --------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def check_run_log(log: Path, rel: str) -> list[EndProblem]:
     for line, rec in enumerate(iter_records(log), start=1):
         kind = rec.get("kind")
         if kind in AFTERWARDS_KINDS:
-            vouched = _vouched_outcomes(run_dir, log) if vouched is None else vouched
+            vouched = vouched_outcomes(run_dir, log) if vouched is None else vouched
             if f"{rec.get('run')}:{rec.get('seq')}" not in vouched:
                 problems.append(EndProblem(line, "outcome_in_log", (
                     f"{rec_line(rel, line)} is an outcome event that no scorecard record names: logbook writes "
@@ -73,7 +74,7 @@ def rec_line(rel: str, line: int) -> str:
     return f"{rel}: line {line}"
 
 
-def _vouched_outcomes(run_dir: Path, log: Path) -> set[str]:
+def vouched_outcomes(run_dir: Path, log: Path) -> set[str]:
     """`<run>:<seq>` of the outcome lines that a record outside the log names, and those they supersede."""
     named: set[str] = set()
     old = run_dir / "outcome.json"
@@ -98,3 +99,17 @@ def _vouched_outcomes(run_dir: Path, log: Path) -> set[str]:
         if isinstance(sup, str) and sup in by_id:
             todo.append(sup)
     return vouched
+
+
+def keep_vouched(items: Iterator[Any], log: Path) -> Iterator[Any]:
+    """The chronicle's items of one run log (`eventstream.Item`), without the outcome lines nothing vouches for:
+    a scorecard shown is a record's, never a line someone appended. Reads the run's records only when the log
+    holds an outcome line."""
+    vouched: set[str] | None = None
+    for it in items:
+        rec = it.rec
+        if isinstance(rec, dict) and rec.get("kind") in AFTERWARDS_KINDS:
+            vouched = vouched_outcomes(log.parent, log) if vouched is None else vouched
+            if f"{rec.get('run')}:{rec.get('seq')}" not in vouched:
+                continue
+        yield it
