@@ -99,6 +99,43 @@ def test_case4_a_forged_outcome_line_is_exit_4_and_the_chronicle_keeps_the_score
     assert len([r for r in items if r and r.get("kind") == "outcome"]) == 1  # the record
 
 
+# --- case 3: a restart dropped from the log ------------------------------------------------------
+
+def test_case3_a_restart_dropped_from_the_log_and_folded_into_its_commit_is_exit_4_on_a_fresh_clone(
+        tmp_path, story_clock):
+    from forger import rechain
+
+    team = make_team(tmp_path, ["ada", "mallory"])
+    _failed_run(team, story_clock)
+    mallory = team["mallory"]
+    log = mallory.path / LOG
+    recs = read_log(log)
+    (restart,) = [r for r in recs if r["kind"] == "restart"]
+    rechain(log, [r for r in recs if r is not restart])  # the chain verifies line by line again
+    mallory.git("commit", "-q", "--amend", "--no-edit", "-a")  # folded into the run's own commit
+    force_push(mallory)
+    fresh, res = _fresh_verify(team)
+    assert res.exit_code == 4, res.output
+    line = [r["kind"] for r in read_log(fresh.path / LOG)].index("run_started", 1) + 1
+    assert (f"{LOG}: line {line}: attempt 2 started after attempt 1, but no restart line says how attempt 1 ended"
+            in res.output)
+
+
+def test_case3_attempts_that_died_before_their_first_line_owe_nothing_and_their_restarts_verify(
+        tmp_path, story_clock):
+    team = make_team(tmp_path, ["ada"])
+    _failed_run(team, story_clock)  # attempt 1, a restart, attempt 2, run_failed
+    ada = team["ada"]
+    s = EventSink(ada.path / "entries/runs/qknorm", "qknorm", 4)  # attempt 3 died before writing anything
+    s.emit("restart", step=90, cause="unknown", prev_attempt=2, next_attempt=4)
+    s.emit("run_started", step=90, total_steps=100)
+    s.emit("run_finished", step=100, final_loss=3.0)
+    ada.commit()
+    ada.push()
+    _, res = _fresh_verify(team)
+    assert res.exit_code == 0, res.output
+
+
 # --- case 5: created times, whatever the commit order --------------------------------------------
 
 def test_case5_a_run_made_first_and_history_reordered_is_exit_4_by_the_records_own_times(tmp_path, story_clock):

@@ -9,6 +9,13 @@ registry (`eventschema.may_follow_end`):
 - after `run_failed` or `run_aborted` only the first words of a resumed launch
   (`restart`, `run_started`, a `log_repaired`, or the launcher's `run_failed`).
 
+Every attempt that left a line and was followed by a started one owes a
+`restart` line, which the trainer writes before the next attempt's
+`run_started`: a restart removed from the log is caught by the attempt numbers
+the other lines still carry (a forger who also renumbers every later line and
+drops the later attempt's `run_started` is not: only a stamped chain head, a
+third party's time, pins the log's past).
+
 Scorecards are records of their own (`runs/<run>/outcomes/<id>.json`), never
 lines in a run's log: `logbook outcome` writes none. Older logbooks did append
 an `outcome` event, and kept a copy of the scorecard in `runs/<run>/outcome.json`
@@ -40,7 +47,8 @@ class EndProblem:
     line: int
     """1-based line number in the log."""
     kind: str
-    """after_end (an event after the run's end) | outcome_in_log (an outcome line nothing vouches for)."""
+    """after_end (an event after the run's end) | outcome_in_log (an outcome line nothing vouches for) |
+    restart_missing (an attempt began after another that no `restart` line accounts for)."""
     message: str
 
 
@@ -51,6 +59,7 @@ def check_run_log(log: Path, rel: str) -> list[EndProblem]:
     vouched: set[str] | None = None
     problems: list[EndProblem] = []
     ending: tuple[int, str] | None = None
+    attempts = _Attempts()
     for line, rec in enumerate(iter_records(log), start=1):
         kind = rec.get("kind")
         if kind in AFTERWARDS_KINDS:
@@ -67,7 +76,45 @@ def check_run_log(log: Path, rel: str) -> list[EndProblem]:
                 "nothing runs then to write it")))
         kind_def = get_kind(kind)
         ending = (line, kind) if kind_def is not None and kind_def.terminal else None
+        attempts.see(line, rec)
+    problems += attempts.problems(rel)
     return problems
+
+
+class _Attempts:
+    """Every attempt that left a line and was followed by a started one owes a `restart` line (the trainer writes
+    it first thing: `trainer.attempts.unrecorded_ends`). A restart removed from the log, its hashes worked out
+    again, leaves the next attempt's `run_started` unexplained."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.ended: set[int] = set()  # finished: nothing owed
+        self.covered: set[int] = set()
+        self.starts: list[tuple[int, int, set[int]]] = []  # (line, attempt, attempts seen before it)
+
+    def see(self, line: int, rec: dict[str, Any]) -> None:
+        attempt, kind, data = rec.get("attempt"), rec.get("kind"), rec.get("data") or {}
+        if not isinstance(attempt, int) or isinstance(attempt, bool):
+            return
+        if kind == "restart" and isinstance(data, dict):
+            prev = data.get("prev_attempt")
+            nxt = data.get("next_attempt") if isinstance(data.get("next_attempt"), int) else attempt
+            self.covered.add(prev if isinstance(prev, int) else nxt - 1)
+        elif kind == "run_started":
+            self.starts.append((line, attempt, set(self.seen)))
+        if kind == "run_finished":
+            self.ended.add(attempt)
+        self.seen.add(attempt)
+
+    def problems(self, rel: str) -> list[EndProblem]:
+        for line, attempt, before in self.starts:
+            owed = sorted(k for k in before if k < attempt and k not in self.covered and k not in self.ended)
+            if owed:
+                return [EndProblem(line, "restart_missing", (
+                    f"{rec_line(rel, line)}: attempt {attempt} started after attempt {owed[0]}, but no restart "
+                    f"line says how attempt {owed[0]} ended (the trainer always writes one): a restart was "
+                    "removed from the log"))]
+        return []
 
 
 def rec_line(rel: str, line: int) -> str:
