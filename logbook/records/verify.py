@@ -73,7 +73,9 @@ class Finding:
     log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
     log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), and what a run's log may not
-    hold (after_end | outcome_in_log, see `runends`)"""
+    hold (after_end | outcome_in_log | restart_missing, see `runends`), and the other checks that need no
+    third party (snapshot_missing | snapshot_moved | snapshot_prereg_differs | seen_false; warnings: stray |
+    snapshot_unknown, see `trust.no_third_party`)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
