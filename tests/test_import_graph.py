@@ -69,9 +69,15 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+SAME_LAYER = {"trust": "records"}
+"""`trust` holds the proofs `verify` calls (acknowledgements, time stamps, signatures): records' own layer."""
+
+
 def _layer(module: str) -> int:
     """A logbook module's layer: its subpackage's place in LOGBOOK_LAYERS; above them all when in none."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] in SAME_LAYER:
+        parts[1] = SAME_LAYER[parts[1]]
     return LOGBOOK_LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LOGBOOK_LAYERS else len(LOGBOOK_LAYERS)
 
 

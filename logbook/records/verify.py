@@ -109,6 +109,10 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems and not self.unverifiable
 
+    def add(self, path: str, kind: str, message: str, line: int | None = None, *, warning: bool = False) -> None:
+        """Record one finding (a problem: exit 4; with `warning`, reported only), for checks in other modules."""
+        (self.warnings if warning else self.problems).append(Finding(path, kind, message, line))
+
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "preregs": self.preregs, "amendments": self.amendments, "logs": self.logs,
                 "commits_checked": self.commits_checked, "in_progress": self.in_progress,

@@ -139,12 +139,10 @@ def covers(project: Project, ack: Ack, finding: Any) -> bool:
 
 def apply_acknowledgements(project: Project, report: Any) -> None:
     """Move each problem an approved acknowledgement covers to `report.acknowledged`; say which await review."""
-    from logbook.records.verify import Finding  # verify calls this module: import its shape when called
-
     for sentence in damaged_records(acknowledgements_dir(project), project.root):
         rel = sentence.split(":", 1)[0]
         if not any(f.path == rel for f in report.problems):
-            report.problems.append(Finding(rel, "edited", sentence))
+            report.add(rel, "edited", sentence)
     acks = load_acks(project)
     if not acks or not report.problems:
         return

@@ -40,16 +40,14 @@ LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
 def check(project: Project, report: Any, introduced: dict[str, list[str]]) -> None:
     """Add this module's findings to `report` (a `verify.VerifyReport`); `introduced`: history's commits that
     added each path (relative to the entries folder)."""
-    from logbook.records.verify import Finding  # verify calls this module: import its shape when called
-
     if gitbind.head_commit(project.root) is None:
         return
     for path, message in stray_files(project):
-        report.warnings.append(Finding(path, "stray", message))
+        report.add(path, "stray", message, warning=True)
     for path, kind, message in snapshot_problems(project):
-        (report.warnings if kind == "snapshot_unknown" else report.problems).append(Finding(path, kind, message))
+        report.add(path, kind, message, warning=kind == "snapshot_unknown")
     for path, message in seen_problems(project, introduced):
-        report.problems.append(Finding(path, "seen_false", message))
+        report.add(path, "seen_false", message)
 
 
 # --- stray files ------------------------------------------------------------------------------
