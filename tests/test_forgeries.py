@@ -219,6 +219,40 @@ def test_case6_a_snapshot_moved_to_other_code_is_exit_4_on_a_fresh_clone(tmp_pat
     assert f"points at {other[:12]}, but entries/runs/qknorm/run.json names {snap[:12]}" in res.output
 
 
+def test_case6_a_snapshot_moved_with_its_run_record_rewritten_is_exit_4_by_the_log(tmp_path, story_clock):
+    import json
+
+    from logbook.records import gitbind
+
+    team = make_team(tmp_path, ["ada", "mallory"])
+    ada = team["ada"]
+    project = open_project(ada.path)
+    pid = make_prereg(project, ["loss@final < 4"])
+    snap = gitbind.snapshot_worktree(project, "qknorm")["commit"]
+    from scoring_helpers import write_record
+
+    write_record(project, "qknorm", pid, snapshot=snap)
+    sink = EventSink(project.run_dir("qknorm"), "qknorm", 1)
+    sink.emit("run_started", step=0, snapshot_commit=snap, prereg_id=pid, total_steps=10)
+    sink.emit("run_finished", step=10, final_loss=3.0)
+    ada.commit()
+    ada.git("push", "-q")
+    mallory = team["mallory"]
+    assert mallory.pull("rebase").returncode == 0
+    other = mallory.git("rev-parse", "HEAD~2").stdout.strip()
+    record = mallory.path / "entries/runs/qknorm/run.json"
+    data = json.loads(record.read_text())
+    data["snapshot"]["commit"] = other  # the run record rewritten, folded into its commit, and the ref moved
+    record.write_text(json.dumps(data))
+    fold_into(mallory)
+    force_push(mallory)
+    mallory.git("push", "-q", "--force", "origin", f"{other}:refs/logbook/snapshots/qknorm")
+    _, res = _fresh_verify(team)
+    assert res.exit_code == 4, res.output
+    assert f"run_started event names code snapshot {snap[:12]}, but entries/runs/qknorm/run.json names {other[:12]}" \
+        in res.output
+
+
 def test_case6_a_run_whose_snapshot_does_not_carry_its_preregistration_is_exit_4(tmp_path, story_clock):
     """The post-hoc preregistration (case 1) without a TSA: the run's code was snapshotted before the record existed."""
     from logbook.records import gitbind

@@ -8,7 +8,8 @@ something a fresh clone gets from elsewhere than the rewritten branch:
   a warning, never a record (`recordkinds`), so two clones writing one never
   break history; `git rm` is the fix and it works.
 - **code snapshots** (`refs/logbook/snapshots/<run>`): the ref must exist, point
-  at the commit the run record names (`run.json`'s `snapshot.commit`), and the
+  at the commit the run record names (`run.json`'s `snapshot.commit`, which the
+  log's first `run_started` must name too), and the
   snapshot's tree must hold the run's preregistration with the bytes HEAD has
   (a run launched under a preregistration had it on disk, so its snapshot
   carries it). Deleted on the origin and spread by `git fetch --prune`: every
@@ -128,6 +129,10 @@ def snapshot_problems(project: Project) -> list[tuple[str, str, str]]:
             out.append((path, "snapshot_moved", (
                 f"run {run}'s code snapshot {ref} points at {have[:12]}, but {path} names {want[:12]}: the ref "
                 "was moved to other code")))
+        elif (logged := _logged_snapshot(project, run)) not in (None, want):
+            out.append((path, "snapshot_moved", (
+                f"run {run}'s run_started event names code snapshot {str(logged)[:12]}, but {path} names "
+                f"{want[:12]}: the run record and the log disagree on the code the run trained with")))
         elif rec.get("prereg_id"):
             rel = f"{entries}/prereg/{rec['prereg_id']}.md"
             theirs, ours = blobs.get(f"{want}:{rel}"), blobs.get(f"HEAD:{rel}")
@@ -137,6 +142,15 @@ def snapshot_problems(project: Project) -> list[tuple[str, str, str]]:
                                                                  "holds other bytes of ") +
                     f"{rel}, the preregistration it answers to: the run was not launched under it as committed")))
     return out
+
+
+def _logged_snapshot(project: Project, run: str) -> str | None:
+    """The `snapshot_commit` the run's first `run_started` event records, or None."""
+    for rec in iter_records(project.run_dir(run) / "events.jsonl"):
+        if rec.get("kind") == "run_started":
+            value = (rec.get("data") or {}).get("snapshot_commit")
+            return value if isinstance(value, str) else None
+    return None
 
 
 def _snapshot_refs(root: Path) -> dict[str, str]:
