@@ -375,6 +375,7 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
                 f"run {run} answers to {rec.prereg_id}, but " + (
                     f"the preregistration's `created` is later than the run's: it was written after the run "
                     f"started, whatever order the commits {made[0][:7]} and {started[0][:7]} put them in"
+                    + (" (both arrived in one commit)" if together else "")
                     if (strictly or together) else
                     f"the preregistration was first committed in {made[0][:7]}, which is not before "
                     f"{started[0][:7]}, where the run was first committed")), had=made[0], lost=started[0]))
