@@ -28,8 +28,7 @@ steady state: the steps after `--warmup` (checkpoints included) over its
 running time, the stopped intervals taken out. Each ratio is the median over
 rounds of the per-round ratios. A missing peer is skipped with
 the reason. `--step-only` adds the model + AdamW step alone, in this process:
-the project's model with and without its stabilisers, and with its norms and
-attention on PyTorch's ops instead of the C kernels, against nanoGPT's.
+the project's model with and without its stabilisers, against nanoGPT's.
 
     python3 bench/peers.py --nanogpt ~/src/nanoGPT [--olmo-python V/bin/python] [--rounds 3] [--steps 60]
         [--warmup 10] [--compile off|on|both] [--step-only | --profile] [--quick]
@@ -352,14 +351,11 @@ def project_step_parts(stabilisers: bool = True):
 def _step_contenders(checkout: Path) -> dict:
     """name -> (model, optimizer, loss function of (x, y)) for the project's model with and without stabilisers, and nanoGPT's.
 
-    One thread, and freed memory kept for reuse, as the trainer runs (trainer/kernels.py): for all of them.
+    One thread each, as the trainer's tiny CPU config runs.
     """
     import torch
 
-    from trainer.host_memory import keep_freed_memory
-
     torch.set_num_threads(1)
-    keep_freed_memory()
     spec = importlib.util.spec_from_file_location("nanogpt_model", checkout / "model.py")
     ng = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ng)
@@ -372,26 +368,8 @@ def _step_contenders(checkout: Path) -> dict:
                                 n_embd=s["width"], dropout=0.0, bias=False))
         return m, m.configure_optimizers(0.1, 3e-3, (0.9, 0.95), "cpu"), lambda x, y: m(x, y)[1]
 
-    def on_pytorch_ops():
-        """The same model with its norms and attention on PyTorch's ops, not the C kernels (trainer/native.py)."""
-        from trainer import attention, kernels, model
-
-        m, opt, loss_of = ours(True)
-
-        def loss(x, y):
-            native_path, kernels._native_path = kernels._native_path, lambda *tensors: False
-            native_attention, attention.native_attention = attention.native_attention, lambda *args: False
-            fused, model.fused_qk_norm_attention = model.fused_qk_norm_attention, lambda *args: False
-            try:
-                return loss_of(x, y)
-            finally:
-                kernels._native_path, attention.native_attention = native_path, native_attention
-                model.fused_qk_norm_attention = fused
-
-        return m, opt, loss
-
     return {"project, QK-norm + z-loss": ours(True), "project, without them": ours(False),
-            "project, QK-norm + z-loss, PyTorch's ops": on_pytorch_ops(), "nanoGPT": nanogpt()}
+            "nanoGPT": nanogpt()}
 
 
 def profile_step(checkout: Path, compiled: bool = False, steps: int = 10, rows: int = 14) -> None:
@@ -406,12 +384,11 @@ def profile_step(checkout: Path, compiled: bool = False, steps: int = 10, rows: 
     contenders = _step_contenders(checkout)
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randint(0, 256, (SHAPE["batch"], SHAPE["block"]), generator=g) for _ in range(2))
-    names = ["project, QK-norm + z-loss", "project, QK-norm + z-loss, PyTorch's ops", "nanoGPT"]
+    names = ["project, QK-norm + z-loss", "nanoGPT"]
     if compiled:
         import torch._inductor.config as inductor_config
 
         inductor_config.cpp.enable_kernel_profile = True
-        names.remove("project, QK-norm + z-loss, PyTorch's ops")  # its switch is Python that a graph would bake in
     for name in names:
         m, opt, loss_of = contenders[name]
         if compiled:

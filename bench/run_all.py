@@ -23,9 +23,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     "trainer_vs_bare.py",
     "peers.py",
-    "huge_pages.py",
-    "attention_kernel.py",
-    "gelu_kernel.py",
+    "demo_first_run.py",
     "guard_overhead.py",
     "telemetry_overhead.py",
     "background_save.py",
@@ -35,6 +33,7 @@ SCRIPTS = [
     "cli_latency.py",
     "render_scaling.py",
     "verify_history.py",
+    "stamp_cost.py",
     "team_scale.py",
     "gpu_mfu.py",
     "fault_matrix.py",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,14 +12,12 @@ from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# `local_tsa`: a real RFC 3161 authority (openssl ts -reply) on 127.0.0.1, for every test that wants one.
+pytest_plugins = ["tsa_fixture"]
+
 # Every event any test writes, in this process or in a trainer it launches (subprocesses and
 # torchrun's workers inherit the environment), is checked against logbook/records/eventschema.py.
 os.environ["LOGBOOK_STRICT_EVENTS"] = "1"
-# Each test has a home of its own, so every trainer it launched built the C kernels again (2 s of
-# compiler each). One cache for all of them: a build is named after its sources, compiler and CPU,
-# so it is never stale, and the tests of the build itself (test_kernels.py) give theirs a folder of
-# their own.
-os.environ.setdefault("LOGBOOK_KERNEL_CACHE", str(Path(tempfile.gettempdir()) / f"logbook-test-kernels-{os.getuid()}"))
 
 
 def git(repo: Path, *args: str) -> str:

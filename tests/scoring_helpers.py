@@ -144,7 +144,7 @@ STORY_PREDICTIONS = [
     "restarts@final == 1",  # confirmed
     "spikes@final == 0",  # one spike: refuted
     "loss@step:55 < 10",  # attempt 2's value 3.45, not attempt 1's 3.9
-    "val_loss@step:60 < 10",  # nearest logged at or before 60: step 50
+    "val_loss@~60±10 < 10",  # evaluated every 25 steps: the nearest within 10 steps of 60 is step 50
     "restarts@step:40 == 0",  # the restart came after the run passed step 60
     "loss@50% < 3.95 ± 0.1",  # 4.0 at step 50: within tolerance
     "lr_changes@final == 0",  # the clip change is not a learning-rate change

@@ -66,7 +66,7 @@ def test_restart_entry_gives_cause_loss_and_downtime(logbook_repo, clock):
     text = day_path(project, "2026-12-01").read_text()
     assert "03:12 UTC · run qknorm · attempt 3 → 4 · step 41,200 (10.8B tokens) · restart" in text
     assert ("Attempt 3 was killed by signal 9 (SIGKILL) with no error record "
-            "(likely node loss or the OOM killer).\n"
+            "(cause unknown: the OOM killer, a scheduler or a person).\n"
             "Resumed from the checkpoint at step 41,000: 200 steps (6 min 40 s of work) lost, 2 min 05 s down.") in text
     assert "id: `qknorm:14`" in text  # seq 0 started, 1-12 checkpoints, 13 the milestone
 

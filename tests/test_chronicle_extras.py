@@ -27,6 +27,8 @@ def _run_with_failures(project, clock, run: str = "flaky") -> None:
     clock.set("2026-12-02T04:00:00")
     sink(project, run, 4).emit("restart", step=60, cause="exception", exception_type="OSError", prev_attempt=3,
                                resumed_from_step=60)
+    clock.set("2026-12-02T06:00:00")
+    sink(project, run, 5).emit("restart", step=60, cause="hang", prev_attempt=4, resumed_from_step=60)
 
 
 def test_a_restart_entry_carries_the_failures_so_far_and_the_advised_interval(logbook_repo, clock):
@@ -34,10 +36,14 @@ def test_a_restart_entry_carries_the_failures_so_far_and_the_advised_interval(lo
     _run_with_failures(project, clock)
     render_chronicle(project)
     text = day_path(project, "2026-12-02").read_text()
-    assert ("Failures so far: 1 in 2 h 00 min (MTBF 2 h 00 min). At the measured 2 s blocking save, "
+    # One failure is no MTBF: an interval advised from it (0.38 s once, from a single `kill -9`) is noise.
+    assert ("Failures so far: 1; no checkpoint advice yet. An MTBF from this run needs at least 3 failures, and it "
+            "has seen 1: the advised interval would be uncertain by about ±50%. Give one (for example --mtbf 3.1h).") in text
+    assert "Failures so far: 2; no checkpoint advice yet. An MTBF from this run needs at least 3 failures, and it " \
+           "has seen 2: the advised interval would be uncertain by about ±35%." in text  # the drill is not a failure
+    assert ("Failures so far: 3 in 6 h 00 min (MTBF 2 h 00 min). At the measured 2 s blocking save, "
             "the advised interval is 2 min 50 s (current: 10 min 00 s).") in text
-    assert "Failures so far: 2 in 4 h 00 min (MTBF 2 h 00 min)." in text  # the drill is not a failure
-    assert text.count("Failures so far") == 2  # and its own entry states none
+    assert text.count("Failures so far") == 3  # and the drill's own entry states none
     # The same sentences when only that day is rendered: the statistics do not depend on the selection.
     render_chronicle(project, days=["2026-12-02"])
     check_chronicle(project)

@@ -82,14 +82,28 @@ def test_advice_from_a_run_measures_mtbf_save_cost_and_current_interval():
         _ev("restart", "05:00:00", attempt=4, cause="exception", drill=True),  # a drill: not counted
         _ev("restart", "06:00:00", attempt=5, cause="hang"),
     ]
-    adv = advise_from_run(events)
-    assert adv.failures == 2 and adv.wall_s == pytest.approx(6 * 3600)
-    assert adv.mtbf_s == pytest.approx(3 * 3600) and adv.mtbf_source == "run"
+    two = advise_from_run(events)  # two failures: not enough to estimate an MTBF from
+    assert (two.failures, two.mtbf_s, two.complete) == (2, None, False)
+    assert "needs at least 3 failures, and it has seen 2" in two.sentence()
+    assert advise_from_run(events, mtbf_s=7200.0).complete  # a given MTBF needs no failures
+    adv = advise_from_run([*events, _ev("restart", "06:00:00", attempt=6, cause="unknown")])
+    assert adv.failures == 3 and adv.wall_s == pytest.approx(6 * 3600)
+    assert adv.mtbf_s == pytest.approx(2 * 3600) and adv.mtbf_source == "run"
     assert adv.save_s == pytest.approx(40.0) and adv.save_source == "run"
     assert adv.current_s == pytest.approx(1800.0)
-    assert adv.young_s == pytest.approx(math.sqrt(2 * 40 * 10800))
-    assert "Failures so far: 2 in 6 h 00 min (MTBF 3 h 00 min)" in adv.sentence()
-    assert "advised interval is 15 min 30 s (current: 30 min 00 s)" in adv.sentence()
+    assert adv.young_s == pytest.approx(math.sqrt(2 * 40 * 7200))
+    assert "Failures so far: 3 in 6 h 00 min (MTBF 2 h 00 min)" in adv.sentence()
+    assert "advised interval is 12 min 39 s (current: 30 min 00 s)" in adv.sentence()
+
+
+def test_a_single_kill_advises_no_interval_and_says_how_many_failures_it_needs():
+    """A `kill -9` by hand 12 s into a run once advised a 0.38 s checkpoint interval."""
+    events = [_ev("run_started", "00:00:00"), _ev("checkpoint_saved", "00:00:05", step=5, blocking_s=0.006),
+              _ev("restart", "00:00:12", attempt=2, cause="signal", signal=9)]
+    adv = advise_from_run(events)
+    assert (adv.complete, adv.young_s, adv.failures) == (False, None, 1)
+    assert adv.notes == ["An MTBF from this run needs at least 3 failures, and it has seen 1: the advised interval "
+                         "would be uncertain by about ±50%. Give one (for example --mtbf 3.1h)."]
 
 
 def test_advice_from_a_run_without_failures_needs_a_given_mtbf():

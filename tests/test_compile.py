@@ -28,7 +28,6 @@ from lab import Lab
 from logbook.core.project import open_project
 from logbook.launch.change_requests import new_request, write_request
 from logbook.records.sink import read_metrics
-from trainer import native
 
 pytestmark = pytest.mark.slow
 
@@ -126,9 +125,7 @@ def test_run_started_says_the_run_was_compiled_and_what_compiling_cost(repo, run
     for run in ("reference", "killed"):
         started = [e["data"] for e in repo.events(run) if e["kind"] == "run_started"]
         assert started and all(d["compiled"] is True and d["compile_s"] > 0 for d in started)
-        # Heads 16 wide on one thread: the C attention, inside the compiled graph as its own operator.
-        assert {d["attention_kernel"] for d in started} == {"native" if native.library() else "pytorch"}
-        assert {d["gelu_kernel"] for d in started} == {"native" if native.library() else "pytorch"}
+        assert {d["attention_backend"] for d in started} == {"sdpa"}
 
 
 def test_the_compiled_step_computes_what_the_eager_step_computes_to_float_rounding(repo, runs):

@@ -446,3 +446,12 @@ def test_live_changes_in_a_real_run_survive_a_crash_and_restart(logbook_repo):
         (1, 13, "grad_clip", False), (1, 13, "train.eval_every", False),
         (2, 11, "grad_clip", True), (2, 11, "train.eval_every", True),  # resumed from step 10: applied again
     ]
+    # Applied again is still one change each: the facts every view reads, and the review queue, say three.
+    from logbook.chronicle.review import review_queue
+    from logbook.core.project import open_project
+    from logbook.runs.facts import load_facts
+
+    project = open_project(logbook_repo)
+    once = [(c["event"]["step"], c["event"]["data"]["key"], c["reapplied_at"]) for c in load_facts(project, "live").live_changes()]
+    assert once == [(3, "lr_scale", []), (13, "grad_clip", [11]), (13, "train.eval_every", [11])]
+    assert len([i for i in review_queue(project, run="live") if i.kind == "hparam_change"]) == 3

@@ -145,3 +145,24 @@ def test_the_report_scores_the_run_s_forecasts_and_shows_calibration_with_its_pl
     assert "(assets/bo-1/report-calibration.png)" in md.replace("../", "")
     assert (project.assets_dir / "bo-1" / "report-calibration.png").read_bytes()[:4] == b"\x89PNG"
     assert "Warning: only 3 forecast(s) with a stated confidence" in md
+
+
+def test_a_forecast_an_older_scorecard_holds_twice_is_counted_once(logbook_repo, story_clock):
+    """Before a point forecast that a trajectory also states was merged, its scorecard scored it twice."""
+    from scoring_helpers import make_prereg, project_of, story_run
+
+    from logbook.records.files import write_record
+    from logbook.scoring.outcome import outcome_records, outcomes_dir, record_outcome
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["val_loss ≈ {50%: 4.0 [3.9, 4.1], final: 2.5 [2.4, 2.6]} 80%"])
+    story_run(project, story_clock, "story", pid)
+    record_outcome(project, "story")
+    assert calibration(project).forecasts.intervals == [(0.8, True), (0.8, True)]
+    old = outcome_records(project, "story")[-1]
+    card = dict(old["scorecard"])
+    card["predictions"] = [*card["predictions"], {**card["predictions"][-1], "forecast": dict(card["predictions"][-1]["forecast"])}]
+    write_record(outcomes_dir(project, "story"), {"kind": "outcome", "run": "story", "step": old["step"],
+                                                   "data": old["data"], "scorecard": card})
+    assert len(outcome_records(project, "story")[-1]["scorecard"]["predictions"]) == 3
+    assert calibration(project).forecasts.intervals == [(0.8, True), (0.8, True)]

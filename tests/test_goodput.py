@@ -6,6 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from scoring_helpers import story_clock  # noqa: F401  (a fixture)
+
 from logbook.runs.goodput import goodput_of_run, goodput_report
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
@@ -148,3 +150,57 @@ def test_compile_time_never_exceeds_the_attempts_start_up():
     rep = goodput_report(events, metrics)
     assert rep.compile_s == pytest.approx(12.0) and rep.startup_s == pytest.approx(8.0)
     assert rep.productive_s == pytest.approx(62.0 - 38.5)
+
+
+def test_goodput_and_what_was_lost_are_one_report_whose_shown_parts_add_up(logbook_repo, story_clock):
+    """The report said goodput 75.5 % next to "lost 19.6 %": two sources (a progress note's goodput,
+    skipped updates priced only in the report) and the rest unexplained. Now one report, three parts, 100 %."""
+    import re
+
+    from scoring_helpers import make_prereg, project_of, story_run
+
+    from logbook.chronicle.report import render_markdown, report_data
+    from logbook.runs.facts import load_facts
+
+    project = project_of(logbook_repo)
+    story_run(project, story_clock, "story", make_prereg(project, ["spikes@final == 0"]))
+    facts = load_facts(project, "story")
+    rep = facts.goodput_report()
+    # Every category is in the report, the skipped update (one step at 1 s) included, and they add up.
+    assert rep.skipped_s == pytest.approx(1.0)
+    assert rep.productive_s + rep.lost_total_s + rep.overhead_s == pytest.approx(rep.wall_s)
+    # The progress note at step 50 recorded 0.9; the run's goodput is the report's, not the note's.
+    assert facts.goodput(None).value == pytest.approx(rep.goodput) != 0.9
+    data = report_data(project, "story")
+    g, c = data["goodput"], data["compute"]
+    assert round((g["value"] + g["lost_share"] + g["overhead_share"]) * 1000) == 1000
+    assert c["lost_share"] == g["lost_share"] and c["parts"]["skipped"]["seconds"] == pytest.approx(rep.skipped_s)
+    md = render_markdown(project, data, plot_link=None)
+    shown = re.search(r"Goodput ([\d.]+)%.*?The rest: ([\d.]+)% lost.*?and ([\d.]+)% of overhead", md, re.S)
+    assert shown, md
+    assert sum(float(x) for x in shown.groups()) == pytest.approx(100.0)
+    assert f"({shown.group(2)}%)" in md.split("**Compute:**", 1)[1].splitlines()[0]  # the summary's "lost" is the same
+
+
+def test_shown_shares_round_to_tenths_that_sum_to_exactly_100():
+    from logbook.runs.goodput import GoodputReport
+
+    rep = GoodputReport(wall_s=100.0, productive_s=75.55, lost_restart_s=19.65, startup_s=4.8)
+    assert rep.shares_shown() == {"productive": 0.756, "lost": 0.196, "overhead": 0.048}  # 100.1 rounded one by one
+    assert round(sum(v * 1000 for v in rep.shares_shown().values())) == 1000
+
+
+def test_goodput_parts_still_add_up_when_estimated_losses_exceed_the_wall_time():
+    t0 = T0
+
+    def ev(kind, sec, step=None, **data):
+        ts = (t0 + timedelta(seconds=sec)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return {"kind": kind, "ts": ts, "attempt": 1, "step": step, "data": data}
+
+    # Rows one second apart price a skipped step at 1 s; twenty skips in a 5 s run cannot all have cost that.
+    events = [ev("run_started", 0, 0, started_at=t0.timestamp()), *[ev("step_skipped", 1, 1) for _ in range(20)]]
+    rows = [{"attempt": 1, "step": k, "time": t0.timestamp() + k, "loss": 1.0} for k in range(1, 6)]
+    rep = goodput_report(events, rows)
+    assert rep.skipped_s < 20 and rep.productive_s >= 0
+    assert rep.productive_s + rep.lost_total_s + rep.overhead_s == pytest.approx(rep.wall_s)
+    assert any("scaled to fit" in n for n in rep.notes)

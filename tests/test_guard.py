@@ -426,7 +426,8 @@ def test_an_abort_that_the_rule_does_not_ask_for_is_written_as_a_deviation(logbo
         (12, "divergence_detected"), (12, "step_skipped"), (18, "divergence_detected"), (17, "run_aborted")]
     detected, aborted = evs[2]["data"], evs[3]["data"]
     assert detected["actions"] == ["abort"] and evs[3]["drill"] is True
-    assert aborted == {"reason": detected["reason"], "rollbacks": 0, "plan": {"rule": 1, "follows": False}}
+    assert aborted == {"reason": detected["reason"], "rollbacks": 0, "plan": {"rule": 1, "follows": False, "differences": [
+        "aborted the run, the rule said: roll back, skip batches, scale the learning rate"]}}
     assert "at most 0" in aborted["reason"]
 
 

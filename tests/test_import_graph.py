@@ -15,6 +15,8 @@ from conftest import ROOT
 
 LOGBOOK_LAYERS = ("core", "records", "runs", "scoring", "chronicle", "launch")
 """logbook/'s subpackages, lowest first; the CLI, the demo and the package root sit above them all."""
+SAME_LAYER = {"trust": "records"}
+"""trust/ holds the records' proofs (third-party time, signatures): verify calls them, and they read records."""
 
 
 def _module_name(package: Path, path: Path) -> str:
@@ -69,16 +71,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-SAME_LAYER = {"trust": "records"}
-"""`trust` holds the proofs `verify` calls (acknowledgements, time stamps, signatures): records' own layer."""
-
-
 def _layer(module: str) -> int:
     """A logbook module's layer: its subpackage's place in LOGBOOK_LAYERS; above them all when in none."""
     parts = module.split(".")
-    if len(parts) > 2 and parts[1] in SAME_LAYER:
-        parts[1] = SAME_LAYER[parts[1]]
-    return LOGBOOK_LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LOGBOOK_LAYERS else len(LOGBOOK_LAYERS)
+    sub = SAME_LAYER.get(parts[1], parts[1]) if len(parts) > 2 else ""
+    return LOGBOOK_LAYERS.index(sub) if sub in LOGBOOK_LAYERS else len(LOGBOOK_LAYERS)
 
 
 def test_find_cycle_names_the_modules_of_a_cycle():

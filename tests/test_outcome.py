@@ -50,13 +50,21 @@ def test_a_restart_drops_the_abandoned_steps_of_the_attempt_that_died(logbook_re
     assert p.at_step == 55 and p.rule == "at step 55"
 
 
-def test_a_step_without_a_value_uses_the_nearest_logged_step_before_it(logbook_repo, story_clock):
+def test_a_step_without_a_value_is_not_measured_unless_the_prediction_states_a_window(logbook_repo, story_clock):
     project = project_of(logbook_repo)
-    pid = make_prereg(project, STORY_PREDICTIONS)
+    pid = make_prereg(project, [*STORY_PREDICTIONS, "val_loss@step:60 < 1", "val_loss@~60±5 < 10"])
     story_run(project, story_clock, "story", pid)
-    p = _by_text(evaluate(project, "story"))["val_loss@step:60 < 10"]
-    assert (p.status, p.at_step, p.value) == ("confirmed", 50, pytest.approx(4.0))
-    assert "nearest logged at or before step 60" in p.rule
+    p = _by_text(evaluate(project, "story"))
+    near = p["val_loss@~60±10 < 10"]  # the preregistration said how: the nearest within 10 steps
+    assert (near.status, near.at_step, near.value) == ("confirmed", 50, pytest.approx(4.0))
+    assert "nearest logged within 10 steps of step 60 (as preregistered)" in near.rule
+    # Never a stale value from another step: the run evaluated at 50 and 75, so step 60 is not measured
+    # (it was once scored "refuted" against step 50's 3.0).
+    exact = p["val_loss@step:60 < 1"]
+    assert (exact.status, exact.value) == ("inconclusive", None)
+    assert exact.reason == "not measured: no val_loss was logged at step 60 (logged nearest: step 50 and 75)"
+    narrow = p["val_loss@~60±5 < 10"]
+    assert (narrow.status, narrow.reason) == ("inconclusive", "not measured: no val_loss was logged within 5 steps of step 60")
 
 
 def test_a_step_whose_update_the_guard_skipped_is_scored_by_the_last_accepted_loss(logbook_repo, story_clock):

@@ -30,7 +30,16 @@ def test_a_rollback_done_as_the_rule_says_follows_it():
     {"skip_batches": 200}, {"rollback_steps": 0}, {"lr_factor": 1.0}, {"lr_factor": 0.5},
 ])
 def test_a_rollback_that_differs_from_the_fired_rule_deviates_from_it(change):
-    assert judge_against_plan(_rollback(**change), RULES) == {"rule": 1, "follows": False}
+    got = judge_against_plan(_rollback(**change), RULES)
+    assert (got["rule"], got["follows"], len(got["differences"])) == (1, False, 1)
+
+
+def test_a_rollback_that_carries_out_its_rule_names_each_difference_in_the_rules_terms():
+    got = judge_against_plan(_rollback(skip_batches=313, lr_factor=0.8), RULES)
+    assert got == {"rule": 1, "follows": False, "differences": [
+        "skipped 313 batches, the rule said 300", "scaled the learning rate by 0.8, the rule said 0.9"]}
+    assert judge_against_plan(_rollback(rollback_steps=50), RULES)["differences"] == \
+        ["rolled back 50 steps, the rule said 100"]
 
 
 def test_the_trigger_must_have_fired():
@@ -49,7 +58,8 @@ def test_a_skip_while_a_rule_is_still_counting_follows_it():
 
 def test_a_skip_where_a_fired_rule_asks_for_more_deviates():
     second_spike = {"kind": "skip", "metric": "loss", "z": 5.0, "spike_steps": [10, 20]}
-    assert judge_against_plan(second_spike, RULES) == {"rule": 1, "follows": False}
+    assert judge_against_plan(second_spike, RULES) == {"rule": 1, "follows": False, "differences": [
+        "skipped the update, the rule said: roll back, skip batches, scale the learning rate"]}
 
 
 def test_a_skip_that_a_rule_prescribes_follows_it():
@@ -61,7 +71,8 @@ def test_nan_matches_a_nonfinite_rule_and_lies_beyond_any_sigma():
     nan_abort = {"kind": "abort", "metric": "loss", "z": math.inf, "nonfinite": True, "spike_steps": [9]}
     assert judge_against_plan(nan_abort, RULES) == {"rule": 2, "follows": True}
     nan_skip = {"kind": "skip", "metric": "loss", "z": math.inf, "nonfinite": True, "spike_steps": [9]}
-    assert judge_against_plan(nan_skip, RULES) == {"rule": 2, "follows": False}
+    assert judge_against_plan(nan_skip, RULES) == {"rule": 2, "follows": False,
+                                                  "differences": ["skipped the update, the rule said: abort"]}
 
 
 def test_manual_changes_follow_only_a_rule_that_prescribes_exactly_them():

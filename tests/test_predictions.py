@@ -157,3 +157,27 @@ def test_to_text_round_trips_for_every_accepted_prediction(metric, at, op, thres
     except UsageError:
         return  # refused predictions are never written, so they need not round-trip
     assert parse_prediction(p.to_text()) == p
+
+
+@pytest.mark.parametrize("text, said", [
+    ("restarts@final <= 2.5", "means `<= 2`"), ("spikes@final < 0.5", "means `<= 0`"),
+    ("rollbacks@final > 1.5", "means `>= 2`"), ("restarts@final <= 2 ± 0.5", "fractional tolerance"),
+])
+def test_a_count_compared_with_a_fraction_is_refused_naming_the_whole_number(text, said):
+    with pytest.raises(UsageError, match="whole number") as e:
+        parse_prediction(text)
+    assert said in e.value.message
+
+
+@pytest.mark.parametrize("text", ["loss@final < 3 ± 5", "val_loss@final <= 2 ± 2.5", "goodput@final > 0.9 ± 0.2",
+                                  "mfu@50% >= 0.8 ± 0.3"])
+def test_a_tolerance_wider_than_what_the_threshold_accepts_is_refused(text):
+    with pytest.raises(UsageError, match="can hardly fail: its tolerance") as e:
+        parse_prediction(text)
+    assert "grace margin" in e.value.hint
+
+
+@pytest.mark.parametrize("text", ["loss@final < 3 ± 3", "goodput@final > 0.9 ± 0.1", "restarts@final <= 2 ± 1",
+                                  "tokens_per_s@50% > 2000 ± 1000"])
+def test_a_tolerance_up_to_what_the_threshold_accepts_is_kept(text):
+    assert parse_prediction(text).tolerance > 0

@@ -6,6 +6,8 @@ from pdftext import pdf_text
 from scoring_helpers import STORY_PREDICTIONS, make_prereg, project_of, story_clock, story_run  # noqa: F401
 
 from logbook.chronicle.review import add_review, review_queue
+from logbook.records.prereg import load_prereg
+from logbook.trust.stamping import stamp_prereg_record
 from logbook.records.sink import EventSink
 from logbook.scoring.outcome import record_outcome
 
@@ -156,3 +158,23 @@ def test_a_changed_setting_shows_as_set_not_as_binary_noise():
 
     assert exact(0.8 * 0.9) == "0.72"  # 0.7200000000000001 in the event
     assert exact(0.0003) == "0.0003" and exact(1.0) == "1.0" and exact("cosine") == "cosine" and exact(None) == "none"
+
+
+def test_the_report_counts_every_preregistration_on_the_same_question(logbook_repo, story_clock, cli, local_tsa):
+    """Ten variants stamped and one shown: every stamp is honest, so the report shows the denominator."""
+    project, pid = _reviewed_story(logbook_repo, story_clock)
+    moved = make_prereg(project, ["spikes@final == 0", "val_loss@final < 9.5"], title="the same bet, moved")
+    other = make_prereg(project, ["spikes@final == 0"], title="the same bet, stamped")
+    make_prereg(project, ["spikes@50% == 0"], title="another point of the run")  # another point: not the same question
+    local_tsa.configure(logbook_repo)
+    project = project_of(logbook_repo)  # with the timestamping settings just committed
+    for sibling in (moved, other):  # stamped; the story's own records are not (stamped now, they would prove no order)
+        outcome = stamp_prereg_record(project, sibling, load_prereg(project, sibling).sha256, "")
+        assert outcome.written and not outcome.pending, outcome
+    assert cli("report", "story").exit_code == 0, cli("report", "story").output
+    prereg = _section((project.entries / "reports" / "story.md").read_text(), "Preregistration")
+    same = prereg[prereg.index("**Other preregistrations on the same question.**"):]
+    assert "predict the same metric at the same point under the same config: 2 (2 stamped by a third party)" in same
+    assert f"`{moved}`: the same bet, moved" in same and "; stamped; no run; shares spikes@final, val\\_loss@final" in same
+    assert f"`{other}`: the same bet, stamped" in same
+    assert "another point of the run" not in same

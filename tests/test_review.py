@@ -203,8 +203,8 @@ def test_two_approvals_at_once_by_one_reviewer_record_one(logbook_repo, story_cl
     entry = next(i.id for i in review.review_queue(project) if i.kind == "restart")
     verdicts = review._verdicts
 
-    def slow_verdicts(p):
-        found = verdicts(p)
+    def slow_verdicts(p, *rest):
+        found = verdicts(p, *rest)
         time.sleep(0.3)  # a wide window between reading the verdicts and appending
         return found
 
@@ -236,4 +236,7 @@ def test_the_author_of_a_run_cannot_approve_its_entries_unless_the_logbook_allow
     assert cli("review", "comment", eid, "the cause was a drill").exit_code == 0  # remarks stay open to the author
     cfg = logbook_repo / "logbook.yaml"
     cfg.write_text(cfg.read_text().replace("review_self_approval: false", "review_self_approval: true"))
+    assert cli("review", "approve", eid).exit_code == 3  # an uncommitted edit of the setting grants nothing
+    git(logbook_repo, "commit", "-q", "-m", "launchers may approve their runs", "--", "logbook.yaml")
     assert cli("review", "approve", eid).exit_code == 0
+    assert next(i for i in _queue(cli, "--all") if i["id"] == eid)["state"] == "approved"

@@ -144,6 +144,19 @@ def test_resuming_with_another_model_shape_is_refused_naming_the_parameter(logbo
     assert failed and failed[-1]["data"]["exception_type"] == "RefusedError"
 
 
+def test_a_deterministic_resume_that_would_change_the_attention_backend_is_refused_with_the_reason(logbook_repo):
+    _trainer(logbook_repo, "backend", "train.steps=5").fit()
+    with pytest.raises(RefusedError) as e:
+        _trainer(logbook_repo, "backend", "train.steps=10", "model.attention_backend=math").fit()
+    assert "model.attention_backend=sdpa" in e.value.message and "deterministic" in e.value.message
+    assert "model.attention_backend=sdpa" in e.value.hint
+    # Not deterministic: the change is accepted, and each attempt's run_started says which backend it used.
+    _trainer(logbook_repo, "backend", "train.steps=10", "model.attention_backend=math", "train.deterministic=false").fit()
+    started = [e["data"] for e in _events(logbook_repo, "backend", "run_started")]
+    assert [d["attention_backend"] for d in started] == ["sdpa", "math"]
+    assert "model.attention_backend" in started[-1]["config_changed"]
+
+
 def test_a_missing_data_path_is_a_usage_error(logbook_repo):
     with pytest.raises(UsageError, match="does not exist"):
         _trainer(logbook_repo, "nodata", "data.sources=[{name: mine, kind: text, path: corpus/missing.txt}]").fit()

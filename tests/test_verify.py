@@ -77,7 +77,7 @@ def test_edited_body_is_named_by_line(logbook_repo, cli):
     assert f"{path.relative_to(logbook_repo)} was edited after HEAD committed it" in out
     assert f"line {n + 1} changed: 'QK-norm keeps attention logits bounded.' -> " in out
     assert problems == [{"path": str(path.relative_to(logbook_repo)), "kind": "edited", "line": n + 1,
-                         "message": problems[0]["message"], "had": None, "lost": None}]
+                         "message": problems[0]["message"], "had": None, "lost": None, "hint": None}]
 
 
 def test_edited_front_matter_is_named_by_line(logbook_repo, cli):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.records.events import iter_events
+from logbook.runs.oom import oom_kill_count, oom_kills_between
 from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
 
 _HEARTBEAT_BYTES = 256
@@ -222,6 +223,10 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
         how = f"killed by {out['signal']}" if out.get("signal") else "SIGKILL, the OOM killer or a lost node"
         out["detail"] = f"{name_ranks(lost)} of attempt {prev} vanished with no record left " \
                         f"({how})" + ("; rank 0 lost its peer" if out.get("peer_lost") else "")
+    # The kernel's own evidence, where it keeps it: OOM kills in the memory cgroup since attempt `prev` began.
+    began = next((e.get("data", {}) for e in events if e.get("kind") == "run_started"), {})
+    if out["cause"] == "signal" and (kills := oom_kills_between(began.get("oom_kills"), oom_kill_count())) is not None:
+        out["oom_kills"] = kills
     failed_at, last_alive = _last_signs(history, prev, events)
     out["failed_at_step"] = failed_at
     out["steps_lost"] = max(0, (failed_at or 0) - resumed_from_step) if failed_at is not None else None

@@ -30,7 +30,6 @@ from logbook.runs.record import RunRecord
 from .attempts import Heartbeat, RunHistory
 from .callbacks import CallbackList
 from .checkpoint import Checkpointer
-from .host_memory import keep_freed_memory
 from . import dist
 
 
@@ -54,8 +53,6 @@ class Runtime:
             torch.set_num_threads(train.threads)
         info = dist.init_distributed(train.device)
         device = info.device
-        if device.type == "cpu":
-            keep_freed_memory()  # no page faults for the activations of every step (trainer/host_memory.py)
         if train.deterministic:
             dist.set_deterministic(True, warn_only=device.type == "cuda", compiling=train.compile)
             torch.backends.cudnn.benchmark = False
@@ -117,12 +114,6 @@ class TrainParts:
     """The `CompileCache` (trainer/compiling.py) when compiling, closed with the attempt."""
     progress: Any = None
     """The `ProgressReporter` among the callbacks, told of evaluations (None off rank 0)."""
-    norm_kernels: str = "pytorch"
-    """What computes the norms (`trainer.kernels.norm_kernels`), as `run_started` records it."""
-    attention_kernel: str = "pytorch"
-    """What computes attention (`trainer.attention.attention_kernel`), as `run_started` records it."""
-    gelu_kernel: str = "pytorch"
-    """What computes the MLP's GELU (`trainer.activation.gelu_kernel`), as `run_started` records it."""
     guard_from_plan: list[str] = field(default_factory=list)
     """Guard settings the contingency plan set (trainer/guard_plan.py), as `run_started` records them."""
 

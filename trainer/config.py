@@ -33,6 +33,10 @@ from .telemetry import TelemetryConfig
 from .wandb_sink import WandbConfig
 
 
+ATTENTION_BACKENDS = ("sdpa", "math")
+"""The values of `model.attention_backend`."""
+
+
 @dataclass
 class ModelConfig:
     """Shape and stabilisers of the decoder-only GPT."""
@@ -59,12 +63,17 @@ class ModelConfig:
     """Coefficient of the z-loss (mean squared log-partition); 0 turns it off."""
     init_std: float = 0.02
     """Standard deviation of the normal initialisation of weights."""
+    attention_backend: str = "sdpa"
+    """sdpa (`F.scaled_dot_product_attention`: PyTorch picks its fused kernel for the device) | math (the softmax
+    written out in PyTorch ops, nanoGPT's manual path: a T x T matrix per head, slower, the reference). The two agree
+    to float rounding, not bit for bit: a deterministic run is refused a resume that changes it."""
 
     def validate(self, where: str) -> None:
         _positive(self, where, "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "mlp_ratio", "init_std")
         _check(self.n_embd % self.n_head == 0, f"{where}.n_head", f"must divide n_embd ({self.n_embd}), got {self.n_head}")
         _check(0.0 <= self.dropout < 1.0, f"{where}.dropout", f"must be in [0, 1), got {self.dropout}")
         _check(self.z_loss >= 0, f"{where}.z_loss", f"must be >= 0, got {self.z_loss}")
+        _choice(self, where, "attention_backend", ATTENTION_BACKENDS)
 
 
 @dataclass

@@ -34,13 +34,13 @@ from typing import Any
 import torch
 
 from logbook.core.errors import RunFailedError
+from logbook.runs.oom import oom_kill_count
 
 from .attempts import classify_restart
 from .callbacks import LoopAction
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_hash, config_to_dict
 from .faults import InjectedFault
-from .host_memory import heap_pages
 from .optim import apply_hyperparams, lr_factor, qk_clip
 from .restore import checkpoint_parts, resume, rollback
 from .slurm import slurm_info
@@ -189,12 +189,11 @@ class Trainer:
             flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
             started_at=self.started_at, restore_s=round(self.restore_s, 6), compiled=self.cfg.train.compile,
             compile_s=round(self.compile_s, 6), compile_graphs=self.compile_graphs or None,
-            norm_kernels=self._parts.norm_kernels, attention_kernel=self._parts.attention_kernel,
-            gelu_kernel=self._parts.gelu_kernel,
-            heap_pages=heap_pages(self.env), guard_from_plan=self._parts.guard_from_plan or None,
+            attention_backend=self.cfg.model.attention_backend, guard_from_plan=self._parts.guard_from_plan or None,
             deviations=list(rec.deviations) if rec and rec.deviations else None,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
-            members=self.dist.members, group_id=self.dist.group_id or None,
+            members=self.dist.members, group_id=self.dist.group_id or None, oom_kills=oom_kill_count(),
+            seed=self.cfg.train.seed, seed_source=rec.seed_source if rec else None,
         )
         member = self.dist.members[self.dist.rank] if self.dist.members else \
             {"rank": 0, "node": 0, "local_rank": 0, "host": socket.gethostname(), "pid": os.getpid()}

@@ -1,10 +1,11 @@
-"""A decoder-only GPT with the stabilisers large runs settled on.
+"""A decoder-only GPT with the stabilisers large runs settled on, on PyTorch's own ops.
 
 RMSNorm everywhere, QK-norm with per-head gains (so QK-clip can rescale one
 head), a z-loss reported apart from the cross-entropy, no biases, causal
-attention, optional tied embeddings. RMSNorm, attention and the loss run on
-kernels of their own on CPU (trainer/kernels.py, trainer/attention.py;
-the QK-norm inside the attention kernel where that serves).
+attention, optional tied embeddings. Every op is PyTorch's: `F.rms_norm`,
+`F.gelu`, `F.scaled_dot_product_attention` (or the softmax written out, as
+`model.attention_backend` says), and one `torch.logsumexp` for the loss and
+its z-loss; speed beyond eager comes from `train.compile`.
 Every parameter has a role (embedding, norm, hidden, head) from which the
 optimizer builds its groups: embeddings and norms never get weight decay,
 and Muon only sees hidden matrices.
@@ -19,10 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .activation import fc_gelu
-from .attention import causal_attention, fused_qk_norm_attention, qk_norm_attention
 from .config import ModelConfig
-from .kernels import cross_entropy_z, qk_norm, rms_norm
 
 # Caps the transient logits tensor of the max-logit probe at 16M elements.
 _PROBE_ELEMS = 1 << 24
@@ -53,31 +51,22 @@ class Attention(nn.Module):
             # QK-clip can shrink exactly the heads whose logits run away.
             self.q_gain = nn.Parameter(torch.ones(cfg.n_head, self.head_dim))
             self.k_gain = nn.Parameter(torch.ones(cfg.n_head, self.head_dim))
+        self.backend = cfg.attention_backend
         self.track_max_logit = False
         self.max_logit: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         H, hd = self.n_head, self.head_dim
-        qkv = self.qkv(x)
-        if self.qk_norm and fused_qk_norm_attention(qkv, self.q_gain, self.dropout if self.training else 0.0):
-            y, head_max = qk_norm_attention(qkv, self.q_gain, self.k_gain)
-            if self.track_max_logit:
-                self.max_logit = head_max.detach().amax(0)
-            return _dropout(self.proj(y), self.dropout, self.training)
+        q, k, v = self.qkv(x).view(B, T, 3, H, hd).unbind(2)  # each [B, T, H, hd]
         if self.qk_norm:
-            # Queries and keys are the first 2C columns, normalised where they lie
-            # (trainer/kernels.py). A split, not two slices: its backward is one
-            # concatenation, not two zero-filled copies.
-            qk, v = qkv.split((2 * C, C), dim=2)
-            q, k = qk_norm(qk, self.q_gain, self.k_gain)
-            v = v.view(B, T, H, hd)
-        else:
-            q, k, v = (t.view(B, T, H, hd) for t in qkv.split(C, dim=2))
+            # The gains are [H, hd], one per head: F.rms_norm's weight would be one for all heads.
+            q = F.rms_norm(q, (hd,)) * self.q_gain
+            k = F.rms_norm(k, (hd,)) * self.k_gain
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.track_max_logit:
             self.max_logit = _max_logit_per_head(q.detach(), k.detach())
-        y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
+        y = causal_attention(q, k, v, self.dropout if self.training else 0.0, self.backend)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return _dropout(self.proj(y), self.dropout, self.training)
 
@@ -100,6 +89,23 @@ def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return F.dropout(x, p, training) if p and training else x
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                     backend: str = "sdpa") -> torch.Tensor:
+    """softmax(q k^T / sqrt(hd), causal) v for [B, H, T, hd] tensors, with dropout on the weights if dropout_p.
+
+    `backend` is `model.attention_backend`: "sdpa" lets PyTorch pick its
+    fused kernel for the device; "math" writes the softmax out (nanoGPT's
+    manual path), a T x T matrix per head: slower, and the reference.
+    """
+    if backend == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+    T = q.shape[-2]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    att = _dropout(F.softmax(att, dim=-1), dropout_p, dropout_p > 0)
+    return att @ v
+
+
 def _max_logit_per_head(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """The largest causal attention logit of each head over the batch: shape [n_head]."""
     B, H, T, hd = q.shape
@@ -113,13 +119,6 @@ def _max_logit_per_head(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return out
 
 
-class RMSNorm(nn.RMSNorm):
-    """nn.RMSNorm (same parameters, same state dict) on the single-pass kernel."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
-
-
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -128,15 +127,15 @@ class MLP(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _dropout(self.proj(fc_gelu(x, self.fc.weight)), self.dropout, self.training)
+        return _dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
 
 
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.norm1 = RMSNorm(cfg.n_embd)
+        self.norm1 = nn.RMSNorm(cfg.n_embd)
         self.attn = Attention(cfg)
-        self.norm2 = RMSNorm(cfg.n_embd)
+        self.norm2 = nn.RMSNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -151,7 +150,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.norm_f = RMSNorm(cfg.n_embd)
+        self.norm_f = nn.RMSNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
@@ -179,8 +178,7 @@ class GPT(nn.Module):
             return ModelOutput(logits=logits)
         # The loss in float32 even under bf16 autocast: the log-partition of
         # a 50k vocabulary loses too much in 8 bits of mantissa.
-        # `.float()` is free when the logits already are float32. One log-sum-exp
-        # serves the cross-entropy and the z-loss (trainer/kernels.py).
+        # `.float()` is free when the logits already are float32.
         flat = logits.float().view(-1, logits.size(-1))
         ce, z = cross_entropy_z(flat, targets.reshape(-1), self.cfg.z_loss)
         # Without a z-loss the loss is the cross-entropy itself. Adding the zero anyway
@@ -242,6 +240,19 @@ class GPT(nn.Module):
         """Training FLOPs per token: 6N + 12 * layers * context * width."""
         c = self.cfg
         return 6 * self.num_params() + 12 * c.n_layer * c.block_size * c.n_embd
+
+
+def cross_entropy_z(logits: torch.Tensor, targets: torch.Tensor, z_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean cross-entropy, z_coef * mean squared log-partition) of [N, V] logits against N class ids.
+
+    One log-sum-exp serves both terms: the cross-entropy is lse - logit[target]
+    (what `F.cross_entropy` computes), the z-loss lse squared.
+    """
+    lse = torch.logsumexp(logits, dim=-1)
+    ce = (lse - logits.gather(1, targets.unsqueeze(1)).squeeze(1)).mean()
+    if not z_coef:
+        return ce, torch.zeros((), device=ce.device)
+    return ce, z_coef * lse.square().mean()
 
 
 def flops_per_token(cfg: ModelConfig, num_params: int) -> int:

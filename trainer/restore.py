@@ -77,11 +77,37 @@ def resume(t: Trainer) -> None:
     t0 = time.perf_counter()
     found = t.checkpointer.load_latest()
     if found is not None:
-        _, path, parts = found
+        step, path, parts = found
+        saved_config = json.loads(parts["state"].get("config_json", "{}"))
+        check_same_numerics(saved_config, t.cfg, step)
         _load_parts(t, parts, callbacks=True)
         t.resumed_from = path
-        t.saved_config = json.loads(parts["state"].get("config_json", "{}"))
+        t.saved_config = saved_config
     t.restore_s = time.perf_counter() - t0  # goodput counts it as restore, not start-up
+
+
+NUMERICS_KEYS = (("model", "attention_backend"),)
+"""Config values that choose how the same model is computed: a change alters the numbers, not the model."""
+
+
+def check_same_numerics(saved: dict[str, Any], cfg: Any, step: int) -> None:
+    """Refuse a deterministic run's resume that would compute the model another way than the checkpoint's run did.
+
+    A deterministic run promises what an uninterrupted run would have
+    computed; another attention backend agrees only to float rounding. A
+    checkpoint that predates a key was computed with its default.
+    """
+    if not cfg.train.deterministic:
+        return
+    now = config_to_dict(cfg)
+    default = config_to_dict(type(cfg)())
+    for section, key in NUMERICS_KEYS:
+        was = saved.get(section, {}).get(key, default[section][key])
+        if was != now[section][key]:
+            raise RefusedError(
+                f"the checkpoint of step {step} was computed with {section}.{key}={was}, this run asks for "
+                f"{now[section][key]}: a deterministic run resumes only as the uninterrupted run would have computed",
+                hint=f"resume with {section}.{key}={was}, or set train.deterministic=false to accept the change")
 
 
 def rollback(t: Trainer, action: LoopAction, failing_step: int) -> None:

@@ -35,8 +35,6 @@ from logbook.runs.rankmarks import RankMark
 from logbook.runs.record import load_run_record
 
 from .advice_cb import AdviceCallback
-from .activation import gelu_kernel
-from .attention import attention_kernel
 from .attempts import Heartbeat, RunHistory
 from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
@@ -47,7 +45,6 @@ from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard import GuardCallback
 from .guard_plan import guard_from_plan
-from .kernels import norm_kernels
 from .live_control import ControlCallback
 from .loop import Trainer
 from .milestones_cb import MilestoneNotes
@@ -203,11 +200,7 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
     cbs = [c for c in default_callbacks(cfg, book.attempt, info.rank, interactive, rules) if c.name not in names]
     callbacks = CallbackList(cbs + extra)
     progress = next((c for c in callbacks if isinstance(c, ProgressReporter)), None)
-    kernels = norm_kernels(device.type, train.compile)  # builds the C kernels here, not in the first step
-    m = cfg.model
-    attention = attention_kernel(device.type, train.dtype, m.n_embd // m.n_head, m.block_size, m.dropout)
-    return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress, kernels, attention,
-                      gelu_kernel(device.type, train.dtype), planned)
+    return TrainParts(data, raw_model, model, optimizer, checkpointer, callbacks, cache, progress, planned)
 
 
 def _graph_key(cfg: TrainConfig) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from logbook.core.textfmt import (
     fmt_tokens, is_number, md_escape, quote_text, signal_name, signal_number, table_cell,
 )
 from logbook.records.eventschema import label as kind_label
-from logbook.records.eventschema import restart_cause
+from logbook.records.eventschema import restart_cause, signal_evidence
 
 BUNDLED_TEMPLATES = bundled_dir("templates")
 _KIND_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
@@ -147,7 +147,7 @@ def _new_environment(dirs: list[Path]):
         cell=lambda v: Raw(table_cell(fmt_num(v) if is_number(v) else md_escape(v) if isinstance(v, str) else _inline_value(v))),
         cellcode=lambda v: Raw(table_cell(code_span(v))),
         kind_label=kind_label,
-        restart_cause=lambda d: Raw(restart_cause(d, name=md_escape, code=code_span)),
+        restart_cause=lambda d: Raw(restart_cause(d, name=md_escape, code=code_span)), signal_evidence=signal_evidence,
     )
     env.tests["number"] = is_number
 

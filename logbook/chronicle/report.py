@@ -39,6 +39,7 @@ from logbook.core.textfmt import fmt_setting, is_number
 from logbook.core.yamlsafe import load_yaml_text
 from logbook.records import gitbind
 from logbook.records.eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts, summary as event_summary
+from logbook.records.plan import plan_words
 from logbook.records.prereg import load_prereg, runs_referencing
 from logbook.records.reviews import reviews_for
 from logbook.runs.facts import RunFacts, load_facts
@@ -48,6 +49,7 @@ from logbook.scoring.calibration import calibration
 from logbook.scoring.calibration_plot import write_calibration_plot
 from logbook.scoring.forecasts import run_summary, summary_text
 from logbook.scoring.outcome import evaluate, load_outcome
+from logbook.trust.disclosure import same_question
 
 MD_TEMPLATE = "report.md.j2"
 TYP_TEMPLATE = "report.typ"
@@ -127,12 +129,8 @@ def _manual_restart(facts: RunFacts, restart: dict[str, Any]) -> bool:
 
 def _action(e: dict[str, Any], manual: bool = False) -> str:
     d, kind = Event.of(e).data, e.get("kind")
-    plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
-    tag = ""
-    if plan.get("follows") is True:
-        tag = f" (plan rule {plan['rule']})" if isinstance(plan.get("rule"), int) else " (as planned)"
-    elif plan.get("follows") is False:
-        tag = " (not in the plan)"
+    words = plan_words(d.get("plan"))
+    tag = f" ({words})" if words else ""
     if kind == "restart":
         return "relaunched by hand" if manual else "automatic restart (torchrun)"
     if kind == "divergence_detected":
@@ -155,23 +153,23 @@ def compute(project: Project, facts: RunFacts, rec: RunRecord | None, atts: list
     """Device-hours of the run, of its failed attempts, and of each kind of time that produced nothing."""
     rep = facts.goodput_report()
     per_step = rep.median_step_s
-    skipped = len(facts.of_kind("step_skipped")) * (per_step or 0.0)
     parts = {
         "lost_restarts": rep.lost_restart_s, "downtime": rep.downtime_s, "lost_rollbacks": rep.lost_rollback_s,
-        "skipped": skipped, "startup": rep.startup_s + rep.compile_s + rep.restore_s, "checkpoints": rep.checkpoint_save_s,
-        "data": rep.data_s, "productive": rep.productive_s,
+        "skipped": rep.skipped_s, "startup": rep.startup_s + rep.compile_s + rep.restore_s,
+        "checkpoints": rep.checkpoint_save_s, "data": rep.data_s, "productive": rep.productive_s,
     }
     failed_s = sum(a["seconds"] or 0.0 for a in atts if not a["finished"])
     abandoned = facts.state in ("failed", "aborted")
-    disrupted = rep.lost_restart_s + rep.downtime_s + rep.lost_rollback_s + skipped
-    lost_total = rep.wall_s if abandoned else disrupted
+    lost_total = rep.wall_s if abandoned else rep.lost_total_s
+    shares = rep.shares_shown() or {}
     dh = lambda s: _hours(facts, s)  # noqa: E731
     return {
         "world_size": facts.world_size, "total_s": rep.wall_s, "total_dh": dh(rep.wall_s),
         "failed_attempts": sum(1 for a in atts if not a["finished"]), "failed_s": failed_s, "failed_dh": dh(failed_s),
         "parts": {k: {"seconds": v, "device_hours": dh(v)} for k, v in parts.items()},
         "lost_total_s": lost_total, "lost_total_dh": dh(lost_total),
-        "lost_share": (lost_total / rep.wall_s) if rep.wall_s else None, "abandoned": abandoned,
+        "lost_share": 1.0 if abandoned and rep.wall_s else shares.get("lost"), "abandoned": abandoned,
+        "overhead_share": shares.get("overhead"),
         "per_step_s": per_step, "notes": list(rep.notes), "goodput": rep.goodput,
         "sibling_runs": _siblings(project, facts.run, rec),
     }
@@ -199,7 +197,10 @@ def _siblings(project: Project, run_id: str, rec: RunRecord | None) -> list[dict
 def changes(facts: RunFacts) -> list[dict[str, Any]]:
     """Every hyperparameter change (and guard learning-rate scaling), in order."""
     out = []
+    again = facts.reapplications()
     for e in facts.of_kind("hparam_change", "lr_scaled"):
+        if e.get("seq") in again:
+            continue  # a live change re-applied after a restart is the change already listed
         d = Event.of(e).data
         plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
         if e.get("kind") == "lr_scaled":
@@ -292,7 +293,7 @@ def interventions(facts: RunFacts) -> list[dict[str, Any]]:
     manual_restarts = sum(1 for e in facts.of_kind("restart") if _manual_restart(facts, e))
     auto_restarts = len(facts.of_kind("restart")) - manual_restarts
     changes_ = facts.of_kind("hparam_change")
-    manual_changes = sum(1 for e in changes_ if Event.of(e).data.get("source") in ("live", "advice"))
+    manual_changes = len(facts.live_changes())
     scheduled = sum(1 for e in changes_ if Event.of(e).data.get("source") == "schedule")
     rows = [
         ("restarts", manual_restarts, auto_restarts),
@@ -319,6 +320,8 @@ def report_data(project: Project, run_id: str) -> dict[str, Any]:
     if rec is None and not facts.events:
         load_run_record(project, run_id)  # raises: unknown run, with the known ones
     prereg = _prereg(project, rec, facts)
+    if prereg is not None and not prereg.get("missing"):
+        facts.judge_plans(load_prereg(project, prereg["id"]).all_contingency(rec.amendments if rec else None))
     card = load_outcome(project, run_id)
     if prereg is not None and (card is None or not card.get("final")):
         try:
@@ -371,6 +374,7 @@ def _prereg(project: Project, rec: RunRecord | None, facts: RunFacts) -> dict[st
             "contingency": [{"text": r.text, "summary": r.summary(), "structured": r.structured}
                             for r in p.all_contingency()],
             "config": p.config, "budget": p.budget,
+            "same_question": [s.to_dict() for s in same_question(project, p.id)],
             "amendments": [{"n": a.n, "kind": a.kind, "created": a.created, "author": a.author, "reason": a.reason}
                            for a in p.amendments]}
 
@@ -385,10 +389,13 @@ def _signoffs(project: Project, run_id: str) -> dict[str, Any]:
 
 
 def _goodput(facts: RunFacts) -> dict[str, Any]:
+    """Goodput with the lost and overhead shares of the same report: the three add up to 100%."""
     m = facts.goodput(None)
     rep = facts.goodput_report()
-    return {"value": m.value, "rule": m.rule or m.missing, "productive_s": rep.productive_s if rep.attempts else None,
-            "wall_s": rep.wall_s if rep.attempts else None}
+    shares = rep.shares_shown() or {}
+    return {"value": shares.get("productive", m.value), "rule": m.rule or m.missing, "productive_s": rep.productive_s if rep.attempts else None,
+            "wall_s": rep.wall_s if rep.attempts else None, "lost_share": shares.get("lost"),
+            "overhead_share": shares.get("overhead")}
 
 
 # --- rendering --------------------------------------------------------------------------------

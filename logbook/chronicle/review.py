@@ -47,10 +47,14 @@ from logbook.records.eventschema import Event, kinds_where, summary
 from logbook.records.eventstream import list_event_runs, run_log_path
 from logbook.records.files import damaged_records, iter_folder, write_record
 from logbook.records.reviews import ACTIONS, review_records
+from logbook.runs.facts import reapplies
 from logbook.runs.record import load_run_record
 from logbook.scoring.outcome import outcome_records
 from logbook.trust.ack import ENTRY_PREFIX as ACK_PREFIX, KIND as ACK, acknowledgements_dir, ack_run, ack_summary, \
     check_ack_reviewer
+from logbook.trust.people import People, Who
+from logbook.trust.setting_history import self_approval_allowed
+from logbook.trust.signatures import sign_record
 
 REVIEW_KINDS = kinds_where(reviewable=True)
 """Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
@@ -103,6 +107,9 @@ class QueueItem:
     """Names of reviewers whose latest verdict is approve."""
     changes_requested: list[str] = field(default_factory=list)
     """Names of reviewers whose latest verdict is request_changes."""
+    not_counted: list[str] = field(default_factory=list)
+    """Approvals by the run's launcher (by key where signed, else by e-mail), which count only when
+    `review_self_approval` is committed as true."""
     comments: int = 0
 
     @property
@@ -132,7 +139,10 @@ def needs_review(rec: dict[str, Any]) -> bool:
 
 def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> Iterable[tuple[str, dict[str, Any]]]:
     for run in (list_event_runs(project) if runs is None else runs):
+        seen: dict[tuple[Any, ...], Any] = {}
         for rec in iter_records(run_log_path(project, run)):
+            if rec.get("kind") == "hparam_change" and reapplies(rec, seen) is not None:
+                continue  # a live change re-applied after a restart: its first application is the entry
             if isinstance(rec.get("seq"), int) and needs_review(rec):
                 yield run, rec
         # A scorecard migrated from the old layout is reviewed through the `outcome` event it came from.
@@ -166,15 +176,26 @@ def review_queue(project: Project, *, run: str | None = None, include_approved: 
         raise NotFoundError(f"run {run!r} has no event log",
                             hint=f"runs with events: {', '.join(list_event_runs(project)) or 'none yet'}")
     needed = project.config.review_approvals
-    verdicts = _verdicts(project)
     out = []
-    for r, rec in _reviewable_events(project, None if run is None else [run]):
-        item = _item(r, rec, needed)
-        _apply_verdicts(item, verdicts.get(item.id))
-        if include_approved or item.state != APPROVED:
-            out.append(item)
+    with People(project) as people:
+        verdicts = _verdicts(project, people)
+        for r, rec in _reviewable_events(project, None if run is None else [run]):
+            item = _item(r, rec, needed)
+            _apply_verdicts(project, item, verdicts.get(item.id), people)
+            if include_approved or item.state != APPROVED:
+                out.append(item)
     out.sort(key=lambda i: (i.ts, i.run, i.seq))
     return out
+
+
+def identity_notes(project: Project, runs: Iterable[str]) -> list[str]:
+    """What the queue says where people can be told apart by e-mail only (which anyone can set)."""
+    if project.config.signing is None:
+        return ["reviewers and launchers are told apart by e-mail only (logbook.yaml has no `signing:`): "
+                "an approval under a second address counts as another person's"]
+    with People(project) as people:
+        unsigned = [r for r in dict.fromkeys(runs) if (w := people.launcher(r)) is not None and not w.signed]
+    return [f"run {r}'s record is signed by no allowed key: its launcher is known by e-mail only" for r in unsigned]
 
 
 # --- review records -------------------------------------------------------------------------
@@ -182,11 +203,19 @@ def review_queue(project: Project, *, run: str | None = None, include_approved: 
 
 @dataclass
 class _Verdicts:
-    latest: dict[str, tuple[str, str]] = field(default_factory=dict)  # reviewer key -> (action, name)
+    latest: dict[str, tuple[str, str, Who]] = field(default_factory=dict)  # person key -> (action, name, who)
     comments: int = 0
 
+    def of(self, me: Who) -> tuple[str, str, Who] | None:
+        """The latest verdict of the person `me` is (by key where signed, else by e-mail)."""
+        return next((v for v in self.latest.values() if v[2].same_person(me)), None)
 
-def _verdicts(project: Project) -> dict[str, _Verdicts]:
+
+def _verdicts(project: Project, people: People | None = None) -> dict[str, _Verdicts]:
+    """Entry id -> each reviewer's latest verdict; one person (one key, whatever the e-mail) has one."""
+    if people is None:
+        with People(project) as own:
+            return _verdicts(project, own)
     out: dict[str, _Verdicts] = {}
     for rec in review_records(project):
         entry, action = rec.get("entry"), rec.get("action")
@@ -196,16 +225,21 @@ def _verdicts(project: Project) -> dict[str, _Verdicts]:
         if action == "comment":
             v.comments += 1
             continue
-        key = str(rec.get("email") or rec.get("reviewer") or "").lower()
-        v.latest[key] = (action, str(rec.get("reviewer") or key))
+        who = people.of_review(rec)
+        v.latest[who.key] = (action, str(rec.get("reviewer") or who.key), who)
     return out
 
 
-def _apply_verdicts(item: QueueItem, v: _Verdicts | None) -> None:
+def _apply_verdicts(project: Project, item: QueueItem, v: _Verdicts | None, people: People) -> None:
     if v is None:
         return
     item.comments = v.comments
-    for action, name in v.latest.values():
+    launcher = people.launcher(item.run)
+    own_ok = self_approval_allowed(project)
+    for action, name, who in v.latest.values():
+        if action == "approve" and not own_ok and launcher is not None and who.same_person(launcher):
+            item.not_counted.append(name)  # the launcher's own approval, under whichever address
+            continue
         (item.approvals if action == "approve" else item.changes_requested).append(name)
 
 
@@ -230,7 +264,8 @@ def find_reviewable(project: Project, entry_id: str) -> QueueItem:
         for r, rec in _reviewable_events(project):
             if rec.get("kind") in ("outcome", ACK) and _entry_id(r, rec) == entry_id:
                 item = _item(r, rec, needed)
-                _apply_verdicts(item, _verdicts(project).get(item.id))
+                with People(project) as people:
+                    _apply_verdicts(project, item, _verdicts(project, people).get(item.id), people)
                 return item
         raise NotFoundError(f"no scorecard {entry_id} here", hint="pull first if a teammate scored the run (`git pull`); "
                             "`logbook review` lists what needs review")
@@ -247,7 +282,8 @@ def find_reviewable(project: Project, entry_id: str) -> QueueItem:
                     f"entry {entry_id} is a {rec.get('kind')} event, which is not in the review queue",
                     hint=f"reviewed kinds: {', '.join(REVIEW_KINDS)}; to remark on any entry use `logbook note --about {entry_id}`")
             item = _item(run, rec, needed)
-            _apply_verdicts(item, _verdicts(project).get(item.id))
+            with People(project) as people:
+                _apply_verdicts(project, item, _verdicts(project, people).get(item.id), people)
             return item
     ids = [_entry_id(r, rec) for r, rec in _reviewable_events(project)]
     close = difflib.get_close_matches(entry_id, ids, n=3, cutoff=0.6)
@@ -273,26 +309,22 @@ def _check_records_intact(project: Project) -> None:
                             hint=f"review records are never edited: {restore_hint(project.root, rel)}")
 
 
-def _run_author_email(project: Project, run: str) -> str | None:
-    try:
-        author = load_run_record(project, run).author
-    except (NotFoundError, ValueError, TypeError):
-        return None
-    m = re.search(r"<([^<>]+)>\s*$", author or "")
-    return m.group(1).lower() if m else None
-
-
 def _check_self_approval(project: Project, item: QueueItem, reviewer: Reviewer) -> None:
+    """The launcher may not approve their run's entries: by the key git signs with, or by e-mail."""
     if item.kind == ACK:
         check_ack_reviewer(project, item.id, reviewer.key)  # never its author, whatever the setting says
         return
-    if project.config.review_self_approval:
+    if self_approval_allowed(project):
         return
-    if _run_author_email(project, item.run) == reviewer.key:
+    with People(project) as people:
+        launcher = people.launcher(item.run)
+        me = people.me(reviewer.email, reviewer.name)
+    if launcher is not None and launcher.same_person(me):
         raise RefusedError(
             f"{reviewer.name} launched run {item.run} and cannot approve its entries; nothing was recorded",
             hint=f"ask a teammate to approve {item.id}; you can still comment "
-                 f"(`logbook review comment {item.id} TEXT`); `review_self_approval: true` in logbook.yaml allows it")
+                 f"(`logbook review comment {item.id} TEXT`); `review_self_approval: true` in logbook.yaml, "
+                 "committed, allows it")
 
 
 def add_review(project: Project, entry_id: str, action: str, text: str | None = None, *,
@@ -311,7 +343,9 @@ def add_review(project: Project, entry_id: str, action: str, text: str | None = 
     # Two reviews at once from one person (two terminals, a script) must not both pass the check below.
     with exclusive(project.state_dir / "reviews.lock"):
         _check_records_intact(project)
-        latest = _verdicts(project).get(item.id, _Verdicts()).latest.get(reviewer.key)
+        with People(project) as people:
+            me = people.me(reviewer.email, reviewer.name)
+            latest = _verdicts(project, people).get(item.id, _Verdicts()).of(me)
         if action == "approve" and latest is not None and latest[0] == "approve":
             raise RefusedError(f"{reviewer.name} has already approved {item.id}; nothing was recorded",
                                hint=f"to add a remark, use `logbook review comment {item.id} TEXT`")
@@ -325,7 +359,8 @@ def add_review(project: Project, entry_id: str, action: str, text: str | None = 
         if warnings:
             rec["clock_warnings"] = warnings
         written = write_record(project.reviews_dir, rec, ts=now)
-    warnings = rerender_days(project, [item.ts[:10]]) if render else []
+    warnings = sign_record(project, written["hash"], what=f"review review:{written['id']}")
+    warnings += rerender_days(project, [item.ts[:10]]) if render else []
     return ReviewResult(written, find_reviewable(project, item.id), warnings)
 
 

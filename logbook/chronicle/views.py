@@ -20,6 +20,7 @@ from logbook.core.textfmt import is_number
 from logbook.records.eventschema import Event, kinds_where
 from logbook.records.eventstream import NOTES_SOURCE, Item
 from logbook.runs.milestones import is_late, milestone_step
+from logbook.trust.setting_history import SOURCE as SETTINGS_SOURCE
 
 # Routine events are summarised in one line per run per day instead of one entry each.
 ROUTINE_KINDS = frozenset(kinds_where(routine=True))
@@ -46,6 +47,8 @@ def item_id(item: Item) -> tuple[str, str]:
     rec = item.rec or {}
     if item.rank == 2 and isinstance(rec.get("id"), str):  # a scorecard record (eventstream.stream_outcomes)
         return f"outcome:{rec['id']}", f"outcome-{rec['id']}"
+    if item.source == SETTINGS_SOURCE:  # a commit that changed who may sign or self-approve
+        return f"setting:{rec.get('id')}", f"setting-{rec.get('id')}"
     seq = _seq(item)
     return entry_id(item.source, seq), entry_anchor(item.source, seq, rec.get("kind"), item.day)
 
@@ -77,7 +80,7 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
     e: dict[str, Any] = View({
         "id": eid, "anchor": anchor, "kind": kind,
         "ts": ts, "day": item.day, "time": ts[11:16], "source": item.source,
-        "run": item.source if item.source != NOTES_SOURCE else rec.get("run"),
+        "run": item.source if item.source not in (NOTES_SOURCE, SETTINGS_SOURCE) else rec.get("run"),
         "attempt": rec.get("attempt"), "step": rec.get("step"), "tokens": rec.get("tokens"),
         "drill": rec.get("drill") is True, "data": view(Event.of(rec).data),
         "errata": view(erratum_views(errata.get(eid, []), r)),

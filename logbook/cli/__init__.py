@@ -17,6 +17,8 @@ from logbook.cli import review_cmd  # noqa: F401
 from logbook.cli import outcome_cmd  # noqa: F401
 from logbook.cli import ckpt_cmd  # noqa: F401
 from logbook.cli import slurm_cmd  # noqa: F401
+from logbook.cli import stamp_cmd  # noqa: F401
+from logbook.cli import sign_cmd  # noqa: F401
 from logbook.cli import ack_cmd  # noqa: F401
 from logbook.cli._app import app
 from logbook.core.errors import EXIT_OK

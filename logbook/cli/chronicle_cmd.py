@@ -125,13 +125,17 @@ def commit_cmd(
 
     The commit is built beside your index, so git hooks (pre-commit, commit-msg) do not run: they would
     check your staged work, not the logbook's. Records are verified by `logbook verify` instead.
+    Third-party stamps still pending (an authority was unreachable) are fetched first, within one
+    timeout, and committed too.
 
     Example: logbook commit -m "qknorm: first night"
     """
     from logbook.records.commit import commit_logbook
     from logbook.core.project import open_project
 
-    res = commit_logbook(open_project(), message)
+    project = open_project()
+    _fetch_pending_stamps(project)
+    res = commit_logbook(project, message)
     if not res.commit:
         if as_json:
             print_json({"commit": None, "branch": res.branch, "message": res.message, "paths": []})
@@ -144,6 +148,15 @@ def commit_cmd(
         return
     typer.echo(res.commit)
     err(f"[{res.branch.removeprefix('refs/heads/')} {res.commit[:10]}] {res.message.splitlines()[0]} ({len(res.paths)} file(s))")
+
+
+def _fetch_pending_stamps(project) -> None:
+    """Stamps an unreachable authority left pending go into this commit (within one timeout in all)."""
+    from logbook.cli.stamp_cmd import say_stamp, stamp_quietly
+    from logbook.trust.stamping import stamp_pending
+
+    for outcome in stamp_quietly(project, stamp_pending) or []:
+        say_stamp(outcome)
 
 
 @app.command("migrate")

@@ -29,8 +29,10 @@ def ckpt_interval_cmd(
 
     Durations take units s, m, h, d and combine: 90s, 5m, 3.1h, 2d, 1h30m.
     With --run, the MTBF is the run's wall time over its failures (drills and
-    preemptions excluded) and the save cost is the median blocking seconds of
-    its saves; --mtbf or --save-cost override either measurement.
+    preemptions excluded), once it has had at least 3 (fewer leave the
+    interval uncertain by more than ±30%), and the save cost is the median
+    blocking seconds of its saves; --mtbf or --save-cost override either
+    measurement.
 
     Example: logbook ckpt-interval --mtbf 3.1h --save-cost 5m
     """

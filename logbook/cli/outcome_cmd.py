@@ -37,13 +37,27 @@ def outcome_cmd(
     require_intact(project, "outcome", run=run)
     card = record_outcome(project, run)
     if card.final and not card.already_recorded:
-        card.warnings = rerender_days(project, [card.computed_at[:10]])
+        _stamp_scorecard(project, run, card.event)
+        card.warnings += rerender_days(project, [card.computed_at[:10]])
     for w in card.warnings:
         err(f"warning: {w}")
     if as_json:
         print_json(card.to_dict())
         return
     print_scorecard(card, project.root)
+
+
+def _stamp_scorecard(project, run: str, event: str | None) -> None:
+    """Third-party time for the scorecard just written: a stamp of its own hash."""
+    from logbook.cli.stamp_cmd import say_stamp, stamp_quietly
+    from logbook.scoring.outcome import outcomes_dir
+    from logbook.trust.stamping import run_records, stamp_record
+
+    name = f"{str(event).split(':', 1)[-1]}.json"
+    path = (outcomes_dir(project, run) / name).relative_to(project.root).as_posix()
+    for item in run_records(project):
+        if item.path == path:
+            say_stamp(stamp_quietly(project, stamp_record, item))
 
 
 def _value(p) -> str:

@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -53,6 +54,7 @@ def prereg_cmd(
     inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
                         config=config, budget=budget, rationale=rationale, assume=assume, from_file=from_file)
     written = create_prereg(project, inp)
+    _stamp(project, written.id, written.sha256)
     for w in written.warnings:
         err(f"warning: {w}")
     if as_json:
@@ -60,6 +62,14 @@ def prereg_cmd(
         return
     typer.echo(f"Preregistered {written.id}  (commit {written.commit[:7]}, sha256 {written.sha256[:8]}…)")
     _echo_plan(written.front)
+
+
+def _stamp(project, prereg_id: str, digest: str, key: str = "") -> None:
+    """Third-party time for the record just committed (bounded by the timeout; pending if unreachable)."""
+    from logbook.cli.stamp_cmd import say_stamp, stamp_quietly
+    from logbook.trust.stamping import stamp_prereg_record
+
+    say_stamp(stamp_quietly(project, stamp_prereg_record, prereg_id, digest, key))
 
 
 def _echo_plan(front: dict[str, Any]) -> None:
@@ -185,6 +195,7 @@ def amend_cmd(
     pid = resolve_prereg_id(project, prereg_id) or prereg_id
     written = amend_prereg(project, pid, reason=reason, seen=seen, predictions=list(predict or []),
                            contingency=list(contingency or []))
+    _stamp(project, written.id, written.sha256, written.front["id"])
     for w in written.warnings:
         err(f"warning: {w}")
     key, kind = written.front["id"], written.front["kind"]
@@ -201,6 +212,11 @@ def amend_cmd(
 def verify_cmd(
     prereg_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="Check only this preregistration."),
     full: bool = typer.Option(False, "--full", help="Read every commit again, ignoring (and not updating) the cache."),
+    replay: Optional[int] = typer.Option(None, "--replay", metavar="N", min=1,
+                                         help="Also retrain the first N steps of each run that answers to a "
+                                              "preregistration, from its code snapshot and seed, and compare the losses "
+                                              "bit for bit (CPU)."),
+    run: Optional[str] = typer.Option(None, "--run", metavar="RUN", help="With --replay: replay only this run."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check that every record and log is as first committed, over the whole history of HEAD.
@@ -213,22 +229,46 @@ def verify_cmd(
     amendment chain) and every hash-chained log line by line. Rebases,
     cherry-picks and squash-merges that keep the bytes verify. Commits already
     verified are remembered under .logbook/, so a second run is quick
-    (--full reads them all again).
+    (--full reads them all again). Where logbook.yaml names a timestamp
+    authority, every stamp is checked offline against its CA, and a run
+    answers to its preregistration only when the preregistration's stamp is
+    earlier than the run's; verify says per preregistration what third-party
+    time it has ("no third-party time" without an authority).
 
-    Exit 0 when everything is as written; exit 4 naming what changed; exit 3
-    when git ignores records (they can never be committed, so never verified).
+    With `signing:` in logbook.yaml, every record signature is checked against
+    the allowed-signers file as HEAD commits it, and each record is listed as
+    signed by a principal or unsigned; every commit that changed the allowed
+    signers, `signing:` or review_self_approval is listed (SETTING lines).
 
-    Example: logbook verify
+    Each run that answers to a preregistration must have trained with the seed
+    its preregistration's earliest timestamp token gives. --replay N retrains
+    the first N steps of those runs from their own code snapshot, with that
+    seed, on the CPU (where the trainer is deterministic) in a temporary
+    folder, and compares each logged loss bit for bit: a run trained before
+    its preregistration existed cannot match.
+
+    Exit 0 when everything is as written; exit 4 naming what changed (a
+    signature that does not match its record, an unsigned record where
+    signing.require is true, or the first step whose loss differs from the
+    replay); exit 3 when git ignores
+    records (they can never be committed, so never verified), or when a run
+    asked to be replayed cannot be (trained on a GPU, snapshot missing...).
+
+    Example: logbook verify --replay 3
     """
+    from logbook.core.errors import RefusedError, UsageError
     from logbook.records.prereg import resolve_prereg_id
     from logbook.core.project import open_project
     from logbook.records.verify import verify_project
 
     project = open_project()
+    if run is not None and replay is None:
+        raise UsageError("--run goes with --replay N", hint=f"logbook verify --replay 3 --run {run}")
     pid = None if prereg_id is None else (resolve_prereg_id(project, prereg_id) or prereg_id)
     report = verify_project(project, pid, full=full)
+    verdicts = _replay(project, replay, pid, run, report) if replay is not None else []
     if as_json:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "replay": [asdict(v) for v in verdicts]} if replay else report.to_dict())
     else:
         if report.in_progress:
             err(f"note: {report.in_progress}; verified HEAD as it stands")
@@ -240,10 +280,50 @@ def verify_cmd(
             typer.echo(f"IGNORED  {u.message}")
         for a in report.acknowledged:
             typer.echo(f"ACKNOWLEDGED  {a.message}")
+        for line in report.identity.lines() if report.identity is not None else []:
+            typer.echo(line)  # who signed each record, and every commit that changed who may sign
+        for v in verdicts:
+            if v.state != "differs":  # a difference is one of the problems above
+                typer.echo(f"{'REPLAYED' if v.state == 'equal' else 'NOT REPLAYED'}  {v.message}")
         if report.ok:
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")
+        _echo_time(report.timestamps, report.ok)
     report.raise_if_tampered(project.root)
+    undone = [v.run_id for v in verdicts if v.state == "not_replayed"]
+    if undone:
+        raise RefusedError(f"{_count(len(undone), 'run')} could not be replayed: {', '.join(undone[:5])}",
+                           hint="the NOT REPLAYED lines say why; a run trained on a GPU or on several workers "
+                                "cannot be compared bit for bit with a CPU replay")
+
+
+def _replay(project: Any, steps: int, pid: str | None, run: str | None, report: Any) -> list[Any]:
+    """`verify --replay`: each run's verdict; a run whose losses differ joins the report's problems."""
+    from logbook.records.verify import Finding
+    from logbook.trust.replay import replay_runs
+
+    verdicts = replay_runs(project, steps, prereg_id=pid, run_id=run)
+    if not verdicts:
+        err("note: no run answers to " + (f"preregistration {pid}" if pid else "a preregistration") + ": nothing to replay")
+    report.problems += [Finding(f.path, f.kind, f.message) for f in (v.finding(project) for v in verdicts)
+                        if f.kind == "replay_differs"]
+    return verdicts
+
+
+def _echo_time(facts: dict[str, Any], ok: bool) -> None:
+    """What third-party stamps prove: per preregistration its earliest stamp, and per run whether it came after."""
+    if not facts or facts.get("state") == "off":
+        if ok:  # beside a problem, the problem is what matters
+                err("note: no third-party time: no timestamp authority is configured, so nothing proves when records "
+                "were written (see `timestamping:` in the README)")
+        return
+    pending = facts.get("pending") or []
+    typer.echo(f"Third-party time: {facts.get('stamps', 0)} valid stamp(s) from {', '.join(facts['authorities'])}"
+               + (f"; {len(pending)} record(s) not stamped yet (`logbook stamp`)" if pending else "") + ".")
+    for pid, p in sorted((facts.get("preregs") or {}).items()):
+        when = f"stamped {p['stamped']}" if p.get("stamped") else "no third-party time"
+        runs = "; ".join(f"run {r}: {v.get('order')}" for r, v in sorted(p.get("runs", {}).items()))
+        typer.echo(f"  {pid}: {when}" + (f"; {runs}" if runs else ""))
 
 
 def _count(n: int, word: str) -> str:

@@ -24,13 +24,16 @@ def review_cmd(
     Each line: entry id, UTC time, run, kind, a one-line summary, and
     approvals so far / needed (review_approvals in logbook.yaml). Reviewers
     are git's user.name and user.email; each review is a record of its own
-    under entries/reviews/, committed by `logbook commit`.
+    under entries/reviews/, committed by `logbook commit`. With `signing:` in
+    logbook.yaml, reviews are signed with git's SSH signing key and people are
+    told apart by key: the launcher's approval, under any address, counts only
+    when review_self_approval is committed as true.
 
     Example: logbook review && logbook review approve qknorm:17 --comment "restart cost matches the drill"
     """
     if ctx.invoked_subcommand is not None:
         return
-    from logbook.chronicle.review import review_queue, review_status
+    from logbook.chronicle.review import identity_notes, review_queue, review_status
     from logbook.trust.ack import ANY as ACK_ANY
 
     project = _checked_project(run, entry=ACK_ANY)
@@ -49,6 +52,8 @@ def review_cmd(
         err("Nothing needs review." if not all_ else "No reviewable entries yet.")
         return
     _print_queue(items)
+    for note in identity_notes(project, [i.run for i in items]):
+        err(f"note: {note}")
 
 
 def _checked_project(run: str | None = None, entry: str | None = None):

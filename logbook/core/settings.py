@@ -10,8 +10,44 @@ import yaml
 
 from logbook.core.errors import UsageError, did_you_mean
 from logbook.core.yamlsafe import load_yaml_mapping
+from logbook.core.timestamping import TimestampingConfig, parse_timestamping
 
 CONFIG_FILE = "logbook.yaml"
+
+
+@dataclass
+class SigningSettings:
+    """`signing:` in logbook.yaml: whose SSH keys may sign records, and whether every record must be signed."""
+
+    allowed_signers: str
+    """ssh allowed-signers file (`ssh-keygen -Y` format), relative to the repository root; read as HEAD commits
+    it, never from the working tree, so an uncommitted edit grants nothing."""
+    require: bool = False
+    """True: a record with no valid signature by an allowed key is exit 4 in `verify` (records first committed
+    while the setting was off are reported, not failed)."""
+
+    @classmethod
+    def from_yaml(cls, raw: object) -> "SigningSettings | None":
+        """The `signing:` mapping as read from YAML (None: signing is off), validated."""
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise UsageError(f"{CONFIG_FILE}: signing must be a mapping with allowed_signers (and require)",
+                             hint="signing:\n  allowed_signers: trust/allowed_signers\n  require: false")
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in raw:
+            if key not in names:
+                raise UsageError(f"{CONFIG_FILE}: unknown setting `signing.{key}`",
+                                 hint=did_you_mean(str(key), names, f"known: {', '.join(names)}", prefix="signing."))
+        path = raw.get("allowed_signers")
+        if (not isinstance(path, str) or not path.strip() or "\x00" in path or Path(path).is_absolute()
+                or ".." in Path(path).parts):
+            raise UsageError(f"{CONFIG_FILE}: signing.allowed_signers must be a file path relative to the repository "
+                             f"root, got {path!r}", hint="e.g. trust/allowed_signers, committed with the repository")
+        require = raw.get("require", False)
+        if not isinstance(require, bool):
+            raise UsageError(f"{CONFIG_FILE}: signing.require must be true or false, got {require!r}")
+        return cls(allowed_signers=path.strip(), require=require)
 
 
 @dataclass
@@ -35,6 +71,12 @@ class LogbookConfig:
 
     snapshot_max_file_mb: float = 10.0
     """Untracked files larger than this are left out of code snapshots (stray checkpoints)."""
+
+    timestamping: TimestampingConfig | None = None
+    """RFC 3161 authorities that stamp records (see `logbook.core.timestamping`); None: no third-party time."""
+    signing: SigningSettings | None = None
+    """Signed identity (`logbook.trust.signatures`); None: records are not signed and people are told apart by
+    e-mail."""
 
     def validate(self) -> None:
         entries = self.entries_dir
@@ -60,10 +102,18 @@ class LogbookConfig:
             raise UsageError(f"{CONFIG_FILE}: allow_unregistered_runs must be true or false")
         if isinstance(self.snapshot_max_file_mb, bool) or not isinstance(self.snapshot_max_file_mb, (int, float)) or self.snapshot_max_file_mb <= 0:
             raise UsageError(f"{CONFIG_FILE}: snapshot_max_file_mb must be a positive number")
+        self.timestamping = parse_timestamping(self.timestamping)
 
     def to_yaml(self) -> str:
         lines = ["# logbook settings: see `logbook init --help`"]
         for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue  # an optional block that is off is left out, not written as `null`
+            if dataclasses.is_dataclass(value):  # a nested block (timestamping, signing), written as a mapping
+                block = value.to_dict() if hasattr(value, "to_dict") else dataclasses.asdict(value)
+                lines.append(yaml.safe_dump({f.name: block}, sort_keys=False).rstrip())
+                continue
             doc = _FIELD_DOCS.get(f.name)
             if doc:
                 lines.append(f"# {doc}")
@@ -90,6 +140,7 @@ def load_config(path: Path) -> LogbookConfig:
             raise UsageError(f"{CONFIG_FILE}: unknown setting `{key}`",
                              hint=did_you_mean(key, names, f"known settings: {', '.join(names)}"))
     cfg = LogbookConfig(**{k: v for k, v in raw.items()})
+    cfg.signing = SigningSettings.from_yaml(raw.get("signing"))
     if isinstance(cfg.milestones, list):
         # Whole numbers read as fractions (1 -> 1.0); a huge one stays an int and fails validation.
         cfg.milestones = [float(m) if isinstance(m, int) and not isinstance(m, bool) and abs(m) < 2**53 else m

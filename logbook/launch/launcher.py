@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import re
@@ -43,10 +44,13 @@ from logbook.launch.watch import RunResult, StderrPump, Watcher, launch_ending, 
 from logbook.records import gitbind
 from logbook.records.chain import utc_now
 from logbook.records.gitbind import snapshot_worktree
+from logbook.records.measurable import launch_warnings
 from logbook.records.prereg import load_prereg, resolve_prereg_id
 from logbook.records.verify import verify_or_raise
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from logbook.runs.runlock import RunLock
+from logbook.trust.stamping import HeadStamper, launch_deadline, stamp_prereg_before_run, stamp_run_start
+from logbook.trust.replay import anchored_seed, stamp_files, timestamping_configured
 
 __all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
@@ -134,7 +138,7 @@ def launch_run(
         elif not run_id:
             raise UsageError("nodes other than 0 need the run id of node 0", hint="pass --run-id ID on every node")
     _check_torch_installed()
-    _check_config_with_trainer(project, config, overrides, entry)
+    resolved = _check_config_with_trainer(project, config, overrides, entry)
     run_id = check_run_id(run_id) if run_id else new_run_id(project, prereg_id, config)
     lock = RunLock(project.state_dir / "locks" / _lock_name(run_id, rdzv))
     stale = lock.acquire(what=f"run {run_id}")
@@ -144,10 +148,11 @@ def launch_run(
         if rdzv.node_rank != 0:
             plan = _follower_plan(project, run_id, config, overrides)
         elif resume is not None:
-            plan = _resume_plan(project, run_id, nproc, max_restarts, rdzv)
+            plan = _resume_plan(project, run_id, nproc, max_restarts, rdzv, say)
         else:
             plan = _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory,
-                             nproc or 1, DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, rdzv, say)
+                             nproc or 1, DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, rdzv, say,
+                             config_seed=_config_seed(resolved))
         _announce(plan, project, say)
         return _supervise(project, plan, rdzv, entry, say, poll_s, lock)
     finally:
@@ -232,32 +237,7 @@ def _child_env() -> dict[str, str]:
     """The environment for torchrun and the trainer: this logbook's source on the path."""
     env = with_own_source(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
-    env["GLIBC_TUNABLES"] = with_huge_pages(env.get("GLIBC_TUNABLES"))
     return env
-
-
-HUGE_PAGES = "glibc.malloc.hugetlb=1"
-"""glibc's malloc asks for transparent huge pages (`madvise`) for the memory it gets from the kernel."""
-
-
-def with_huge_pages(tunables: str | None) -> str:
-    """glibc's tunables for the trainer: `HUGE_PAGES` added, unless they already say how malloc should page.
-
-    A CPU step streams activations of several megabytes through element-wise
-    ops, and with 4 KB pages every one of them walks the page tables: backed
-    by 2 MB pages the trainer made 2-4% more tokens/s at the small CPU
-    configs' shapes (`bench/huge_pages.py`), for about 2% more resident
-    memory. It only takes effect where the kernel's transparent huge pages
-    are `madvise` or `always` (`/sys/kernel/mm/transparent_hugepage/enabled`);
-    glibc older than 2.35, or another C library, ignores it. A user's own
-    `glibc.malloc.hugetlb` setting stands (`=0` turns it off), and the
-    trainer records what it got (trainer/host_memory.py `heap_pages`).
-    """
-    if not tunables:
-        return HUGE_PAGES
-    if any(t.startswith("glibc.malloc.hugetlb=") for t in tunables.split(":")):
-        return tunables
-    return f"{tunables}:{HUGE_PAGES}"
 
 
 def _check_torch_installed() -> None:
@@ -269,15 +249,19 @@ def _check_torch_installed() -> None:
                            hint="install the training extra: python3 -m pip install -e '.[train]'")
 
 
-def _check_config_with_trainer(project: Project, config: Path, overrides: list[str], entry: str) -> None:
+def _check_config_with_trainer(project: Project, config: Path, overrides: list[str], entry: str) -> Any:
     """Let the trainer parse the config and overrides, so a typo fails before any process starts.
 
-    `--print-config` validates without importing torch and prints the resolved config.
+    `--print-config` validates without importing torch and prints the resolved config; returns what it
+    printed, parsed (None when it is not JSON: another entry's format).
     """
     cmd = [sys.executable, *_entry_argv(entry), "--print-config", str(config), *overrides]
     proc = subprocess.run(cmd, cwd=project.root, env=_child_env(), capture_output=True, text=True, timeout=300)
     if proc.returncode == 0:
-        return
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            return None
     message, hint = _error_lines(proc.stderr or proc.stdout)
     if proc.returncode == 2:
         raise UsageError(message or f"the trainer refused the config {config}", hint=hint)
@@ -285,6 +269,15 @@ def _check_config_with_trainer(project: Project, config: Path, overrides: list[s
         f"checking the config with the trainer failed (exit {proc.returncode}): {message}",
         hint=f"run `{' '.join(cmd[1:])}` to see the whole output",
     )
+
+
+def _config_seed(resolved: Any) -> int | None:
+    """train.seed of the config as the trainer resolved it (`--print-config`), when it says."""
+    try:
+        seed = resolved["config"]["train"]["seed"]
+    except (KeyError, TypeError):
+        return None
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
 def _error_lines(text: str) -> tuple[str, str | None]:
@@ -347,13 +340,14 @@ def _resume_args(project: Project, resume: str, config_path, overrides, prereg_i
 # --- the run record ------------------------------------------------------------------
 
 
-def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory, nproc, max_restarts, rdzv, say) -> _Plan:
+def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory, nproc, max_restarts, rdzv, say,
+              *, config_seed: int | None = None) -> _Plan:
     check_run_id(run_id)
     if run_record_path(project, run_id).exists():
         status = run_status(project, run_id, load_run_record(project, run_id))
         raise RefusedError(f"run {run_id} already exists (status {status})",
                            hint=f"resume it with `logbook run --resume {run_id}`, or choose another --run-id")
-
+    _refuse_chosen_seed(project, prereg, overrides)
     snapshot = snapshot_worktree(project, run_id)
     digest = config_sha256(config)
     rec = RunRecord(
@@ -368,11 +362,36 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         rec.deviations = _deviations(rec)
         for d in rec.deviations:
             say(f"WARNING: deviation from preregistration {prereg_id}: {d}")
-    write_run_record(project, rec)
-    return _Plan(record=rec, config=config, overrides=list(overrides), resumed=False)
+        for w in launch_warnings(prereg, config, list(overrides), rec.amendments):
+            say(f"WARNING: {w}")
+    deadline = launch_deadline(project)  # one timeout for all the stamps before the first step
+    if prereg is not None:
+        _say_stamps(say, stamp_prereg_before_run(project, prereg.id, rec.amendments, deadline))
+    # Last before the record is written: a stamp fetched while launching is the one the seed comes from.
+    anchor = anchored_seed(project, prereg.sha256) if prereg is not None else None
+    rec.seed, rec.seed_source = (anchor.seed, anchor.source) if anchor else (config_seed, None)
+    for w in write_run_record(project, rec):
+        say(f"WARNING: {w}")
+    _say_stamps(say, [stamp_run_start(project, run_id, deadline)])
+    return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, overrides), resumed=False)
 
 
-def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rendezvous) -> _Plan:
+def _refuse_chosen_seed(project: Project, prereg: Any, overrides: list[str]) -> None:
+    """A seed chosen on the command line would undo the draw from the preregistration's timestamp: refused
+    wherever there is or will be a stamp to draw it from."""
+    if prereg is None or not any(o.startswith("train.seed=") for o in overrides):
+        return
+    if timestamping_configured(project) or stamp_files(project, prereg.sha256):
+        raise UsageError(f"the seed of a run of preregistration {prereg.id} is drawn from its timestamp, "
+                         "so train.seed cannot be set on the command line", hint="drop the train.seed override")
+
+
+def _trainer_overrides(rec: RunRecord, overrides: list[str]) -> list[str]:
+    """The trainer's overrides: the launch's own, then the anchored seed (last, so it wins over the config's)."""
+    return [*overrides, f"train.seed={rec.seed}"] if rec.seed_source else list(overrides)
+
+
+def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rendezvous, say: Say = _quiet) -> _Plan:
     rec = load_run_record(project, run_id)
     if run_status(project, run_id, rec) == "finished":
         raise RefusedError(f"run {run_id} already finished", hint="start a new run instead of resuming this one")
@@ -388,7 +407,16 @@ def _resume_plan(project: Project, run_id: str, nproc, max_restarts, rdzv: Rende
     rec.nproc = nproc or rec.nproc
     rec.max_restarts = rec.max_restarts if max_restarts is None else max_restarts
     rec.nnodes = rdzv.nnodes
-    return _Plan(record=rec, config=config, overrides=list(rec.overrides), resumed=True)
+    _say_stamps(say, [stamp_run_start(project, run_id)])  # a start whose authority was down: fetched now
+    return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, list(rec.overrides)), resumed=True)
+
+
+def _say_stamps(say: Say, outcomes: list) -> None:
+    for o in outcomes:
+        if o is not None and o.written:
+            say(f"  stamped {o.what} (third-party time)")
+        for why in o.pending if o is not None else []:
+            say(f"  warning: stamp pending for {o.what}: {why}; `logbook stamp` fetches it later")
 
 
 def _follower_plan(project: Project, run_id: str, config: Path, overrides: list[str]) -> _Plan:
@@ -396,7 +424,7 @@ def _follower_plan(project: Project, run_id: str, config: Path, overrides: list[
     for _ in range(120):
         if run_record_path(project, run_id).exists():
             rec = load_run_record(project, run_id)
-            return _Plan(record=rec, config=config, overrides=list(overrides), resumed=False)
+            return _Plan(record=rec, config=config, overrides=_trainer_overrides(rec, overrides), resumed=False)
         time.sleep(0.5)
     raise RefusedError(f"run {run_id} has no run.json after 60 s", hint="start node 0 first, on a filesystem all nodes share")
 
@@ -434,6 +462,11 @@ def _announce(plan: _Plan, project: Project, say: Say) -> None:
     snap = rec.snapshot or {}
     dirty = " (uncommitted changes included)" if snap.get("dirty") else ""
     say(f"  config {rec.config_path} sha256 {rec.config_hash[:12]}; code snapshot {str(snap.get('commit', ''))[:12]}{dirty}")
+    if rec.seed_source:
+        say(f"  seed {rec.seed}, drawn from the preregistration's timestamp ({rec.seed_source})")
+    elif rec.prereg_id and not plan.resumed:
+        say(f"  seed {rec.seed} from the config: the preregistration has no timestamp yet, so the run's randomness "
+            "is not anchored")
     say(f"  torchrun: {rec.nproc} process(es) x {rec.nnodes} node(s), up to {rec.max_restarts} restart(s)")
     say(f"  events: {_rel(project, project.run_dir(rec.run_id) / 'events.jsonl')}")
 
@@ -485,12 +518,17 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
     # stop) when the launcher dies rather than training on unwatched.
     proc = subprocess.Popen(cmd, cwd=project.root, env=env, start_new_session=True, stderr=subprocess.PIPE,
                             pass_fds=(lock.fileno(),), preexec_fn=_term_with_parent)
-    watcher = Watcher(project, rec.run_id, proc, say)
+    # The log's chain head is stamped at every checkpoint, from a thread of the launcher: never the trainer's.
+    heads = HeadStamper(project, rec.run_id) if rdzv.node_rank == 0 else None
+    watcher = Watcher(project, rec.run_id, proc, say, heads=heads)
     pump = StderrPump(proc.stderr, launch_dir / "torchrun.log", muted=lambda: bool(watcher.signals))
     torchrun_exit = watcher.wait(poll_s)
     pump.join()
-    return launch_ending(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq, record=rdzv.node_rank == 0,
-                   join_timeout_s=rdzv.join_timeout_s if rdzv.nnodes > 1 else None)
+    result = launch_ending(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq,
+                           record=rdzv.node_rank == 0, join_timeout_s=rdzv.join_timeout_s if rdzv.nnodes > 1 else None)
+    if heads is not None:
+        heads.close()  # the final head, run_failed included; at most one timeout
+    return result
 
 
 def _rendezvous_env(rdzv: Rendezvous) -> dict[str, str]:

@@ -137,8 +137,10 @@ class StderrPump:
 class Watcher:
     """Follows one torchrun process until it exits."""
 
-    def __init__(self, project: Project, run_id: str, proc: subprocess.Popen, say: Callable[[str], None]) -> None:
+    def __init__(self, project: Project, run_id: str, proc: subprocess.Popen, say: Callable[[str], None],
+                 heads: Any = None) -> None:
         self.project = project
+        self.heads = heads  # a HeadStamper: told of each checkpoint, it stamps the log's head in its own thread
         self.run_id = run_id
         self.proc = proc
         self.say = say
@@ -165,6 +167,8 @@ class Watcher:
             line = event_line(ev)
             if line:
                 self.say(line)
+        if self.heads is not None and any(e.get("kind") == "checkpoint_saved" for e in new):
+            self.heads.checkpoint(new[-1])
         if new:
             self._render(sorted({str(e.get("ts", ""))[:10] for e in new if e.get("ts")}))
 

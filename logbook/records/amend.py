@@ -17,6 +17,7 @@ from logbook.records.prereg import Written, amendment_path, load_prereg, relpath
 from logbook.records.prereg_format import SCHEMA, SEEN, hash_as_written, render_amendment_body, render_record
 from logbook.records.prereg_input import check_contingency, check_id, check_predictions, check_text
 from logbook.records.verify import verify_project
+from logbook.trust.signatures import sign_record
 
 
 def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
@@ -76,4 +77,5 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
         [("Logbook-Prereg", prereg_id), ("Logbook-Amendment", key), ("Logbook-Sha256", digest)])
     done = gitbind.commit_file(project.root, relpath(project, path),
                                render_record(front, body).encode("utf-8"), message, state)
+    warnings += sign_record(project, digest, what=f"amendment {key} of {prereg_id}")  # `logbook commit` commits it
     return Written(prereg_id, done.commit, digest, path, front, warnings)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+from logbook.records.plan import plan_words
 from logbook.core.textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, signal_name
 
 STRICT_ENV = "LOGBOOK_STRICT_EVENTS"
@@ -156,19 +157,41 @@ def restart_cause(data: dict[str, Any], *, name: Callable[[str], str] = str,
                         exception=code(exc) if isinstance(exc, str) and exc else "an exception")
 
 
+def signal_evidence(data: dict[str, Any]) -> str:
+    """What is known of who killed an attempt that a signal ended without a record ("" when not such a kill).
+
+    A SIGKILL (or an unnamed signal) leaves no record of its sender: the words say
+    the cause is unknown, unless the kernel counted OOM kills while the attempt ran
+    (`oom_kills`, from the memory cgroup), which is evidence and is named.
+    """
+    if data.get("cause") != "signal" or data.get("exception_type"):
+        return ""
+    sig = data.get("signal")
+    if sig not in (None, 9, -9, "9", "-9", "SIGKILL") and signal_name(sig) != "signal 9 (SIGKILL)":
+        return ""
+    kills = data.get("oom_kills")
+    if isinstance(kills, int) and not isinstance(kills, bool) and kills > 0:
+        return (f"the kernel's OOM killer: {kills} OOM kill{'s' if kills != 1 else ''} in the run's memory cgroup "
+                "while the attempt ran")
+    return "cause unknown: the OOM killer, a scheduler or a person"
+
+
 # --- one line per event, for a person ------------------------------------------------------------
 
 
 def _plan_tag(d: dict[str, Any]) -> str:
+    """" [not in the plan]" for an action no rule foresaw; the rule and its difference for one that carries a rule out."""
     plan = d.get("plan")
     if isinstance(plan, dict) and plan.get("follows") is False:
-        return " [not in the plan]"
+        return f" [{plan_words(plan)}]"
     return ""
 
 
 def _sum_restart(e: Event) -> str:
     d = e.data
-    parts = [f"attempt {d.get('prev_attempt', '?')} → {e.rec.get('attempt', '?')}: {restart_cause(d)}"]
+    why = signal_evidence(d) if not e.drill else ""
+    parts = [f"attempt {d.get('prev_attempt', '?')} → {e.rec.get('attempt', '?')}: {restart_cause(d)}"
+             + (f" ({why})" if why else "")]
     if isinstance(d.get("resumed_from_step"), int):
         parts.append(f"resumed from step {fmt_int(d['resumed_from_step'])}")
     if isinstance(d.get("steps_lost"), int):
@@ -245,7 +268,8 @@ def _sum_reason(e: Event) -> str:
     return str(e.data.get("reason") or label(e.kind))
 
 
-_PLAN = _f("plan", "dict", "{rule: int | null, follows: bool}: the preregistered contingency rule it follows, if any")
+_PLAN = _f("plan", "dict", "{rule: int | null, follows: bool, differences: [str]}: the preregistered contingency rule it"
+                           " follows or carries out, and how it differs from the rule's terms, if it does")
 _SLURM = _f("slurm", "dict", "job facts under Slurm ({job_id, restart_count, ...})")
 _RANKS = "[{rank, node, host, pid}]"
 
@@ -275,19 +299,19 @@ _KINDS: tuple[Kind, ...] = (
              _f("compile_s", "number", "compile seconds (a cache load on a restart)"),
              _f("compile_graphs", "dict", "how each compiled graph was readied: loaded (saved by an earlier attempt),"
                 " compiled (and saved) or traced (torch.compile)"),
-             _f("norm_kernels", "str", "what computes the norms: native (C, on a CPU), inductor (the QK-norm native,"
-                " on a CPU) or pytorch (why)"),
-             _f("attention_kernel", "str", "what computes attention: native (C, on a single-threaded CPU) or pytorch"),
-             _f("gelu_kernel", "str", "what computes the MLP's GELU: native (C, on a single-threaded CPU) or pytorch"),
-             _f("heap_pages", "str", "how malloc pages the trainer's memory: huge (transparent huge pages) or"
-                " 4 KB (why)"),
+             _f("attention_backend", "str", "what computes attention (model.attention_backend): sdpa"
+                " (F.scaled_dot_product_attention) or math (the softmax written out)"),
              _f("config_changed", "list", "config keys changed since the previous launch"),
              _f("deviations", "list", "deviations from the preregistration the launcher recorded (run.json)"),
              _f("guard_from_plan", "list", "guard settings the preregistered contingency rules set, one line each"
                 " (`guard.spike_sigma 6 -> 4 (contingency rule 1)`)"),
              _SLURM,
+             _f("oom_kills", "int", "OOM kills the kernel had counted in the process's memory cgroup at the start"),
              _f("members", "list", "[{rank, node, local_rank, host, pid}] with several workers"),
              _f("group_id", "str", "the attempt's identity, agreed by every worker"),
+             _f("seed", "int", "the seed of the initialisation and the data order (train.seed as trained)"),
+             _f("seed_source", "str", "the preregistration's timestamp token the seed was drawn from, relative to the"
+                " entries folder; null: the config's own seed, not anchored (logbook/trust/replay.py)"),
          )),
     Kind("restart", "an attempt resumed after a failure: cause, steps and seconds lost, downtime", "restart",
          starts_attempt=True, reopens=True, run_state="running", incident=True, reviewable=True,
@@ -306,6 +330,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("exception_message", "str", "its message"),
              _f("signal", "any", "the signal that ended it (number or name)"),
              _f("peer_lost", "bool", "rank 0 lost a peer that left no record"),
+             _f("oom_kills", "int", "OOM kills the kernel counted in the memory cgroup while the ended attempt ran"
+                " (absent: it keeps no count)"),
              _f("lost_ranks", "list", f"{_RANKS}: the workers that vanished without a record"),
              _f("hung_ranks", "list", f"{_RANKS}: the workers that hung"),
              _SLURM,

@@ -27,7 +27,9 @@ only structured rules can be followed. The judgement:
   or above its sigma, its count of spikes within its window) and the action
   did exactly what n says (rollback distance, batches skipped, LR factor,
   skip the update, abort). A fired rule that was not carried out as written
-  is a deviation from that rule.
+  is a deviation from that rule, and the judgement names each difference in
+  the rule's own terms (`differences`: "skipped 13 batches, the rule said 10"),
+  so no reader has to guess which part differed (`plan_words`).
 - A skipped update while a rule is still counting towards its trigger follows
   that rule: the plan foresaw the spike and acts only when it recurs.
 - A manual LR scaling follows a rule whose only action is that same factor.
@@ -102,10 +104,11 @@ def _judge_guard(action: Mapping[str, Any], table: list) -> dict[str, Any]:
         else:
             waiting.append(n)
     for n, acts in fired:
-        if _did_what_rule_says(acts, action):
+        if not rule_differences(acts, action):
             return {"rule": n, "follows": True}
     if fired:
-        return {"rule": fired[0][0], "follows": False}
+        n, acts = fired[0]
+        return {"rule": n, "follows": False, "differences": rule_differences(acts, action)}
     if action.get("kind") == "skip" and waiting:
         return {"rule": waiting[0], "follows": True}
     return {"rule": None, "follows": False}
@@ -136,21 +139,50 @@ def _count_met(trig: Mapping[str, Any], action: Mapping[str, Any]) -> bool:
     return window is None or last[-1] - last[0] <= int(window)
 
 
-def _did_what_rule_says(acts: list[dict[str, Any]], action: Mapping[str, Any]) -> bool:
+_ACT_WORDS = {"skip": "skipped the update", "rollback": "rolled back", "abort": "aborted the run"}
+_RULE_WORDS = {"skip_update": "skip the update", "rollback": "roll back", "abort": "abort",
+               "skip_batches": "skip batches", "lr_scale": "scale the learning rate"}
+
+
+def rule_differences(acts: list[dict[str, Any]], action: Mapping[str, Any]) -> list[str]:
+    """How an action differs from what a rule says, in the rule's own terms ([] when it did exactly that)."""
     want = {a.get("kind"): a for a in acts}
     kind = action.get("kind")
+    said = ", ".join(_RULE_WORDS.get(str(k), str(k)) for k in want)
     if kind == "skip":
-        return set(want) == {"skip_update"}
+        return [] if set(want) == {"skip_update"} else [f"skipped the update, the rule said: {said}"]
     if kind == "abort":
-        return "abort" in want
-    # rollback: every part of the rule done as written, and nothing the rule did not ask for
-    if "rollback" not in want or int(want["rollback"].get("steps") or 0) != int(action.get("rollback_steps") or 0):
-        return False
-    skipped = int(action.get("skip_batches") or 0)
-    if int(want.get("skip_batches", {}).get("batches") or 0) != skipped:
-        return False
-    factor = float(action.get("lr_factor") or 1.0)
-    return _close(want.get("lr_scale", {}).get("factor", 1.0), factor)
+        return [] if "abort" in want else [f"aborted the run, the rule said: {said}"]
+    if "rollback" not in want:
+        return [f"{_ACT_WORDS.get(str(kind), str(kind))}, the rule said: {said}"]
+    out = []
+    steps, rule_steps = int(action.get("rollback_steps") or 0), int(want["rollback"].get("steps") or 0)
+    if steps != rule_steps:
+        out.append(f"rolled back {steps} steps, the rule said {rule_steps}")
+    skipped, rule_skip = int(action.get("skip_batches") or 0), int(want.get("skip_batches", {}).get("batches") or 0)
+    if skipped != rule_skip:
+        out.append(f"skipped {skipped} batches, the rule said {rule_skip}")
+    factor, rule_factor = float(action.get("lr_factor") or 1.0), want.get("lr_scale", {}).get("factor", 1.0)
+    if not _close(rule_factor, factor):
+        out.append(f"scaled the learning rate by {factor:g}, the rule said {float(rule_factor):g}")
+    return out
+
+
+def plan_words(plan: Any) -> str:
+    """What a `plan` judgement says, for a person: "", "as planned", "plan rule 1", or the rule and its differences.
+
+    Only an action no rule foresaw is "not in the plan"; an action that carries
+    out a rule with a difference says which rule and names the difference.
+    """
+    if not isinstance(plan, Mapping) or plan.get("follows") is None:
+        return ""
+    rule = plan.get("rule") if isinstance(plan.get("rule"), int) and not isinstance(plan.get("rule"), bool) else None
+    if plan.get("follows") is True:
+        return f"plan rule {rule}" if rule is not None else "as planned"
+    if rule is None:
+        return "not in the plan"
+    diffs = [str(d) for d in plan.get("differences") or [] if d]
+    return f"plan rule {rule}, with a difference: {'; '.join(diffs)}" if diffs else f"not as plan rule {rule} says"
 
 
 def _close(a: Any, b: Any) -> bool:

@@ -15,7 +15,14 @@ Examples:
     loss@step:5000 < 3.2              `@5000` means the same step
 
 The point in the run is `final`, a step (`step:N` or `N`) or a fraction of the
-run (`P%`, 0 < P <= 100). Without `@...` the point is `final`. Comparators are
+run (`P%`, 0 < P <= 100). Without `@...` the point is `final`. A value is
+scored at its point's own step and never taken from another one, unless the
+prediction says how: `@~N±W` (or `@~P%±W`) takes the value logged nearest the
+point within W steps either side (a tie: the earlier step), for a metric the
+run logs only now and then (`val_loss@~15±5` on a run that evaluates every 10
+steps). A point the run never measures is "not measured", never refuted by a
+stale value; `logbook prereg` refuses it when the config is named, and
+`logbook run` names it at launch (`logbook.records.measurable`). Comparators are
 `<`, `<=`, `>`, `>=`, `==`, `!=` (and `≤ ≥ ≠`). The tolerance (`± t`, `+- t` or
 `+/- t`) widens the accepted side: `x < T ± t` holds when x < T + t (a grace
 margin: `verdict()` tells a clean hit from one inside it), and `x == T ± t`
@@ -23,7 +30,10 @@ holds when |x - T| <= t (the band of equality).
 
 A prediction must be able to fail and able to hold over the metric's range
 (`restarts >= 0` cannot fail; `loss < 0` cannot hold): `check_falsifiable`
-refuses both, and unknown metric names list the known ones.
+refuses both, and unknown metric names list the known ones. It also refuses a
+count compared with a fraction (`restarts <= 2.5` means `<= 2`: say so) and a
+tolerance wider than everything the threshold accepts (`loss < 3 ± 5`: the
+tolerance, not the threshold, would decide).
 
 Forecasts (scored by `logbook.scoring.rules`):
 
@@ -37,7 +47,10 @@ bound). `≈` may be written `~=` or `~`. An interval must contain its point,
 must not be inverted, and must not cover the metric's whole range (it could
 not fail). A point forecast holds when the value lands inside its interval.
 A trajectory is two or more point forecasts of one metric at different
-points of the run, sharing one level; each point is scored on its own.
+points of the run, sharing one level; each point is scored on its own. A lone
+point forecast that a trajectory states too is one forecast: `flatten` keeps it
+once (scored, plotted and calibrated once) and `merge_stated_twice` says so at
+prereg; two different intervals of one point at one level are refused.
 Without a stated confidence a threshold prediction is scored as held or not
 and stays out of probability scores.
 """
@@ -101,6 +114,14 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
 )}
 
 
+def milestone_step(fraction: float, total_steps: int) -> int:
+    """The step at which `fraction` of a `total_steps` run is complete (at least step 1): what `P%` means."""
+    if total_steps <= 0:
+        raise ValueError(f"total_steps must be positive, got {total_steps}")
+    # The epsilon keeps 0.3 * 10 (= 3.0000000000000004) from rounding up to 4.
+    return max(1, min(total_steps, math.ceil(fraction * total_steps - 1e-9)))
+
+
 def known_metrics_text() -> str:
     return ", ".join(sorted(METRICS))
 
@@ -113,16 +134,23 @@ class At:
     """final | step | fraction"""
     value: int | float | None = None
     """The step (int) or the fraction of the run in (0, 1]; None for `final`."""
+    window: int | None = None
+    """`@~N±W`: the value is the one logged nearest the point within W steps either side; None: exactly there."""
 
     def to_text(self) -> str:
         if self.kind == "final":
             return "final"
         if self.kind == "step":
-            return f"step:{self.value}"
-        return _shortest(float(self.value), scale=100.0, digits=_FRACTION_DIGITS) + "%"
+            at = f"step:{self.value}" if self.window is None else str(self.value)
+        else:
+            at = _shortest(float(self.value), scale=100.0, digits=_FRACTION_DIGITS) + "%"
+        return at if self.window is None else f"~{at}±{self.window}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "value": self.value}
+        d: dict[str, Any] = {"kind": self.kind, "value": self.value}
+        if self.window is not None:  # only a windowed point carries it, so older records read as before
+            d["window"] = self.window
+        return d
 
 
 @dataclass(frozen=True)
@@ -284,11 +312,51 @@ def forecast_from_dict(d: dict[str, Any]) -> Forecast:
 
 
 def flatten(items: list[Forecast]) -> list[Prediction]:
-    """Trajectories replaced by their points: what is scored, one by one."""
+    """Trajectories replaced by their points: what is scored, one by one, each forecast once.
+
+    A lone point forecast that a trajectory also states (same metric, point,
+    value, interval and level) is one forecast written twice: it is kept once,
+    as the trajectory's point, so it is scored, plotted and calibrated once.
+    """
+    in_curves = {_same(p) for x in items if isinstance(x, Trajectory) for p in x.points}
     out: list[Prediction] = []
     for x in items:
-        out.extend(x.points if isinstance(x, Trajectory) else [x])
+        if isinstance(x, Trajectory):
+            out.extend(x.points)
+        elif not (x.is_point and _same(x) in in_curves):
+            out.append(x)
     return out
+
+
+def _same(p: Prediction) -> tuple[Any, ...]:
+    """What makes two point forecasts the same forecast (where it came from aside)."""
+    return (p.metric, p.at, p.threshold, p.lo, p.hi, p.confidence)
+
+
+def merge_stated_twice(items: list[Forecast]) -> tuple[list[Forecast], list[str]]:
+    """Lone point forecasts that a trajectory states too, merged into it (with a warning each).
+
+    Two intervals of one metric at one point and one level that disagree
+    contradict each other: refused. (At different levels they are two
+    forecasts, as quantiles are, and both are kept.)
+    """
+    seen: dict[tuple[str, At, float | None], tuple[Prediction, str]] = {}
+    for i, x in enumerate(items, start=1):
+        for p in (x.points if isinstance(x, Trajectory) else [x] if x.is_point else []):
+            where = f"prediction {i}" + (" (a trajectory)" if isinstance(x, Trajectory) else "")
+            key = (p.metric, p.at, p.confidence)
+            if key in seen and (_same(seen[key][0]) != _same(p) or isinstance(x, Trajectory) == bool(seen[key][0].curve)):
+                first, first_where = seen[key]
+                raise UsageError(f"{p.metric}@{p.at.to_text()} is forecast twice at {_level_text(p.confidence)}: "
+                                 f"{first._interval_text()} in "
+                                 f"{first_where} and {p._interval_text()} in {where}",
+                                 hint="state each forecast once: keep the one you mean")
+            seen.setdefault(key, (p, where))
+    kept = flatten(items)
+    dropped = [(i, x) for i, x in enumerate(items, start=1) if isinstance(x, Prediction) and x not in kept]
+    warnings = [f"prediction {i} ({x.to_text()}) is also a point of the trajectory: it is kept once, "
+                f"in the trajectory, and scored once" for i, x in dropped]
+    return [x for x in items if not (isinstance(x, Prediction) and x not in kept)], warnings
 
 
 def _level_text(p: float | None) -> str:
@@ -397,6 +465,27 @@ def _number(raw: str, cur: _Cursor, what: str, percent_ok: bool = False) -> floa
 
 
 def _parse_at(cur: _Cursor) -> At:
+    cur.skip_ws()
+    if cur.match(re.compile(r"(?:final|end)\b")):
+        return At("final")
+    if cur.match(re.compile(r"~")):
+        return _parse_window(cur, _parse_at_point(cur))
+    return _parse_at_point(cur)
+
+
+def _parse_window(cur: _Cursor, at: At) -> At:
+    """`~N±W` / `~P%±W`: the nearest logged value within W steps of the point (W a whole number of steps)."""
+    if at.kind == "final":
+        raise cur.fail("`~` takes a step or a fraction of the run, not `final`")
+    if cur.match(_TOL) is None:
+        raise cur.fail("`@~` needs its window in steps: write `@~15±5` (the nearest value within 5 steps of step 15)")
+    raw = cur.match(re.compile(r"\d[\d_]*"))
+    if raw is None:
+        raise cur.fail("expected the window, a whole number of steps, after `±`")
+    return At(at.kind, at.value, int(raw.replace("_", "")))
+
+
+def _parse_at_point(cur: _Cursor) -> At:
     cur.skip_ws()
     if cur.match(re.compile(r"(?:final|end)\b")):
         return At("final")
@@ -611,6 +700,44 @@ def check_falsifiable(p: Prediction, text: str | None = None) -> None:
             f"prediction {shown!r} can never hold: {m.name} is always in {_range_text(m)}",
             hint="check the comparator's direction and the threshold",
         )
+    if m.integer:
+        _check_whole(p, m, shown)
+    _check_tolerance(p, m, shown)
+
+
+def _check_whole(p: Prediction, m: Metric, shown: str) -> None:
+    """A count compared with a fraction (`restarts <= 2.5`) says less than it seems: refuse it, naming the whole number."""
+    t, tol = p.threshold, p.tolerance
+    if p.op in ("==", "!="):
+        return  # a fractional `==`/`!=` is refused above, a band of equality may be fractional
+    if not float(t).is_integer():
+        whole = {"<": ("<=", math.floor(t)), "<=": ("<=", math.floor(t)),
+                 ">": (">=", math.ceil(t)), ">=": (">=", math.ceil(t))}[p.op]
+        raise UsageError(f"prediction {shown!r} compares a count with a fraction: {m.name} is a whole number, "
+                         f"so `{p.op} {_shortest(t)}` means `{whole[0]} {whole[1]}`",
+                         hint=f"say the whole number you mean: `{m.name}@{p.at.to_text()} {whole[0]} {whole[1]}`")
+    if tol and not float(tol).is_integer():
+        raise UsageError(f"prediction {shown!r} gives a count a fractional tolerance: {m.name} is a whole number",
+                         hint=f"use a whole-number tolerance, or none: `{m.name}@{p.at.to_text()} {p.op} {_shortest(t)}`")
+
+
+def _check_tolerance(p: Prediction, m: Metric, shown: str) -> None:
+    """A grace margin wider than everything the threshold itself accepts makes the threshold say nothing.
+
+    `loss < 3 ± 5` accepts [0, 3) by its threshold and [3, 8) by its tolerance:
+    the tolerance is the prediction, and it is not the one written. A tolerance
+    is a small grace margin; anything wider is refused.
+    """
+    t, tol = p.threshold, p.tolerance
+    if not tol or p.op in ("==", "!="):
+        return  # for == and != the tolerance is the band itself, checked above
+    accepted = t - m.lo if p.op in ("<", "<=") else m.hi - t
+    if tol > accepted and not math.isclose(tol, accepted, rel_tol=1e-9):  # 1 - 0.9 is 0.0999...
+        side = f"[{_shortest(m.lo)}, {_shortest(t)})" if p.op in ("<", "<=") else f"({_shortest(t)}, {_shortest(m.hi)}]"
+        raise UsageError(f"prediction {shown!r} can hardly fail: its tolerance ± {_shortest(tol)} is wider than "
+                         f"everything the threshold accepts ({side}), so the tolerance, not the threshold, decides",
+                         hint="a tolerance is a small grace margin; state the threshold you expect and a margin "
+                              "smaller than it")
 
 
 def _check_interval(p: Prediction, m: Metric, shown: str) -> None:

@@ -34,6 +34,7 @@ from logbook.records.contingency import ContingencyRule
 from logbook.records.predictions import Forecast, Prediction, flatten, forecast_from_dict
 from logbook.records.prereg_format import SCHEMA, hash_as_written, read_record, render_body, render_record
 from logbook.records.prereg_input import ID_RE, PreregInput, check_id, slugify, validate_input
+from logbook.trust.signatures import sign_record
 
 AMEND_RE = re.compile(r"^(?P<id>[a-z0-9-]+)\.amend-(?P<n>[1-9]\d{0,3}|\d{8}T\d{12}Z-[0-9a-f]{8})\.md$")
 """`<prereg id>.amend-<key>.md`: the key is a record id (or, in older logbooks, a number)."""
@@ -183,6 +184,7 @@ def create_prereg(project: Project, inp: PreregInput, *, now: datetime | None = 
     )
     done = gitbind.commit_file(project.root, relpath(project, path),
                                render_record(front, body).encode("utf-8"), message, state)
+    warnings += sign_record(project, digest, what=f"preregistration {prereg_id}")  # `logbook commit` commits it
     return Written(prereg_id, done.commit, digest, path, front, warnings)
 
 def _committed_anywhere(project: Project, prereg_id: str) -> bool:

@@ -17,7 +17,8 @@ from typing import Any
 from logbook.core.errors import UsageError, did_you_mean
 from logbook.core.project import Project
 from logbook.records.contingency import ContingencyRule, parse_rule
-from logbook.records.predictions import Forecast, parse_prediction
+from logbook.records.measurable import cadence_of_file, check_measurable
+from logbook.records.predictions import Forecast, flatten, merge_stated_twice, parse_prediction
 
 ID_RE = re.compile(r"^\d{4}-\d{2}-\d{2}-[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FORBIDDEN_TITLE = set("`$<>|;&\\")
@@ -271,6 +272,17 @@ def _config_entry(project: Project, config: str | None) -> dict[str, Any] | None
     return {"path": rel, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
+def _check_measurable(project: Project, config_path: str, predictions: list[Forecast]) -> None:
+    """Refuse predictions the configured run can never measure at their point (see `measurable`)."""
+    cad = cadence_of_file(project.root / config_path)
+    problems = check_measurable(flatten(predictions), cad) if cad is not None else []
+    if problems:
+        raise UsageError(f"{len(problems)} prediction(s) name a point the run in {config_path} never measures: "
+                         + "; ".join(problems),
+                         hint="a value is never taken from another step unless the prediction says how "
+                              "(`@~STEP±WINDOW`: the nearest value within WINDOW steps)")
+
+
 def validate_input(project: Project, inp: PreregInput) -> tuple[dict[str, Any], list[str]]:
     """Check everything a person typed; return the content fields of the front matter and warnings."""
     title = check_title(inp.title)
@@ -278,8 +290,12 @@ def validate_input(project: Project, inp: PreregInput) -> tuple[dict[str, Any], 
     if not inp.predictions:
         raise UsageError("no predictions given",
                          hint="add at least one machine-checkable prediction: --predict 'val_loss@final < 1.45'")
-    predictions = check_predictions(list(inp.predictions))
+    predictions, merged = merge_stated_twice(check_predictions(list(inp.predictions)))
     rules, warnings = check_contingency(list(inp.contingency))
+    warnings += merged
+    config = _config_entry(project, inp.config)
+    if config:
+        _check_measurable(project, config["path"], predictions)
     budget = parse_budget(inp.budget) if inp.budget and inp.budget.strip() else None
     if budget and budget["amount"] is None:
         warnings.append(f"budget {budget['text']!r} not understood as an amount of gpu-hours, "
@@ -291,7 +307,7 @@ def validate_input(project: Project, inp: PreregInput) -> tuple[dict[str, Any], 
         "assumptions": [check_text(a, f"assumption {i}", required=True) for i, a in enumerate(inp.assumptions, 1)],
         "predictions": [p.to_dict() for p in predictions],
         "contingency": [r.to_dict() for r in rules],
-        "config": _config_entry(project, inp.config),
+        "config": config,
         "budget": budget,
     }
     return fields, warnings

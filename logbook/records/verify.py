@@ -57,6 +57,10 @@ from logbook.records.files import damaged_records, run_record_problem
 from logbook.records.prereg import AMEND_RE, runs_referencing
 from logbook.records.prereg_format import record_hash, split_record
 from logbook.records.prereg_input import ID_RE, check_id
+from logbook.trust.timecheck import check_time, time_hint
+from logbook.trust import signed_records
+from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
+from logbook.trust.replay import check_seeds
 from logbook.trust import ack, no_third_party
 
 TRAILER = "Logbook-Prereg"
@@ -72,10 +76,16 @@ class Finding:
     """edited | deleted | uncommitted | hash_mismatch | chain_broken | prereg_after_run | symlink | ignored |
     log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
-    log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), and what a run's log may not
-    hold (after_end | outcome_in_log | restart_missing, see `runends`), and the other checks that need no
-    third party (snapshot_missing | snapshot_moved | snapshot_prereg_differs | seen_false; warnings: stray |
-    snapshot_unknown, see `trust.no_third_party`)"""
+    log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), third-party time's
+    (stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run,
+    see `logbook.trust.timecheck`), identity's (signature_invalid | signature_orphan | unsigned; warnings:
+    signature_unknown_key | signature_unchecked | unsigned_before_require | allowed_signers_missing: see
+    `logbook.trust.signed_records`), the seed kinds (seed_mismatch | seed_source_missing | seed_source_foreign |
+    seed_not_earliest | seed_not_anchored, see `logbook.trust.replay`) and `verify --replay`'s
+    (replay_differs | replay_not_done),
+    what a run's log may not hold (after_end | outcome_in_log | restart_missing, see `runends`), and the
+    other checks that need no third party (snapshot_missing | snapshot_moved | snapshot_prereg_differs |
+    seen_false; warnings: stray | snapshot_unknown, see `trust.no_third_party`)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
@@ -83,6 +93,8 @@ class Finding:
     """The commit (or remote ref) that held the version that was lost, for history findings."""
     lost: str | None = None
     """The commit that lost it (or `HEAD`), for history findings."""
+    hint: str | None = None
+    """What to do, where the check that found it knows better than `fix_hint`."""
 
 
 @dataclass
@@ -104,6 +116,10 @@ class VerifyReport:
     """A merge, rebase, cherry-pick... under way, with how to finish or abort it."""
     root: Path | None = field(default=None, repr=False)
     """The repository, for hints that depend on its git state."""
+    timestamps: dict[str, Any] = field(default_factory=dict)
+    """What third-party stamps prove, per preregistration and run (`logbook.trust.timecheck`)."""
+    identity: Any = None
+    """`logbook.trust.signed_records.IdentityReport`: who signed each record, and who changed who may sign."""
 
     @property
     def ok(self) -> bool:
@@ -117,7 +133,8 @@ class VerifyReport:
         return {"ok": self.ok, "preregs": self.preregs, "amendments": self.amendments, "logs": self.logs,
                 "commits_checked": self.commits_checked, "in_progress": self.in_progress,
                 "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings],
-                "unverifiable": [asdict(f) for f in self.unverifiable],
+                "unverifiable": [asdict(f) for f in self.unverifiable], "timestamps": self.timestamps,
+                "identity": self.identity.to_dict() if self.identity is not None else None,
                 "acknowledged": [asdict(f) for f in self.acknowledged]}
 
     def raise_if_tampered(self, root: Path | None = None) -> None:
@@ -151,6 +168,10 @@ def fix_hint(f: Finding) -> str:
     """What to do about one finding: steps that work, and never `run logbook verify` (it sent you here)."""
     if f.kind == "prereg_after_run":
         return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+    if f.kind.startswith("stamp"):
+        return time_hint(f.kind, f.path)
+    if f.hint:
+        return f.hint
     if f.had and f.lost and f.had != f.lost and not f.kind.startswith("remote"):
         return (f"restore it as {f.had[:7]} had it (`git checkout {f.had[:7]} -- {f.path}`) and commit; "
                 "a record is never edited: a correction is a new record that supersedes it")
@@ -167,6 +188,9 @@ def fix_hint(f: Finding) -> str:
         return f"take the remote's version back (`git checkout {f.had} -- {f.path}`) and commit"
     if f.kind == "uncommitted":
         return "preregister with `logbook prereg`, which commits the record; a hand-written file proves nothing"
+    if f.kind.startswith(("seed_", "replay_")):
+        return ("a run answers to its preregistration only when it trained from the seed the preregistration's "
+                "earliest stamp gives: restore a deleted stamp from git, or start a new run with `--prereg`")
     if f.kind == "prereg_after_run":
         return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
     ack = (f"; if it was a mistake, `logbook acknowledge {f.path} --reason TEXT` records it for a teammate to review "
@@ -218,11 +242,24 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
+    _check_time(project, report, use_cache=not full)
+    report.identity = ident = signed_records.check_identity(project, prereg_id, hist.introduced)
+    report.problems += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.problems]
+    report.warnings += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.warnings]
+    for f in check_seeds(project, prereg_id):
+        (report.warnings if f.kind in SEED_WARNING_KINDS else report.problems).append(Finding(f.path, f.kind, f.message))
     no_third_party.check(project, report, hist.introduced)
     ack.apply_acknowledgements(project, report)  # last: it may cover any check's finding
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)
     return report
+
+
+def _check_time(project: Project, report: VerifyReport, use_cache: bool) -> None:
+    time = check_time(project, use_cache=use_cache)
+    for t in time.findings:
+        (report.problems if t.problem else report.warnings).append(Finding(t.path, t.kind, t.message))
+    report.timestamps = time.facts
 
 
 def _in_progress(root: Path) -> str | None:

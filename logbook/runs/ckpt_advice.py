@@ -18,7 +18,13 @@ out, as both formulas leave it out.
 
 `advise_from_run` measures both inputs from a run's own event log: the MTBF as
 wall time over the failures so far, the save cost as the median blocking
-seconds of its saves.
+seconds of its saves. It needs `MIN_FAILURES` failures before it estimates the
+MTBF at all: with failures arriving at random, n of them estimate the MTBF to
+within a relative standard error of about 1/sqrt(n), and the interval (which
+goes as its square root) to about half that. One failure leaves the interval
+uncertain by about ±50%; three bring it under ±30%, the least for a figure a
+person should act on. Below that the advice says how many failures it needs,
+unless an MTBF is given.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(sec|min|hr|s|m|h|d)", re.IGNORECAS
 # Restarts that cost rework: every cause the registry knows but a preemption, which saves
 # first and so loses nothing, and a cause nobody recorded.
 FAILURE_CAUSES = (*(c for c in RESTART_CAUSES if c != "preempted"), "unknown")
+
+MIN_FAILURES = 3
+"""Failures a run must have seen before its own MTBF is estimated (see the module's docstring)."""
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
@@ -241,14 +250,18 @@ class AdviceTracker:
         failures, current = self.failures, _median(self._gaps)
         measured_save = _median(self._costs)
         mtbf_src = save_src = "given"
-        if mtbf_s is None and failures and wall:
+        if mtbf_s is None and failures >= MIN_FAILURES and wall:
             mtbf_s, mtbf_src = wall / failures, "run"
         if save_s is None and measured_save:
             save_s, save_src = measured_save, "run"
         if mtbf_s is None or save_s is None:
             adv = Advice(save_s=save_s, mtbf_s=mtbf_s, failures=failures, wall_s=wall, current_s=current,
                          mtbf_source=mtbf_src, save_source=save_src)
-            if mtbf_s is None:
+            if mtbf_s is None and failures:
+                adv.notes.append(f"An MTBF from this run needs at least {MIN_FAILURES} failures, and it has seen "
+                                 f"{failures}: the advised interval would be uncertain by about "
+                                 f"±{50 / math.sqrt(failures):.0f}%. Give one (for example --mtbf 3.1h).")
+            elif mtbf_s is None:
                 adv.notes.append("No failures yet, so no MTBF from this run: give one (for example --mtbf 3.1h).")
             if save_s is None:
                 adv.notes.append("No completed save in this run yet: give the save cost (for example --save-cost 5m).")

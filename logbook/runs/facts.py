@@ -20,6 +20,7 @@ from typing import Any
 from logbook.core.project import Project
 from logbook.core.textfmt import is_number
 from logbook.records.chain import iter_records
+from logbook.records.plan import rule_differences, structured_rules
 from logbook.records.eventschema import AFTERWARDS_KINDS, KINDS, Event, changes_lr, kinds_where, parse_ts
 from logbook.records.sink import read_metrics
 from logbook.runs.goodput import goodput_report
@@ -67,7 +68,11 @@ class RunFacts:
     """attempt -> (first, last) `time` of its metric rows."""
     first_past: list[tuple[int, float]] = field(default_factory=list)
     """(step, time) of each row that took the run further than any row before it, in file order."""
+    refused: set[int] = field(default_factory=set)
+    """Steps whose update the guard skipped: their loss is no value the run stands at."""
     _goodput: dict[float | None, Any] = field(default_factory=dict, repr=False)
+    _again: dict[Any, Any] | None = field(default=None, repr=False)
+    """`reapplications()`, once computed."""
     """goodput reports already computed, by cut-off time (None: the whole run)."""
 
     # --- metric values -----------------------------------------------------------------
@@ -91,6 +96,31 @@ class RunFacts:
             return None
         return Measurement(found[1], found[0], f"from the progress note at step {found[0]:,}")
 
+    def value_exactly(self, metric: str, step: int) -> float | None:
+        """The value logged at `step` itself on the branch that counts; None when that step has none."""
+        return (self.series.get(metric) or {}).get(step)
+
+    def nearest_within(self, metric: str, step: int, window: int) -> tuple[int, float] | None:
+        """(step, value) logged nearest `step` within `window` steps either side (a tie: the earlier); None."""
+        s = self.series.get(metric) or {}
+        near = sorted((abs(k - step), k) for k in s if abs(k - step) <= window)
+        return (near[0][1], s[near[0][1]]) if near else None
+
+    def logged_around(self, metric: str, step: int) -> list[int]:
+        """The logged steps nearest `step`: the last one before it and the first one after (either may be absent)."""
+        steps = sorted(self.series.get(metric) or {})
+        i = bisect.bisect_left(steps, step)
+        return ([steps[i - 1]] if i else []) + ([steps[i]] if i < len(steps) and steps[i] != step else
+                                                [steps[i + 1]] if i + 1 < len(steps) else [])
+
+    def median_over(self, metric: str, lo: int, hi: int) -> tuple[float, int] | None:
+        """(median, how many values) of the metric logged at steps lo..hi; None when none was."""
+        vals = sorted(v for k, v in (self.series.get(metric) or {}).items() if lo <= k <= hi)
+        if not vals:
+            return None
+        n = len(vals)
+        return (vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2.0), n
+
     # --- counts --------------------------------------------------------------------------
 
     def time_past(self, step: int) -> float | None:
@@ -99,12 +129,16 @@ class RunFacts:
         return self.first_past[i][1] if i < len(self.first_past) else None
 
     def count(self, metric: str, step: int | None = None) -> int:
-        """Events of the metric's kinds recorded before the run first went past `step` (None: all)."""
+        """Events of the metric's kinds recorded before the run first went past `step` (None: all).
+
+        A live change re-applied after a restart is the change already counted, not another one.
+        """
         kinds = COUNT_KINDS[metric]
         cutoff = None if step is None else self.time_past(step)
+        again = self.reapplications()
         n = 0
         for e in self.events:
-            if e.get("kind") not in kinds:
+            if e.get("kind") not in kinds or e.get("seq") in again:
                 continue
             if metric == "lr_changes" and not changes_lr(e):
                 continue
@@ -112,6 +146,60 @@ class RunFacts:
                 continue
             n += 1
         return n
+
+    def reapplications(self) -> dict[Any, Any]:
+        """seq of each live change that re-applies an earlier one after a restart -> seq of that earlier one."""
+        if self._again is None:
+            self._again = {}
+            seen: dict[tuple[Any, ...], Any] = {}
+            for e in self.events:
+                if e.get("kind") == "hparam_change":
+                    first = reapplies(e, seen)
+                    if first is not None:
+                        self._again[e.get("seq")] = first
+        return self._again
+
+    def live_changes(self) -> list[dict[str, Any]]:
+        """Hyperparameter changes made by hand (or on advice) during the run, each once.
+
+        A change re-applied after a restart (the trainer applies every live
+        change again over the config on resume) is the same change: it is folded
+        into the original, whose `reapplied_at` lists the steps it was applied again at.
+        """
+        again = self.reapplications()
+        out: dict[Any, dict[str, Any]] = {}
+        for e in self.events:
+            d = Event.of(e).data
+            if e.get("kind") != "hparam_change" or d.get("source") not in ("live", "advice"):
+                continue
+            if e.get("seq") in again and again[e.get("seq")] in out:
+                out[again[e.get("seq")]]["reapplied_at"].append(e.get("step"))
+                continue
+            out[e.get("seq")] = {"event": e, "reapplied_at": []}
+        return list(out.values())
+
+    def judge_plans(self, rules: list[Any]) -> None:
+        """Name how each guard action differs from the contingency rule it carried out, where its log does not.
+
+        Logs written before the guard recorded `differences` say only that rule n
+        "said otherwise". The rule's own terms and what the run recorded (the
+        batches a rollback skipped, the factor the learning rate was scaled by)
+        say which part differed; the rollback's configured distance is not in the
+        log, so it is taken as the rule's. Done once, before any view reads the plans.
+        """
+        table = {n: acts for n, _, acts in structured_rules(rules)}
+        for i, e in enumerate(self.events):
+            plan = Event.of(e).data.get("plan")
+            if not (isinstance(plan, dict) and plan.get("follows") is False and plan.get("rule") in table
+                    and "differences" not in plan and e.get("kind") in ("divergence_detected", "rollback", "lr_scaled")):
+                continue
+            done = _recorded_rollback(self.events, i)
+            if done is None:
+                continue
+            acts = table[plan["rule"]]
+            want = next((a for a in acts if a.get("kind") == "rollback"), {})
+            action = {"kind": "rollback", "rollback_steps": want.get("steps"), **done}
+            e["data"] = {**e["data"], "plan": {**plan, "differences": rule_differences(acts, action)}}
 
     def count_rule(self, metric: str) -> str:
         return _COUNT_RULES[metric]
@@ -145,15 +233,13 @@ class RunFacts:
         return rep.wall_s if rep.attempts else None
 
     def goodput(self, step: int | None = None):
-        """Goodput at `step` (None: the whole run): as the trainer recorded it where it did, else computed."""
+        """Goodput at `step` (None: the whole run), from `goodput_report` alone.
+
+        One source: the report's productive share, which its lost and overhead
+        shares complete to 1 (a figure a progress note recorded mid-run is that
+        note's, not the run's).
+        """
         upto = self.last_step if step is None else step
-        if step is None or step == self.last_step:
-            fin = self.of_kind("run_finished")
-            if fin and is_number((fin[-1].get("data") or {}).get("goodput")):
-                return Measurement(float(fin[-1]["data"]["goodput"]), upto, "recorded by the trainer at the end of the run")
-        noted = self.milestone_value("goodput", upto or 0)
-        if noted is not None and noted.step == upto:
-            return noted
         rep = self.goodput_report(step)
         if rep.goodput is None:
             return Measurement(missing="no wall time recorded to compute goodput from")
@@ -162,6 +248,40 @@ class RunFacts:
 
     def device_hours(self, seconds: float | None) -> float | None:
         return None if seconds is None else self.world_size * seconds / 3600.0
+
+
+def _recorded_rollback(events: list[dict[str, Any]], i: int) -> dict[str, Any] | None:
+    """{skip_batches, lr_factor} of the rollback that event `i` belongs to (its step's), as the log recorded it."""
+    step = events[i].get("step")
+    same = [e for e in events[i:] if e.get("step") == step][:6]
+    rb = next((Event.of(e).data for e in same if e.get("kind") == "rollback"), None)
+    if rb is None:
+        return None
+    b = rb.get("batches_skipped")
+    skipped = int(b[1]) - int(b[0]) + 1 if isinstance(b, list) and len(b) == 2 and all(is_number(x) for x in b) else 0
+    lr = next((Event.of(e).data for e in same if e.get("kind") == "lr_scaled"), {})
+    return {"skip_batches": skipped, "lr_factor": lr.get("factor") if is_number(lr.get("factor")) else 1.0}
+
+
+def reapplies(e: dict[str, Any], seen: dict[tuple[Any, ...], Any]) -> Any:
+    """The seq of the change that `e` applies again after a restart, or None when `e` is a change of its own.
+
+    Feed a run's `hparam_change` events in order with one `seen` dict. A change
+    is the same one again when the trainer marked it `reapplied`, or when it
+    carries the request id, key and value of a change already seen (older logs).
+    """
+    d = Event.of(e).data
+    if d.get("source") not in ("live", "advice"):
+        return None
+    key = (d.get("request_id"), d.get("key"), repr(d.get("new"))) if d.get("request_id") else None
+    first = seen.get(key) if key is not None else None
+    if d.get("reapplied") is True and first is None:
+        first = next((seq for k, seq in seen.items() if k[1:] == (d.get("key"), repr(d.get("new")))), None)
+    if first is not None:
+        return first
+    if key is not None:
+        seen[key] = e.get("seq")
+    return None
 
 
 def _state(events: list[dict[str, Any]], record_status: str | None) -> str:
@@ -191,10 +311,13 @@ def _read_metrics(facts: RunFacts, rows: list[dict[str, Any]]) -> None:
             lo, hi = facts.attempt_times.get(a, (t, t))
             facts.attempt_times[a] = (min(lo, t), max(hi, t))
         if s < last_seen:  # a new branch: what was logged from here on no longer counts
+            facts.refused = {k for k in facts.refused if k < s}
             for vals in series.values():
                 for k in [k for k in vals if k >= s]:
                     del vals[k]
         last_seen = s
+        if r.get("skipped") is True:
+            facts.refused.add(s)
         for key, v in r.items():
             if key in _REFUSED_BY_GUARD and r.get("skipped") is True:
                 continue  # the guard refused this step's update: its spike is not where the run stands

@@ -15,6 +15,8 @@ of the latest one. It is split into categories that do not overlap:
   newest checkpoint and thrown away; `steps_lost` times the median step time
   when the seconds are missing) plus, for each `rollback`, its `steps_lost`
   times the median step time;
+- skipped updates: each `step_skipped` times the median step time (the step
+  was computed and thrown away by the guard);
 - downtime: between the last sign of life of one attempt and the process
   start of the next (`downtime_s` of the `restart`);
 - data loading: the telemetry rows' `data_s` (seconds per step) times their
@@ -22,7 +24,11 @@ of the latest one. It is split into categories that do not overlap:
   away are left out: that time is already in "lost");
 - productive: what is left.
 
-goodput = productive / wall.
+goodput = productive / wall. The categories add up to the wall time, and
+every view says goodput and what was lost with the same three parts of it,
+computed here once: productive (`goodput`), lost (`lost_total_s`: restarts,
+rollbacks, skipped updates and downtime) and overhead (`overhead_s`: start-up,
+compiling, restores, saves, data), whose shares sum to 1.
 
 Where an attempt's process start is known (`started_at` in its `run_started`
 or `restart` payload) it is used; otherwise the next attempt's start is the
@@ -45,9 +51,10 @@ from logbook.records.chain import iter_records
 from logbook.records.eventschema import AFTERWARDS_KINDS, Event, parse_ts
 from logbook.records.sink import read_metrics
 
-CATEGORIES = ("startup_s", "compile_s", "restore_s", "checkpoint_save_s", "lost_s", "downtime_s", "data_s", "productive_s")
+CATEGORIES = ("startup_s", "compile_s", "restore_s", "checkpoint_save_s", "lost_s", "skipped_s", "downtime_s", "data_s",
+              "productive_s")
 LABELS = {"startup_s": "start-up", "compile_s": "compiling", "restore_s": "restore", "checkpoint_save_s": "checkpoint saves",
-          "lost_s": "progress lost to disruptions", "downtime_s": "downtime between attempts",
+          "lost_s": "progress lost to disruptions", "skipped_s": "updates skipped by the guard", "downtime_s": "downtime between attempts",
           "data_s": "data loading", "productive_s": "productive training"}
 
 
@@ -83,6 +90,8 @@ class GoodputReport:
     """Work thrown away by failures (after the newest checkpoint)."""
     lost_rollback_s: float = 0.0
     """Work thrown away by rollbacks (steps lost times the median step time)."""
+    skipped_s: float = 0.0
+    """Steps whose update the guard skipped, priced at the median step time."""
     downtime_s: float = 0.0
     """Between one attempt's end and the next one's process start."""
     data_s: float = 0.0
@@ -103,6 +112,39 @@ class GoodputReport:
         return self.lost_restart_s + self.lost_rollback_s
 
     @property
+    def lost_total_s(self) -> float:
+        """Lost to failures, downtime, rollbacks and skipped updates: the "lost" every view shows."""
+        return self.lost_restart_s + self.lost_rollback_s + self.skipped_s + self.downtime_s
+
+    @property
+    def overhead_s(self) -> float:
+        """Start-up, compiling, restores, blocking saves and data loading: neither productive nor lost."""
+        return self.startup_s + self.compile_s + self.restore_s + self.checkpoint_save_s + self.data_s
+
+    def shares(self) -> dict[str, float] | None:
+        """{productive, lost, overhead} as shares of wall time, summing to 1; None before any wall time."""
+        if self.wall_s <= 0:
+            return None
+        return {"productive": self.productive_s / self.wall_s, "lost": self.lost_total_s / self.wall_s,
+                "overhead": self.overhead_s / self.wall_s}
+
+    def shares_shown(self) -> dict[str, float] | None:
+        """`shares()` rounded to 0.1% so that the three shown still sum to exactly 100.0%.
+
+        Rounded one by one, 75.55 + 19.65 + 4.8 would read 75.6 + 19.7 + 4.8 = 100.1;
+        the largest remainders get the spare tenths instead.
+        """
+        exact = self.shares()
+        if exact is None:
+            return None
+        tenths = {k: v * 1000 for k, v in exact.items()}
+        shown = {k: math.floor(v) for k, v in tenths.items()}
+        spare = 1000 - sum(shown.values())
+        for k in sorted(tenths, key=lambda k: tenths[k] - shown[k], reverse=True)[:max(0, spare)]:
+            shown[k] += 1
+        return {k: v / 1000 for k, v in shown.items()}
+
+    @property
     def goodput(self) -> float | None:
         """Productive over wall time; None before any wall time has passed."""
         return self.productive_s / self.wall_s if self.wall_s > 0 else None
@@ -119,7 +161,8 @@ class GoodputReport:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(lost_s=self.lost_s, goodput=self.goodput, fractions=self.fractions())
+        d.update(lost_s=self.lost_s, goodput=self.goodput, fractions=self.fractions(), lost_total_s=self.lost_total_s,
+                 overhead_s=self.overhead_s, shares=self.shares())
         return d
 
     def sentence(self) -> str:
@@ -255,10 +298,23 @@ def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str,
         elif e.get("kind") == "rollback":
             rep.restore_s += number(d.get("restore_s")) or 0.0
     rep.data_s = _data_seconds(events, metrics)
+    rep.skipped_s = sum(1 for e in events if e.get("kind") == "step_skipped") * (step_s or 0.0)
     rep.wall_s = max(0.0, attempts[-1].end - attempts[0].start)
-    bad = rep.startup_s + rep.compile_s + rep.restore_s + rep.checkpoint_save_s + rep.lost_s + rep.downtime_s + rep.data_s
-    rep.productive_s = max(0.0, rep.wall_s - bad)
+    _settle(rep)
     return rep
+
+
+def _settle(rep: GoodputReport) -> None:
+    """Productive time is what the other categories leave; where estimates overrun the wall time,
+    the estimated losses shrink to fit, so the parts still add up to it."""
+    over = rep.overhead_s + rep.lost_total_s - rep.wall_s
+    if over > 0:
+        rep.notes.append(f"estimated losses exceeded the wall time by {over:.1f} s and were scaled to fit")
+        est = rep.lost_restart_s + rep.lost_rollback_s + rep.skipped_s
+        k = max(0.0, est - over) / est if est > 0 else 1.0
+        rep.lost_restart_s, rep.lost_rollback_s, rep.skipped_s = (rep.lost_restart_s * k, rep.lost_rollback_s * k,
+                                                                  rep.skipped_s * k)
+    rep.productive_s = max(0.0, rep.wall_s - rep.overhead_s - rep.lost_total_s)
 
 
 def _place_attempts(attempts: list[_Attempt], rep: GoodputReport) -> None:

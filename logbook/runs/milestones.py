@@ -11,11 +11,11 @@ past `milestone_step`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from pathlib import Path
 
 from logbook.records.chain import iter_records
+from logbook.records.predictions import milestone_step  # noqa: F401  (a fraction's step is the grammar's fact)
 
 _FRACTION_DIGITS = 9
 
@@ -23,14 +23,6 @@ _FRACTION_DIGITS = 9
 def _norm(fraction: float) -> float:
     """Fractions are compared after rounding, so 0.1 read back from JSON matches 0.1 from YAML."""
     return round(float(fraction), _FRACTION_DIGITS)
-
-
-def milestone_step(fraction: float, total_steps: int) -> int:
-    """The step at which `fraction` of a `total_steps` run is complete (at least step 1)."""
-    if total_steps <= 0:
-        raise ValueError(f"total_steps must be positive, got {total_steps}")
-    # The epsilon keeps 0.3 * 10 (= 3.0000000000000004) from rounding up to 4.
-    return max(1, min(total_steps, math.ceil(fraction * total_steps - 1e-9)))
 
 
 def due_milestones(fractions: Iterable[float], total_steps: int, step: int, already_emitted: set[float]) -> list[float]:

@@ -10,6 +10,7 @@ in its event log (`run_status`), which the run alone appends to.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from logbook.records.chain import iter_records
 from logbook.records.files import run_record_problem
 from logbook.records.eventstream import check_run_id, run_log_path
 from logbook.runs.facts import LIFECYCLE
+from logbook.trust.signatures import sign_record
 
 @dataclass
 class RunRecord:
@@ -60,6 +62,12 @@ class RunRecord:
     """The state at launch, always `running` in new records; `run_status` reads the state from the event log."""
     deviations: list[str] = field(default_factory=list)
     """Deviations recorded at launch (config differs from the preregistered one, ...)."""
+    seed: int | None = None
+    """The seed the run trains with (initialisation and data order): drawn from its preregistration's earliest
+    timestamp token when there is one (`seed_source`), else its config's own; None in older records."""
+    seed_source: str | None = None
+    """That token's path relative to the entries folder (logbook/trust/replay.py); None: the config's seed, which
+    nothing anchors in time."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -69,10 +77,14 @@ def run_record_path(project: Project, run_id: str) -> Path:
     return project.run_dir(check_run_id(run_id)) / "run.json"
 
 
-def write_run_record(project: Project, rec: RunRecord) -> None:
-    """Create run.json; a record is written once, so an existing one is never replaced (FileExistsError)."""
+def write_run_record(project: Project, rec: RunRecord) -> list[str]:
+    """Create run.json, signed by the launcher's key when one is configured; returns warnings.
+
+    A record is written once, so an existing one is never replaced (FileExistsError).
+    """
     body = (json.dumps(rec.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
     atomic_create_bytes(run_record_path(project, rec.run_id), body)
+    return sign_record(project, hashlib.sha256(body).hexdigest(), what=f"run record {rec.run_id}")
 
 
 def run_status(project: Project, run_id: str, rec: RunRecord | None = None) -> str:

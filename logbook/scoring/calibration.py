@@ -320,9 +320,15 @@ def calibration(project: Project, *, period: str = "month") -> Calibration:
         cal.run_ids.append(run)
         who = _author(out.get("prereg_author"))
         when = period_key(str(out.get("prereg_created") or ""), period)
+        seen: set[tuple[Any, Any]] = set()
         for p in out["predictions"]:
             if not isinstance(p, dict):
                 continue
+            # A scorecard written before a forecast stated twice was merged (a point forecast that is also a
+            # trajectory's point) holds it twice under one text: it is one forecast, counted once.
+            if (p.get("text"), p.get("source")) in seen:
+                continue
+            seen.add((p.get("text"), p.get("source")))
             if p.get("late"):  # seen the run before forecasting: never mixed with honest forecasts
                 cal.late_count += 1
                 cal.late.add(p)

@@ -10,9 +10,16 @@ measured value, the step it was taken at and the rule that picked it.
 Points in the run:
 
 - `final`: the run's last step; only a run that finished has one.
-- `step:N`: the value logged at step N or, failing that, the nearest logged
-  step before N (the result names the step used). The run must have reached N.
+- `step:N`: the value logged at step N itself. The run must have reached N.
+  A step with no value is "not measured" (inconclusive, naming the logged
+  steps nearest it): a value is never taken from another step, except the last
+  accepted loss for a step whose update the guard skipped, and the nearest
+  value within W steps where the prediction says so (`@~N±W`).
 - `P%`: step `milestone_step(P, total_steps)`, `total_steps` from `run_started`.
+
+Throughput (`tokens_per_s`) is the median over a window around the point (the
+stated `±W`, else 5% of the run either side): one step's throughput varies
+several-fold. The result's rule names the window.
 
 Counts (restarts, spikes, rollbacks, skipped_steps, lr_changes) are counted
 over the events recorded before the run first went past the point. Counts
@@ -54,6 +61,7 @@ from logbook.runs.milestones import milestone_step
 from logbook.runs.record import RunRecord, check_run_id, load_run_record
 from logbook.scoring.forecasts import late_sources, run_start_time
 from logbook.scoring.rules import forecast_scores
+from logbook.trust.signatures import sign_record
 
 SCHEMA = 1
 STATUSES = ("confirmed", "refuted", "inconclusive")
@@ -187,7 +195,7 @@ def measure(p: Prediction, facts: RunFacts) -> Measurement:
     reached = step is not None and facts.last_step is not None and facts.last_step >= step
     if not reached:
         return _not_reached(p, facts, step)
-    return value_at(p.metric, facts, step)
+    return value_at(p.metric, facts, step, p.at.window)
 
 
 def _not_reached(p: Prediction, facts: RunFacts, step: int | None) -> Measurement:
@@ -204,8 +212,8 @@ def _not_reached(p: Prediction, facts: RunFacts, step: int | None) -> Measuremen
     return Measurement(missing=why)
 
 
-def value_at(metric: str, facts: RunFacts, step: int | None) -> Measurement:
-    """Measure at `step` (None: everything recorded so far)."""
+def value_at(metric: str, facts: RunFacts, step: int | None, window: int | None = None) -> Measurement:
+    """Measure at `step` (None: everything recorded so far); `window`: the preregistered `@~STEP±WINDOW`."""
     upto = step if step is not None else (facts.last_step or 0)
     if metric in _COUNTS:
         n = facts.count(metric, step)
@@ -214,7 +222,7 @@ def value_at(metric: str, facts: RunFacts, step: int | None) -> Measurement:
     if metric == "steps":
         return Measurement(float(upto), upto, "steps completed")
     if metric == "val_ppl":
-        m = _series(facts, "val_loss", upto)
+        m = _series(facts, "val_loss", upto, window)
         if m.value is not None:
             m.value, m.rule = math.exp(m.value), "exp(val_loss) " + m.rule
         return m
@@ -225,18 +233,54 @@ def value_at(metric: str, facts: RunFacts, step: int | None) -> Measurement:
         return Measurement(None if w is None else w / 3600.0, upto, "wall time since the run started",
                            missing=None if w is not None else "no timestamps to measure wall time from")
     if metric == "mfu":
-        m = _series(facts, "mfu", upto)
+        m = _series(facts, "mfu", upto, window)
         return m if m.value is not None else facts.milestone_value("mfu", upto) or m
-    return _series(facts, metric, upto)
+    if metric in WINDOWED:
+        return _window_median(facts, metric, upto, window)
+    return _series(facts, metric, upto, window)
 
 
-def _series(facts: RunFacts, metric: str, step: int) -> Measurement:
-    found = facts.value_at_or_before(metric, step)
+WINDOWED = {"tokens_per_s"}
+"""Metrics scored as the median over a window around the point: one step's throughput says little
+(it ranged from 3,043 to 18,076 tokens/s within one tiny run)."""
+WINDOW_SHARE = 0.05
+"""A windowed metric's default window: this share of the run either side of the point."""
+
+
+def _series(facts: RunFacts, metric: str, step: int, window: int | None = None) -> Measurement:
+    """The value at `step` itself; another step's only where the preregistration said how (`@~STEP±W`)."""
+    if window is not None:
+        found = facts.nearest_within(metric, step, window)
+        if found is None:
+            return Measurement(missing=f"not measured: no {metric} was logged within {window:,} steps of step {step:,}")
+        at, value = found
+        return Measurement(value, at, f"at step {at:,}, the nearest logged within {window:,} steps of step {step:,} "
+                                      f"(as preregistered)")
+    value = facts.value_exactly(metric, step)
+    if value is not None:
+        return Measurement(value, step, f"at step {step:,}")
+    if step in facts.refused and (found := facts.value_at_or_before(metric, step)) is not None:
+        at, value = found
+        return Measurement(value, at, f"at step {at:,}, the last step whose update the guard accepted "
+                                      f"(it skipped step {step:,}'s)")
+    near = " and ".join(f"{s:,}" for s in facts.logged_around(metric, step))
+    return Measurement(missing=f"not measured: no {metric} was logged at step {step:,}"
+                               + (f" (logged nearest: step {near})" if near else ""))
+
+
+def _window_median(facts: RunFacts, metric: str, step: int, window: int | None) -> Measurement:
+    """The median of `metric` over the steps within `window` of `step` (default: 5% of the run either side)."""
+    why = "as preregistered"
+    if window is None:
+        window = max(1, round(WINDOW_SHARE * (facts.total_steps or step)))
+        why = f"{WINDOW_SHARE:.0%} of the run either side"
+    lo, hi = max(0, step - window), step + window
+    found = facts.median_over(metric, lo, hi)
     if found is None:
-        return Measurement(missing=f"no {metric} was logged at or before step {step:,}")
-    at, value = found
-    rule = f"at step {at:,}" if at == step else f"at step {at:,}, the nearest logged at or before step {step:,}"
-    return Measurement(value, at, rule)
+        return Measurement(missing=f"not measured: no {metric} was logged over steps {lo:,}–{hi:,}")
+    value, n = found
+    return Measurement(value, step, f"median of {n} logged value(s) over steps {lo:,}–{hi:,} "
+                                    f"(step {step:,} ± {window:,}, {why})")
 
 
 def judge(p: Prediction, m: Measurement) -> tuple[str, bool, str]:
@@ -294,26 +338,30 @@ def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
     """
     out: list[dict[str, Any]] = []
     incident: dict[str, Any] | None = None
+    again = {c["event"].get("seq"): c["reapplied_at"] for c in facts.live_changes()}
     for e in facts.run_events():
         kind, d = e.get("kind"), e.get("data") if isinstance(e.get("data"), dict) else {}
         eid = f"{facts.run}:{e.get('seq')}"
         plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
         if kind == "hparam_change" and d.get("source") in ("live", "advice"):
+            if e.get("seq") not in again:
+                continue  # the same change re-applied after a restart: already listed
+            steps = ", ".join(str(s) for s in again[e.get("seq")])
             out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
                         "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
                                 f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))}"
-                                + (f" ({d['reason']})" if d.get("reason") else "")})
+                                + (f" ({d['reason']})" if d.get("reason") else "")
+                                + (f"; re-applied after a restart at step {steps} (the same change)" if steps else "")})
         elif plan.get("follows") is False and incident is not None and kind in _GUARD_ACTIONS:
             incident["actions"].append(str(kind).replace("_", " "))
             incident["entries"].append(eid)
             continue
         elif plan.get("follows") is False:
-            rule = f" (rule {plan['rule']} said otherwise)" if isinstance(plan.get("rule"), int) else ""
             what = str(kind).replace("_", " ")
             if kind == "divergence_detected" and d.get("action"):
                 what += f" (action: {d['action']})"
             incident = {"kind": "off_plan", "entry": eid, "step": e.get("step"), "entries": [eid], "actions": [],
-                        "text": f"{what} at step {e.get('step')} was not in the preregistered contingency plan{rule}"}
+                        "text": f"{what} at step {e.get('step')} {_off_plan_words(plan)}"}
             out.append(incident)
             if kind != "divergence_detected":
                 incident = None
@@ -325,6 +373,17 @@ def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
             dev["text"] += f"; carried out as: {', '.join(dev['actions'])}"
         dev.pop("actions", None)
     return out
+
+
+def _off_plan_words(plan: dict[str, Any]) -> str:
+    """How an action departed from the plan: no rule foresaw it, or it carried a rule out differently (named)."""
+    rule = plan.get("rule") if isinstance(plan.get("rule"), int) else None
+    if rule is None:
+        return "was not in the preregistered contingency plan"
+    diffs = [str(x) for x in plan.get("differences") or [] if x]
+    if diffs:
+        return f"carried out contingency rule {rule} with a difference: {'; '.join(diffs)}"
+    return f"was not done as contingency rule {rule} says (the log does not record which part differed)"
 
 
 def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts) -> tuple[list[dict[str, Any]], str]:
@@ -416,6 +475,7 @@ def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Sc
     # Amendments made after the run started are scored too, but apart and
     # labelled late (and listed as deviations): never as if preregistered.
     in_force = rec.amendments if rec is not None else None
+    facts.judge_plans(prereg.all_contingency(in_force))
     late = late_sources(prereg, run_start_time(facts), in_force)
     card.predictions = [score(p, src, facts, late.get(src)) for p, src in prereg.all_predictions()]
     card.deviations, card.code_diff = deviations(project, rec, prereg, facts)
@@ -469,6 +529,7 @@ def record_outcome(project: Project, run_id: str) -> Scorecard:
     rec = {"kind": "outcome", "run": run_id, "step": card.last_step, "data": payload, "scorecard": card.to_dict()}
     written = write_record(folder, rec, ts=now)
     card.event = f"{OUTCOME_SOURCE}:{written['id']}"
+    card.warnings += sign_record(project, written["hash"], what=f"scorecard {card.event}")
     return card
 
 

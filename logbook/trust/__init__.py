@@ -1,1 +1,1 @@
-"""Proofs beyond the hash chain: acknowledgements, third-party time, signatures, replay."""
+"""Proofs that need more than one clone: third-party time, signed identity, replay."""

@@ -1,0 +1,119 @@
+"""Mutation testing of the modules that prove integrity and state facts: does the suite notice a broken check?
+
+Usage: python3 bench/mutation.py [--set trust|facts|NAME...] [--max-children N] [--keep]
+
+mutmut changes one thing at a time in a module (a `<` made `<=`, a condition
+negated, a constant changed, a call dropped) and runs the tests that cover it;
+a mutant the tests still pass on ("survived") is a check nobody would miss.
+Each set names its modules and the test files that pin them. The work happens
+in a copy of the checkout (mutmut writes `mutants/` beside the sources), so the
+tree is never touched. Prints the score per set as a RESULT line and lists every
+survivor (module, function and mutant name) so it can be read with
+`mutmut show NAME` in the copy (kept with --keep).
+
+Not run in CI: one set takes tens of minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _result import result  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Modules under test, and the tests that are meant to notice a change in them.
+SETS: dict[str, tuple[list[str], list[str], float]] = {
+    "chain": (["logbook/records/chain.py"], ["tests/test_chain.py", "tests/test_fuzz_eventlog.py"], 0.95),
+    "trust": (["logbook/records/chain.py", "logbook/records/history.py", "logbook/records/verify.py",
+               "logbook/trust/"],
+              ["tests/test_chain.py", "tests/test_history.py", "tests/test_verify.py", "tests/test_history_workflows.py",
+               "tests/test_trust_*.py", "tests/test_forgeries.py", "tests/test_timestamps.py", "tests/test_signatures.py"],
+              0.95),
+    "facts": (["logbook/runs/facts.py", "logbook/scoring/", "logbook/records/predictions.py"],
+              ["tests/test_outcome.py", "tests/test_predictions.py", "tests/test_forecast_scoring.py",
+               "tests/test_calibration.py", "tests/test_goodput.py"],
+              0.90),
+}
+
+
+def _copy_checkout(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def _configure(dest: Path, modules: list[str], tests: list[str]) -> None:
+    """mutmut reads `[tool.mutmut]` from the copy's pyproject.toml."""
+    present = sorted({str(p.relative_to(dest)) for pattern in tests for p in dest.glob(pattern)})
+    py = dest / "pyproject.toml"
+    # `-n 0`: mutmut runs the tests itself, one process per mutant; `-p no:cacheprovider` keeps the copy clean.
+    conf = {"source_paths": [m for m in modules if (dest / m).exists()],
+            "pytest_add_cli_args_test_selection": present,
+            "pytest_add_cli_args": ["-n", "0", "-p", "no:cacheprovider", "-q", "-x"],
+            "also_copy": ["templates", "configs", "trainer", "tests", "bench", "logbook", "pyproject.toml",
+                          "README.md", "docs"]}
+    py.write_text(py.read_text("utf-8") + "\n[tool.mutmut]\n"
+                  + "".join(f"{k} = {json.dumps(v)}\n" for k, v in conf.items()), "utf-8")
+
+
+def _survivors(dest: Path) -> tuple[int, int, list[str]]:
+    out = subprocess.run(["mutmut", "results", "--all", "true"], cwd=dest, capture_output=True, text=True).stdout
+    killed = survived = 0
+    names = []
+    for line in out.splitlines():
+        name, _, status = line.strip().rpartition(": ")
+        if status == "killed" or status == "timeout":
+            killed += 1
+        elif status in ("survived", "no tests"):  # a mutant no test even runs is one nobody would miss
+            survived += 1
+            names.append(name)
+    return killed, survived, names
+
+
+def run_set(name: str, max_children: int, keep: bool) -> bool:
+    modules, tests, goal = SETS[name]
+    dest = Path(tempfile.mkdtemp(prefix=f"mutation-{name}-"))
+    try:
+        _copy_checkout(dest)
+        _configure(dest, modules, tests)
+        subprocess.run(["mutmut", "run", "--max-children", str(max_children)], cwd=dest,
+                       stdout=subprocess.DEVNULL)
+        killed, survived, names = _survivors(dest)
+        total = killed + survived
+        score = killed / total if total else 0.0
+        print(f"{name}: {killed} of {total} mutants killed ({score:.1%}); {survived} survived")
+        for n in names:
+            print(f"  survived: {n}")
+        result(f"mutation score, {name}", round(score, 4), "ratio", f">= {goal}", score >= goal and total > 0)
+        if keep:
+            print(f"the copy is kept at {dest} (`mutmut show NAME` there)")
+        return score >= goal
+    finally:
+        if not keep:
+            shutil.rmtree(dest, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", nargs="*", default=list(SETS), choices=list(SETS))
+    ap.add_argument("--max-children", type=int, default=2)
+    ap.add_argument("--keep", action="store_true", help="keep the copy with mutmut's state")
+    args = ap.parse_args()
+    ok = [run_set(s, args.max_children, args.keep) for s in args.set]
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

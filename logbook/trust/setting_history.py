@@ -1,0 +1,233 @@
+"""Who changed who may sign, or whether a launcher may approve their own run: read from git history.
+
+Two settings decide whose word counts: the allowed-signers file (whose keys
+are people) and `review_self_approval` (whether a launcher's approval counts),
+with `signing.require` beside them. A change to any of them is as much a part
+of the record as a note, so it is never silent: every commit of HEAD's
+history that changed one of them, against its parent (a merge only when it
+differs from every parent: the side branch's own commit is listed already),
+becomes an entry in the chronicle on the day of the commit and a line of
+`verify`'s output, naming who committed it and what changed.
+
+Only committed changes take effect (`signatures` reads the allowed-signers
+file from HEAD), so only committed changes are listed. The commit's date and
+committer are git's, which whoever commits can set: what makes the change
+impossible to hide is that it is in the history every clone verifies.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import yaml
+
+from logbook.core.fsutil import atomic_write_json
+from logbook.core.project import Project
+from logbook.core.settings import CONFIG_FILE
+from logbook.records import gitbind
+from logbook.records.eventstream import Item
+
+SOURCE = "@settings"
+"""The chronicle's source name for these entries (no run id can start with `@`)."""
+KIND = "setting_change"
+
+
+@dataclass(frozen=True)
+class _State:
+    """What the settings that decide identity said at one commit."""
+
+    self_approval: bool = False
+    signing: bool = False
+    require: bool = False
+    signers_path: str | None = None
+    signers: tuple[str, ...] = ()
+    """The allowed-signers file's entries (comments and blank lines left out)."""
+    unreadable: bool = False
+
+
+@dataclass
+class SettingChange:
+    """One commit that changed who may sign or whether self-approval counts."""
+
+    commit: str
+    ts: str
+    """The commit's committer date, UTC, `YYYY-MM-DDTHH:MM:SSZ`."""
+    committer: str
+    """`Name <email>` of whoever committed it (and `, authored by ...` when someone else wrote it)."""
+    changes: list[str] = field(default_factory=list)
+    """One sentence per setting that changed."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def sentence(self) -> str:
+        return f"{self.ts[:16].replace('T', ' ')} UTC, commit {self.commit[:7]} by {self.committer}: " \
+               + "; ".join(self.changes)
+
+    def record(self) -> dict[str, Any]:
+        """The change as a chronicle record (`kind` setting_change, its fields under `data`)."""
+        return {"kind": KIND, "ts": self.ts, "id": self.commit[:12],
+                "data": {"commit": self.commit, "committer": self.committer, "changes": list(self.changes)}}
+
+
+def setting_changes(project: Project) -> list[SettingChange]:
+    """Every commit in HEAD's history that changed the allowed signers, `signing:` or `review_self_approval`, oldest
+    first."""
+    root = project.root
+    head = gitbind.head_commit(root)
+    if head is None:
+        return []
+    # History below HEAD never changes, so the answer for one HEAD (and today's path) is kept under .logbook/.
+    key = f"{head}:{project.config.signing.allowed_signers if project.config.signing else ''}"
+    cache = project.state_dir / "setting-changes.json"
+    try:
+        kept = json.loads(cache.read_text("utf-8"))
+        if kept.get("key") == key:
+            return [SettingChange(**c) for c in kept["changes"]]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass
+    changes = _changes(project)
+    try:
+        atomic_write_json(cache, {"key": key, "changes": [c.to_dict() for c in changes]})
+    except OSError:
+        pass  # a cache that cannot be written only costs time
+    return changes
+
+
+def _changes(project: Project) -> list[SettingChange]:
+    root = project.root
+    paths = [CONFIG_FILE, *_signers_paths(project)]
+    fmt = "%H%x1f%P%x1f%ct%x1f%cn <%ce>%x1f%an <%ae>"
+    out = gitbind.git(root, "log", "--reverse", f"--format={fmt}", "HEAD", "--", *paths)
+    rows = [line.split("\x1f") for line in out.splitlines() if line.count("\x1f") == 4]
+    states = _states(project, {c for row in rows for c in [row[0], *row[1].split()]})
+    changes = []
+    for commit, parents, ct, committer, author in rows:
+        now = states[commit]
+        befores = [states[p] for p in parents.split()] or [_State()]
+        if any(b == now for b in befores):
+            continue  # a merge that took one side's settings: that side's commit is listed
+        said = _describe(befores[0], now)
+        if said:
+            who = committer if author == committer else f"{committer}, authored by {author}"
+            changes.append(SettingChange(commit, _utc(int(ct)), who, said))
+    return changes
+
+
+def setting_items(project: Project, since: str | None = None, until: str | None = None) -> Iterator[Item]:
+    """The changes as chronicle items on days in [since, until], in time order (after the day's records at
+    the same instant)."""
+    items = [Item(c.ts, 3, SOURCE, n, c.record()) for n, c in enumerate(setting_changes(project))
+             if (not since or c.ts[:10] >= since) and (not until or c.ts[:10] <= until)]
+    return iter(sorted(items))
+
+
+def self_approval_allowed(project: Project) -> bool:
+    """Whether a launcher's approval of their own run counts: `review_self_approval` true as HEAD commits it.
+
+    The working tree's logbook.yaml must say so too (a clone may always be
+    stricter); an uncommitted edit grants nothing, since no one else sees it.
+    """
+    if not project.config.review_self_approval:
+        return False
+    data = gitbind.read_blobs(project.root, [f"HEAD:{CONFIG_FILE}"]).get(f"HEAD:{CONFIG_FILE}")
+    raw, _ = _config_of(data) if data is not None else (None, None)
+    return isinstance(raw, dict) and raw.get("review_self_approval") is True
+
+
+def _utc(seconds: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _signers_paths(project: Project) -> list[str]:
+    """Every allowed-signers path logbook.yaml named in any commit of HEAD's history, and today's."""
+    root = project.root
+    commits = gitbind.git(root, "log", "--format=%H", "HEAD", "--", CONFIG_FILE).split()
+    blobs = gitbind.read_blobs(root, [f"{c}:{CONFIG_FILE}" for c in commits])
+    paths = {_config_of(b)[1] for b in blobs.values()}
+    if project.config.signing is not None:
+        paths.add(project.config.signing.allowed_signers)
+    return sorted(p for p in paths if p)
+
+
+def _config_of(data: bytes | None) -> tuple[dict[str, Any] | None, str | None]:
+    """(logbook.yaml as a mapping, the allowed-signers path it names); (None, None) when unreadable."""
+    if data is None:
+        return {}, None
+    try:
+        raw = yaml.safe_load(data.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return None, None
+    raw = raw if isinstance(raw, dict) else {}
+    signing = raw.get("signing") if isinstance(raw.get("signing"), dict) else None
+    path = signing.get("allowed_signers") if signing else None
+    return raw, path if isinstance(path, str) else None
+
+
+def _states(project: Project, commits: set[str]) -> dict[str, _State]:
+    root = project.root
+    order = sorted(commits)
+    configs = gitbind.read_blobs(root, [f"{c}:{CONFIG_FILE}" for c in order])
+    parsed = {c: _config_of(configs[f"{c}:{CONFIG_FILE}"]) for c in order}
+    specs = [f"{c}:{path}" for c, (_, path) in parsed.items() if path]
+    files = gitbind.read_blobs(root, specs)
+    out = {}
+    for c, (raw, path) in parsed.items():
+        if raw is None:
+            out[c] = _State(unreadable=True)
+            continue
+        signing = raw.get("signing") if isinstance(raw.get("signing"), dict) else None
+        text = files.get(f"{c}:{path}") if path else None
+        entries = tuple(sorted(_entries(text))) if text is not None else ()
+        out[c] = _State(self_approval=raw.get("review_self_approval") is True, signing=signing is not None,
+                        require=bool(signing and signing.get("require") is True), signers_path=path, signers=entries)
+    return out
+
+
+def _entries(data: bytes) -> list[str]:
+    lines = data.decode("utf-8", "replace").splitlines()
+    return [" ".join(ln.split()) for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def _describe(old: _State, new: _State) -> list[str]:
+    out = []
+    if new.unreadable != old.unreadable:
+        out.append(f"{CONFIG_FILE} " + ("could not be read" if new.unreadable else "reads again"))
+    if new.self_approval != old.self_approval:
+        out.append(f"review_self_approval {_yn(old.self_approval)} → {_yn(new.self_approval)}"
+                   + (": a launcher's approval of their own run now counts" if new.self_approval else ""))
+    if new.signing != old.signing:
+        out.append(f"signing turned on (allowed_signers {new.signers_path})" if new.signing else "signing turned off")
+    elif new.signers_path != old.signers_path:
+        out.append(f"signing.allowed_signers {old.signers_path} → {new.signers_path}")
+    if new.require != old.require:
+        out.append(f"signing.require {_yn(old.require)} → {_yn(new.require)}")
+    added = [e for e in new.signers if e not in old.signers]
+    removed = [e for e in old.signers if e not in new.signers]
+    out += [f"allowed signer added: {_who(e)}" for e in added]
+    out += [f"allowed signer removed: {_who(e)}" for e in removed]
+    return out
+
+
+def _yn(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def _who(entry: str) -> str:
+    """`principals [options] keytype base64` -> `principals (keytype SHA256:...)`, as a person reads it."""
+    parts = entry.split()
+    for i in range(1, len(parts) - 1):
+        if parts[i].startswith(("ssh-", "ecdsa-", "sk-")):
+            try:
+                fp = "SHA256:" + base64.b64encode(hashlib.sha256(base64.b64decode(parts[i + 1])).digest()).decode().rstrip("=")
+            except ValueError:
+                fp = "an unreadable key"
+            return f"{parts[0]} ({parts[i]} {fp})"
+    return entry[:120]
