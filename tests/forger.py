@@ -41,7 +41,7 @@ def append_forged(path: Path, kind: str, data: dict[str, Any], **fields: Any) ->
     return read_log(path)[-1]
 
 
-def fold_into(clone, commit_message_from: str = "HEAD") -> None:
+def fold_into(clone) -> None:
     """`git commit --amend` of everything under entries/, keeping the message: the change hides in the old commit."""
     clone.git("add", "-A", "entries")
     clone.git("commit", "-q", "--amend", "--no-edit", "--allow-empty")

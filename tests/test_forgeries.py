@@ -344,8 +344,6 @@ def test_case9_commit_refuses_an_edit_or_a_deletion_of_a_committed_record(tmp_pa
 
 def test_case10_seen_run_started_after_the_run_ended_and_was_scored_is_refused_and_a_handmade_one_is_exit_4(
         tmp_path, story_clock):
-    from forger import fold_into  # noqa: F401
-
     team = make_team(tmp_path, ["ada", "mallory"])
     pid = _failed_run(team, story_clock)
     ada, mallory = team["ada"], team["mallory"]

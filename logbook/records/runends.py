@@ -66,13 +66,13 @@ def check_run_log(log: Path, rel: str) -> list[EndProblem]:
             vouched = vouched_outcomes(run_dir, log) if vouched is None else vouched
             if f"{rec.get('run')}:{rec.get('seq')}" not in vouched:
                 problems.append(EndProblem(line, "outcome_in_log", (
-                    f"{rec_line(rel, line)} is an outcome event that no scorecard record names: logbook writes "
+                    f"{_at(rel, line)} is an outcome event that no scorecard record names: logbook writes "
                     "scorecards as records of their own (runs/<run>/outcomes/), never into a run's log")))
             continue
         if ending is not None and not may_follow_end(ending[1], kind):
             state = (get_kind(ending[1]).run_state if get_kind(ending[1]) else None) or "ended"
             problems.append(EndProblem(line, "after_end", (
-                f"{rec_line(rel, line)} is a {kind} event after the run {state} (line {ending[0]}, {ending[1]}): "
+                f"{_at(rel, line)} is a {kind} event after the run {state} (line {ending[0]}, {ending[1]}): "
                 "nothing runs then to write it")))
         kind_def = get_kind(kind)
         ending = (line, kind) if kind_def is not None and kind_def.terminal else None
@@ -111,13 +111,13 @@ class _Attempts:
             owed = sorted(k for k in before if k < attempt and k not in self.covered and k not in self.ended)
             if owed:
                 return [EndProblem(line, "restart_missing", (
-                    f"{rec_line(rel, line)}: attempt {attempt} started after attempt {owed[0]}, but no restart "
+                    f"{_at(rel, line)}: attempt {attempt} started after attempt {owed[0]}, but no restart "
                     f"line says how attempt {owed[0]} ended (the trainer always writes one): a restart was "
                     "removed from the log"))]
         return []
 
 
-def rec_line(rel: str, line: int) -> str:
+def _at(rel: str, line: int) -> str:
     return f"{rel}: line {line}"
 
 
