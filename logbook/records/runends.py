@@ -53,8 +53,9 @@ class EndProblem:
 
 
 def check_run_log(log: Path, rel: str) -> list[EndProblem]:
-    """The lines of one run's intact log that may not stand where they are (the first after an end, and
-    every unvouched outcome line)."""
+    """The lines of one run's intact log that may not stand where they are: each line right after an end that
+    the schema does not allow there, every unvouched outcome line, and the first attempt begun without a
+    restart line for the one before."""
     run_dir = log.parent
     vouched: set[str] | None = None
     problems: list[EndProblem] = []
