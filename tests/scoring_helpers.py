@@ -52,7 +52,8 @@ def make_prereg(project: Project, predictions: list[str], *, title: str = "qk-no
     inp = PreregInput(title=title, hypothesis="QK-norm keeps attention logits bounded, so the loss never spikes.",
                       predictions=predictions, contingency=list(contingency or []), config=config,
                       rationale="OLMo 2 and Kimi K2 report it.")
-    return create_prereg(project, inp, now=now).id
+    # Before the story's runs (T0): a preregistration written after its run does not verify.
+    return create_prereg(project, inp, now=now or datetime.fromtimestamp(T0 - 3600, timezone.utc)).id
 
 
 def write_record(project: Project, run: str, prereg_id: str | None, *, status: str = "finished",

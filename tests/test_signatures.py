@@ -88,7 +88,8 @@ def lab(tmp_path, story_clock):
 def test_the_honest_flow_is_signed_with_no_extra_command_and_verifies_on_every_clone(lab, tmp_path):
     team, keys, pid = lab
     ada, bo = team["ada"], team["bo"]
-    amended = ada.ok("prereg", "amend", pid, "--seen", "run-started", "--reason", "one restart is expected",
+    # The run has finished: results exist, so the amendment says so (`--seen run-started` is refused).
+    amended = ada.ok("prereg", "amend", pid, "--seen", "results", "--reason", "one restart is expected",
                      "--predict", "restarts@final <= 3", "--json")
     amendment = json.loads(amended.stdout)["path"]
     ada.commit()

@@ -45,7 +45,10 @@ def _stamp_files(repo: Path) -> list[Path]:
 def _run(repo: Path, run_id: str, prereg_id: str | None, events: int = 3, *, launcher_stamps: bool = False) -> Path:
     """A run as the launcher records it (run.json, its stamp when asked, then the trainer's events), untrained."""
     proj = open_project()
-    write_run_record(proj, RunRecord(run_id=run_id, created="2026-12-01T00:00:00Z", config_path="c.yaml",
+    from logbook.records.chain import utc_now
+
+    # Launched now, after the preregistration: verify compares the records' own times too.
+    write_run_record(proj, RunRecord(run_id=run_id, created=utc_now(), config_path="c.yaml",
                                      config_hash="0" * 64, prereg_id=prereg_id, exploratory=prereg_id is None,
                                      amendments=[]))
     if launcher_stamps:

@@ -45,11 +45,13 @@ from logbook.records import chain
 from logbook.records.chain import iter_records
 from logbook.records.eventschema import Event, kinds_where, summary
 from logbook.records.eventstream import list_event_runs, run_log_path
-from logbook.records.files import damaged_records, write_record
+from logbook.records.files import damaged_records, iter_folder, write_record
 from logbook.records.reviews import ACTIONS, review_records
 from logbook.runs.facts import reapplies
 from logbook.runs.record import load_run_record
 from logbook.scoring.outcome import outcome_records
+from logbook.trust.ack import ENTRY_PREFIX as ACK_PREFIX, KIND as ACK, acknowledgements_dir, ack_run, ack_summary, \
+    check_ack_reviewer
 from logbook.trust.people import People, Who
 from logbook.trust.setting_history import self_approval_allowed
 from logbook.trust.signatures import sign_record
@@ -145,12 +147,16 @@ def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> I
                 yield run, rec
         # A scorecard migrated from the old layout is reviewed through the `outcome` event it came from.
         yield from ((run, rec) for rec in outcome_records(project, run) if not rec.get("migrated_from"))
+    if runs is None:  # acknowledgements of verify's findings (`trust.ack`) need a reviewer too
+        yield from ((ack_run(rec), rec) for rec in iter_folder(acknowledgements_dir(project)) if rec.get("kind") == ACK)
 
 
 def _entry_id(run: str, rec: dict[str, Any]) -> str:
     """`run:seq` for a run event, `outcome:<record id>` for a scorecard record."""
     if rec.get("kind") == "outcome" and isinstance(rec.get("id"), str) and "seq" not in rec:
         return f"outcome:{rec['id']}"
+    if rec.get("kind") == ACK:
+        return f"{ACK_PREFIX}{rec.get('id')}"
     return f"{run}:{rec['seq']}"
 
 
@@ -160,7 +166,8 @@ def _item(run: str, rec: dict[str, Any], needed: int) -> QueueItem:
         id=_entry_id(run, rec), run=run, seq=seq, ts=str(rec.get("ts", "")), kind=str(rec.get("kind")),
         step=rec.get("step") if isinstance(rec.get("step"), int) else None,
         attempt=rec.get("attempt") if isinstance(rec.get("attempt"), int) else None,
-        drill=rec.get("drill") is True, summary=summary(rec), needed=needed)
+        drill=rec.get("drill") is True, summary=ack_summary(rec) if rec.get("kind") == ACK else summary(rec),
+        needed=needed)
 
 
 def review_queue(project: Project, *, run: str | None = None, include_approved: bool = False) -> list[QueueItem]:
@@ -253,9 +260,9 @@ def check_review_text(text: str | None, *, required: bool) -> str:
 def find_reviewable(project: Project, entry_id: str) -> QueueItem:
     """The reviewable entry with this id, or a refusal that suggests close ids."""
     needed = project.config.review_approvals
-    if (entry_id or "").startswith("outcome:"):
+    if (entry_id or "").startswith(("outcome:", ACK_PREFIX)):
         for r, rec in _reviewable_events(project):
-            if rec.get("kind") == "outcome" and _entry_id(r, rec) == entry_id:
+            if rec.get("kind") in ("outcome", ACK) and _entry_id(r, rec) == entry_id:
                 item = _item(r, rec, needed)
                 with People(project) as people:
                     _apply_verdicts(project, item, _verdicts(project, people).get(item.id), people)
@@ -304,6 +311,9 @@ def _check_records_intact(project: Project) -> None:
 
 def _check_self_approval(project: Project, item: QueueItem, reviewer: Reviewer) -> None:
     """The launcher may not approve their run's entries: by the key git signs with, or by e-mail."""
+    if item.kind == ACK:
+        check_ack_reviewer(project, item.id, reviewer.key)  # never its author, whatever the setting says
+        return
     if self_approval_allowed(project):
         return
     with People(project) as people:

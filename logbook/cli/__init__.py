@@ -19,6 +19,7 @@ from logbook.cli import ckpt_cmd  # noqa: F401
 from logbook.cli import slurm_cmd  # noqa: F401
 from logbook.cli import stamp_cmd  # noqa: F401
 from logbook.cli import sign_cmd  # noqa: F401
+from logbook.cli import ack_cmd  # noqa: F401
 from logbook.cli._app import app
 from logbook.core.errors import EXIT_OK
 

@@ -56,7 +56,26 @@ def checked_out_path(out: Path | None, option: str = "--out") -> Path | None:
         raise UsageError(f"{option} {out}: the folder {parent} does not exist", hint=f"create it first (mkdir -p {parent})")
     if out.is_dir():
         raise UsageError(f"{option} {out} is a folder; give a file name")
+    _refuse_inside_entries(out, option)
     return out
+
+
+def _refuse_inside_entries(out: Path, option: str) -> None:
+    """Every file under the logbook folder is a record, a log or rendered from them: an output file there
+    would be a stray that `logbook commit` refuses, or be taken for a record."""
+    from logbook.core.errors import RefusedError
+    from logbook.core.project import open_project
+    from logbook.core.recordkinds import where_it_could_go
+
+    try:
+        entries = open_project().entries.resolve()
+    except LogbookError:
+        return  # no logbook here: nothing to keep the file out of
+    target = out.expanduser().absolute().resolve()
+    if target == entries or entries in target.parents:
+        rel = target.relative_to(entries).as_posix()
+        raise RefusedError(f"{option} {out} is inside the logbook folder, where only records and what is rendered "
+                           "from them belong", hint=f"{where_it_could_go(rel)}; nothing was written")
 
 
 _SUFFIX_FORMATS = {".md": "md", ".markdown": "md", ".pdf": "pdf"}

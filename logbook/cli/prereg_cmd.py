@@ -278,6 +278,8 @@ def verify_cmd(
             typer.echo(f"CHANGED  {p.message}")
         for u in report.unverifiable:
             typer.echo(f"IGNORED  {u.message}")
+        for a in report.acknowledged:
+            typer.echo(f"ACKNOWLEDGED  {a.message}")
         for line in report.identity.lines() if report.identity is not None else []:
             typer.echo(line)  # who signed each record, and every commit that changed who may sign
         for v in verdicts:

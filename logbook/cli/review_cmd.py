@@ -34,8 +34,9 @@ def review_cmd(
     if ctx.invoked_subcommand is not None:
         return
     from logbook.chronicle.review import identity_notes, review_queue, review_status
+    from logbook.trust.ack import ANY as ACK_ANY
 
-    project = _checked_project(run)
+    project = _checked_project(run, entry=ACK_ANY)
     if status:
         rows = review_status(project)
         if as_json:
@@ -55,12 +56,14 @@ def review_cmd(
         err(f"note: {note}")
 
 
-def _checked_project(run: str | None = None):
-    """The project, once `verify` passes for what a review reads (exit 4 naming the record otherwise)."""
+def _checked_project(run: str | None = None, entry: str | None = None):
+    """The project, once `verify` passes for what a review reads (exit 4 naming the record otherwise); reviewing
+    an acknowledgement (`ack:<id>`) does not wait for the findings it acknowledges."""
     from logbook.records.trust import require_intact
+    from logbook.trust.ack import acknowledged_paths
 
     project = open_for_writing()  # a review is a record: warn when this clone is not set up for sharing
-    require_intact(project, "review", run=run)
+    require_intact(project, "review", run=run, except_paths=acknowledged_paths(project, entry))
     return project
 
 
@@ -135,7 +138,7 @@ def comment_cmd(
     """
     from logbook.chronicle.review import add_review
 
-    _done(add_review(_checked_project(), entry, "comment", text), as_json, "commented on")
+    _done(add_review(_checked_project(entry=entry), entry, "comment", text), as_json, "commented on")
 
 
 @review_app.command("approve")
@@ -150,7 +153,7 @@ def approve_cmd(
     """
     from logbook.chronicle.review import add_review
 
-    _done(add_review(_checked_project(), entry, "approve", comment), as_json, "approved")
+    _done(add_review(_checked_project(entry=entry), entry, "approve", comment), as_json, "approved")
 
 
 @review_app.command("request-changes")
@@ -165,4 +168,4 @@ def request_changes_cmd(
     """
     from logbook.chronicle.review import add_review
 
-    _done(add_review(_checked_project(), entry, "request_changes", text), as_json, "asked for changes on")
+    _done(add_review(_checked_project(entry=entry), entry, "request_changes", text), as_json, "asked for changes on")

@@ -13,6 +13,13 @@ or commits asks this module which:
 - ``derived``: rendered from records and logs (the dated chronicle, plots,
   indexes, reports). Regenerated, never reconciled by hand, not covered by
   tamper checks.
+- ``stray``: anything else (`render --out entries/week.pdf`, a file copied in
+  by hand). No reader takes it in, so nothing it says can mislead; it is not
+  a record, so two clones writing it never leave history broken for good.
+  `logbook commit` refuses to add or change one, and `verify` warns about it.
+
+Only paths a record kind knows are records: a new kind of record adds its
+pattern to `_RECORD` (a path outside every pattern is a stray, never a record).
 
 Paths are POSIX paths relative to the entries folder.
 """
@@ -22,13 +29,22 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-Kind = Literal["record", "log", "derived"]
+Kind = Literal["record", "log", "derived", "stray"]
 
 # The dated chronicle (YYYY/MM/DD.md and anything beside it in a day's folder),
 # the plots, the reports, and generated indexes: all rebuilt by `logbook render`.
 _DERIVED = re.compile(r"^(\d{4}/\d{2}/\d{2}(\.md|/.*)|\d{4}/(\d{2}/)?index\.md|assets/.*|reports/.*|index\.md|README\.md"
-                      r"|\.gitattributes|\.gitignore)$")
+                      r"|\.gitattributes|\.gitignore|\.gitkeep)$")
 _LOG = re.compile(r"^.*\.jsonl(\.torn)?$")
+_RECORD = re.compile(
+    r"^(prereg/[^/]+\.md"                                        # preregistrations and their amendments
+    r"|runs/[^/]+/run\.json|runs/[^/]+/outcome\.json"            # run records; an older logbook's scorecard
+    r"|runs/[^/]+/outcomes/[^/]+\.json"                         # scorecards
+    r"|(notes|reviews|acknowledgements)/[^/]+\.json"            # notes, reviews, acknowledgements (`trust.ack`)
+    r"|stamps/[0-9a-f]{64}/[^/]+\.tsr"                           # third-party time stamps (`trust.timestamps`)
+    r"|signatures/[0-9a-f]{64}/[^/]+\.sig)$")                    # signatures (`trust.signatures`)
+TRACKED = ("record", "log")
+"""The kinds whose every committed byte `verify` keeps."""
 
 
 def classify(rel: str) -> Kind:
@@ -37,4 +53,11 @@ def classify(rel: str) -> Kind:
         return "derived"
     if _LOG.match(rel):
         return "log"
-    return "record"
+    return "record" if _RECORD.match(rel) else "stray"
+
+
+def where_it_could_go(rel: str) -> str:
+    """A sentence for a stray file: where a file of its sort belongs instead."""
+    name = rel.rsplit("/", 1)[-1]
+    return (f"move it out of the logbook folder (e.g. `out/{name}`), or under `reports/` beside the rendered "
+            "reports; notes are written with `logbook note`, files a note refers to live outside the logbook")

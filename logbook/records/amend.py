@@ -49,6 +49,13 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
     if seen == "nothing" and runs:
         raise RefusedError(f"run {runs[0]} already answers to {prereg_id}, so `--seen nothing` is not true",
                            hint="use --seen run-started (no results seen) or --seen results")
+    if seen == "run-started":
+        from logbook.trust.no_third_party import results_before
+
+        why = results_before(project, runs)
+        if why:
+            raise RefusedError(f"`--seen run-started` says no results were seen, but {why}; nothing was written",
+                               hint="use --seen results: the amendment is then recorded as a deviation")
     state = gitbind.check_repo_state(project.root)
     prev_path, prev_hash = (prereg.amendments[-1].path, prereg.amendments[-1].sha256) if prereg.amendments \
         else (prereg.path, prereg.sha256)

@@ -45,6 +45,8 @@ SETUP_VERSION = "2"
 HOOKS = ("post-merge", "post-rewrite")
 LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
 """Code snapshots (`gitbind.SNAPSHOT_REF_PREFIX`) are neither fetched nor pushed by default."""
+SNAPSHOTS = "refs/logbook/snapshots/"
+"""Where `gitbind.snapshot_worktree` keeps each run's code snapshot."""
 HOOK_MARK = "# logbook: re-render the chronicle after git brought in records"
 
 GITATTRIBUTES = """\
@@ -146,6 +148,7 @@ def set_up_clone(project: Project) -> SetupResult:
         _install_hook(project.root, name, res)
     for remote in [r for r in _git(project.root, "remote").stdout.split() if r]:
         _add_refspecs(project.root, remote, res)
+        _share_snapshots(project.root, remote, res)
     if _git(project.root, "config", "--get", SETUP_KEY).stdout.strip() != SETUP_VERSION:
         _git(project.root, "config", SETUP_KEY, SETUP_VERSION)
         res.done.append(f"marked this clone as set up (git config {SETUP_KEY})")
@@ -168,6 +171,31 @@ def _add_refspecs(root: Path, remote: str, res: SetupResult) -> None:
     _git(root, "config", "--add", f"remote.{remote}.push", LOGBOOK_REFSPEC)
     res.done.append(f"`git push {remote}` now pushes the current branch and the runs' code snapshots "
                     f"(remote.{remote}.push)")
+
+
+def _share_snapshots(root: Path, remote: str, res: SetupResult) -> None:
+    """Fetch the runs' code snapshots, and push back those the remote lacks (deleted there, e.g. by a forger).
+
+    A snapshot ref is written once and never moves, so pushing one the remote
+    lacks restores it and never overwrites anything; a clone that still has
+    it is how a deletion on the remote is undone (`verify` reports the loss).
+    """
+    if _git(root, "fetch", "-q", remote, LOGBOOK_REFSPEC).returncode != 0:
+        res.todo.append(f"could not fetch the runs' code snapshots from {remote}; run `logbook init` again later")
+        return
+    theirs = {line.split("\t", 1)[1] for line in
+              _git(root, "ls-remote", remote, f"{SNAPSHOTS}*").stdout.splitlines() if "\t" in line}
+    mine = [r for r in _git(root, "for-each-ref", "--format=%(refname)", SNAPSHOTS).stdout.split() if r]
+    missing = [r for r in mine if r not in theirs]
+    if not missing:
+        return
+    pushed = _git(root, "push", "-q", remote, *(f"{r}:{r}" for r in missing))
+    if pushed.returncode != 0:
+        res.todo.append(f"{remote} lacks {len(missing)} code snapshot(s) this clone has; `git push {remote} "
+                        f"{missing[0]}` failed: {pushed.stderr.strip().splitlines()[-1:]}")
+        return
+    names = ", ".join(r[len(SNAPSHOTS):] for r in missing[:5]) + (" ..." if len(missing) > 5 else "")
+    res.done.append(f"restored {len(missing)} code snapshot(s) that {remote} lacked: {names}")
 
 
 def clone_is_set_up(root: Path) -> bool:

@@ -21,9 +21,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logbook.core.errors import RefusedError
+from logbook.core.errors import RefusedError, TamperedError
 from logbook.core.gitstate import in_progress
 from logbook.core.project import Project
+from logbook.core.recordkinds import classify, where_it_could_go
 from logbook.records.worktree import ignored_records
 
 _DAY_FILE = re.compile(r"/\d{4}/\d{2}/\d{2}\.md$")
@@ -162,6 +163,7 @@ def commit_logbook(project: Project, message: str | None = None) -> CommitResult
         changed = _changed(root, env, folder)
         if not changed:  # not an error: `logbook commit && git pull --rebase` must go on to the pull
             return CommitResult(commit="", branch=branch, message=f"nothing to commit: {folder}/ matches HEAD")
+        _refuse_what_no_record_may_do(root, folder, changed)
         res = CommitResult(commit="", branch=branch, message="", paths=[p for _, p in changed])
         _summarise(root, folder, changed, res)
         tree = _out(root, "write-tree", env=env)
@@ -189,6 +191,38 @@ def _refuse_ignored_records(project: Project) -> None:
         raise RefusedError(f"git ignores {len(ignored)} logbook record(s), so they cannot be committed: {names}",
                            hint=f"`git check-ignore -v {ignored[0].path}` names the rule; remove it from that "
                                 "file, then run `logbook commit` again")
+
+
+def _refuse_what_no_record_may_do(root: Path, folder: str, changed: list[tuple[str, str]]) -> None:
+    """An edit or deletion of a committed record (or a log that did not only grow) is refused, exit 4: committed,
+    it would be a history break on every clone. A file no record kind knows is refused, exit 3: committed, it
+    would look like a record to nobody and be in everyone's way. Removing a stray file is allowed."""
+    for status, path in changed:
+        rel = path[len(folder) + 1:]
+        kind = classify(rel)
+        if kind == "stray" and status != "D":
+            raise RefusedError(f"{path} is not a logbook record (no record kind has a file there), so `logbook "
+                               "commit` will not commit it", hint=f"{where_it_could_go(rel)}; then run `logbook commit`")
+        if kind == "record" and status != "A":
+            what = "deletes" if status == "D" else "edits"
+            raise TamperedError(f"{path} is a committed record and the working tree {what} it: committed, that would "
+                                "break its history on every clone; nothing was committed",
+                                hint=f"restore it (`git checkout HEAD -- {path}`); a correction is a new record "
+                                     "that supersedes it (`logbook note --about ...`), never an edit")
+        if kind == "log" and status != "A" and not _only_grew(root, path, status):
+            raise TamperedError(f"{path} is a committed log and the working tree does not only add lines to it: "
+                                "committed, that would break its history on every clone; nothing was committed",
+                                hint=f"restore it (`git checkout HEAD -- {path}`); a log only grows")
+
+
+def _only_grew(root: Path, path: str, status: str) -> bool:
+    if status != "M":
+        return False
+    old = _git(root, "cat-file", "blob", f"HEAD:{path}", check=False).stdout
+    try:
+        return (root / path).read_bytes().startswith(old)
+    except OSError:
+        return False
 
 
 def _commit_tree(root: Path, args: list[str]) -> str:

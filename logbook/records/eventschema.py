@@ -110,6 +110,9 @@ class Kind:
     """detection | action: written by the divergence guard."""
     afterwards: bool = False
     """Recorded about the run after the fact by a person's command, not by any attempt."""
+    reopens: bool = False
+    """May be the first event after a resumable ending (`run_failed`, `run_aborted`): a resumed
+    launch begins with it (or, for `run_failed`, a resumed launch that failed before its trainer began)."""
     keeps_incident: bool = False
     """Does not end an off-plan incident that a scorecard folds the guard's actions into."""
     summary: Callable[[Event], str] | None = field(default=None, repr=False)
@@ -272,7 +275,7 @@ _RANKS = "[{rank, node, host, pid}]"
 
 _KINDS: tuple[Kind, ...] = (
     Kind("run_started", "an attempt of a run began (config hash, world size, code snapshot)", "run started",
-         starts_attempt=True, run_state="running", fields=(
+         starts_attempt=True, reopens=True, run_state="running", fields=(
              _f("config_hash", "str", "hash of the resolved config"),
              _f("config_path", "str", "the config file the run was launched with"),
              _f("world_size", "int", "number of workers"),
@@ -311,7 +314,8 @@ _KINDS: tuple[Kind, ...] = (
                 " entries folder; null: the config's own seed, not anchored (logbook/trust/replay.py)"),
          )),
     Kind("restart", "an attempt resumed after a failure: cause, steps and seconds lost, downtime", "restart",
-         starts_attempt=True, run_state="running", incident=True, reviewable=True, counted_as="restarts",
+         starts_attempt=True, reopens=True, run_state="running", incident=True, reviewable=True,
+         counted_as="restarts",
          alert="WARN", summary=_sum_restart, fields=(
              _f("cause", "str", " | ".join([*RESTART_CAUSES, "unknown"]), required=True),
              _f("detail", "str", "what the previous attempt left behind, in words"),
@@ -489,7 +493,7 @@ _KINDS: tuple[Kind, ...] = (
         _f("when", "str", "save: during a checkpoint save"),
         _f("path", "str", "the checkpoint it corrupted"),
     )),
-    Kind("log_repaired", "a torn last line (from a kill) was moved aside", "log repaired", fields=(
+    Kind("log_repaired", "a torn last line (from a kill) was moved aside", "log repaired", reopens=True, fields=(
         _f("torn_bytes", "int", "bytes moved aside", required=True),
         _f("saved_to", "str", "the file they went to"),
     )),
@@ -502,7 +506,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("checkpoint_blocking_s", "number", "seconds training waited for checkpoints"),
          )),
     Kind("run_failed", "the run ended in failure (restarts exhausted or fatal error)", "run failed",
-         incident=True, terminal=True, ends_attempt=3, run_state="failed", alert="ERROR", summary=_sum_reason, fields=(
+         incident=True, terminal=True, reopens=True, ends_attempt=3, run_state="failed", alert="ERROR",
+         summary=_sum_reason, fields=(
              _f("reason", "str", "why, in words", required=True),
              _f("exit_code", "int", "torchrun's exit code"),
              _f("attempts", "int", "attempts made"),
@@ -571,6 +576,24 @@ def kinds_where(predicate: Callable[[Kind], Any] | None = None, **flags: Any) ->
 
 AFTERWARDS_KINDS = kinds_where(afterwards=True)
 """Kinds recorded about a run after the fact, by people's commands: no attempt's life, no run's figures."""
+
+FINAL_STATES = ("finished",)
+"""Run states no launch leaves again: `logbook run --resume` refuses a finished run."""
+
+
+def may_follow_end(ending: Any, kind: Any) -> bool:
+    """Whether an event of `kind` may come right after the terminal event `ending` in one run's log.
+
+    A finished run takes nothing more from any attempt. A failed or aborted run
+    may be resumed: the next launch's first words are a `reopens` kind (the
+    launcher's `run_failed` follows the guard's `run_aborted` the same way).
+    What people record about a run later (`afterwards` kinds) is judged by
+    the reader of that kind, not here.
+    """
+    end, k = get_kind(ending), get_kind(kind)
+    if end is None or not end.terminal or end.run_state in FINAL_STATES or k is None:
+        return False
+    return k.reopens
 
 
 def label(kind: Any) -> str:

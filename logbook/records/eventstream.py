@@ -257,7 +257,9 @@ def torn_tail(source: str, path: Path) -> TornTail | None:
 def merged(project: Project, *, runs: Iterable[str] | None = None, notes: bool = True,
            since: str | None = None, until: str | None = None) -> Iterator[Item]:
     """All logs' items in effective-time order."""
-    streams = [stream_log(s, p, since=since, until=until) for s, p in sources(project, runs)]
+    from logbook.records.runends import keep_vouched
+
+    streams = [keep_vouched(stream_log(s, p, since=since, until=until), p) for s, p in sources(project, runs)]
     streams += [stream_outcomes(project, s, since=since, until=until) for s, _ in sources(project, runs)]
     if notes:
         streams.append(stream_notes(project, since=since, until=until))

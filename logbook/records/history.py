@@ -38,7 +38,7 @@ from pathlib import Path
 
 from logbook.core.fsutil import atomic_write_json
 from logbook.core.project import Project
-from logbook.core.recordkinds import classify
+from logbook.core.recordkinds import TRACKED, classify
 from logbook.records import gitbind
 
 CACHE_FILE = "verified-history.json"
@@ -208,7 +208,7 @@ def _find_breaks(root: Path, folder: str, commits: list[list[str]],
         for ch in changes:
             rel = ch.path[len(folder) + 1:]
             kind = classify(rel)
-            if kind == "derived":
+            if kind not in TRACKED:  # derived or stray: no reader takes it in as a record
                 continue
             if ch.status == "A":
                 added[(c, rel)] = added.get((c, rel), 0) + 1

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logbook.core.project import Project
-from logbook.core.recordkinds import classify
+from logbook.core.recordkinds import TRACKED, classify
 from logbook.records import gitbind
 
 _REFLOG_DEPTH = 200  # earlier HEADs looked at for a record dropped here
@@ -70,7 +70,7 @@ def check_remotes(project: Project) -> list[RemoteFinding]:
         differ = [p for p, blob in theirs.items() if p in mine and mine[p] != blob]
         found += _differing(root, name, differ, mine, theirs, folder)
         found += _erased(root, name, commit, mine, theirs, folder, upstream=name in followed)
-        missing = sorted(p for p in theirs if p not in mine and classify(p[len(folder) + 1:]) != "derived")
+        missing = sorted(p for p in theirs if p not in mine and classify(p[len(folder) + 1:]) in TRACKED)
         dropped = _held_before(root, {p: theirs[p] for p in missing}, branch)
         for p, old in dropped.items():
             found.append(RemoteFinding(p, "remote_dropped", name, "HEAD", (
@@ -167,7 +167,7 @@ def _remote_refs(root: Path) -> list[tuple[str, str]]:
 def _tree(root: Path, rev: str, folder: str) -> dict[str, str]:
     """Path -> blob id of every record and log `rev` holds under the entries folder."""
     return {p: blob for p, (_mode, blob) in gitbind.tree_files(root, rev, folder).items()
-            if classify(p[len(folder) + 1:]) != "derived"}
+            if classify(p[len(folder) + 1:]) in TRACKED}
 
 
 def _differing(root: Path, name: str, paths: list[str], mine: dict[str, str], theirs: dict[str, str],

@@ -16,17 +16,21 @@ from logbook.core.project import Project
 from logbook.records.verify import verify_project
 
 
-def require_intact(project: Project, command: str, *, run: str | None = None) -> None:
+def require_intact(project: Project, command: str, *, run: str | None = None,
+                   except_paths: frozenset[str] = frozenset()) -> None:
     """Raise TamperedError when a record `command` reads fails its check.
 
     With `run`, other runs' folders are out of scope: one run's damaged log
     does not stop scoring another. Everything else (preregistrations, notes,
-    reviews) is read by every such command and always in scope.
+    reviews) is read by every such command and always in scope. `except_paths`:
+    files whose findings an acknowledgement under review names (reviewing it
+    must not wait for itself).
     """
     report = verify_project(project)
     runs = f"{project.config.entries_dir.strip('/')}/runs/"
     mine = f"{runs}{run}/"
-    problems = [p for p in report.problems if run is None or not p.path.startswith(runs) or p.path.startswith(mine)]
+    problems = [p for p in report.problems if (run is None or not p.path.startswith(runs) or p.path.startswith(mine))
+                and p.path not in except_paths]
     if problems:
         first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -61,6 +61,7 @@ from logbook.trust.timecheck import check_time, time_hint
 from logbook.trust import signed_records
 from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
 from logbook.trust.replay import check_seeds
+from logbook.trust import ack, no_third_party
 
 TRAILER = "Logbook-Prereg"
 
@@ -81,7 +82,10 @@ class Finding:
     signature_unknown_key | signature_unchecked | unsigned_before_require | allowed_signers_missing: see
     `logbook.trust.signed_records`), the seed kinds (seed_mismatch | seed_source_missing | seed_source_foreign |
     seed_not_earliest | seed_not_anchored, see `logbook.trust.replay`) and `verify --replay`'s
-    (replay_differs | replay_not_done)"""
+    (replay_differs | replay_not_done),
+    what a run's log may not hold (after_end | outcome_in_log | restart_missing, see `runends`), and the
+    other checks that need no third party (snapshot_missing | snapshot_moved | snapshot_prereg_differs |
+    seen_false; warnings: stray | snapshot_unknown, see `trust.no_third_party`)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
@@ -104,6 +108,8 @@ class VerifyReport:
     warnings: list[Finding] = field(default_factory=list)
     unverifiable: list[Finding] = field(default_factory=list)
     """Records git ignores: they can never be committed, so they can never be verified."""
+    acknowledged: list[Finding] = field(default_factory=list)
+    """Problems a reviewed acknowledgement record covers (`trust.ack`): reported, no longer exit 4."""
     commits_checked: int = 0
     """Commits whose changes were read in this call (the rest were verified before)."""
     in_progress: str | None = None
@@ -119,12 +125,17 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems and not self.unverifiable
 
+    def add(self, path: str, kind: str, message: str, line: int | None = None, *, warning: bool = False) -> None:
+        """Record one finding (a problem: exit 4; with `warning`, reported only), for checks in other modules."""
+        (self.warnings if warning else self.problems).append(Finding(path, kind, message, line))
+
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "preregs": self.preregs, "amendments": self.amendments, "logs": self.logs,
                 "commits_checked": self.commits_checked, "in_progress": self.in_progress,
                 "problems": [asdict(f) for f in self.problems], "warnings": [asdict(f) for f in self.warnings],
                 "unverifiable": [asdict(f) for f in self.unverifiable], "timestamps": self.timestamps,
-                "identity": self.identity.to_dict() if self.identity is not None else None}
+                "identity": self.identity.to_dict() if self.identity is not None else None,
+                "acknowledged": [asdict(f) for f in self.acknowledged]}
 
     def raise_if_tampered(self, root: Path | None = None) -> None:
         """TamperedError (exit 4) for a changed record; RefusedError (exit 3) for ignored ones only.
@@ -155,6 +166,8 @@ class VerifyReport:
 
 def fix_hint(f: Finding) -> str:
     """What to do about one finding: steps that work, and never `run logbook verify` (it sent you here)."""
+    if f.kind == "prereg_after_run":
+        return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
     if f.kind.startswith("stamp"):
         return time_hint(f.kind, f.path)
     if f.hint:
@@ -180,6 +193,16 @@ def fix_hint(f: Finding) -> str:
                 "earliest stamp gives: restore a deleted stamp from git, or start a new run with `--prereg`")
     if f.kind == "prereg_after_run":
         return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+    ack = (f"; if it was a mistake, `logbook acknowledge {f.path} --reason TEXT` records it for a teammate to review "
+           "(the finding is then reported as acknowledged)")
+    if f.kind in ("after_end", "outcome_in_log"):
+        return (f"a clone that fetched {f.path} before the line was added holds it as written: push that version back "
+                f"(`git log -p -- {f.path}` shows which commit added the line){ack}")
+    if f.kind in ("snapshot_missing", "snapshot_moved"):
+        return ("in a clone that still has the snapshot, run `logbook init` (it pushes the snapshots the remote "
+                f"lacks), then `git fetch` here{ack}")
+    if f.kind in ("snapshot_prereg_differs", "seen_false"):
+        return f"the record cannot be made true again: say so in a note (`logbook note`){ack}"
     return "restore the record from git; a correction is a new record that supersedes it, never an edit"
 
 
@@ -225,6 +248,8 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     report.warnings += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.warnings]
     for f in check_seeds(project, prereg_id):
         (report.warnings if f.kind in SEED_WARNING_KINDS else report.problems).append(Finding(f.path, f.kind, f.message))
+    no_third_party.check(project, report, hist.introduced)
+    ack.apply_acknowledgements(project, report)  # last: it may cover any check's finding
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)
     return report
@@ -254,7 +279,7 @@ def _keep_scope(project: Project, prereg_id: str, report: VerifyReport) -> None:
     entries = project.entries.relative_to(project.root).as_posix()
     runs = runs_referencing(project).get(prereg_id, [])
     prefixes = (f"{entries}/prereg/{prereg_id}.", *(f"{entries}/runs/{r}/" for r in runs))
-    for name in ("problems", "warnings", "unverifiable"):
+    for name in ("problems", "warnings", "unverifiable", "acknowledged"):
         setattr(report, name, [f for f in getattr(report, name) if f.path.startswith(prefixes)])
 
 
@@ -379,27 +404,35 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
                 continue  # the run is not committed yet, or the record is reported as uncommitted
             strictly = any(m != s and history.is_ancestor(project.root, m, s) for m in made for s in started)
             together = set(made) & set(started)
-            if strictly or (together and _created_in_order(project, rec, run)):
+            # History's order is whatever the last person to push made it: the records' own times must agree too.
+            in_order = _created_in_order(project, rec, run, missing_ok=bool(strictly))
+            if (strictly or together) and in_order:
                 continue
             report.problems.append(Finding(f"{entries}/runs/{run}/run.json", "prereg_after_run", (
-                f"run {run} answers to {rec.prereg_id}, but the preregistration was first committed in "
-                f"{made[0][:7]}, which is not before {started[0][:7]}, where the run was first committed"
-                + (" (both arrived in one commit, and the preregistration's `created` is later than the run's)"
-                   if together else "")), had=made[0], lost=started[0]))
+                f"run {run} answers to {rec.prereg_id}, but " + (
+                    f"the preregistration's `created` is later than the run's: it was written after the run "
+                    f"started, whatever order the commits {made[0][:7]} and {started[0][:7]} put them in"
+                    + (" (both arrived in one commit)" if together else "")
+                    if (strictly or together) else
+                    f"the preregistration was first committed in {made[0][:7]}, which is not before "
+                    f"{started[0][:7]}, where the run was first committed")), had=made[0], lost=started[0]))
 
 
-def _created_in_order(project: Project, rec: _Record, run: str) -> bool:
+def _created_in_order(project: Project, rec: _Record, run: str, *, missing_ok: bool = False) -> bool:
+    """The preregistration's `created` is not later than the run's; `missing_ok`: a record without one passes."""
     import json
 
     try:
         front, _ = split_record((project.root / rec.relpath).read_text("utf-8"), rec.relpath)
         run_rec = json.loads((project.run_dir(run) / "run.json").read_text("utf-8"))
     except (OSError, ValueError, TamperedError):
-        return False
+        return missing_ok
     if not isinstance(run_rec, dict):
-        return False
+        return missing_ok
     made, started = str(front.get("created") or ""), str(run_rec.get("created") or "")
-    return bool(made) and bool(started) and made[:19] <= started[:19]  # to the second: one has no fraction
+    if not made or not started:
+        return missing_ok
+    return made[:19] <= started[:19]  # to the second: one has no fraction
 
 
 def _check_chains(project: Project, records: list[_Record], hashes: dict, report: VerifyReport) -> None:
@@ -475,22 +508,10 @@ def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport) -
 
 
 def _check_nothing_after_the_end(path: Path, rel: str, report: VerifyReport) -> None:
-    """A finished run lives no more: after `run_finished` its log takes only what is written about it (an outcome).
+    """Only what the schema allows may follow a run's end; outcome lines must be vouched for (`runends`)."""
+    from logbook.records.runends import check_run_log
 
-    The chain proves every line follows the one before, not who wrote it; a line
-    appended later with its hash worked out again is only caught by what it says.
-    """
-    from logbook.records.chain import iter_records
-    from logbook.records.eventschema import AFTERWARDS_KINDS
-
-    finished = False
-    for line, rec in enumerate(iter_records(path), start=1):
-        kind = rec.get("kind")
-        if finished and kind not in AFTERWARDS_KINDS:
-            report.problems.append(Finding(rel, "log_edited", (
-                f"{rel}: line {line} is a {kind} event after the run finished: nothing runs then to write it"), line))
-            return
-        finished = finished or kind == "run_finished"
+    report.problems += [Finding(rel, p.kind, p.message, p.line) for p in check_run_log(path, rel)]
 
 
 def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyReport:

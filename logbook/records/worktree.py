@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logbook.core.project import Project
-from logbook.core.recordkinds import classify
+from logbook.core.recordkinds import TRACKED, classify
 from logbook.records import gitbind
 
 
@@ -57,7 +57,7 @@ def _against_head(project: Project, folder: str) -> list[WorkFinding]:
     tokens = out.split(b"\0")
     changes = [(tokens[i][1:].decode().split(), tokens[i + 1].decode("utf-8", "surrogateescape"))
                for i in range(0, len(tokens) - 1, 2) if tokens[i].startswith(b":")]
-    changes = [(meta, path) for meta, path in changes if meta[4] != "A" and classify(path[len(folder) + 1:]) != "derived"]
+    changes = [(meta, path) for meta, path in changes if meta[4] != "A" and classify(path[len(folder) + 1:]) in TRACKED]
     blobs = gitbind.read_blobs(root, [meta[2] for meta, _ in changes])
     found = []
     for meta, path in changes:
@@ -131,7 +131,7 @@ def ignored_records(project: Project) -> list[WorkFinding]:
     paths = [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
     return [WorkFinding(p, "ignored", f"{p} is ignored by git, so it can never be committed or verified "
                                       f"(`git check-ignore -v {p}` names the rule)")
-            for p in paths if classify(p[len(folder) + 1:]) != "derived"]
+            for p in paths if classify(p[len(folder) + 1:]) in TRACKED]
 
 
 def first_change(old: bytes, new: bytes) -> tuple[int, str]:
