@@ -360,3 +360,46 @@ def test_logbook_run_signs_its_run_record_with_the_launchers_key(logbook_repo, c
     report = json.loads(cli("verify", "--json").stdout)
     assert report["ok"], report["problems"]
     assert signed_by(report)["entries/runs/signed/run.json"] == ["ada@example.org"]
+
+
+def test_the_author_of_an_acknowledgement_cannot_approve_it_under_a_second_address(lab):
+    """An acknowledgement turns exit 4 into `acknowledged`: its author's approval counts for nothing, by key."""
+    from forger import append_forged
+
+    team, keys, _ = lab
+    ada = team["ada"]
+    log = "entries/runs/qknorm/events.jsonl"
+    append_forged(ada.path / log, "run_finished", {"final_loss": 3.0})  # a line appended by hand
+    ada.git("commit", "-qam", "oops")
+    assert ada.cli("verify").exit_code == 4
+    res = ada.cli("acknowledge", log, "--reason", "a line appended by hand while testing a parser")
+    assert res.exit_code == 0, res.output
+    ack_id = res.stdout.strip()
+    ada.commit()
+    ada.push()
+    laptop = team.join("laptop")  # Ada again, under her private address, with the same key
+    laptop.git("config", "user.name", "Ada L.")
+    laptop.git("config", "user.email", "ada.private@home.example")
+    use_key(laptop, keys["ada"])
+    refused = laptop.cli("review", "approve", ack_id)
+    assert refused.exit_code == 3 and "cannot approve it" in refused.stderr
+    # Written around the check: the approval is signed by Ada's key and does not count.
+    from logbook.records.files import write_record
+    from logbook.trust.signatures import sign_record
+
+    project = open_project(laptop.path)
+    rec = write_record(project.reviews_dir, {"kind": "review", "entry": ack_id, "action": "approve", "text": "",
+                                             "reviewer": "Ada L.", "email": "ada.private@home.example",
+                                             "run": "qknorm", "entry_kind": "acknowledgement"})
+    assert sign_record(project, rec["hash"], what="review") == []
+    laptop.commit()
+    still = laptop.cli("verify")
+    assert still.exit_code == 4 and f"awaiting review: `logbook review approve {ack_id}`" in still.output
+    bo = team["bo"]
+    assert bo.pull("rebase").returncode == 0
+    laptop.push()
+    assert bo.pull("rebase").returncode == 0
+    bo.ok("review", "approve", ack_id)
+    bo.commit()
+    done = bo.cli("verify")
+    assert done.exit_code == 0 and "approved by Bo" in done.output, done.output

@@ -311,14 +311,14 @@ def _check_records_intact(project: Project) -> None:
 
 def _check_self_approval(project: Project, item: QueueItem, reviewer: Reviewer) -> None:
     """The launcher may not approve their run's entries: by the key git signs with, or by e-mail."""
-    if item.kind == ACK:
-        check_ack_reviewer(project, item.id, reviewer.key)  # never its author, whatever the setting says
-        return
-    if self_approval_allowed(project):
-        return
     with People(project) as people:
-        launcher = people.launcher(item.run)
         me = people.me(reviewer.email, reviewer.name)
+        if item.kind == ACK:
+            check_ack_reviewer(project, item.id, me)  # never its author, whatever the setting says
+            return
+        if self_approval_allowed(project):
+            return
+        launcher = people.launcher(item.run)
     if launcher is not None and launcher.same_person(me):
         raise RefusedError(
             f"{reviewer.name} launched run {item.run} and cannot approve its entries; nothing was recorded",

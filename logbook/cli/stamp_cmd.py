@@ -12,7 +12,8 @@ def say_stamp(outcome) -> None:
     if outcome is None or outcome.off:
         return
     if outcome.written:
-        err(f"Stamped {outcome.what} by {len(outcome.written)} authority(ies).")
+        n = len(outcome.written)
+        err(f"Stamped {outcome.what}: third-party time from {n} timestamp {'authority' if n == 1 else 'authorities'}.")
     for why in outcome.pending:
         err(f"warning: stamp pending for {outcome.what}: {why}; `logbook stamp` or `logbook commit` fetches it")
 

@@ -38,6 +38,8 @@ from logbook.core.recordkinds import classify
 from logbook.records import chain
 from logbook.records.files import damaged_records, iter_folder, write_record
 from logbook.records.reviews import review_records
+from logbook.trust.people import People, Who
+from logbook.trust.signatures import sign_record
 
 KIND = "acknowledgement"
 ENTRY_PREFIX = "ack:"
@@ -100,29 +102,37 @@ def acknowledge(project: Project, path: str, reason: str, findings: list[Any]) -
            "findings": [{"kind": f.kind, "line": f.line, "message": f.message, "had": f.had, "lost": f.lost}
                         for f in findings],
            "author": ident.name, "email": ident.email}
-    return write_record(acknowledgements_dir(project), rec, ts=chain.utc_now())
+    written = write_record(acknowledgements_dir(project), rec, ts=chain.utc_now())
+    written["warnings"] = sign_record(project, written["hash"], what=f"acknowledgement {ENTRY_PREFIX}{written['id']}")
+    return written
 
 
 def load_acks(project: Project) -> list[Ack]:
-    """Every intact acknowledgement, with who approved it (never its author)."""
-    verdicts: dict[str, dict[str, tuple[str, str]]] = {}
-    for r in review_records(project):
-        entry = r.get("entry")
-        if isinstance(entry, str) and entry.startswith(ENTRY_PREFIX) and r.get("action") in ("approve", "request_changes"):
-            who = str(r.get("email") or r.get("reviewer") or "").lower()
-            verdicts.setdefault(entry, {})[who] = (str(r["action"]), str(r.get("reviewer") or who))
-    out = []
-    for rec in iter_folder(acknowledgements_dir(project)):
-        if rec.get("kind") != KIND or rec.get("hash") != chain.record_hash(rec) or not isinstance(rec.get("path"), str):
-            continue  # a damaged one covers nothing (verify reports it)
-        email = str(rec.get("email") or "").lower()
-        latest = verdicts.get(f"{ENTRY_PREFIX}{rec.get('id')}", {})
-        approved = [name for who, (action, name) in latest.items() if action == "approve" and who != email]
-        blocked = any(action == "request_changes" for action, _ in latest.values())
-        out.append(Ack(str(rec.get("id")), rec["path"], {(str(f.get("kind")), f.get("line"))
-                                                         for f in rec.get("findings") or [] if isinstance(f, dict)},
-                       str(rec.get("sha256")), int(rec.get("size") or 0), str(rec.get("author") or ""), email,
-                       [] if blocked else approved))
+    """Every intact acknowledgement, with who approved it: distinct people, never its author.
+
+    People are told apart as reviews tell them apart (`logbook.trust.people`): by the key that signed the
+    record where records are signed, so an author approving under a second e-mail is still the author.
+    """
+    with People(project) as people:
+        verdicts: dict[str, dict[str, tuple[str, Who]]] = {}
+        for r in review_records(project):
+            entry = r.get("entry")
+            if isinstance(entry, str) and entry.startswith(ENTRY_PREFIX) and r.get("action") in ("approve", "request_changes"):
+                who = people.of_review(r)
+                verdicts.setdefault(entry, {})[who.key] = (str(r["action"]), who)
+        out = []
+        for rec in iter_folder(acknowledgements_dir(project)):
+            if rec.get("kind") != KIND or rec.get("hash") != chain.record_hash(rec) or not isinstance(rec.get("path"), str):
+                continue  # a damaged one covers nothing (verify reports it)
+            author = people.of_author(rec)
+            latest = verdicts.get(f"{ENTRY_PREFIX}{rec.get('id')}", {})
+            approved = [who.name or who.email for action, who in latest.values()
+                        if action == "approve" and not who.same_person(author)]
+            blocked = any(action == "request_changes" for action, _ in latest.values())
+            out.append(Ack(str(rec.get("id")), rec["path"], {(str(f.get("kind")), f.get("line"))
+                                                             for f in rec.get("findings") or [] if isinstance(f, dict)},
+                           str(rec.get("sha256")), int(rec.get("size") or 0), str(rec.get("author") or ""),
+                           author.email, [] if blocked else approved))
     return out
 
 
@@ -177,14 +187,15 @@ def ack_summary(rec: dict[str, Any]) -> str:
     return f"acknowledges {rec.get('path')} ({kinds}) by {rec.get('author')}: {str(rec.get('reason') or '')[:200]}"
 
 
-def check_ack_reviewer(project: Project, entry_id: str, reviewer_key: str) -> None:
-    """Refuse the author of an acknowledgement as its approver: whoever could have made the mistake (or the
-    forgery) must not be the one who waves it through."""
+def check_ack_reviewer(project: Project, entry_id: str, reviewer: Who) -> None:
+    """Refuse the author of an acknowledgement as its approver, by key where records are signed, else by e-mail:
+    whoever could have made the mistake (or the forgery) must not be the one who waves it through."""
     rid = entry_id[len(ENTRY_PREFIX):]
-    for rec in iter_folder(acknowledgements_dir(project)):
-        if rec.get("id") == rid and str(rec.get("email") or "").lower() == reviewer_key:
-            raise RefusedError(f"{rec.get('author')} wrote {entry_id} and cannot approve it; nothing was recorded",
-                               hint=f"ask a teammate to review it (`logbook review approve {entry_id}`)")
+    with People(project) as people:
+        for rec in iter_folder(acknowledgements_dir(project)):
+            if rec.get("id") == rid and people.of_author(rec).same_person(reviewer):
+                raise RefusedError(f"{rec.get('author')} wrote {entry_id} and cannot approve it; nothing was recorded",
+                                   hint=f"ask a teammate to review it (`logbook review approve {entry_id}`)")
 
 
 ANY = "ack:*"

@@ -85,6 +85,14 @@ class People:
             digest = None
         return self._who(digest, str(rec.get("email") or ""), str(rec.get("reviewer") or ""))
 
+    def of_author(self, rec: dict[str, Any]) -> Who:
+        """The author of a one-file record that names its writer as `author` and `email` (an acknowledgement)."""
+        try:
+            digest = record_hash(rec)
+        except ValueError:
+            digest = None
+        return self._who(digest, str(rec.get("email") or ""), str(rec.get("author") or ""))
+
     def launcher(self, run: str) -> Who | None:
         """Who launched `run`: the run record's signer, and the e-mail its `author` names; None without a record."""
         if run not in self._launchers:

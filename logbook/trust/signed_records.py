@@ -44,6 +44,7 @@ from logbook.records.prereg import AMEND_RE, runs_referencing
 from logbook.records.prereg_format import record_hash as prereg_hash
 from logbook.records.prereg_format import split_record
 from logbook.records.prereg_input import ID_RE
+from logbook.trust.ack import acknowledgements_dir
 from logbook.trust.setting_history import SettingChange, setting_changes
 from logbook.trust.signatures import (SIGNATURES_DIR, SignatureBook, all_signature_files, configured_key, fp12_of,
                                       sign_digest)
@@ -284,6 +285,7 @@ def _records(project: Project, prereg_id: str | None) -> list[SignedRecord]:
         out += _json_records(root, d / "outcomes", "scorecard")
     if prereg_id is None:
         out += _json_records(root, project.reviews_dir, "review")
+        out += _json_records(root, acknowledgements_dir(project), "acknowledgement")
     return out
 
 
