@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -233,11 +234,19 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
+CPU: list[float] = []
+"""CPU seconds (user + system) of each `verify` process, in order: on a shared machine the wall time also
+counts the waits for a core, these do not."""
+
+
 def _verify(repo: Path, env: dict[str, str]) -> tuple[float, dict]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "logbook", "verify", "--json"], cwd=repo, env=env,
                           capture_output=True, text=True)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     report = json.loads(proc.stdout or "{}")
     if proc.returncode != 0 or not report.get("ok"):
         raise SystemExit(f"verify failed ({proc.returncode}): {proc.stderr[-800:]} {proc.stdout[-800:]}")
@@ -279,11 +288,13 @@ def measure(base: Path, commits: int, day0: float = DAY0, stamper: _Stamper | No
                                check=True).stdout.count("\n"))
     size = sum(p.stat().st_size for p in (repo / "entries").rglob("*") if p.is_file())
     state = repo / ".logbook"
-    colds, warms, ones = [], [], []
+    colds, warms, ones, cpu_cold, cpu_warm, cpu_one = [], [], [], [], [], []
     for _ in range(repeat):
         shutil.rmtree(state, ignore_errors=True)
         cold, report = _verify(repo, env)
+        cpu_cold.append(CPU[-1])
         warm, again = _verify(repo, env)
+        cpu_warm.append(CPU[-1])
         colds.append(cold)
         warms.append(warm)
     shutil.copytree(state, base / "state-before")
@@ -292,6 +303,7 @@ def measure(base: Path, commits: int, day0: float = DAY0, stamper: _Stamper | No
         shutil.rmtree(state)
         shutil.copytree(base / "state-before", state)
         one, after = _verify(repo, env)
+        cpu_one.append(CPU[-1])
         ones.append(one)
     cold, warm, one = (statistics.median(v) for v in (colds, warms, ones))
     assert report["commits_checked"] == commits and again["commits_checked"] == 0 and after["commits_checked"] == 1
@@ -302,7 +314,9 @@ def measure(base: Path, commits: int, day0: float = DAY0, stamper: _Stamper | No
     return {"commits": commits, "files": files, "mb": size / 1e6, "events": len(report["logs"]) and
             sum(1 for _ in open(repo / "entries/runs/llama/events.jsonl", "rb")),
             "build_s": built, "cold_s": cold, "warm_s": warm, "one_commit_s": one, "stamps": stamps,
-            "all_s": {"cold": colds, "warm": warms, "one_commit": ones}}
+            "all_s": {"cold": colds, "warm": warms, "one_commit": ones},
+            "cpu_s": {k: statistics.median(v) for k, v in (("cold", cpu_cold), ("warm", cpu_warm),
+                                                           ("one_commit", cpu_one))}}
 
 
 def _print_row(r: dict) -> None:
@@ -311,6 +325,7 @@ def _print_row(r: dict) -> None:
           f"{r['events']:>5} events  cold {r['cold_s']:6.2f} s  nothing new {r['warm_s']:5.2f} s  "
           f"one commit {r['one_commit_s']:5.2f} s  (medians; built in {r['build_s']:.1f} s; each: {every})",
           flush=True)
+    print("      CPU (user+sys) medians: " + "  ".join(f"{k} {v:.2f} s" for k, v in r["cpu_s"].items()), flush=True)
 
 
 def main() -> int:
@@ -347,6 +362,9 @@ def main() -> int:
         result(f"verify with nothing new, {what}", round(big["warm_s"], 2), "s", "<= 1", big["warm_s"] <= 1)
     result(f"verify after one new commit, {what}", round(big["one_commit_s"], 2), "s",
            "<= 1", big["one_commit_s"] <= 1)
+    for k, v in big["cpu_s"].items():  # what the wall figures would be on an idle core
+        result(f"verify CPU seconds (user+sys), {k.replace('_', ' ')}, {what}", round(v, 2), "s", "-", None)
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores")
     if len(rows) > 1:
         small = rows[0]
         growth = (big["cold_s"] / small["cold_s"]) / (big["commits"] / small["commits"])
