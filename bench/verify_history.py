@@ -23,7 +23,9 @@ first commit, the chain head at each `checkpoint_saved` line in the commit that
 adds the line, the final head in the one more commit. The run's clock starts a
 minute before the build, so its stamps fall inside its claimed span and
 `verify` can say "before". Goals, from issue #35: cold <= 10 s, nothing new
-<= 1 s.
+<= 1 s. Each figure is the median of `--repeat` runs; each verify's CPU
+seconds are printed too (on a shared machine the wall time counts the waits
+for a core).
 
     python3 bench/verify_history.py [--commits 300] [--sizes 0.25,0.5,1] [--quick] [--unstamped]
 """
