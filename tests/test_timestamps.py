@@ -436,6 +436,29 @@ def test_a_stamp_checked_once_is_not_checked_again_unless_its_bytes_change(logbo
     assert "stamp_invalid" in _kinds(json.loads(cli("verify", "--full", "--json").stdout))
 
 
+def test_a_warm_verify_reads_no_certificate_and_a_changed_or_missing_ca_is_not_found_in_the_cache(
+        logbook_repo, cli, local_tsa, tmp_path):
+    """The cache is consulted before the CA is parsed (a warm verify of thousands of stamps parses none), yet
+    its key still holds the CA's bytes: another CA at the same path, or none, is checked, not trusted."""
+    from logbook.trust.timecheck import check_time
+
+    local_tsa.configure(logbook_repo)
+    _run(logbook_repo, "r1", None)
+    assert cli("stamp").exit_code == 0
+    assert _verify(cli)[0] == 0
+    timestamps._anchors.cache_clear()
+    report = check_time(open_project(logbook_repo))
+    assert report.facts["stamps"] == 2 and not report.findings
+    assert timestamps._anchors.cache_info().misses == 0  # every stamp answered from the cache
+    ca = logbook_repo / CA_REL
+    ca.write_bytes(make_ca(tmp_path / "other", "Another Root CA").read_bytes())
+    code, report = _verify(cli)
+    assert code == 4 and _kinds(report) == ["stamp_invalid", "stamp_invalid"]
+    ca.unlink()
+    code, report = _verify(cli)
+    assert code == 4 and all(CA_REL in p["message"] for p in report["problems"]) and len(report["problems"]) == 2
+
+
 def test_a_team_shares_stamps_through_git_and_a_fresh_clone_verifies_them(tmp_path, local_tsa):
     from team import make_team
 

@@ -17,6 +17,7 @@ authority, and its imprint equal to the digest.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import time
@@ -208,21 +209,35 @@ def check_stamp_file(project: Project, path: Path, cache: dict[str, str] | None 
     if auth is None or not DIGEST_RE.match(digest):
         raise LookupError(f"{path.name} names no authority logbook.yaml configures")
     tsr = path.read_bytes()
-    trust = anchors(project, auth)
     key = _cache_key(project, auth, digest, tsr) if cache is not None else ""
-    if cache is not None and key in cache:
+    if cache is not None and key in cache:  # before `anchors`: a warm verify parses no certificate
         return VerifiedStamp(datetime.fromisoformat(cache[key]), auth.url, path, digest)
-    when = check_token(tsr, bytes.fromhex(digest), trust).astimezone(timezone.utc)
+    when = check_token(tsr, bytes.fromhex(digest), anchors(project, auth)).astimezone(timezone.utc)
     if cache is not None:
         cache[key] = when.isoformat()
     return VerifiedStamp(when, auth.url, path, digest)
 
 
 def _cache_key(project: Project, auth: Authority, digest: str, tsr: bytes) -> str:
-    import hashlib
-
-    ca = (project.root / auth.ca).read_bytes()
+    """UsageError, as `anchors` raises it, when the CA file is missing: a cached success needs its CA too."""
+    ca = _ca_bytes(project, auth)
     return hashlib.sha256(b"\0".join([tsr, digest.encode(), auth.url.encode(), ca])).hexdigest()
+
+
+def _ca_bytes(project: Project, authority: Authority) -> bytes:
+    path = project.root / authority.ca
+    try:
+        st = path.stat()
+        return _read_once(str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        anchors(project, authority)  # raises its UsageError (the file is missing or unreadable)
+        raise
+
+
+@functools.lru_cache(maxsize=32)
+def _read_once(path: str, _mtime_ns: int, _size: int, _inode: int) -> bytes:
+    """A CA file's bytes, read once per version of it: a verify keys every stamp's cache entry with them."""
+    return Path(path).read_bytes()
 
 
 class StampCache:
