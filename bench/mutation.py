@@ -31,10 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Modules under test, and the tests that are meant to notice a change in them.
 SETS: dict[str, tuple[list[str], list[str], float]] = {
-    "chain": (["logbook/records/chain.py"], ["tests/test_chain.py", "tests/test_fuzz_eventlog.py"], 0.95),
+    "chain": (["logbook/records/chain.py"],
+              ["tests/test_chain.py", "tests/test_chain_checks.py", "tests/test_fuzz_eventlog.py"], 0.95),
+    "history": (["logbook/records/history.py"],
+                ["tests/test_history.py", "tests/test_history_checks.py", "tests/test_history_workflows.py"], 0.95),
+    "verify": (["logbook/records/verify.py"],
+               ["tests/test_verify.py", "tests/test_verify_checks.py", "tests/test_history.py"], 0.95),
     "trust": (["logbook/records/chain.py", "logbook/records/history.py", "logbook/records/verify.py",
                "logbook/trust/"],
-              ["tests/test_chain.py", "tests/test_history.py", "tests/test_verify.py", "tests/test_history_workflows.py",
+              ["tests/test_chain.py", "tests/test_chain_checks.py", "tests/test_history.py", "tests/test_history_checks.py",
+               "tests/test_verify.py", "tests/test_verify_checks.py", "tests/test_history_workflows.py",
                "tests/test_trust_*.py", "tests/test_forgeries.py", "tests/test_timestamps.py", "tests/test_signatures.py"],
               0.95),
     "facts": (["logbook/runs/facts.py", "logbook/scoring/", "logbook/records/predictions.py"],
