@@ -105,6 +105,13 @@ def test_a_record_that_cannot_be_hashed_is_reported_as_edited_not_raised(tmp_pat
     assert _kinds(log) == [(2, "edited")]
 
 
+def test_lines_appended_by_hand_with_a_seq_but_no_prev_or_hash_are_each_edited_and_off_the_chain(tmp_path):
+    log = _log(tmp_path, 2)
+    with open(log.path, "a") as f:
+        f.write('{"kind":"run_finished","seq":2}\n{"kind":"outcome","seq":3}\n')
+    assert _kinds(log) == [(3, "edited"), (3, "broken_chain"), (4, "edited"), (4, "broken_chain")]
+
+
 @pytest.mark.xfail(strict=True, reason="read_log compares a missing `hash` (None) with the failed hash of an "
                                         "unhashable record (None), so a last line with no hash and a NaN passes")
 def test_a_forged_last_line_with_no_hash_and_a_nan_is_reported(tmp_path):
