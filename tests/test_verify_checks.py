@@ -1,0 +1,198 @@
+"""The verdict of `verify` and the way forward it gives, pinned part by part.
+
+A report is ok only with no problem and no unverifiable record; the error it
+raises names the first finding and how many more; each finding's hint is a step
+that works for that kind (restore from the commit that had it, take the remote's
+copy, finish the merge first), never "run verify". Then, on real repositories,
+the findings `verify_project` assembles from history, the working tree and the
+logs: which are problems, which are warnings, and what each names.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import git
+
+from logbook.core.errors import RefusedError, TamperedError
+from logbook.core.project import open_project
+from logbook.records.chain import ChainedLog, canonical, record_hash
+from logbook.records.verify import Finding, VerifyReport, fix_hint, verify_project
+
+HAD, LOST = "a" * 40, "b" * 40
+REL = "entries/notes/n-1.json"
+
+
+def _f(kind: str, had: str | None = None, lost: str | None = None, path: str = REL) -> Finding:
+    return Finding(path, kind, f"{path} is not as written ({kind})", had=had, lost=lost)
+
+
+# --- the verdict ------------------------------------------------------------------------------
+
+def test_a_report_is_ok_only_without_problems_and_without_unverifiable_records():
+    assert VerifyReport().ok
+    assert VerifyReport(warnings=[_f("log_torn_tail")]).ok
+    assert not VerifyReport(problems=[_f("edited")]).ok
+    assert not VerifyReport(unverifiable=[_f("ignored")]).ok
+
+
+def test_the_json_report_carries_every_field_a_script_reads():
+    report = VerifyReport(preregs=["p1"], amendments=2, logs=["l"], problems=[_f("edited")],
+                          warnings=[_f("elsewhere")], unverifiable=[_f("ignored")], commits_checked=7,
+                          in_progress="a merge: x")
+    d = report.to_dict()
+    assert {k: d[k] for k in ("ok", "preregs", "amendments", "logs", "commits_checked", "in_progress")} == \
+        {"ok": False, "preregs": ["p1"], "amendments": 2, "logs": ["l"], "commits_checked": 7,
+         "in_progress": "a merge: x"}
+    assert [p["kind"] for p in d["problems"]] == ["edited"] and d["problems"][0]["path"] == REL
+    assert [w["kind"] for w in d["warnings"]] == ["elsewhere"]
+    assert [u["kind"] for u in d["unverifiable"]] == ["ignored"]
+    json.dumps(d)
+
+
+def test_a_tampered_report_raises_naming_the_first_finding_and_how_many_more():
+    with pytest.raises(TamperedError) as one:
+        VerifyReport(problems=[_f("record_edited", HAD, LOST)]).raise_if_tampered()
+    assert str(one.value.args[0]) == f"{REL} is not as written (record_edited)"
+    with pytest.raises(TamperedError) as three:
+        VerifyReport(problems=[_f("record_edited", HAD, LOST), _f("edited"), _f("edited")]).raise_if_tampered()
+    assert three.value.args[0].endswith("(record_edited) (and 2 more)")
+    assert f"git checkout {HAD[:7]} -- {REL}" in three.value.hint
+    VerifyReport(warnings=[_f("log_torn_tail")]).raise_if_tampered()  # a warning raises nothing
+
+
+def test_ignored_records_refuse_naming_at_most_three_and_how_to_find_the_rule():
+    paths = [f"entries/notes/n-{i}.json" for i in range(4)]
+    with pytest.raises(RefusedError) as err:
+        VerifyReport(unverifiable=[_f("ignored", path=p) for p in paths]).raise_if_tampered()
+    msg = err.value.args[0]
+    assert "git ignores 4 record(s)" in msg and ", ".join(paths[:3]) in msg and paths[3] not in msg
+    assert f"git check-ignore -v {paths[0]}" in err.value.hint and "logbook commit" in err.value.hint
+
+
+# --- the way forward, one kind at a time --------------------------------------------------------
+
+def test_a_finding_with_the_commit_that_had_it_is_restored_from_that_commit():
+    hint = fix_hint(_f("record_edited", HAD, LOST))
+    assert f"`git checkout {HAD[:7]} -- {REL}`" in hint and "a correction is a new record" in hint
+    assert fix_hint(_f("log_rewritten", HAD, LOST)).startswith(f"restore it as {HAD[:7]} had it")
+
+
+@pytest.mark.parametrize("had, lost", [(HAD, HAD), (None, LOST), (HAD, None)])
+def test_a_finding_without_two_distinct_commits_is_not_sent_to_one(had, lost):
+    assert "had it" not in fix_hint(_f("edited", had, lost))
+    assert f"`git checkout HEAD -- {REL}`" in fix_hint(_f("edited", had, lost))
+
+
+@pytest.mark.parametrize("kind", ["edited", "deleted", "log_lines_missing", "log_deleted", "log_edited"])
+def test_a_file_that_differs_from_head_is_restored_from_head(kind):
+    assert fix_hint(_f(kind)) == (f"restore it from git (`git checkout HEAD -- {REL}`); "
+                                  "a correction is a new record, never an edit")
+
+
+@pytest.mark.parametrize("kind", ["symlink", "record_symlink"])
+def test_a_symlink_is_replaced_by_the_plain_file(kind):
+    assert fix_hint(_f(kind)) == f"replace {REL} by the plain file git has for it (`git checkout HEAD -- {REL}`)"
+
+
+def test_a_record_a_remote_holds_is_taken_back_from_the_remote():
+    assert f"`git checkout origin/main -- {REL}`" in fix_hint(_f("remote_dropped", "origin/main", "HEAD"))
+    assert "`git pull`" in fix_hint(_f("remote_dropped", "origin/main", "HEAD"))
+    differs = fix_hint(_f("remote_differs", "origin/main", "HEAD"))
+    assert f"`git checkout origin/main -- {REL}`" in differs and "take the remote's version back" in differs
+
+
+@pytest.mark.parametrize("kind", ["remote_erased", "remote_erased_elsewhere"])
+def test_a_record_a_force_push_erased_is_restored_as_pushed(kind):
+    hint = fix_hint(_f(kind, HAD, "origin/main"))
+    assert f"`git checkout {HAD[:7]} -- {REL}`" in hint and "commit and push" in hint
+
+
+def test_an_uncommitted_preregistration_and_a_late_one_each_say_what_to_do_instead():
+    assert "`logbook prereg`" in fix_hint(_f("uncommitted"))
+    assert "preregister anew" in fix_hint(_f("prereg_after_run", HAD, HAD)) and "--prereg" in \
+        fix_hint(_f("prereg_after_run"))
+    assert fix_hint(_f("hash_mismatch")).startswith("restore the record from git")
+    assert all("verify" not in fix_hint(_f(k)) for k in ("edited", "chain_broken", "hash_mismatch", "uncommitted"))
+
+
+def test_while_a_merge_is_under_way_the_hint_first_says_how_to_finish_it():
+    report = VerifyReport(in_progress="a merge is in progress: `git merge --continue`")
+    assert report.hint_for(_f("record_edited", HAD, LOST)) == \
+        "a merge is in progress: `git merge --continue`, then run the command again"
+    assert report.hint_for(_f("edited")).endswith("; a correction is a new record, never an edit")
+    assert "git restore --source=HEAD" in report.hint_for(_f("deleted"))
+    assert VerifyReport().hint_for(_f("record_edited", HAD, LOST)) == fix_hint(_f("record_edited", HAD, LOST))
+    assert "git restore --source=HEAD" in VerifyReport().hint_for(_f("edited", HAD, None))
+
+
+# --- what verify_project assembles ------------------------------------------------------------
+
+def _commit(repo, message="change") -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def _log(repo, n=3, run="r1"):
+    log = ChainedLog(repo / "entries" / "runs" / run / "events.jsonl")
+    for i in range(n):
+        log.append({"kind": "milestone", "run": run, "data": {"i": i}})
+    return log.path
+
+
+def test_history_breaks_are_problems_and_restored_ones_are_warnings_with_both_commits(logbook_repo):
+    note = logbook_repo / "entries" / "notes" / "n-1.json"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("v1\n")
+    had = _commit(logbook_repo)
+    note.write_text("v2\n")
+    lost = _commit(logbook_repo)
+    report = verify_project(open_project(logbook_repo))
+    assert [(p.path, p.kind, p.had, p.lost) for p in report.problems] == [(REL, "record_edited", had, lost)]
+    assert report.commits_checked == 5 and not report.ok
+    git(logbook_repo, "checkout", had, "--", REL)
+    _commit(logbook_repo, "back")
+    report = verify_project(open_project(logbook_repo), full=True)
+    assert report.ok and report.problems == [] and report.commits_checked == 6
+    assert [(w.path, w.kind, w.had, w.lost) for w in report.warnings] == [(REL, "record_edited_restored", had, lost)]
+    assert report.warnings[0].message.endswith(", and is back as first committed")
+
+
+def test_a_log_edited_on_disk_names_the_line_and_a_torn_tail_is_only_a_warning(logbook_repo):
+    path = _log(logbook_repo)
+    _commit(logbook_repo)
+    lines = path.read_text().splitlines(keepends=True)
+    rec = json.loads(lines[1])
+    rec["data"] = {"i": 42}
+    rec["hash"] = record_hash(rec)
+    path.write_text(lines[0] + canonical(rec) + "\n" + lines[2])
+    report = verify_project(open_project(logbook_repo))
+    logged = [p for p in report.problems if p.kind == "log_edited"]
+    assert [(p.path, p.line) for p in logged] == [("entries/runs/r1/events.jsonl", 3)]
+    assert logged[0].message.startswith("entries/runs/r1/events.jsonl: line 3 ")
+    assert report.logs == ["entries/runs/r1/events.jsonl"]
+
+    path.write_text("".join(lines) + '{"kind":"mile')
+    report = verify_project(open_project(logbook_repo))
+    assert report.ok
+    assert [(w.path, w.kind, w.line) for w in report.warnings] == [("entries/runs/r1/events.jsonl", "log_torn_tail", 4)]
+
+
+def test_only_what_the_schema_allows_follows_a_runs_end_even_rechained(logbook_repo):
+    from logbook.records.eventschema import AFTERWARDS_KINDS
+
+    path = _log(logbook_repo, 2)
+    log = ChainedLog(path)
+    log.append({"kind": "run_finished", "run": "r1", "data": {}})
+    after = sorted(AFTERWARDS_KINDS)
+    for kind in after:
+        log.append({"kind": kind, "run": "r1", "data": {}})
+    assert verify_project(open_project(logbook_repo)).ok  # what may follow the end passes
+    log.append({"kind": "milestone", "run": "r1", "data": {"i": 9}})
+    log.append({"kind": "run_failed", "run": "r1", "data": {}})
+    report = verify_project(open_project(logbook_repo))
+    line = 4 + len(after)
+    assert [(p.kind, p.line) for p in report.problems] == [("log_edited", line)]  # the first, once
+    assert f"line {line} is a milestone event after the run finished" in report.problems[0].message
