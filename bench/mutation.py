@@ -1,6 +1,6 @@
 """Mutation testing of the modules that prove integrity and state facts: does the suite notice a broken check?
 
-Usage: python3 bench/mutation.py [--set trust|facts|NAME...] [--max-children N] [--keep]
+Usage: python3 bench/mutation.py [--set trust|facts|NAME...] [--max-children N] [--keep] [--tests PATTERN...]
 
 mutmut changes one thing at a time in a module (a `<` made `<=`, a condition
 negated, a constant changed, a call dropped) and runs the tests that cover it;
@@ -11,7 +11,11 @@ tree is never touched. Prints the score per set as a RESULT line and lists every
 survivor (module, function and mutant name) so it can be read with
 `mutmut show NAME` in the copy (kept with --keep).
 
-Not run in CI: one set takes tens of minutes on two cores.
+Not run in CI: one set takes tens of minutes on two cores. A survivor costs
+every test that covers its function, so tests marked `slow` (real trainer runs)
+are left out; `--tests` runs a set against other test files (e.g. only the fast
+ones that pin a module, to find survivors quickly; the score that counts is the
+set's own list).
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ def _configure(dest: Path, modules: list[str], tests: list[str]) -> None:
     # `-n 0`: mutmut runs the tests itself, one process per mutant; `-p no:cacheprovider` keeps the copy clean.
     conf = {"source_paths": [m for m in modules if (dest / m).exists()],
             "pytest_add_cli_args_test_selection": present,
-            "pytest_add_cli_args": ["-n", "0", "-p", "no:cacheprovider", "-q", "-x"],
+            "pytest_add_cli_args": ["-n", "0", "-p", "no:cacheprovider", "-q", "-x", "-m", "not slow"],
             "also_copy": ["templates", "configs", "trainer", "tests", "bench", "logbook", "pyproject.toml",
                           "README.md", "docs"]}
     py.write_text(py.read_text("utf-8") + "\n[tool.mutmut]\n"
@@ -88,8 +92,9 @@ def _survivors(dest: Path) -> tuple[int, int, list[str]]:
     return killed, survived, names
 
 
-def run_set(name: str, max_children: int, keep: bool) -> bool:
+def run_set(name: str, max_children: int, keep: bool, only_tests: list[str] | None = None) -> bool:
     modules, tests, goal = SETS[name]
+    tests = only_tests or tests
     dest = Path(tempfile.mkdtemp(prefix=f"mutation-{name}-"))
     try:
         _copy_checkout(dest)
@@ -116,8 +121,9 @@ def main() -> int:
     ap.add_argument("--set", nargs="*", default=list(SETS), choices=list(SETS))
     ap.add_argument("--max-children", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the copy with mutmut's state")
+    ap.add_argument("--tests", nargs="*", help="test files (glob patterns) to run instead of the set's own")
     args = ap.parse_args()
-    ok = [run_set(s, args.max_children, args.keep) for s in args.set]
+    ok = [run_set(s, args.max_children, args.keep, args.tests) for s in args.set]
     return 0 if all(ok) else 1
 
 
