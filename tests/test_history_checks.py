@@ -94,8 +94,8 @@ def test_appending_to_logs_and_adding_records_is_clean_and_says_which_commit_int
     put(repo, "notes/n-1.json", '{"text": "first"}\n')
     log = log_lines(repo, 2)
     a = commit(repo, "a note and a run")
-    with open(log, "a") as f:  # a torn tail committed: the next version may repair it
-        f.write('{"kind":"mile')
+    with open(log, "ab") as f:  # a torn tail committed (a crash can leave NUL bytes): the next version may repair it
+        f.write(b"\0\0\0\0")
     commit(repo, "the run goes on, then is killed")
     ChainedLog(log).append({"kind": "milestone", "run": "r1", "data": {"i": 2}})
     put(repo, "2026/12/01.md", "# the chronicle, regenerated\n")
@@ -122,12 +122,12 @@ def test_a_record_in_the_root_commit_is_introduced_there(tmp_path):
 
 
 def test_an_entries_folder_given_with_a_trailing_slash_is_the_same_folder(repo):
-    put(repo, "notes/n-1.json", "v1\n", folder="lab/entries")
+    put(repo, "notes/n-1.json", "v1\n", folder="XAI-lab/entries")
     had = commit(repo)
-    put(repo, "notes/n-1.json", "v2\n", folder="lab/entries")
+    put(repo, "notes/n-1.json", "v2\n", folder="XAI-lab/entries")
     lost = commit(repo)
-    res = check(repo, "lab/entries/")
-    assert found(res) == [("lab/entries/notes/n-1.json", "record_edited", had, lost)]
+    res = check(repo, "XAI-lab/entries/")
+    assert found(res) == [("XAI-lab/entries/notes/n-1.json", "record_edited", had, lost)]
     assert res.introduced == {"notes/n-1.json": [had]}
 
 
@@ -458,8 +458,8 @@ def test_a_record_put_back_to_a_later_version_is_not_restored(repo):
 
 def test_a_log_cut_and_then_restored_and_continued_is_restored(repo):
     path = log_lines(repo, 3)
-    with open(path, "a") as f:
-        f.write('{"kind":"torn')  # the committed version ends in a torn line: only its complete lines count
+    with open(path, "ab") as f:
+        f.write(b"\0\0\0")  # the committed version ends in a torn line: only its complete lines count
     full = path.read_bytes()
     had = commit(repo)
     path.write_bytes(b"".join(full.splitlines(keepends=True)[:1]))
