@@ -486,6 +486,42 @@ def test_a_log_cut_and_rewritten_differently_is_not_restored(repo):
     assert ("entries/runs/r1/events.jsonl", "log_rewritten", had, lost) in found(res)
 
 
+def test_a_log_deleted_then_started_anew_and_then_put_back_is_restored_from_its_first_break(repo):
+    path = log_lines(repo, 3)
+    first = path.read_bytes()
+    had = commit(repo)
+    path.unlink()
+    deleted = commit(repo, "gone")
+    path.write_bytes(b"".join(first.splitlines(keepends=True)[1:]))  # another log at the same place
+    commit(repo, "a new log")
+    path.write_bytes(first)
+    commit(repo, "the first log back")
+    res = check(repo)
+    assert res.breaks == []
+    assert [(b.kind, b.had, b.lost) for b in res.restored] == [("log_deleted", had, deleted)]
+
+
+@pytest.mark.xfail(strict=True, reason="when a merge loses two different versions of one path, one from each "
+                                        "parent, putting back the first parent's version counts as restoring the "
+                                        "file, and the second parent's lost record is no longer reported")
+def test_a_merge_that_loses_both_sides_versions_stays_a_problem_when_one_side_is_put_back(repo):
+    git(repo, "switch", "-q", "-c", "side")
+    put(repo, "notes/week.json", "bob's\n")
+    side = commit(repo, "bob's week")
+    git(repo, "switch", "-q", "main")
+    put(repo, "notes/week.json", "alice's\n")
+    main = commit(repo, "alice's week")
+    conflict = subprocess.run(["git", "merge", "-q", "--no-commit", "side"], cwd=repo, capture_output=True, text=True)
+    assert "CONFLICT (add/add)" in conflict.stdout
+    put(repo, "notes/week.json", "both\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-edit")
+    merge = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", main, "--", "entries/notes/week.json")
+    commit(repo, "alice's week back")
+    assert ("entries/notes/week.json", "record_edited", side, merge) in found(check(repo))
+
+
 def test_a_deleted_log_is_not_restored_while_it_is_missing(repo):
     path = log_lines(repo, 2)
     commit(repo)
