@@ -533,6 +533,21 @@ def test_a_deleted_log_is_not_restored_while_it_is_missing(repo):
     assert [b.kind for b in res.breaks] == ["log_deleted"] and res.restored == []
 
 
+def test_a_record_put_back_is_told_apart_from_one_still_missing_whatever_their_order(repo):
+    back = put(repo, "notes/n-back.json", "1\n")
+    gone = put(repo, "notes/n-gone.json", "2\n")
+    had = commit(repo)
+    back.unlink()
+    commit(repo, "one gone")
+    gone.unlink()
+    commit(repo, "the other gone")  # its break is found first: children before parents
+    git(repo, "checkout", had, "--", "entries/notes/n-back.json")
+    commit(repo, "one back")
+    res = check(repo)
+    assert [b.path for b in res.breaks] == ["entries/notes/n-gone.json"]
+    assert [b.path for b in res.restored] == ["entries/notes/n-back.json"]
+
+
 def test_restored_breaks_are_listed_one_a_file_in_path_order(repo):
     a = put(repo, "notes/n-b.json", "b\n")
     b = put(repo, "notes/n-a.json", "a\n")
