@@ -131,6 +131,15 @@ def test_an_entries_folder_given_with_a_trailing_slash_is_the_same_folder(repo):
     assert res.introduced == {"notes/n-1.json": [had]}
 
 
+def test_a_branch_named_like_the_entries_folder_does_not_confuse_the_walk(repo):
+    note = put(repo, "notes/n-1.json", "v1\n")
+    had = commit(repo)
+    git(repo, "branch", "entries")
+    note.write_text("v2\n")
+    lost = commit(repo)
+    assert found(check(repo)) == [("entries/notes/n-1.json", "record_edited", had, lost)]
+
+
 def test_a_record_whose_name_is_not_utf8_is_named_as_the_filesystem_spells_it(repo):
     name = os.fsencode(str(repo / "entries" / "notes")) + b"/n-\xff.json"
     os.makedirs(repo / "entries" / "notes")
