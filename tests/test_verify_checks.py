@@ -196,3 +196,122 @@ def test_only_what_the_schema_allows_follows_a_runs_end_even_rechained(logbook_r
     line = 4 + len(after)
     assert [(p.kind, p.line) for p in report.problems] == [("log_edited", line)]  # the first, once
     assert f"line {line} is a milestone event after the run finished" in report.problems[0].message
+
+
+# --- preregistrations: the amendment chain and the order against runs ----------------------------
+
+FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
+         "--predict", "val_loss@final < 1.45"]
+
+
+def _prereg(cli) -> str:
+    res = cli("prereg", *FLAGS, "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)["id"]
+
+
+def _front(path):
+    from logbook.records.prereg_format import split_record
+
+    return split_record(path.read_text("utf-8"), path.name)
+
+
+def _sha(path) -> str:
+    from logbook.records.prereg_format import record_hash as prereg_hash
+
+    return prereg_hash(*_front(path))
+
+
+def _amended(repo, cli) -> tuple[str, "Path", "Path"]:
+    """A preregistration and one amendment made by the CLI: (id, the preregistration, the amendment)."""
+    pid = _prereg(cli)
+    res = cli("prereg", "amend", pid, "--reason", "r", "--seen", "nothing", "--predict", "restarts@final <= 2")
+    assert res.exit_code == 0, res.output
+    folder = repo / "entries" / "prereg"
+    first = next(folder.glob(f"{pid}.amend-*.md"))
+    return pid, folder / f"{pid}.md", first
+
+
+def _forged_second(repo, pid, original, first, change) -> str:
+    """A second amendment made by hand, its links worked out as the CLI would, then `change`d; committed."""
+    from logbook.records.prereg_format import render_record
+
+    front, body = _front(first)
+    front.pop("id", None)
+    front.update(n=2, previous={"file": first.name, "sha256": _sha(first)},
+                 original={"file": original.name, "sha256": _sha(original)})
+    change(front, pid)
+    path = repo / "entries" / "prereg" / f"{pid}.amend-2.md"
+    path.write_text(render_record(front, body), encoding="utf-8")
+    _commit(repo, "a second amendment")
+    return path.relative_to(repo).as_posix()
+
+
+def _chain_findings(repo) -> list[tuple[str, str]]:
+    return [(p.path, p.message) for p in verify_project(open_project(repo)).problems if p.kind == "chain_broken"]
+
+
+def test_an_amendment_linked_as_the_cli_links_it_verifies(logbook_repo, cli):
+    pid, original, first = _amended(logbook_repo, cli)
+    _forged_second(logbook_repo, pid, original, first, lambda front, pid: None)
+    report = verify_project(open_project(logbook_repo))
+    assert report.ok and report.problems == [] and report.amendments == 2 and report.preregs == [pid]
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda f, pid: f.update(amends="2026-01-01-another-abcd"),
+     "says it is amendment 2 of 2026-01-01-another-abcd, but its file name makes it amendment 2 of {pid}"),
+    (lambda f, pid: f.update(n=3), "says it is amendment 3 of {pid}, but its file name makes it amendment 2"),
+    (lambda f, pid: f["previous"].update(file=f"{pid}.amend-2.md"),
+     "links the record before it as {pid}.amend-2.md, which is not among {pid}'s records"),
+    (lambda f, pid: f["previous"].update(file=f"{pid}.amend-1.md"),
+     "links the record before it as {pid}.amend-1.md, which is not among {pid}'s records"),
+    (lambda f, pid: f.update(previous="the one before"),
+     "links the record before it as None, which is not among {pid}'s records"),
+    (lambda f, pid: f["original"].update(sha256="0" * 64),
+     "links {pid}.md by hash 000000000000, but that record hashes to "),
+    (lambda f, pid: f["previous"].update(sha256="f" * 64), "by hash ffffffffffff, but that record hashes to "),
+    (lambda f, pid: f.pop("original"), "links the preregistration as None, which is not among"),
+])
+def test_an_amendment_with_a_broken_link_names_itself_and_the_link(logbook_repo, cli, change, says):
+    pid, original, first = _amended(logbook_repo, cli)
+    rel = _forged_second(logbook_repo, pid, original, first, change)
+    found = _chain_findings(logbook_repo)
+    assert len(found) == 1 and found[0][0] == rel
+    assert found[0][1].startswith(f"{rel}: ") and says.format(pid=pid) in found[0][1]
+
+
+def _prereg_and_run_in_one_commit(repo, cli, run_created) -> tuple[str, str]:
+    from logbook.runs.record import RunRecord, write_run_record
+
+    pid = _prereg(cli)
+    git(repo, "reset", "-q", "--soft", "HEAD~1")  # the two arrive in one commit, as a squash-merge makes them
+    write_run_record(open_project(repo), RunRecord(run_id="r1", created=run_created(pid), config_path="c.yaml",
+                                                   config_hash="0" * 64, prereg_id=pid))
+    return pid, _commit(repo, "preregistration and run (#2)")
+
+
+def _created(repo, pid) -> str:
+    return str(_front(repo / "entries" / "prereg" / f"{pid}.md")[0]["created"])
+
+
+def test_a_run_squashed_with_its_preregistration_within_the_same_second_is_in_order(logbook_repo, cli):
+    _prereg_and_run_in_one_commit(logbook_repo, cli, lambda pid: _created(logbook_repo, pid)[:19] + ".999999Z")
+    assert verify_project(open_project(logbook_repo)).ok
+
+
+def test_a_run_squashed_with_a_preregistration_made_a_second_later_does_not_answer_to_it(logbook_repo, cli):
+    from datetime import datetime, timedelta
+
+    def a_second_before(pid):
+        made = datetime.strptime(_created(logbook_repo, pid)[:19], "%Y-%m-%dT%H:%M:%S")
+        return (made - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+
+    pid, both = _prereg_and_run_in_one_commit(logbook_repo, cli, a_second_before)
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind, p.had, p.lost) for p in problems] == \
+        [("entries/runs/r1/run.json", "prereg_after_run", both, both)]
+    assert f"run r1 answers to {pid}, but the preregistration was first committed in {both[:7]}" in \
+        problems[0].message
+    assert "(both arrived in one commit, and the preregistration's `created` is later than the run's)" in \
+        problems[0].message
