@@ -315,3 +315,61 @@ def test_a_run_squashed_with_a_preregistration_made_a_second_later_does_not_answ
         problems[0].message
     assert "(both arrived in one commit, and the preregistration's `created` is later than the run's)" in \
         problems[0].message
+
+
+# --- one-file records: notes, reviews, scorecards, run records ------------------------------------
+
+def _note(cli, repo, text="spike at 47k"):
+    res = cli("note", text, "--json")
+    assert res.exit_code == 0, res.output
+    rid = json.loads(res.stdout)["id"].removeprefix("note:")
+    return repo / "entries" / "notes" / f"{rid}.json"
+
+
+def _damage(path, **changes):
+    rec = json.loads(path.read_text("utf-8"))
+    rec.update(changes)
+    path.write_text(json.dumps(rec), "utf-8")
+
+
+@pytest.mark.parametrize("folder", ["notes", "reviews", "runs/r1/outcomes"])
+def test_an_uncommitted_one_file_record_that_no_longer_matches_its_hash_is_named(logbook_repo, cli, folder):
+    note = _note(cli, logbook_repo)
+    target = logbook_repo / "entries" / folder / note.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target != note:
+        target.write_bytes(note.read_bytes())
+    assert verify_project(open_project(logbook_repo)).ok
+    _damage(target, text="no spike at all")
+    rel = target.relative_to(logbook_repo).as_posix()
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [(rel, "edited")]
+    assert problems[0].message == f"{rel}: its content no longer matches its hash"
+
+
+def test_a_committed_note_edited_on_disk_is_named_once_by_the_line_that_changed(logbook_repo, cli):
+    note = _note(cli, logbook_repo)
+    _commit(logbook_repo, "a note")
+    _damage(note, text="no spike at all")
+    rel = note.relative_to(logbook_repo).as_posix()
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [(rel, "edited")]
+    assert problems[0].line is not None
+
+
+def test_a_run_record_is_checked_as_one_and_named_once_when_committed(logbook_repo):
+    from logbook.runs.record import RunRecord, write_run_record
+
+    for run in ("r1", "r2"):
+        write_run_record(open_project(logbook_repo), RunRecord(run_id=run, created="2026-11-30T00:00:00Z",
+                                                              config_path="c.yaml", config_hash="0" * 64))
+    git(logbook_repo, "add", "entries/runs/r1")
+    git(logbook_repo, "commit", "-q", "-m", "run r1")  # r2 is left uncommitted
+    assert verify_project(open_project(logbook_repo)).ok
+    for run in ("r1", "r2"):
+        (logbook_repo / "entries" / "runs" / run / "run.json").write_text("[]\n")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [("entries/runs/r1/run.json", "edited"),
+                                                    ("entries/runs/r2/run.json", "edited")]
+    assert problems[0].line is not None  # named by the working-tree check, with its line
+    assert problems[1].message == "entries/runs/r2/run.json: it is not a run record (a JSON object)"
