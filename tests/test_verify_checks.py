@@ -373,3 +373,52 @@ def test_a_run_record_is_checked_as_one_and_named_once_when_committed(logbook_re
                                                     ("entries/runs/r2/run.json", "edited")]
     assert problems[0].line is not None  # named by the working-tree check, with its line
     assert problems[1].message == "entries/runs/r2/run.json: it is not a run record (a JSON object)"
+
+
+# --- scope and state --------------------------------------------------------------------------
+
+def test_verify_of_one_preregistration_reports_only_it_and_the_runs_that_answer_to_it(logbook_repo, cli):
+    from logbook.runs.record import RunRecord, write_run_record
+
+    a, b = _prereg(cli), _prereg(cli)
+    for run, pid in (("ra", a), ("rb", b)):
+        write_run_record(open_project(logbook_repo), RunRecord(run_id=run, created="2099-01-01T00:00:00Z",
+                                                              config_path="c.yaml", config_hash="0" * 64,
+                                                              prereg_id=pid))
+        _log(logbook_repo, 3, run)
+    _commit(logbook_repo, "two runs")
+    for run in ("ra", "rb"):
+        path = logbook_repo / "entries" / "runs" / run / "events.jsonl"
+        path.write_text(path.read_text().replace('"i":1', '"i":7'))
+    (logbook_repo / "entries" / "prereg" / f"{b}.md").write_text("rewritten\n")
+    report = verify_project(open_project(logbook_repo), a)
+    assert report.preregs == [a] and report.logs == ["entries/runs/ra/events.jsonl"]
+    assert {p.path for p in report.problems} == {"entries/runs/ra/events.jsonl"}
+    everything = verify_project(open_project(logbook_repo))
+    assert {p.path for p in everything.problems} >= {"entries/runs/ra/events.jsonl", "entries/runs/rb/events.jsonl",
+                                                     f"entries/prereg/{b}.md"}
+    assert everything.logs == ["entries/runs/ra/events.jsonl", "entries/runs/rb/events.jsonl"]
+
+
+def test_an_unknown_preregistration_is_not_found(logbook_repo):
+    from logbook.core.errors import NotFoundError
+
+    with pytest.raises(NotFoundError, match="unknown preregistration '2026-01-01-never-abcd'"):
+        verify_project(open_project(), "2026-01-01-never-abcd")
+
+
+def test_a_merge_under_way_is_said_in_the_report(logbook_repo):
+    note = logbook_repo / "README.md"  # a conflict outside the logbook
+    note.write_text("base\n")
+    _commit(logbook_repo)
+    git(logbook_repo, "switch", "-q", "-c", "side")
+    note.write_text("side\n")
+    _commit(logbook_repo)
+    git(logbook_repo, "switch", "-q", "main")
+    note.write_text("main\n")
+    _commit(logbook_repo)
+    import subprocess
+    assert subprocess.run(["git", "merge", "-q", "side"], cwd=logbook_repo, capture_output=True).returncode != 0
+    report = verify_project(open_project(logbook_repo))
+    assert report.in_progress and report.in_progress.startswith("a merge")
+    assert report.to_dict()["in_progress"] == report.in_progress
