@@ -277,9 +277,11 @@ def test_a_record_added_as_a_symlink_is_a_break_that_no_later_file_undoes(repo, 
     assert res.breaks[0].old_blob == ""  # the commit before held nothing there
     link.unlink()
     link.write_text("{}\n")
-    fixed = commit(repo, "a plain file now")
+    fixed = commit(repo, "a plain file now", env=AUTHOR)
     res = check(repo)
     assert sorted((b.kind, b.lost) for b in res.breaks) == sorted([("record_symlink", added), ("record_edited", fixed)])
+    edit = next(b for b in res.breaks if b.lost == fixed)  # a link's target and a file's lines are not compared
+    assert edit.message.endswith(f"was edited in {fixed[:7]} (Grace Hopper, 2026-11-05)")
     assert res.restored == []
 
 
