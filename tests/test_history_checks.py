@@ -176,9 +176,23 @@ def test_the_commit_that_lost_a_record_is_its_direct_child_even_after_unrelated_
     commit(repo, "readme")
     had = commit(repo, "empty")
     put(repo, "notes/n-1.json", "v2\n")
-    lost = commit(repo, "edit")
+    lost = commit(repo, "edit", env=AUTHOR)
     commit(repo, "after")
-    assert found(check(repo)) == [("entries/notes/n-1.json", "record_edited", had, lost)]
+    res = check(repo)
+    assert found(res) == [("entries/notes/n-1.json", "record_edited", had, lost)]
+    assert f"was edited in {lost[:7]} (Grace Hopper, 2026-11-05): line 1 changed" in res.breaks[0].message
+
+
+@pytest.mark.parametrize("before, after, says", [
+    ("", "filled in later\n", ": line 1 was added: 'filled in later'"),
+    ("written\n", "", ": line 1 was removed: 'written'"),
+])
+def test_a_record_emptied_or_filled_in_names_the_lines_removed_or_added(repo, before, after, says):
+    note = put(repo, "notes/n-1.json", before)
+    commit(repo)
+    note.write_text(after)
+    commit(repo)
+    assert check(repo).breaks[0].message.endswith(says)
 
 
 def test_a_deleted_record_is_named_with_the_commit_that_had_it(repo):
