@@ -289,12 +289,18 @@ def test_a_record_added_as_a_symlink_is_a_break_that_no_later_file_undoes(repo, 
     assert res.breaks[0].message.endswith(f"is added as a symlink in {added[:7]} (Grace Hopper, 2026-11-05) "
                                           "(a record must be a plain file)")
     assert res.breaks[0].old_blob == ""  # the commit before held nothing there
+    other = put(repo, "notes/n-2.json", "v1\n")
+    commit(repo)
+    other.write_text("v2\n")  # an ordinary edit in the same history, described line by line
     link.unlink()
     link.write_text("{}\n")
     fixed = commit(repo, "a plain file now", env=AUTHOR)
     res = check(repo)
-    assert sorted((b.kind, b.lost) for b in res.breaks) == sorted([("record_symlink", added), ("record_edited", fixed)])
-    edit = next(b for b in res.breaks if b.lost == fixed)  # a link's target and a file's lines are not compared
+    assert sorted((b.path, b.kind, b.lost) for b in res.breaks) == sorted([
+        ("entries/notes/n-1.json", "record_symlink", added), ("entries/notes/n-1.json", "record_edited", fixed),
+        ("entries/notes/n-2.json", "record_edited", fixed)])
+    assert next(b for b in res.breaks if b.path.endswith("n-2.json")).message.endswith(": line 1 changed: 'v1' -> 'v2'")
+    edit = next(b for b in res.breaks if b.lost == fixed and b.path.endswith("n-1.json"))  # a link's target and a file's lines are not compared
     assert edit.message.endswith(f"was edited in {fixed[:7]} (Grace Hopper, 2026-11-05)")
     assert res.restored == []
 
