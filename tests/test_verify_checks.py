@@ -1,0 +1,424 @@
+"""The verdict of `verify` and the way forward it gives, pinned part by part.
+
+A report is ok only with no problem and no unverifiable record; the error it
+raises names the first finding and how many more; each finding's hint is a step
+that works for that kind (restore from the commit that had it, take the remote's
+copy, finish the merge first), never "run verify". Then, on real repositories,
+the findings `verify_project` assembles from history, the working tree and the
+logs: which are problems, which are warnings, and what each names.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import git
+
+from logbook.core.errors import RefusedError, TamperedError
+from logbook.core.project import open_project
+from logbook.records.chain import ChainedLog, canonical, record_hash
+from logbook.records.verify import Finding, VerifyReport, fix_hint, verify_project
+
+HAD, LOST = "a" * 40, "b" * 40
+REL = "entries/notes/n-1.json"
+
+
+def _f(kind: str, had: str | None = None, lost: str | None = None, path: str = REL) -> Finding:
+    return Finding(path, kind, f"{path} is not as written ({kind})", had=had, lost=lost)
+
+
+# --- the verdict ------------------------------------------------------------------------------
+
+def test_a_report_is_ok_only_without_problems_and_without_unverifiable_records():
+    assert VerifyReport().ok
+    assert VerifyReport(warnings=[_f("log_torn_tail")]).ok
+    assert not VerifyReport(problems=[_f("edited")]).ok
+    assert not VerifyReport(unverifiable=[_f("ignored")]).ok
+
+
+def test_the_json_report_carries_every_field_a_script_reads():
+    report = VerifyReport(preregs=["p1"], amendments=2, logs=["l"], problems=[_f("edited")],
+                          warnings=[_f("elsewhere")], unverifiable=[_f("ignored")], commits_checked=7,
+                          in_progress="a merge: x")
+    d = report.to_dict()
+    assert {k: d[k] for k in ("ok", "preregs", "amendments", "logs", "commits_checked", "in_progress")} == \
+        {"ok": False, "preregs": ["p1"], "amendments": 2, "logs": ["l"], "commits_checked": 7,
+         "in_progress": "a merge: x"}
+    assert [p["kind"] for p in d["problems"]] == ["edited"] and d["problems"][0]["path"] == REL
+    assert [w["kind"] for w in d["warnings"]] == ["elsewhere"]
+    assert [u["kind"] for u in d["unverifiable"]] == ["ignored"]
+    json.dumps(d)
+
+
+def test_a_tampered_report_raises_naming_the_first_finding_and_how_many_more():
+    with pytest.raises(TamperedError) as one:
+        VerifyReport(problems=[_f("record_edited", HAD, LOST)]).raise_if_tampered()
+    assert str(one.value.args[0]) == f"{REL} is not as written (record_edited)"
+    with pytest.raises(TamperedError) as three:
+        VerifyReport(problems=[_f("record_edited", HAD, LOST), _f("edited"), _f("edited")]).raise_if_tampered()
+    assert three.value.args[0].endswith("(record_edited) (and 2 more)")
+    assert f"git checkout {HAD[:7]} -- {REL}" in three.value.hint
+    VerifyReport(warnings=[_f("log_torn_tail")]).raise_if_tampered()  # a warning raises nothing
+
+
+def test_ignored_records_refuse_naming_at_most_three_and_how_to_find_the_rule():
+    paths = [f"entries/notes/n-{i}.json" for i in range(4)]
+    with pytest.raises(RefusedError) as err:
+        VerifyReport(unverifiable=[_f("ignored", path=p) for p in paths]).raise_if_tampered()
+    msg = err.value.args[0]
+    assert "git ignores 4 record(s)" in msg and ", ".join(paths[:3]) in msg and paths[3] not in msg
+    assert f"git check-ignore -v {paths[0]}" in err.value.hint and "logbook commit" in err.value.hint
+
+
+# --- the way forward, one kind at a time --------------------------------------------------------
+
+def test_a_finding_with_the_commit_that_had_it_is_restored_from_that_commit():
+    hint = fix_hint(_f("record_edited", HAD, LOST))
+    assert f"`git checkout {HAD[:7]} -- {REL}`" in hint and "a correction is a new record" in hint
+    assert fix_hint(_f("log_rewritten", HAD, LOST)).startswith(f"restore it as {HAD[:7]} had it")
+
+
+@pytest.mark.parametrize("had, lost", [(HAD, HAD), (None, LOST), (HAD, None)])
+def test_a_finding_without_two_distinct_commits_is_not_sent_to_one(had, lost):
+    assert "had it" not in fix_hint(_f("edited", had, lost))
+    assert f"`git checkout HEAD -- {REL}`" in fix_hint(_f("edited", had, lost))
+
+
+@pytest.mark.parametrize("kind", ["edited", "deleted", "log_lines_missing", "log_deleted", "log_edited"])
+def test_a_file_that_differs_from_head_is_restored_from_head(kind):
+    assert fix_hint(_f(kind)) == (f"restore it from git (`git checkout HEAD -- {REL}`); "
+                                  "a correction is a new record, never an edit")
+
+
+@pytest.mark.parametrize("kind", ["symlink", "record_symlink"])
+def test_a_symlink_is_replaced_by_the_plain_file(kind):
+    assert fix_hint(_f(kind)) == f"replace {REL} by the plain file git has for it (`git checkout HEAD -- {REL}`)"
+
+
+def test_a_record_a_remote_holds_is_taken_back_from_the_remote():
+    assert f"`git checkout origin/main -- {REL}`" in fix_hint(_f("remote_dropped", "origin/main", "HEAD"))
+    assert "`git pull`" in fix_hint(_f("remote_dropped", "origin/main", "HEAD"))
+    differs = fix_hint(_f("remote_differs", "origin/main", "HEAD"))
+    assert f"`git checkout origin/main -- {REL}`" in differs and "take the remote's version back" in differs
+
+
+@pytest.mark.parametrize("kind", ["remote_erased", "remote_erased_elsewhere"])
+def test_a_record_a_force_push_erased_is_restored_as_pushed(kind):
+    hint = fix_hint(_f(kind, HAD, "origin/main"))
+    assert f"`git checkout {HAD[:7]} -- {REL}`" in hint and "commit and push" in hint
+
+
+def test_an_uncommitted_preregistration_and_a_late_one_each_say_what_to_do_instead():
+    assert "`logbook prereg`" in fix_hint(_f("uncommitted"))
+    assert "preregister anew" in fix_hint(_f("prereg_after_run", HAD, HAD)) and "--prereg" in \
+        fix_hint(_f("prereg_after_run"))
+    assert fix_hint(_f("hash_mismatch")).startswith("restore the record from git")
+    assert all("verify" not in fix_hint(_f(k)) for k in ("edited", "chain_broken", "hash_mismatch", "uncommitted"))
+
+
+def test_while_a_merge_is_under_way_the_hint_first_says_how_to_finish_it():
+    report = VerifyReport(in_progress="a merge is in progress: `git merge --continue`")
+    assert report.hint_for(_f("record_edited", HAD, LOST)) == \
+        "a merge is in progress: `git merge --continue`, then run the command again"
+    assert report.hint_for(_f("edited")).endswith("; a correction is a new record, never an edit")
+    assert "git restore --source=HEAD" in report.hint_for(_f("deleted"))
+    assert VerifyReport().hint_for(_f("record_edited", HAD, LOST)) == fix_hint(_f("record_edited", HAD, LOST))
+    assert "git restore --source=HEAD" in VerifyReport().hint_for(_f("edited", HAD, None))
+
+
+# --- what verify_project assembles ------------------------------------------------------------
+
+def _commit(repo, message="change") -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def _log(repo, n=3, run="r1"):
+    log = ChainedLog(repo / "entries" / "runs" / run / "events.jsonl")
+    for i in range(n):
+        log.append({"kind": "milestone", "run": run, "data": {"i": i}})
+    return log.path
+
+
+def test_history_breaks_are_problems_and_restored_ones_are_warnings_with_both_commits(logbook_repo):
+    note = logbook_repo / "entries" / "notes" / "n-1.json"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("v1\n")
+    had = _commit(logbook_repo)
+    note.write_text("v2\n")
+    lost = _commit(logbook_repo)
+    report = verify_project(open_project(logbook_repo))
+    assert [(p.path, p.kind, p.had, p.lost) for p in report.problems] == [(REL, "record_edited", had, lost)]
+    assert report.commits_checked == 5 and not report.ok
+    git(logbook_repo, "checkout", had, "--", REL)
+    _commit(logbook_repo, "back")
+    report = verify_project(open_project(logbook_repo), full=True)
+    assert report.ok and report.problems == [] and report.commits_checked == 6
+    assert [(w.path, w.kind, w.had, w.lost) for w in report.warnings] == [(REL, "record_edited_restored", had, lost)]
+    assert report.warnings[0].message.endswith(", and is back as first committed")
+
+
+def test_a_log_edited_on_disk_names_the_line_and_a_torn_tail_is_only_a_warning(logbook_repo):
+    path = _log(logbook_repo)
+    _commit(logbook_repo)
+    lines = path.read_text().splitlines(keepends=True)
+    rec = json.loads(lines[1])
+    rec["data"] = {"i": 42}
+    rec["hash"] = record_hash(rec)
+    path.write_text(lines[0] + canonical(rec) + "\n" + lines[2])
+    report = verify_project(open_project(logbook_repo))
+    logged = [p for p in report.problems if p.kind == "log_edited"]
+    assert [(p.path, p.line) for p in logged] == [("entries/runs/r1/events.jsonl", 3)]
+    assert logged[0].message.startswith("entries/runs/r1/events.jsonl: line 3 ")
+    assert report.logs == ["entries/runs/r1/events.jsonl"]
+
+    path.write_text("".join(lines) + '{"kind":"mile')
+    report = verify_project(open_project(logbook_repo))
+    assert report.ok
+    assert [(w.path, w.kind, w.line) for w in report.warnings] == [("entries/runs/r1/events.jsonl", "log_torn_tail", 4)]
+
+
+def test_only_what_the_schema_allows_follows_a_runs_end_even_rechained(logbook_repo):
+    from logbook.records.eventschema import AFTERWARDS_KINDS
+
+    path = _log(logbook_repo, 2)
+    log = ChainedLog(path)
+    log.append({"kind": "run_finished", "run": "r1", "data": {}})
+    after = sorted(AFTERWARDS_KINDS)
+    for kind in after:
+        log.append({"kind": kind, "run": "r1", "data": {}})
+    assert verify_project(open_project(logbook_repo)).ok  # what may follow the end passes
+    log.append({"kind": "milestone", "run": "r1", "data": {"i": 9}})
+    log.append({"kind": "run_failed", "run": "r1", "data": {}})
+    report = verify_project(open_project(logbook_repo))
+    line = 4 + len(after)
+    assert [(p.kind, p.line) for p in report.problems] == [("log_edited", line)]  # the first, once
+    assert f"line {line} is a milestone event after the run finished" in report.problems[0].message
+
+
+# --- preregistrations: the amendment chain and the order against runs ----------------------------
+
+FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
+         "--predict", "val_loss@final < 1.45"]
+
+
+def _prereg(cli) -> str:
+    res = cli("prereg", *FLAGS, "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)["id"]
+
+
+def _front(path):
+    from logbook.records.prereg_format import split_record
+
+    return split_record(path.read_text("utf-8"), path.name)
+
+
+def _sha(path) -> str:
+    from logbook.records.prereg_format import record_hash as prereg_hash
+
+    return prereg_hash(*_front(path))
+
+
+def _amended(repo, cli) -> tuple[str, "Path", "Path"]:
+    """A preregistration and one amendment made by the CLI: (id, the preregistration, the amendment)."""
+    pid = _prereg(cli)
+    res = cli("prereg", "amend", pid, "--reason", "r", "--seen", "nothing", "--predict", "restarts@final <= 2")
+    assert res.exit_code == 0, res.output
+    folder = repo / "entries" / "prereg"
+    first = next(folder.glob(f"{pid}.amend-*.md"))
+    return pid, folder / f"{pid}.md", first
+
+
+def _forged_second(repo, pid, original, first, change) -> str:
+    """A second amendment made by hand, its links worked out as the CLI would, then `change`d; committed."""
+    from logbook.records.prereg_format import render_record
+
+    front, body = _front(first)
+    front.pop("id", None)
+    front.update(n=2, previous={"file": first.name, "sha256": _sha(first)},
+                 original={"file": original.name, "sha256": _sha(original)})
+    change(front, pid)
+    path = repo / "entries" / "prereg" / f"{pid}.amend-2.md"
+    path.write_text(render_record(front, body), encoding="utf-8")
+    _commit(repo, "a second amendment")
+    return path.relative_to(repo).as_posix()
+
+
+def _chain_findings(repo) -> list[tuple[str, str]]:
+    return [(p.path, p.message) for p in verify_project(open_project(repo)).problems if p.kind == "chain_broken"]
+
+
+def test_an_amendment_linked_as_the_cli_links_it_verifies(logbook_repo, cli):
+    pid, original, first = _amended(logbook_repo, cli)
+    _forged_second(logbook_repo, pid, original, first, lambda front, pid: None)
+    report = verify_project(open_project(logbook_repo))
+    assert report.ok and report.problems == [] and report.amendments == 2 and report.preregs == [pid]
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda f, pid: f.update(amends="2026-01-01-another-abcd"),
+     "says it is amendment 2 of 2026-01-01-another-abcd, but its file name makes it amendment 2 of {pid}"),
+    (lambda f, pid: f.update(n=3), "says it is amendment 3 of {pid}, but its file name makes it amendment 2"),
+    (lambda f, pid: f["previous"].update(file=f"{pid}.amend-2.md"),
+     "links the record before it as {pid}.amend-2.md, which is not among {pid}'s records"),
+    (lambda f, pid: f["previous"].update(file=f"{pid}.amend-1.md"),
+     "links the record before it as {pid}.amend-1.md, which is not among {pid}'s records"),
+    (lambda f, pid: f.update(previous="the one before"),
+     "links the record before it as None, which is not among {pid}'s records"),
+    (lambda f, pid: f["original"].update(sha256="0" * 64),
+     "links {pid}.md by hash 000000000000, but that record hashes to "),
+    (lambda f, pid: f["previous"].update(sha256="f" * 64), "by hash ffffffffffff, but that record hashes to "),
+    (lambda f, pid: f.pop("original"), "links the preregistration as None, which is not among"),
+])
+def test_an_amendment_with_a_broken_link_names_itself_and_the_link(logbook_repo, cli, change, says):
+    pid, original, first = _amended(logbook_repo, cli)
+    rel = _forged_second(logbook_repo, pid, original, first, change)
+    found = _chain_findings(logbook_repo)
+    assert len(found) == 1 and found[0][0] == rel
+    assert found[0][1].startswith(f"{rel}: ") and says.format(pid=pid) in found[0][1]
+
+
+def _prereg_and_run_in_one_commit(repo, cli, run_created) -> tuple[str, str]:
+    from logbook.runs.record import RunRecord, write_run_record
+
+    pid = _prereg(cli)
+    git(repo, "reset", "-q", "--soft", "HEAD~1")  # the two arrive in one commit, as a squash-merge makes them
+    write_run_record(open_project(repo), RunRecord(run_id="r1", created=run_created(pid), config_path="c.yaml",
+                                                   config_hash="0" * 64, prereg_id=pid))
+    return pid, _commit(repo, "preregistration and run (#2)")
+
+
+def _created(repo, pid) -> str:
+    return str(_front(repo / "entries" / "prereg" / f"{pid}.md")[0]["created"])
+
+
+def test_a_run_squashed_with_its_preregistration_within_the_same_second_is_in_order(logbook_repo, cli):
+    _prereg_and_run_in_one_commit(logbook_repo, cli, lambda pid: _created(logbook_repo, pid)[:19] + ".999999Z")
+    assert verify_project(open_project(logbook_repo)).ok
+
+
+def test_a_run_squashed_with_a_preregistration_made_a_second_later_does_not_answer_to_it(logbook_repo, cli):
+    from datetime import datetime, timedelta
+
+    def a_second_before(pid):
+        made = datetime.strptime(_created(logbook_repo, pid)[:19], "%Y-%m-%dT%H:%M:%S")
+        return (made - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+
+    pid, both = _prereg_and_run_in_one_commit(logbook_repo, cli, a_second_before)
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind, p.had, p.lost) for p in problems] == \
+        [("entries/runs/r1/run.json", "prereg_after_run", both, both)]
+    assert f"run r1 answers to {pid}, but the preregistration was first committed in {both[:7]}" in \
+        problems[0].message
+    assert "(both arrived in one commit, and the preregistration's `created` is later than the run's)" in \
+        problems[0].message
+
+
+# --- one-file records: notes, reviews, scorecards, run records ------------------------------------
+
+def _note(cli, repo, text="spike at 47k"):
+    res = cli("note", text, "--json")
+    assert res.exit_code == 0, res.output
+    rid = json.loads(res.stdout)["id"].removeprefix("note:")
+    return repo / "entries" / "notes" / f"{rid}.json"
+
+
+def _damage(path, **changes):
+    rec = json.loads(path.read_text("utf-8"))
+    rec.update(changes)
+    path.write_text(json.dumps(rec), "utf-8")
+
+
+@pytest.mark.parametrize("folder", ["notes", "reviews", "runs/r1/outcomes"])
+def test_an_uncommitted_one_file_record_that_no_longer_matches_its_hash_is_named(logbook_repo, cli, folder):
+    note = _note(cli, logbook_repo)
+    target = logbook_repo / "entries" / folder / note.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target != note:
+        target.write_bytes(note.read_bytes())
+    assert verify_project(open_project(logbook_repo)).ok
+    _damage(target, text="no spike at all")
+    rel = target.relative_to(logbook_repo).as_posix()
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [(rel, "edited")]
+    assert problems[0].message == f"{rel}: its content no longer matches its hash"
+
+
+def test_a_committed_note_edited_on_disk_is_named_once_by_the_line_that_changed(logbook_repo, cli):
+    note = _note(cli, logbook_repo)
+    _commit(logbook_repo, "a note")
+    _damage(note, text="no spike at all")
+    rel = note.relative_to(logbook_repo).as_posix()
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [(rel, "edited")]
+    assert problems[0].line is not None
+
+
+def test_a_run_record_is_checked_as_one_and_named_once_when_committed(logbook_repo):
+    from logbook.runs.record import RunRecord, write_run_record
+
+    for run in ("r1", "r2"):
+        write_run_record(open_project(logbook_repo), RunRecord(run_id=run, created="2026-11-30T00:00:00Z",
+                                                              config_path="c.yaml", config_hash="0" * 64))
+    git(logbook_repo, "add", "entries/runs/r1")
+    git(logbook_repo, "commit", "-q", "-m", "run r1")  # r2 is left uncommitted
+    assert verify_project(open_project(logbook_repo)).ok
+    for run in ("r1", "r2"):
+        (logbook_repo / "entries" / "runs" / run / "run.json").write_text("[]\n")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [("entries/runs/r1/run.json", "edited"),
+                                                    ("entries/runs/r2/run.json", "edited")]
+    assert problems[0].line is not None  # named by the working-tree check, with its line
+    assert problems[1].message == "entries/runs/r2/run.json: it is not a run record (a JSON object)"
+
+
+# --- scope and state --------------------------------------------------------------------------
+
+def test_verify_of_one_preregistration_reports_only_it_and_the_runs_that_answer_to_it(logbook_repo, cli):
+    from logbook.runs.record import RunRecord, write_run_record
+
+    a, b = _prereg(cli), _prereg(cli)
+    for run, pid in (("ra", a), ("rb", b)):
+        write_run_record(open_project(logbook_repo), RunRecord(run_id=run, created="2099-01-01T00:00:00Z",
+                                                              config_path="c.yaml", config_hash="0" * 64,
+                                                              prereg_id=pid))
+        _log(logbook_repo, 3, run)
+    _commit(logbook_repo, "two runs")
+    for run in ("ra", "rb"):
+        path = logbook_repo / "entries" / "runs" / run / "events.jsonl"
+        path.write_text(path.read_text().replace('"i":1', '"i":7'))
+    (logbook_repo / "entries" / "prereg" / f"{b}.md").write_text("rewritten\n")
+    report = verify_project(open_project(logbook_repo), a)
+    assert report.preregs == [a] and report.logs == ["entries/runs/ra/events.jsonl"]
+    assert {p.path for p in report.problems} == {"entries/runs/ra/events.jsonl"}
+    everything = verify_project(open_project(logbook_repo))
+    assert {p.path for p in everything.problems} >= {"entries/runs/ra/events.jsonl", "entries/runs/rb/events.jsonl",
+                                                     f"entries/prereg/{b}.md"}
+    assert everything.logs == ["entries/runs/ra/events.jsonl", "entries/runs/rb/events.jsonl"]
+
+
+def test_an_unknown_preregistration_is_not_found(logbook_repo):
+    from logbook.core.errors import NotFoundError
+
+    with pytest.raises(NotFoundError, match="unknown preregistration '2026-01-01-never-abcd'"):
+        verify_project(open_project(), "2026-01-01-never-abcd")
+
+
+def test_a_merge_under_way_is_said_in_the_report(logbook_repo):
+    note = logbook_repo / "README.md"  # a conflict outside the logbook
+    note.write_text("base\n")
+    _commit(logbook_repo)
+    git(logbook_repo, "switch", "-q", "-c", "side")
+    note.write_text("side\n")
+    _commit(logbook_repo)
+    git(logbook_repo, "switch", "-q", "main")
+    note.write_text("main\n")
+    _commit(logbook_repo)
+    import subprocess
+    assert subprocess.run(["git", "merge", "-q", "side"], cwd=logbook_repo, capture_output=True).returncode != 0
+    report = verify_project(open_project(logbook_repo))
+    assert report.in_progress and report.in_progress.startswith("a merge")
+    assert report.to_dict()["in_progress"] == report.in_progress
