@@ -435,8 +435,6 @@ def test_a_log_whose_last_newline_became_a_carriage_return_is_rewritten_from_tha
     assert "was rewritten from line 3 in" in check(repo).breaks[0].message
 
 
-@pytest.mark.xfail(strict=True, reason="_first_differing_line splits on b'\\r' as well as b'\\n', so a carriage "
-                                        "return slipped into line 1 is reported as a rewrite from past the end")
 def test_a_carriage_return_slipped_into_the_first_line_is_named_as_line_1(repo):
     had, lost, _ = _rewrite_log(repo, 2, lambda b: b.replace(b"\n", b"\r\n", 1))
     assert "was rewritten from line 1 in" in check(repo).breaks[0].message
@@ -532,9 +530,6 @@ def test_a_log_deleted_then_started_anew_and_then_put_back_is_restored_from_its_
     assert [(b.kind, b.had, b.lost) for b in res.restored] == [("log_deleted", had, deleted)]
 
 
-@pytest.mark.xfail(strict=True, reason="when a merge loses two different versions of one path, one from each "
-                                        "parent, putting back the first parent's version counts as restoring the "
-                                        "file, and the second parent's lost record is no longer reported")
 def test_a_merge_that_loses_both_sides_versions_stays_a_problem_when_one_side_is_put_back(repo):
     git(repo, "switch", "-q", "-c", "side")
     put(repo, "notes/week.json", "bob's\n")

@@ -175,10 +175,10 @@ def read_log(path: Path) -> LogContents:
 
 def _check(rec: dict[str, Any], lineno: int, prev_hash: str, expect_seq: int, problems: list[Problem]) -> None:
     try:
-        computed = record_hash(rec)
+        computed: str | None = record_hash(rec)
     except ValueError:
-        computed = None
-    if rec.get("hash") != computed:
+        computed = None  # nothing the writer could have hashed (a NaN): never equal to any stored hash, even a missing one
+    if computed is None or rec.get("hash") != computed:
         problems.append(Problem(lineno, "edited", f"line {lineno} (seq {rec.get('seq')}, {rec.get('kind')}) was edited: its content no longer matches its hash"))
     if rec.get("seq") != expect_seq:
         problems.append(Problem(lineno, "seq_gap", f"line {lineno}: expected seq {expect_seq}, found {rec.get('seq')}: a line was deleted, inserted or moved"))

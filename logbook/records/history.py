@@ -121,7 +121,8 @@ def check_history(project: Project, *, use_cache: bool = True) -> HistoryCheck:
 def _sort_out_restored(root: Path, head: str, folder: str, commits: list[list[str]], res: HistoryCheck) -> None:
     """Move the breaks of each file that HEAD has undone from `breaks` to `restored`.
 
-    Undone: HEAD holds the bytes the file's earliest break lost, as `git
+    Undone: HEAD holds the bytes the file's earliest break lost (every
+    version it lost, where a merge lost one from each parent), as `git
     checkout <had> -- <path>` puts them back (a log: those lines, perhaps
     continued). Every later break of that file goes too (the restoring commit
     itself "edits" the tampered version); what every reader sees is again as
@@ -134,21 +135,24 @@ def _sort_out_restored(root: Path, head: str, folder: str, commits: list[list[st
     for b in res.breaks:
         if b.path not in earliest or age.get(b.lost, -1) > age.get(earliest[b.path].lost, -1):
             earliest[b.path] = b
+    # Every version the earliest losing commit lost: a merge can lose one from each parent, and HEAD holding
+    # one of them puts back only that one.
+    first = [b for b in res.breaks if age.get(b.lost, -1) == age.get(earliest[b.path].lost, -1)]
     now = gitbind.tree_files(root, head, folder)
-    logs = [b for b in earliest.values() if b.kind.startswith("log_") and b.old_blob and b.path in now]
+    logs = [b for b in first if b.kind.startswith("log_") and b.old_blob and b.path in now]
     blobs = gitbind.read_blobs(root, sorted({x for b in logs for x in (b.old_blob, now[b.path][1])}))
-    undone = set()
-    for path, b in earliest.items():
-        mode, blob = now.get(path, ("", ""))
+    lost: dict[str, list[bool]] = {}
+    for b in first:
+        mode, blob = now.get(b.path, ("", ""))
         if not b.old_blob or not blob or mode == _SYMLINK:
-            continue
-        if b.kind.startswith("log_"):
+            back = False
+        elif b.kind.startswith("log_"):
             old = blobs.get(b.old_blob) or b""
             back = (blobs.get(blob) or b"").startswith(old[: old.rfind(b"\n") + 1])
         else:
             back = blob == b.old_blob
-        if back:
-            undone.add(path)
+        lost.setdefault(b.path, []).append(back)
+    undone = {path for path, backs in lost.items() if all(backs)}
     res.restored = [earliest[p] for p in sorted(undone)]  # one a file: what it first lost
     res.breaks = [b for b in res.breaks if b.path not in undone]
 
@@ -299,7 +303,7 @@ def _check_log_prefixes(root: Path, pairs: list[tuple[str, str | None, _Change]]
 
 
 def _first_differing_line(a: bytes, b: bytes) -> int:
-    for i, (x, y) in enumerate(zip(a.splitlines(), b.splitlines())):
+    for i, (x, y) in enumerate(zip(a.split(b"\n"), b.split(b"\n"))):  # lines as the log writes them: a stray \r is content
         if x != y:
             return i + 1
     return min(a.count(b"\n"), b.count(b"\n")) + 1
