@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, output_format, open_for_writing, print_json
-from logbook.core.errors import UsageError
+from logbook.core.errors import EXIT_REFUSED, UsageError
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -32,6 +32,10 @@ def note_cmd(
     Notes are Markdown, at most 64 KiB of UTF-8. The earlier entry is never
     edited: its day file gains a warning that links to the note.
 
+    If the note is written but its day file cannot be (a full disk), it says so and exits 3; the
+    same note again (same author, words, run, step and target, the same UTC day, not yet shown
+    in its day file) is that retry: it finds the note and redoes only the day files.
+
     Example: logbook note --about qknorm:17 "Batches 47,000-47,300 are a forum dump; see data issue #88"
     """
     from logbook.chronicle.notes import add_note
@@ -40,10 +44,21 @@ def note_cmd(
     body: str | bytes = sys.stdin.buffer.read() if text == "-" else text
     res = add_note(project, body, run=run, step=step, about=about)
     if as_json:
-        print_json({"id": res.id, "record": res.record, "written": [_rel(project.root, p) for p in res.rendered.written]})
-        return
-    typer.echo(res.id)
+        print_json({"id": res.id, "record": res.record, "written": [_rel(project.root, p) for p in res.rendered.written],
+                    "retried": res.retried, "render_error": res.render_error})
+    else:
+        typer.echo(res.id)
     day = res.record["ts"][:10]
+    if res.render_error:  # the record is kept: say so, and how the rest gets done (never "nothing was written")
+        err(f"error: {res.id} is written and kept, but its day file(s) could not be written: {res.render_error}")
+        err("hint: free some space, then run `logbook render` to redo the day files "
+            f"(running this same note again finds {res.id} and redoes only them)")
+        raise typer.Exit(EXIT_REFUSED)
+    if as_json:
+        return
+    if res.retried:
+        err(f"{res.id} was already written on {day} (an earlier try whose day file failed); re-rendered its day file(s).")
+        return
     err(f"Noted {res.id} on {day}" + (f" as an erratum to {about}" if about else "")
         + f"; re-rendered {len(res.rendered.written) + len(res.rendered.unchanged)} day file(s).")
 
