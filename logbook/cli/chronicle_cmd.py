@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, output_format, open_for_writing, print_json
-from logbook.core.errors import EXIT_REFUSED, UsageError
+from logbook.core.errors import EXIT_INTERRUPTED, EXIT_REFUSED, UsageError
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -143,14 +143,29 @@ def commit_cmd(
     Third-party stamps still pending (an authority was unreachable) are fetched first, within one
     timeout, and committed too.
 
+    Ctrl-C before the commit is made exits 130 saying that nothing was committed; once it is made,
+    the command finishes (prints it, exit 0) whatever the keyboard does.
+
     Example: logbook commit -m "qknorm: first night"
     """
-    from logbook.records.commit import commit_logbook
-    from logbook.core.project import open_project
+    import signal
 
-    project = open_project()
-    _fetch_pending_stamps(project)
-    res = commit_logbook(project, message)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        project, res = _commit_or_say_interrupted(message)
+        _print_commit(project, res, as_json)
+    finally:
+        if not _in_console_script():  # an in-process caller (a test, a tool) gets its Ctrl-C back
+            signal.signal(signal.SIGINT, handler)
+
+
+def _in_console_script() -> bool:
+    import logbook.cli
+
+    return logbook.cli.RUNNING_AS_COMMAND
+
+
+def _print_commit(project, res, as_json: bool) -> None:
     if not res.commit:
         if as_json:
             print_json({"commit": None, "branch": res.branch, "message": res.message, "paths": []})
@@ -163,6 +178,51 @@ def commit_cmd(
         return
     typer.echo(res.commit)
     err(f"[{res.branch.removeprefix('refs/heads/')} {res.commit[:10]}] {res.message.splitlines()[0]} ({len(res.paths)} file(s))")
+
+
+def _git_out(root: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+
+
+def _head(root: Path) -> str:
+    """The commit HEAD names now ('' on an unborn branch)."""
+    return _git_out(root, "rev-parse", "-q", "--verify", "HEAD")
+
+
+def _commit_or_say_interrupted(message: Optional[str]):
+    """Commit; a Ctrl-C is answered by what git holds, so the exit code says whether the commit happened.
+
+    Once the commit is made (or there was nothing to make), Ctrl-C is ignored for
+    the rest of the command: only printing is left, and a late interrupt must not
+    turn a made commit into exit 130. An interrupt that lands before that is
+    checked against HEAD: if the branch moved, the commit was made after all.
+    """
+    import signal
+
+    before = project = None
+    try:
+        from logbook.core.project import open_project
+        from logbook.records.commit import CommitResult, commit_logbook
+
+        project = open_project()
+        before = _head(project.root)
+        _fetch_pending_stamps(project)
+        res = commit_logbook(project, message)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return project, res
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        after = _head(project.root) if before is not None else None
+        if before is None or after == before:
+            err("interrupted: nothing was committed")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        err(f"interrupted after the commit was made: {after[:10]} is on the branch")
+        root = project.root
+        return project, CommitResult(commit=after, branch=_git_out(root, "symbolic-ref", "-q", "HEAD"),
+                            message=_git_out(root, "log", "-1", "--format=%B", after),
+                            paths=_git_out(root, "diff-tree", "-r", "--no-commit-id", "--name-only", after).splitlines())
 
 
 def _fetch_pending_stamps(project) -> None:
