@@ -374,7 +374,9 @@ class Trainer:
     def _carry_out(self, action: LoopAction, failing_step: int) -> None:
         if action.kind == "abort":
             self.emit("run_aborted", drill=action.drill, **(action.events.get("run_aborted") or {"reason": action.reason}))
-            raise RunFailedError(f"run aborted at step {failing_step}: {action.reason}")
+            # The run ends at its last completed step, the one run_aborted is written at and every view
+            # names; the step that diverged was never applied.
+            raise RunFailedError(f"run aborted at step {self.step}: at step {failing_step}, {action.reason}")
         rollback(self, action, failing_step)
 
     def _check_stop(self) -> None:

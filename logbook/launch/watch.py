@@ -281,6 +281,8 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
         last = last or _first_attempt_of_launch(events)  # an attempt that died before its first event
         if record:
             step = max((e["step"] for e in tail if isinstance(e.get("step"), int)), default=None)
+            aborted = [e["step"] for e in tail if e.get("kind") == "run_aborted" and isinstance(e.get("step"), int)]
+            step = aborted[-1] if aborted else step  # an abort ends the run where run_aborted says, as every view reads it
             EventSink(project.run_dir(rec.run_id), rec.run_id, attempt=last, rank=0).emit(
                 "run_failed", step=step, reason=reason, exit_code=torchrun_exit, attempts=last,
                 status=status, torchrun_attempts=len(_attempt_dirs(launch_dir)),
