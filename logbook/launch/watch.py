@@ -29,7 +29,7 @@ from logbook.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_
 from logbook.core.fsutil import log_tail
 from logbook.core.project import Project
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import Event, restart_cause
+from logbook.records.eventschema import Event, restart_cause, unfinished_save_words
 from logbook.records.sink import EventSink
 from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
 from logbook.runs.record import RunRecord
@@ -232,7 +232,7 @@ def restart_line(ev: dict[str, Any]) -> str:
         parts.append(detail)
     if d.get("resumed_from_step") is not None:
         lost = f", {d['steps_lost']} step(s) lost" if d.get("steps_lost") is not None else ""
-        parts.append(f"resumed from step {d['resumed_from_step']}{lost}")
+        parts.append(f"{unfinished_save_words(d) or 'resumed from step ' + str(d['resumed_from_step'])}{lost}")
     if ev.get("drill"):
         parts.append("drill")
     return " · ".join(parts)
