@@ -27,10 +27,12 @@ def test_a_guard_abort_is_not_restarted_and_every_view_names_the_same_step(tmp_p
     events = lab.events("abort")
     assert {e["attempt"] for e in events} == {1}, "an aborted run was restarted"
     assert "was aborted at step" not in err  # no later attempt found the abort and failed again
+    assert "failed (exitcode" not in err  # torch's report of the worker's exit repeats what the worker said
     (aborted,) = [e for e in events if e["kind"] == "run_aborted"]
     (failed,) = [e for e in events if e["kind"] == "run_failed"]
     step = aborted["step"]
     assert failed["step"] == step and failed["data"]["status"] == "aborted"
+    assert len(re.findall(r"^error: run aborted at step", err, re.M)) == 1 and "RunFailedError" not in err
     said = {int(n) for n in re.findall(r"aborted at step (\d+)", err)}
     assert said == {step}, err[-3000:]
     assert [a.last_step for a in run_lineage(lab.events_path("abort"))] == [step]

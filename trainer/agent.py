@@ -130,6 +130,8 @@ class _WorkerDeathInOneLine(logging.Filter):
             if record.exc_info:
                 record.exc_info, record.exc_text = None, None
             args = record.args if isinstance(record.args, tuple) else ()
+            if args and args[0] == FINAL_EXIT:
+                return False  # an abort: the worker has said why in its own line, and the run ends there
             if self.ranks_dir is not None and len(args) >= 3:
                 _mark_killed(self.ranks_dir, args[0], args[2])
         return True

@@ -215,6 +215,8 @@ def event_line(ev: dict[str, Any]) -> str | None:
     if kind == "restart":
         return restart_line(ev)
     if kind == "attempt_failed":
+        if d.get("exception_type") == "RunFailedError":
+            return None  # an abort: final, and the worker's own `error:` line already says it
         return f"attempt {ev.get('attempt')} failed at step {ev.get('step')}: {d.get('exception_type')}: {d.get('exception_message')}"
     if kind == "preempted":
         return f"attempt {ev.get('attempt')} preempted at step {ev.get('step')}: checkpoint at step {d.get('saved_step')}"
