@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chronicle_helpers import clock, project_of  # noqa: F401  (clock is a fixture)
+from scoring_helpers import story_clock  # noqa: F401  (a fixture)
 
 import errno
 import os
@@ -60,3 +61,18 @@ def test_a_retry_must_match_words_and_day(logbook_repo, clock, cli, monkeypatch)
     res = cli("note", "Saw a spike.")
     assert res.exit_code == 0 and res.stdout.strip() != first and "already written" not in res.stderr
     assert len(list(iter_folder(project.notes_dir))) == 3
+
+
+def test_an_approval_whose_day_file_fails_is_kept_and_says_so(logbook_repo, story_clock, cli, monkeypatch):
+    from scoring_helpers import make_prereg, story_run
+
+    project = project_of(logbook_repo)
+    story_run(project, story_clock, "story", make_prereg(project, ["loss@final < 4"]))
+    queue = cli("review", "--json")
+    eid = next(i["id"] for i in __import__("json").loads(queue.stdout) if i["kind"] == "restart")
+    with monkeypatch.context() as m:
+        _disk_full_for_day_files(m)
+        res = cli("review", "approve", eid)
+    assert "nothing was half-written" not in res.stderr and "Traceback" not in res.output
+    assert len(list(iter_folder(project.reviews_dir))) == 1  # the approval is kept
+    assert "No space left on device" in res.stderr and "logbook render" in res.stderr
