@@ -21,10 +21,6 @@ _INTERRUPTED = 130
 """logbook.core.errors.EXIT_INTERRUPTED, spelled here so that no import precedes the handler."""
 
 
-RUNNING_AS_COMMAND = False
-"""True once `main` runs: the process is the `logbook` command and ends with it (commit then keeps Ctrl-C off)."""
-
-
 def _load_app():
     """The typer app with every command registered."""
     from logbook.cli import init_cmd  # noqa: F401  (registers commands)
@@ -60,10 +56,11 @@ def _interrupted_before_start() -> None:
 
 
 def main() -> None:
-    global RUNNING_AS_COMMAND
-    RUNNING_AS_COMMAND = True
     try:
         app = _load_app()
+        from logbook.cli import _app
+
+        _app.RUNNING_AS_COMMAND = True
     except KeyboardInterrupt:
         _interrupted_before_start()
     try:

@@ -160,9 +160,9 @@ def commit_cmd(
 
 
 def _in_console_script() -> bool:
-    import logbook.cli
+    from logbook.cli import _app
 
-    return logbook.cli.RUNNING_AS_COMMAND
+    return _app.RUNNING_AS_COMMAND
 
 
 def _print_commit(project, res, as_json: bool) -> None:
