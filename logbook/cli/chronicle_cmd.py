@@ -160,9 +160,9 @@ def commit_cmd(
 
 
 def _in_console_script() -> bool:
-    from logbook.cli import _app
+    import logbook.cli._app as app_module  # read now: main() sets it after this module was imported
 
-    return _app.RUNNING_AS_COMMAND
+    return app_module.RUNNING_AS_COMMAND
 
 
 def _print_commit(project, res, as_json: bool) -> None:
