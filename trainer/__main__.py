@@ -12,7 +12,7 @@ Exit codes:
 - 1: an exception ended the attempt (recorded as `attempt_failed`); restart it to resume
 - 2: usage: a bad config, override or argument
 - 3: refused: a checkpoint from a different model, a different corpus, ...
-- 5: the run failed or was aborted (e.g. by the divergence guard)
+- 5: the run failed or was aborted (e.g. by the divergence guard); final: the agent does not restart it
 - 75: EXIT_PREEMPTED: SIGTERM or SIGUSR1; the attempt saved its state and exited; restart it to resume
 - 124: EXIT_HANG: the watchdog saw no progress for train.hang_timeout_s; restart it to resume
 """

@@ -41,6 +41,9 @@ PREWARM_MODULE = "trainer.prewarm"
 """What the fork server imports before it forks a worker (see there)."""
 AGENT_PID = "LOGBOOK_AGENT_PID"
 """The agent's pid, in each worker's environment: a worker left without its agent saves and stops."""
+FINAL_EXIT = 5
+"""A worker's exit code that no restart can change (logbook.core.errors.EXIT_RUN_FAILED): the guard
+aborted the run, or a rollback found nothing to go back to. The agent stops rather than restarting."""
 
 
 def train_worker(*argv: str) -> None:
@@ -127,6 +130,8 @@ class _WorkerDeathInOneLine(logging.Filter):
             if record.exc_info:
                 record.exc_info, record.exc_text = None, None
             args = record.args if isinstance(record.args, tuple) else ()
+            if args and args[0] == FINAL_EXIT:
+                return False  # an abort: the worker has said why in its own line, and the run ends there
             if self.ranks_dir is not None and len(args) >= 3:
                 _mark_killed(self.ranks_dir, args[0], args[2])
         return True
@@ -222,7 +227,37 @@ def main(argv: list[str] | None = None) -> None:
 
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
         _WorkerDeathInOneLine(_ranks_dir(run)))
-    elastic_launch(config=config, entrypoint=train_worker)(*trainer_args)
+    _stop_on_final_exit()
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    try:
+        elastic_launch(config=config, entrypoint=train_worker)(*trainer_args)
+    except ChildFailedError as e:
+        if any(f.exitcode == FINAL_EXIT for f in e.failures.values()):
+            # The worker has said why in its own words; torch's report of it would be a traceback.
+            raise SystemExit(FINAL_EXIT) from None
+        raise
+
+
+def _stop_on_final_exit() -> None:
+    """Make torch's agent treat a worker's FINAL_EXIT as final: no restart, the group stopped, the run ended.
+
+    torchrun restarts a failed group whatever the exit code; restarting an aborted
+    run only starts attempts that find the abort in the log and exit again, each
+    with its own report. torch builds its agent inside `launch_agent`, so the
+    subclass is put where that function looks the class up.
+    """
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.launcher import api
+
+    class FinalExitAgent(LocalElasticAgent):
+        def _monitor_workers(self, worker_group):  # noqa: ANN001, ANN202 - torch's signature
+            result = super()._monitor_workers(worker_group)
+            if result.is_failed() and any(f.exitcode == FINAL_EXIT for f in result.failures.values()):
+                self._remaining_restarts = 0
+            return result
+
+    api.LocalElasticAgent = FinalExitAgent
 
 
 if __name__ == "__main__":

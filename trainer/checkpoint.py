@@ -41,6 +41,8 @@ MANIFEST = "manifest.json"
 COMPLETE = "COMPLETE"
 KEEP = "KEEP"
 _NAME = re.compile(r"^step_(\d+)$")
+_UNFINISHED = re.compile(r"^(?:\.tmp-)?step_(\d+)(?:-|$)")
+"""A save still being written: its temp folder, or its folder before COMPLETE (not a retired `.trash-` one)."""
 
 Emit = Callable[..., Any]
 
@@ -283,14 +285,25 @@ class Checkpointer:
         self.blocking_s_total = 0.0
         self.saves = 0
 
-    def clean_stale(self) -> None:
-        """Remove temp folders and incomplete checkpoints left by a killed save."""
+    def clean_stale(self) -> list[int]:
+        """Remove temp folders and incomplete checkpoints left by a killed save; the steps of those unfinished.
+
+        A save's temp folder (`.tmp-step_000005-...`) or a `step_` folder without
+        COMPLETE is the trace of a save that was still being written when its
+        process died: the restart names it, since it explains why the run
+        resumed from an older checkpoint than its cadence suggests.
+        """
         if not self.directory.is_dir():
-            return
+            return []
+        unfinished = set()
         for p in self.directory.iterdir():
             incomplete = _NAME.match(p.name) and not (p / COMPLETE).exists()
             if p.is_dir() and (p.name.startswith((".tmp-", ".trash-")) or incomplete):
+                m = _UNFINISHED.match(p.name)
+                if m:
+                    unfinished.add(int(m.group(1)))
                 shutil.rmtree(p, ignore_errors=True)
+        return sorted(unfinished)
 
     def save(self, step: int, state: dict[str, Any], *, tokens: int | None = None, sync: bool = False) -> float:
         """Snapshot `state` (part -> state dict) and write it; returns the seconds training was blocked."""

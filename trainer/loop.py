@@ -111,6 +111,7 @@ class Trainer:
         """(step, loss) of the latest log step whose update the guard let through."""
         self.last_val: tuple[int, float] | None = None
         self.resumed_from: Path | None = None
+        self.unfinished_saves: list[int] = []  # checkpoints a killed save left half-written (rank 0; see resume)
         """The checkpoint this attempt resumed from (None: it started from scratch)."""
         self.saved_config: dict[str, Any] | None = None
         """The config the resumed checkpoint was trained with, as a dict."""
@@ -172,6 +173,9 @@ class Trainer:
                 # An older end is owed by an attempt that died starting: it is timed to that start.
                 start = self.started_at if latest else (self.history.first_event_time(prev + 1) or self.started_at)
                 payload = classify_restart(self.history, prev, self.step, start, self.env if latest else {})
+                newer = [s for s in self.unfinished_saves if s > self.step]
+                if latest and newer:  # why the resume went back further than the checkpoint cadence says
+                    payload["unfinished_checkpoint_step"] = newer[-1]
                 prev_events = self.history.of_attempt(prev)
                 drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
                 self.emit("restart", drill=drill, next_attempt=prev + 1, slurm=slurm_info(self.env), **payload)
@@ -374,7 +378,9 @@ class Trainer:
     def _carry_out(self, action: LoopAction, failing_step: int) -> None:
         if action.kind == "abort":
             self.emit("run_aborted", drill=action.drill, **(action.events.get("run_aborted") or {"reason": action.reason}))
-            raise RunFailedError(f"run aborted at step {failing_step}: {action.reason}")
+            # The run ends at its last completed step, the one run_aborted is written at and every view
+            # names; the step that diverged was never applied.
+            raise RunFailedError(f"run aborted at step {self.step}: at step {failing_step}, {action.reason}")
         rollback(self, action, failing_step)
 
     def _check_stop(self) -> None:

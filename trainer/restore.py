@@ -73,7 +73,7 @@ def checkpoint_parts(t: Trainer) -> dict[str, Any]:
 def resume(t: Trainer) -> None:
     """Load the newest good checkpoint, if any, and note where the attempt resumed from."""
     if t.dist.rank == 0:
-        t.checkpointer.clean_stale()
+        t.unfinished_saves = t.checkpointer.clean_stale()
     t0 = time.perf_counter()
     found = t.checkpointer.load_latest()
     if found is not None:

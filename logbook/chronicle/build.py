@@ -432,4 +432,8 @@ def rerender_days(project: Project, days: list[str]) -> list[str]:
         res = render_chronicle(project, days=sorted(set(days)), make_plots=False)
     except LogbookError as e:
         return [f"recorded, but the chronicle could not be re-rendered: {e.message}; run `logbook render`"]
+    except OSError as e:  # a full disk: the record is kept, so saying "nothing was written" would be false
+        where = f": {e.filename}" if e.filename else ""
+        return [f"recorded and kept, but the chronicle could not be re-rendered: {e.strerror or e}{where}; "
+                "free some space, then run `logbook render`"]
     return list(res.warnings)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from logbook.chronicle.build import RenderResult, render_chronicle
+from logbook.chronicle.build import RenderResult, day_path, render_chronicle
 from logbook.core.clockskew import clock_warnings
 from logbook.core.errors import NotFoundError, UsageError
 from logbook.core.identity import signing_identity
@@ -47,9 +48,18 @@ class EntryRef:
 
 @dataclass
 class NoteResult:
+    """What `add_note` did: the record (new, or the one a retry found) and its day files."""
+
     record: dict[str, Any]
+    """The note's record as written."""
     id: str
+    """`note:<record id>`, as the chronicle cites it."""
     rendered: RenderResult
+    """The day files written or found up to date."""
+    render_error: str | None = None
+    """Why the day files could not be written (a full disk), the record being kept; None when they were."""
+    retried: bool = False
+    """True when this call found the record a failed earlier call had written, and only redid its day files."""
 
 
 def check_note_text(text: str | bytes) -> str:
@@ -162,15 +172,60 @@ def add_note(project: Project, text: str | bytes, *, run: str | None = None, ste
     if target is not None:
         rec.update(about=target.id, about_ts=target.ts, about_kind=target.kind)
     now = chain.utc_now()
-    warnings = clock_warnings(now, signer.email, _signed_records(project))
-    if warnings:
-        rec["clock_warnings"] = warnings
-    written = write_record(project.notes_dir, rec, ts=now)
+    earlier = _unrendered_twin(project, rec, now[:10]) if render else None
+    if earlier is not None:
+        written, retried = earlier, True
+    else:
+        warnings = clock_warnings(now, signer.email, _signed_records(project))
+        if warnings:
+            rec["clock_warnings"] = warnings
+        written, retried = write_record(project.notes_dir, rec, ts=now), False
     days = {written["ts"][:10]}
     if target is not None:
         days.add(target.ts[:10])
-    rendered = render_chronicle(project, days=sorted(days), make_plots=False) if render else RenderResult()
-    return NoteResult(written, f"{NOTES_SOURCE}:{written['id']}", rendered)
+    result = NoteResult(written, f"{NOTES_SOURCE}:{written['id']}", RenderResult(), retried=retried)
+    if render:
+        result.rendered, result.render_error = _render_days(project, sorted(days))
+    return result
+
+
+_SAME_NOTE = ("email", "text", "run", "step", "about")
+"""What makes a note the same note again: its author, its words and what it is about."""
+
+
+def _unrendered_twin(project: Project, rec: dict[str, Any], day: str) -> dict[str, Any] | None:
+    """The note a failed earlier try of this same command wrote, or None.
+
+    The rule: a note with the same author, text, run, step and target, written
+    the same UTC day, whose day file does not show it yet. Only a write whose
+    day file failed leaves that behind; once the day file shows a note, the
+    same words again are a second note (someone saw the same thing twice).
+    """
+    path = day_path(project, day)
+    try:
+        shown = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        shown = ""
+    for nid, old in note_records(project, day=day):
+        if all(old.get(k) == rec.get(k) for k in _SAME_NOTE) and f"`{nid}`" not in shown:
+            return old
+    return None
+
+
+def _render_days(project: Project, days: list[str]) -> tuple[RenderResult, str | None]:
+    """Render `days`; a storage failure (a full disk) is returned as a sentence, the record being already kept."""
+    try:
+        return render_chronicle(project, days=days, make_plots=False), None
+    except OSError as e:
+        where = f": {_rel(project, e.filename)}" if e.filename else ""
+        return RenderResult(), f"{e.strerror or e}{where}"
+
+
+def _rel(project: Project, name: str) -> str:
+    try:
+        return Path(name).resolve().relative_to(project.root.resolve()).as_posix()
+    except ValueError:
+        return str(name)
 
 
 def _signed_records(project: Project):

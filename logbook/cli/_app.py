@@ -123,6 +123,10 @@ def _quiet_closed_stdout() -> None:
     os.close(devnull)
 
 
+RUNNING_AS_COMMAND = False
+"""True once `logbook.cli.main` runs: the process is the `logbook` command and ends with it (commit then keeps
+Ctrl-C off to the end); in-process callers (tests, tools) keep their own handler."""
+
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 """A full disk or quota, a read-only file system, no permission: refused with exit 3, never an internal error."""
 

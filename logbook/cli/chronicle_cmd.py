@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, output_format, open_for_writing, print_json
-from logbook.core.errors import UsageError
+from logbook.core.errors import EXIT_INTERRUPTED, EXIT_REFUSED, UsageError
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -32,6 +32,10 @@ def note_cmd(
     Notes are Markdown, at most 64 KiB of UTF-8. The earlier entry is never
     edited: its day file gains a warning that links to the note.
 
+    If the note is written but its day file cannot be (a full disk), it says so and exits 3; the
+    same note again (same author, words, run, step and target, the same UTC day, not yet shown
+    in its day file) is that retry: it finds the note and redoes only the day files.
+
     Example: logbook note --about qknorm:17 "Batches 47,000-47,300 are a forum dump; see data issue #88"
     """
     from logbook.chronicle.notes import add_note
@@ -40,10 +44,21 @@ def note_cmd(
     body: str | bytes = sys.stdin.buffer.read() if text == "-" else text
     res = add_note(project, body, run=run, step=step, about=about)
     if as_json:
-        print_json({"id": res.id, "record": res.record, "written": [_rel(project.root, p) for p in res.rendered.written]})
-        return
-    typer.echo(res.id)
+        print_json({"id": res.id, "record": res.record, "written": [_rel(project.root, p) for p in res.rendered.written],
+                    "retried": res.retried, "render_error": res.render_error})
+    else:
+        typer.echo(res.id)
     day = res.record["ts"][:10]
+    if res.render_error:  # the record is kept: say so, and how the rest gets done (never "nothing was written")
+        err(f"error: {res.id} is written and kept, but its day file(s) could not be written: {res.render_error}")
+        err("hint: free some space, then run `logbook render` to redo the day files "
+            f"(running this same note again finds {res.id} and redoes only them)")
+        raise typer.Exit(EXIT_REFUSED)
+    if as_json:
+        return
+    if res.retried:
+        err(f"{res.id} was already written on {day} (an earlier try whose day file failed); re-rendered its day file(s).")
+        return
     err(f"Noted {res.id} on {day}" + (f" as an erratum to {about}" if about else "")
         + f"; re-rendered {len(res.rendered.written) + len(res.rendered.unchanged)} day file(s).")
 
@@ -128,14 +143,29 @@ def commit_cmd(
     Third-party stamps still pending (an authority was unreachable) are fetched first, within one
     timeout, and committed too.
 
+    Ctrl-C before the commit is made exits 130 saying that nothing was committed; once it is made,
+    the command finishes (prints it, exit 0) whatever the keyboard does.
+
     Example: logbook commit -m "qknorm: first night"
     """
-    from logbook.records.commit import commit_logbook
-    from logbook.core.project import open_project
+    import signal
 
-    project = open_project()
-    _fetch_pending_stamps(project)
-    res = commit_logbook(project, message)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        project, res = _commit_or_say_interrupted(message)
+        _print_commit(project, res, as_json)
+    finally:
+        if not _in_console_script():  # an in-process caller (a test, a tool) gets its Ctrl-C back
+            signal.signal(signal.SIGINT, handler)
+
+
+def _in_console_script() -> bool:
+    import logbook.cli._app as app_module  # read now: main() sets it after this module was imported
+
+    return app_module.RUNNING_AS_COMMAND
+
+
+def _print_commit(project, res, as_json: bool) -> None:
     if not res.commit:
         if as_json:
             print_json({"commit": None, "branch": res.branch, "message": res.message, "paths": []})
@@ -148,6 +178,51 @@ def commit_cmd(
         return
     typer.echo(res.commit)
     err(f"[{res.branch.removeprefix('refs/heads/')} {res.commit[:10]}] {res.message.splitlines()[0]} ({len(res.paths)} file(s))")
+
+
+def _git_out(root: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+
+
+def _head(root: Path) -> str:
+    """The commit HEAD names now ('' on an unborn branch)."""
+    return _git_out(root, "rev-parse", "-q", "--verify", "HEAD")
+
+
+def _commit_or_say_interrupted(message: Optional[str]):
+    """Commit; a Ctrl-C is answered by what git holds, so the exit code says whether the commit happened.
+
+    Once the commit is made (or there was nothing to make), Ctrl-C is ignored for
+    the rest of the command: only printing is left, and a late interrupt must not
+    turn a made commit into exit 130. An interrupt that lands before that is
+    checked against HEAD: if the branch moved, the commit was made after all.
+    """
+    import signal
+
+    before = project = None
+    try:
+        from logbook.core.project import open_project
+        from logbook.records.commit import CommitResult, commit_logbook
+
+        project = open_project()
+        before = _head(project.root)
+        _fetch_pending_stamps(project)
+        res = commit_logbook(project, message)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return project, res
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        after = _head(project.root) if before is not None else None
+        if before is None or after == before:
+            err("interrupted: nothing was committed")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        err(f"interrupted after the commit was made: {after[:10]} is on the branch")
+        root = project.root
+        return project, CommitResult(commit=after, branch=_git_out(root, "symbolic-ref", "-q", "HEAD"),
+                            message=_git_out(root, "log", "-1", "--format=%B", after),
+                            paths=_git_out(root, "diff-tree", "-r", "--no-commit-id", "--name-only", after).splitlines())
 
 
 def _fetch_pending_stamps(project) -> None:

@@ -29,7 +29,7 @@ from logbook.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_
 from logbook.core.fsutil import log_tail
 from logbook.core.project import Project
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import Event, restart_cause
+from logbook.records.eventschema import Event, restart_cause, unfinished_save_words
 from logbook.records.sink import EventSink
 from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
 from logbook.runs.record import RunRecord
@@ -215,6 +215,8 @@ def event_line(ev: dict[str, Any]) -> str | None:
     if kind == "restart":
         return restart_line(ev)
     if kind == "attempt_failed":
+        if d.get("exception_type") == "RunFailedError":
+            return None  # an abort: final, and the worker's own `error:` line already says it
         return f"attempt {ev.get('attempt')} failed at step {ev.get('step')}: {d.get('exception_type')}: {d.get('exception_message')}"
     if kind == "preempted":
         return f"attempt {ev.get('attempt')} preempted at step {ev.get('step')}: checkpoint at step {d.get('saved_step')}"
@@ -232,7 +234,7 @@ def restart_line(ev: dict[str, Any]) -> str:
         parts.append(detail)
     if d.get("resumed_from_step") is not None:
         lost = f", {d['steps_lost']} step(s) lost" if d.get("steps_lost") is not None else ""
-        parts.append(f"resumed from step {d['resumed_from_step']}{lost}")
+        parts.append(f"{unfinished_save_words(d) or 'resumed from step ' + str(d['resumed_from_step'])}{lost}")
     if ev.get("drill"):
         parts.append("drill")
     return " · ".join(parts)
@@ -281,6 +283,8 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
         last = last or _first_attempt_of_launch(events)  # an attempt that died before its first event
         if record:
             step = max((e["step"] for e in tail if isinstance(e.get("step"), int)), default=None)
+            aborted = [e["step"] for e in tail if e.get("kind") == "run_aborted" and isinstance(e.get("step"), int)]
+            step = aborted[-1] if aborted else step  # an abort ends the run where run_aborted says, as every view reads it
             EventSink(project.run_dir(rec.run_id), rec.run_id, attempt=last, rank=0).emit(
                 "run_failed", step=step, reason=reason, exit_code=torchrun_exit, attempts=last,
                 status=status, torchrun_attempts=len(_attempt_dirs(launch_dir)),

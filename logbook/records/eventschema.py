@@ -187,13 +187,22 @@ def _plan_tag(d: dict[str, Any]) -> str:
     return ""
 
 
+def unfinished_save_words(d: dict[str, Any]) -> str | None:
+    """"the checkpoint of step 5 was still being written when the worker died; resumed from step 0", or None."""
+    step, resumed = d.get("unfinished_checkpoint_step"), d.get("resumed_from_step")
+    if not isinstance(step, int) or not isinstance(resumed, int):
+        return None
+    return (f"the checkpoint of step {fmt_int(step)} was still being written when the worker died; "
+            f"resumed from step {fmt_int(resumed)}")
+
+
 def _sum_restart(e: Event) -> str:
     d = e.data
     why = signal_evidence(d) if not e.drill else ""
     parts = [f"attempt {d.get('prev_attempt', '?')} → {e.rec.get('attempt', '?')}: {restart_cause(d)}"
              + (f" ({why})" if why else "")]
     if isinstance(d.get("resumed_from_step"), int):
-        parts.append(f"resumed from step {fmt_int(d['resumed_from_step'])}")
+        parts.append(unfinished_save_words(d) or f"resumed from step {fmt_int(d['resumed_from_step'])}")
     if isinstance(d.get("steps_lost"), int):
         parts.append(f"{fmt_int(d['steps_lost'])} steps lost")
     if isinstance(d.get("downtime_s"), (int, float)):
@@ -323,6 +332,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("next_attempt", "int", "the attempt that resumed"),
              _f("resumed_from_step", "int", "the checkpoint step resumed from"),
              _f("failed_at_step", "int", "the last step the previous attempt reached"),
+             _f("unfinished_checkpoint_step", "int", "a checkpoint that was still being written when the worker died"
+                " (its save left unfinished, so the resume went back further)"),
              _f("steps_lost", "int", "steps recomputed"),
              _f("seconds_lost", "number", "seconds of work recomputed"),
              _f("downtime_s", "number", "seconds between the last sign of life and the resume"),

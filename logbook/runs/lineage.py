@@ -58,6 +58,7 @@ def run_lineage(events_path: Path) -> list[Attempt]:
     """The attempts of one run in order; the last one reads "no end recorded" while it runs."""
     attempts: dict[int, Attempt] = {}
     strength: dict[int, int] = {}
+    aborted_at: dict[int, int] = {}
     for rec in iter_records(events_path):
         a, ts = rec.get("attempt"), rec.get("ts")
         if not isinstance(a, int) or not isinstance(ts, str):
@@ -73,6 +74,8 @@ def run_lineage(events_path: Path) -> list[Attempt]:
             cur.first_step = step if cur.first_step is None else min(cur.first_step, step)
             cur.last_step = step if cur.last_step is None else max(cur.last_step, step)
         kind = rec.get("kind")
+        if kind == "run_aborted" and isinstance(step, int):
+            aborted_at[a] = step
         if kind in _OWN_ENDINGS and _OWN_ENDINGS[kind] >= strength.get(a, 0):
             strength[a] = _OWN_ENDINGS[kind]
             cur.how = _own_ending(kind, rec)
@@ -90,6 +93,10 @@ def run_lineage(events_path: Path) -> list[Attempt]:
             if isinstance(prev, int) and isinstance(fail, int):
                 p = attempts[prev]
                 p.last_step = fail if p.last_step is None else max(p.last_step, fail)
+    for k, step in aborted_at.items():
+        # An abort ends the attempt at its last completed step, as run_aborted and the console say; the
+        # diverging step after it (its detection, its drill) was never applied.
+        attempts[k].last_step = step
     order = sorted(attempts)
     for i, k in enumerate(order):
         a = attempts[k]
