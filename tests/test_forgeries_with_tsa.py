@@ -334,3 +334,77 @@ def test_case1_post_hoc_with_the_log_times_moved_forward_is_exit_4(tmp_path, loc
     team, _ = _post_hoc(tmp_path, local_tsa, shift_log=True, require=True)
     res, report = _fresh(team)
     assert res.exit_code == 4, report["timestamps"]["runs"][RUN]
+
+
+# --- forgeries that remove the proof rather than break it ----------------------------------------------
+
+
+def _strip_run_stamps(clone: Clone) -> None:
+    """Delete every stamp of the run (its record's, its heads'): only the forged preregistration's is left."""
+    project = open_project(clone.path)
+    digests = [stamping.bytes_digest(project.run_dir(RUN) / "run.json")] + [r["hash"] for r in read_log(
+        project.run_dir(RUN) / "events.jsonl")]
+    for d in digests:
+        shutil.rmtree(project.entries / "stamps" / d, ignore_errors=True)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "hole: with `require: false`, deleting the run's stamps together with the preregistration's old stamp "
+    "downgrades case 2 to 'no third-party time' (exit 0): on a fresh clone nothing shows the stamps existed"))
+def test_case2_with_the_runs_stamps_deleted_too_is_exit_4(tmp_path, local_tsa):
+    story = _honest(tmp_path, local_tsa)
+    mallory = story.team["mallory"]
+    _wait_a_second()
+    _amend_prereg_commit(story, mallory, "val_loss@final < 3", "val_loss@final < 9")
+    _strip_run_stamps(mallory)
+    mallory.git("add", "-A")
+    mallory.git("commit", "-q", "--amend", "--no-edit")
+    force_push(mallory)
+    res, report = _fresh(story.team)
+    # What a reader sees: not "before", but a state of its own.
+    assert report["timestamps"]["runs"][RUN]["order"] == "no third-party time"
+    assert f"run {RUN}: before" not in res.stdout
+    assert res.exit_code == 4, res.output
+
+
+def test_case2_with_the_runs_stamps_deleted_is_exit_4_when_stamps_are_required(tmp_path, local_tsa):
+    story = _honest(tmp_path, local_tsa)
+    mallory = story.team["mallory"]
+    local_tsa.configure(mallory.path, require=True)
+    _wait_a_second()
+    _amend_prereg_commit(story, mallory, "val_loss@final < 3", "val_loss@final < 9")
+    _strip_run_stamps(mallory)
+    mallory.git("add", "-A")
+    mallory.git("commit", "-q", "--amend", "--no-edit")
+    force_push(mallory)
+    res, report = _fresh(story.team)
+    assert res.exit_code == 4, res.output
+    p = _problem(report, "stamp_missing")
+    assert p["path"] == RECORD and "has no valid third-party stamp, and logbook.yaml requires one" in p["message"]
+    assert "logbook stamp" in fix_hint(Finding(**p))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "hole: the trust root lives in the repository: a rewritten history whose logbook.yaml names no authority "
+    "(and holds no stamps) verifies with 'no third-party time', exit 0, whatever `require` said before; a "
+    "swapped CA file likewise makes the forger's own authority (any clock) the trusted one"))
+def test_case2_with_timestamping_removed_from_logbook_yaml_in_the_rewritten_history_is_exit_4(tmp_path, local_tsa):
+    import yaml
+
+    story = _honest(tmp_path, local_tsa)
+    mallory = story.team["mallory"]
+    local_tsa.configure(mallory.path, require=True)
+    _wait_a_second()
+    _amend_prereg_commit(story, mallory, "val_loss@final < 3", "val_loss@final < 9")
+    cfg = yaml.safe_load((mallory.path / "logbook.yaml").read_text())
+    cfg.pop("timestamping")
+    (mallory.path / "logbook.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    shutil.rmtree(mallory.path / "entries" / "stamps")
+    base = mallory.git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
+    mallory.git("add", "-A")
+    mallory.git("reset", "-q", "--soft", base)  # the whole history in one commit: no trace of an authority
+    mallory.git("commit", "-q", "-m", "the lab's logbook")
+    force_push(mallory)
+    res, report = _fresh(story.team)
+    assert report["timestamps"]["state"] == "off"
+    assert res.exit_code == 4, res.output
