@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import pytest
 from forger import force_push, read_log, rechain
+from scoring_helpers import story_clock  # noqa: F401  (a fixture)
 from team import Clone, Team, make_team
 
 from logbook.core.identity import git_identity
@@ -408,3 +409,56 @@ def test_case2_with_timestamping_removed_from_logbook_yaml_in_the_rewritten_hist
     res, report = _fresh(story.team)
     assert report["timestamps"]["state"] == "off"
     assert res.exit_code == 4, res.output
+
+
+# --- an acknowledgement of one's own forgery -------------------------------------------------------------
+
+
+def test_a_forgers_acknowledgement_approved_under_a_second_address_with_their_own_key_does_not_count(
+        tmp_path, story_clock):
+    """The acknowledgement's reviewer is judged by key, as a run's launcher is: mallory forges a line, writes the
+    acknowledgement, and approves it from a clone with another address that signs with her key."""
+    from forger import append_forged
+    from scoring_helpers import make_prereg, story_run
+    from test_signatures import allowed_line, enable_signing, keypair, use_key
+
+    team = make_team(tmp_path, ["ada", "mallory"])
+    ada, mallory = team["ada"], team["mallory"]
+    keys = {n: keypair(tmp_path / "keys", n) for n in ("ada", "mallory")}
+    enable_signing(ada, [allowed_line("ada@lab.example", keys["ada"]),
+                         allowed_line("mallory@lab.example", keys["mallory"])])
+    use_key(ada, keys["ada"])
+    use_key(mallory, keys["mallory"])
+    project = open_project(ada.path)
+    pid = make_prereg(project, ["loss@final < 4"])
+    story_run(project, story_clock, RUN, pid, finish=False, author="Ada <ada@lab.example>")
+    EventSink(project.run_dir(RUN), RUN, 2).emit("run_failed", step=90, reason="restarts exhausted", attempts=2)
+    ada.commit()
+    ada.push()
+    assert mallory.pull("rebase").returncode == 0
+    append_forged(mallory.path / LOG, "run_finished", {"final_loss": 3.0})  # the forgery
+    mallory.git("add", "-A")
+    mallory.git("commit", "-q", "-m", "sync")
+    ack_id = mallory.ok("acknowledge", LOG, "--reason", "a test line appended by hand").stdout.strip()
+    mallory.commit()
+    mallory.push()
+    alias = team.join("alias")
+    alias.git("config", "user.name", "M. Allory")
+    alias.git("config", "user.email", "m.allory@elsewhere.example")  # another address...
+    use_key(alias, keys["mallory"])  # ...the same key
+    alias.ok("review", "approve", ack_id)
+    alias.commit()
+    alias.push()
+    res, report = _fresh(team)
+    assert res.exit_code == 4, res.output
+    p = _problem(report, "after_end")
+    assert p["path"] == LOG and f"acknowledged in {ack_id} by Mallory, awaiting review" in p["message"]
+    assert report["acknowledged"] == []
+    # A teammate's approval still counts.
+    ada.pull()
+    ada.ok("review", "approve", ack_id)
+    ada.commit()
+    ada.push()
+    res, report = _fresh(team, "fresh2")
+    assert res.exit_code == 0, res.output
+    assert "approved by Ada" in res.output and "M. Allory" not in res.output

@@ -38,6 +38,7 @@ from logbook.core.recordkinds import classify
 from logbook.records import chain
 from logbook.records.files import damaged_records, iter_folder, write_record
 from logbook.records.reviews import review_records
+from logbook.trust.people import People, Who
 
 KIND = "acknowledgement"
 ENTRY_PREFIX = "ack:"
@@ -105,20 +106,26 @@ def acknowledge(project: Project, path: str, reason: str, findings: list[Any]) -
 
 def load_acks(project: Project) -> list[Ack]:
     """Every intact acknowledgement, with who approved it (never its author)."""
-    verdicts: dict[str, dict[str, tuple[str, str]]] = {}
-    for r in review_records(project):
-        entry = r.get("entry")
-        if isinstance(entry, str) and entry.startswith(ENTRY_PREFIX) and r.get("action") in ("approve", "request_changes"):
-            who = str(r.get("email") or r.get("reviewer") or "").lower()
-            verdicts.setdefault(entry, {})[who] = (str(r["action"]), str(r.get("reviewer") or who))
+    # By key where the review is signed (`trust.people`): the author under a second address, signing with
+    # their own key, is still the author, and one key under two addresses is one reviewer.
+    verdicts: dict[str, dict[str, tuple[str, str, Who]]] = {}
+    with People(project) as people:
+        for r in review_records(project):
+            entry = r.get("entry")
+            if isinstance(entry, str) and entry.startswith(ENTRY_PREFIX) and r.get("action") in ("approve",
+                                                                                                  "request_changes"):
+                who = people.of_review(r)
+                verdicts.setdefault(entry, {})[who.key] = (str(r["action"]), str(r.get("reviewer") or who.key), who)
     out = []
     for rec in iter_folder(acknowledgements_dir(project)):
         if rec.get("kind") != KIND or rec.get("hash") != chain.record_hash(rec) or not isinstance(rec.get("path"), str):
             continue  # a damaged one covers nothing (verify reports it)
         email = str(rec.get("email") or "").lower()
         latest = verdicts.get(f"{ENTRY_PREFIX}{rec.get('id')}", {})
-        approved = [name for who, (action, name) in latest.items() if action == "approve" and who != email]
-        blocked = any(action == "request_changes" for action, _ in latest.values())
+        author = Who(email=email, name=str(rec.get("author") or ""))
+        approved = [name for action, name, who in latest.values()
+                    if action == "approve" and not who.same_person(author)]
+        blocked = any(action == "request_changes" for action, _, _ in latest.values())
         out.append(Ack(str(rec.get("id")), rec["path"], {(str(f.get("kind")), f.get("line"))
                                                          for f in rec.get("findings") or [] if isinstance(f, dict)},
                        str(rec.get("sha256")), int(rec.get("size") or 0), str(rec.get("author") or ""), email,
