@@ -462,3 +462,43 @@ def test_a_forgers_acknowledgement_approved_under_a_second_address_with_their_ow
     res, report = _fresh(team, "fresh2")
     assert res.exit_code == 0, res.output
     assert "approved by Ada" in res.output and "M. Allory" not in res.output
+
+
+# --- case 1 by the run record alone: the log untouched, its stamped heads kept --------------------------
+
+
+def test_case1_a_run_record_rewritten_to_name_a_later_preregistration_and_restamped_is_exit_4(tmp_path, local_tsa):
+    """The run trained first (exploratory) and its heads were stamped as it trained; the preregistration came
+    after. The forger leaves the log alone (its stamps still hold), rewrites only run.json to name the
+    preregistration and stamps it now, after the preregistration's stamp: the record's stamp is in order, but
+    the log's stamped heads show the run was under way before anyone stamped the promise."""
+    team = make_team(tmp_path, ["ada", "mallory"])
+    mallory = team["mallory"]
+    local_tsa.configure(mallory.path)
+    _launch(mallory, None, restart=False)
+    mallory.ok("stamp")
+    mallory.commit("an exploratory run")
+    _wait_a_second()
+    project = open_project(mallory.path)
+    pid = json.loads(mallory.ok("prereg", "--title", "qk norm removes spikes", "--hypothesis", "bounded logits",
+                                "--predict", "val_loss@final < 3", "--json").stdout)["id"]
+    _wait_a_second()
+    record = project.run_dir(RUN) / "run.json"
+    shutil.rmtree(project.entries / "stamps" / stamping.bytes_digest(record))
+    fields = json.loads(record.read_text())
+    fields.update(prereg_id=pid, exploratory=False, amendments=[], created=utc_now())
+    record.chmod(0o644)
+    record.write_text(json.dumps(fields, indent=2) + "\n")
+    assert stamping.stamp_run_start(project, RUN).written
+    base = mallory.git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
+    mallory.git("add", "-A")
+    mallory.git("reset", "-q", "--soft", base)
+    mallory.git("commit", "-q", "-m", "the lab's logbook")
+    force_push(mallory)
+    res, report = _fresh(team)
+    assert res.exit_code == 4, res.output
+    p = _problem(report, "stamped_after_run")
+    assert p["path"] == RECORD
+    assert f"run {RUN} answers to {pid}, but the preregistration {pid}'s earliest stamp" in p["message"]
+    assert f"is not earlier than the run's log at line" in p["message"]
+    assert "preregister anew" in fix_hint(Finding(**p))
