@@ -241,7 +241,8 @@ def test_case3_a_restart_dropped_while_the_stamped_heads_are_kept_is_exit_4_nami
     stamp = _stamp_files(story.team["fresh"], final_head)[0]
     p = next(p for p in report["problems"] if p["kind"] == "stamp_orphan")
     assert p["path"] == stamp
-    assert f"{stamp} stamps sha256 {final_head[:12]}…, which no record and no event-log line has any more" in res.output
+    assert (f"{stamp} stamps sha256 {final_head[:12]}…, which no record and no event-log line has any more"
+            in res.output)
     assert "hint:" in res.stderr  # the first finding's (the dropped restart); each finding has its own:
     assert "restore the stamped record or log" in fix_hint(Finding(**p))
 
@@ -500,5 +501,5 @@ def test_case1_a_run_record_rewritten_to_name_a_later_preregistration_and_restam
     p = _problem(report, "stamped_after_run")
     assert p["path"] == RECORD
     assert f"run {RUN} answers to {pid}, but the preregistration {pid}'s earliest stamp" in p["message"]
-    assert f"is not earlier than the run's log at line" in p["message"]
+    assert "is not earlier than the run's log at line 2 (" in p["message"] and "the run was under way" in p["message"]
     assert "preregister anew" in fix_hint(Finding(**p))
