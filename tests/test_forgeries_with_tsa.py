@@ -63,7 +63,9 @@ def _wait_a_second() -> None:
 def _stamp_head(project, who: str) -> None:
     """What the launcher's watcher does at a checkpoint: stamp the log's chain head."""
     head = stamping.log_head(project, RUN, who)
-    assert head is not None and stamping.stamp_record(project, head).stamped
+    assert head is not None
+    if timestamps.settings(project) is not None:
+        assert stamping.stamp_record(project, head).stamped
 
 
 def _launch(clone: Clone, pid: str | None, *, restart: bool = True, **record) -> None:
@@ -73,7 +75,8 @@ def _launch(clone: Clone, pid: str | None, *, restart: bool = True, **record) ->
     who = str(git_identity(clone.path))
     write_run_record(project, RunRecord(run_id=RUN, created=utc_now(), config_path="c.yaml", config_hash="0" * 64,
                                         prereg_id=pid, exploratory=pid is None, amendments=[], author=who, **record))
-    assert stamping.stamp_run_start(project, RUN).stamped
+    started = stamping.stamp_run_start(project, RUN)
+    assert started is None or started.stamped  # None: no authority configured
     s = EventSink(project.run_dir(RUN), RUN, 1)
     s.emit("run_started", step=0, total_steps=10, prereg_id=pid)
     s.emit("checkpoint_saved", step=5, path="ckpt/5", blocking_s=0.1)
@@ -503,3 +506,42 @@ def test_case1_a_run_record_rewritten_to_name_a_later_preregistration_and_restam
     assert f"run {RUN} answers to {pid}, but the preregistration {pid}'s earliest stamp" in p["message"]
     assert "is not earlier than the run's log at line 2 (" in p["message"] and "the run was under way" in p["message"]
     assert "preregister anew" in fix_hint(Finding(**p))
+    q = _problem(report, "prereg_differs_in_log")  # and the log still says what the launcher wrote
+    assert q["path"] == RECORD and q["line"] == 1
+
+
+def _record_renamed(tmp_path, tsa=None) -> tuple[Team, str]:
+    """Case 1 by run.json alone: the run trained first (exploratory), the preregistration came after, and the
+    run record was rewritten to answer to it (launched later than the preregistration), in one squashed commit."""
+    team = make_team(tmp_path, ["ada", "mallory"])
+    mallory = team["mallory"]
+    if tsa is not None:
+        tsa.configure(mallory.path)
+    _launch(mallory, None, restart=False)
+    mallory.commit("an exploratory run")
+    time.sleep(1.1)
+    pid = json.loads(mallory.ok("prereg", "--title", "qk norm removes spikes", "--hypothesis", "bounded logits",
+                                "--predict", "val_loss@final < 3", "--json").stdout)["id"]
+    record = open_project(mallory.path).run_dir(RUN) / "run.json"
+    fields = json.loads(record.read_text())
+    fields.update(prereg_id=pid, exploratory=False, amendments=[], created=utc_now())
+    record.chmod(0o644)
+    record.write_text(json.dumps(fields, indent=2) + "\n")
+    base = mallory.git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
+    mallory.git("add", "-A")
+    mallory.git("reset", "-q", "--soft", base)
+    mallory.git("commit", "-q", "-m", "the lab's logbook")
+    force_push(mallory)
+    return team, pid
+
+
+def test_case1_a_run_record_rewritten_to_name_a_preregistration_its_log_does_not_name_is_exit_4_without_a_tsa(
+        tmp_path):
+    team, pid = _record_renamed(tmp_path)
+    res, report = _fresh(team)
+    assert res.exit_code == 4, res.output
+    (p,) = report["problems"]
+    assert (p["kind"], p["path"], p["line"]) == ("prereg_differs_in_log", RECORD, 1)
+    assert (f"{RECORD} says run {RUN} answers to {pid}, but line 1 of its log (run_started) says no "
+            "preregistration: the record was rewritten after the launch") in res.output
+    assert "hint:" in res.stderr and "logbook note" in res.stderr
