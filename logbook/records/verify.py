@@ -85,7 +85,7 @@ class Finding:
     (replay_differs | replay_not_done),
     what a run's log may not hold (after_end | outcome_in_log | restart_missing, see `runends`), and the
     other checks that need no third party (snapshot_missing | snapshot_moved | snapshot_prereg_differs |
-    seen_false; warnings: stray | snapshot_unknown, see `trust.no_third_party`)"""
+    seen_false | prereg_differs_in_log; warnings: stray | snapshot_unknown, see `trust.no_third_party`)"""
     message: str
     line: int | None = None
     """First line that differs, where there is one."""
@@ -201,7 +201,7 @@ def fix_hint(f: Finding) -> str:
     if f.kind in ("snapshot_missing", "snapshot_moved"):
         return ("in a clone that still has the snapshot, run `logbook init` (it pushes the snapshots the remote "
                 f"lacks), then `git fetch` here{ack}")
-    if f.kind in ("snapshot_prereg_differs", "seen_false"):
+    if f.kind in ("snapshot_prereg_differs", "seen_false", "prereg_differs_in_log"):
         return f"the record cannot be made true again: say so in a note (`logbook note`){ack}"
     return "restore the record from git; a correction is a new record that supersedes it, never an edit"
 

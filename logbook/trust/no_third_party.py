@@ -19,7 +19,11 @@ something a fresh clone gets from elsewhere than the rewritten branch:
   added by a commit whose tree already held a run that answers to it
   (`nothing`), or that run's end or scorecard (`run-started`).
 
-Findings: stray (warning) | snapshot_missing | snapshot_moved | snapshot_prereg_differs | seen_false.
+- **the preregistration a run answers to**: `run.json`'s `prereg_id` must be the
+  one its log's `run_started` lines name (`prereg_differs_in_log`).
+
+Findings: stray (warning) | snapshot_missing | snapshot_moved | snapshot_prereg_differs | seen_false |
+prereg_differs_in_log.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ def check(project: Project, report: Any, introduced: dict[str, list[str]]) -> No
         report.add(path, kind, message, warning=kind == "snapshot_unknown")
     for path, message in seen_problems(project, introduced):
         report.add(path, "seen_false", message)
+    for path, line, message in prereg_in_log_problems(project):
+        report.add(path, "prereg_differs_in_log", message, line)
 
 
 # --- stray files ------------------------------------------------------------------------------
@@ -82,6 +88,30 @@ def _run_records(project: Project) -> list[tuple[str, dict[str, Any]]]:
             continue  # verify reports an unreadable run record
         if isinstance(rec, dict):
             out.append((path.parent.name, rec))
+    return out
+
+
+# --- the preregistration a run's record and its log name -----------------------------------------
+
+def prereg_in_log_problems(project: Project) -> list[tuple[str, int, str]]:
+    """Run records whose `prereg_id` is not the one a `run_started` line of the run's log names.
+
+    The launcher writes both at launch; a run record rewritten afterwards to
+    answer to a preregistration (and stamped again) leaves the log saying
+    otherwise, unless the log is re-chained too, which moves its stamped heads.
+    """
+    out = []
+    for run, rec in _run_records(project):
+        log = project.run_dir(run) / "events.jsonl"
+        for n, event in enumerate(iter_records(log), start=1):
+            data = event.get("data") if event.get("kind") == "run_started" else None
+            if isinstance(data, dict) and "prereg_id" in data and data["prereg_id"] != rec.get("prereg_id"):
+                rel = (project.run_dir(run) / "run.json").relative_to(project.root).as_posix()
+                out.append((rel, n, f"{rel} says run {run} answers to {rec.get('prereg_id') or 'no preregistration'}, "
+                                    f"but line {n} of its log (run_started) says "
+                                    f"{data['prereg_id'] or 'no preregistration'}: the record was rewritten after "
+                                    "the launch"))
+                break
     return out
 
 

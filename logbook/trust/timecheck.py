@@ -181,7 +181,9 @@ def _check_runs(project: Project, records: list[Stampable], stamps: dict[str, _S
     by_prereg = {(r.prereg_id, r.key): r for r in records if r.kind in ("prereg", "amendment")}
     for run in (r for r in records if r.kind == "run_record"):
         started = stamps.get(run.digest).earliest if stamps.get(run.digest) else None
-        times = [s.time for d, (rid, _n, _ts) in lines.items() if rid == run.run_id for s in stamps[d].valid]
+        heads = sorted((s.time, n) for d, (rid, n, _ts) in lines.items() if rid == run.run_id
+                       for s in stamps[d].valid)
+        times = [t for t, _n in heads]
         times += [started.time] if started else []
         end = _last_event_time(project, run.run_id)
         facts = {"prereg": run.prereg_id, "started_stamp": _iso(started), "last_event": _iso_dt(end),
@@ -195,22 +197,26 @@ def _check_runs(project: Project, records: list[Stampable], stamps: dict[str, _S
             facts["order"] = BEFORE if run.prereg_id else "stamped"
         if not run.prereg_id:
             continue
-        _order_against_prereg(project, run, started, by_prereg, stamps, facts, out, require)
+        _order_against_prereg(project, run, started, heads[0] if heads else None, by_prereg, stamps, facts, out)
         if facts["order"] == NO_ORDER:
             out.findings.append(TimeFinding(run.path, "stamps_after_run", (
                 f"run {run.run_id}: {NO_ORDER}: its earliest stamp is {min(times).isoformat()}, its last event "
                 f"{end.isoformat()}: nothing proves it ran after {run.prereg_id} was written"), require))
 
 
-def _order_against_prereg(project: Project, run: Stampable, started: VerifiedStamp | None, by_prereg: dict,
-                          stamps: dict[str, _Stamps], facts: dict, out: TimeReport, require: bool) -> None:
+def _order_against_prereg(project: Project, run: Stampable, started: VerifiedStamp | None,
+                          first_head: tuple[datetime, int] | None, by_prereg: dict, stamps: dict[str, _Stamps],
+                          facts: dict, out: TimeReport) -> None:
+    """The preregistration's (and amendments') earliest stamps against the run's: its record's, and its log's
+    earliest stamped head. The record alone is not enough: it can be rewritten and stamped again at any time,
+    while a stamped head of a log that trained before the promise was stamped stays in the log."""
     prereg = by_prereg.get((run.prereg_id, ""))
     keys = _amendments_in_force(project, run)
     needed = [prereg] + [by_prereg.get((run.prereg_id, k)) for k in keys]
     entry = out.facts["preregs"].get(run.prereg_id)
     if entry is not None:
         entry["runs"][run.run_id] = facts
-    if started is None or any(r is None for r in needed):
+    if (started is None and first_head is None) or any(r is None for r in needed):
         facts["order"] = NO_TIME
         return
     for rec in needed:
@@ -218,13 +224,20 @@ def _order_against_prereg(project: Project, run: Stampable, started: VerifiedSta
         if first is None:
             facts["order"] = NO_TIME
             return
-        if not first.time < started.time:
-            facts["order"] = NOT_BEFORE
-            out.findings.append(TimeFinding(run.path, "stamped_after_run", (
-                f"run {run.run_id} answers to {run.prereg_id}, but the {rec.what}'s earliest stamp "
-                f"({first.time.isoformat()}, {first.authority}) is not earlier than the run record's "
-                f"({started.time.isoformat()}): no third party saw the promise before the run"), True))
-            return
+        if started is not None and not first.time < started.time:
+            against = f"the run record's ({started.time.isoformat()})"
+        elif first_head is not None and not first.time < first_head[0]:
+            against = f"the run's log at line {first_head[1]} ({first_head[0].isoformat()}): the run was under way"
+        else:
+            continue
+        facts["order"] = NOT_BEFORE
+        out.findings.append(TimeFinding(run.path, "stamped_after_run", (
+            f"run {run.run_id} answers to {run.prereg_id}, but the {rec.what}'s earliest stamp "
+            f"({first.time.isoformat()}, {first.authority}) is not earlier than {against}: "
+            "no third party saw the promise before the run"), True))
+        return
+    if started is None:
+        facts["order"] = NO_TIME
 
 
 def _amendments_in_force(project: Project, run: Stampable) -> list[str]:
