@@ -35,3 +35,14 @@ def test_without_an_authority_verify_says_there_is_no_third_party_time(logbook_r
     assert res.exit_code == 0, res.output
     assert "no third-party time" in res.stderr
     assert "no third-party time" in (ROOT / "docs" / "trust.md").read_text("utf-8")
+
+
+def test_verify_names_each_authoritys_ca_by_hash_so_a_reader_can_pin_it(logbook_repo, cli, local_tsa):
+    """The trust root is in the repository: a reader compares the CA verify trusted with the one they trust."""
+    import hashlib
+
+    local_tsa.configure(logbook_repo)
+    res = cli("verify")
+    ca = hashlib.sha256(local_tsa.ca_pem_path.read_bytes()).hexdigest()
+    assert res.exit_code == 0, res.output
+    assert f"trusted as {local_tsa.url} by its CA file, sha256 {ca}" in res.stdout

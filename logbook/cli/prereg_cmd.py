@@ -320,6 +320,8 @@ def _echo_time(facts: dict[str, Any], ok: bool) -> None:
     pending = facts.get("pending") or []
     typer.echo(f"Third-party time: {facts.get('stamps', 0)} valid stamp(s) from {', '.join(facts['authorities'])}"
                + (f"; {len(pending)} record(s) not stamped yet (`logbook stamp`)" if pending else "") + ".")
+    for url, ca in sorted((facts.get("ca_sha256") or {}).items()):  # what a reader pins from outside the repository
+        typer.echo(f"  trusted as {url} by its CA file, sha256 {ca or 'missing'}")
     for pid, p in sorted((facts.get("preregs") or {}).items()):
         when = f"stamped {p['stamped']}" if p.get("stamped") else "no third-party time"
         runs = "; ".join(f"run {r}: {v.get('order')}" for r, v in sorted(p.get("runs", {}).items()))

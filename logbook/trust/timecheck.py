@@ -21,6 +21,8 @@ No authority configured: "no third-party time", its own state, not a failure.
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import os
 from dataclasses import dataclass, field
@@ -70,7 +72,7 @@ def check_time(project: Project, *, use_cache: bool = True) -> TimeReport:
     cfg = settings(project)
     out = TimeReport()
     if cfg is None and not stamps_dir(project).is_dir():  # the common case without an authority: nothing to read
-        out.facts = _facts(cfg, 0)
+        out.facts = _facts(project, cfg, 0)
         return out
     records = prereg_records(project) + run_records(project)
     stamps = _check_stamp_files(project, out, use_cache)
@@ -82,7 +84,7 @@ def check_time(project: Project, *, use_cache: bool = True) -> TimeReport:
                 out.findings.append(TimeFinding(_rel(project, path), "stamp_orphan", (
                     f"{_rel(project, path)} stamps sha256 {digest[:12]}…, which no record and no event-log line "
                     "has any more: what was stamped has been changed, re-chained or removed"), True))
-    out.facts = _facts(cfg, sum(len(f.valid) for f in stamps.values()))
+    out.facts = _facts(project, cfg, sum(len(f.valid) for f in stamps.values()))
     if cfg is None:
         return out
     _check_missing(project, records, stamps, out, cfg.require)
@@ -90,11 +92,22 @@ def check_time(project: Project, *, use_cache: bool = True) -> TimeReport:
     return out
 
 
-def _facts(cfg, valid: int) -> dict[str, Any]:
-    """The time facts' shape (verify's `--json` under "timestamps"); the checks fill pending, preregs and runs."""
+def _facts(project: Project, cfg, valid: int) -> dict[str, Any]:
+    """The time facts' shape (verify's `--json` under "timestamps"); the checks fill pending, preregs and runs.
+
+    `ca_sha256`: each authority's CA file as the repository holds it, hashed, so a reader can pin the authority
+    they trust from outside the repository (a rewritten history could name the forger's own)."""
     return {"state": "off" if cfg is None else "on", "require": bool(cfg and cfg.require),
             "authorities": [a.url for a in cfg.authorities] if cfg else [], "stamps": valid,
+            "ca_sha256": {a.url: _file_sha256(project.root / a.ca) for a in cfg.authorities} if cfg else {},
             "pending": [], "preregs": {}, "runs": {}}
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 @dataclass
