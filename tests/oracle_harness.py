@@ -3,12 +3,12 @@
 Used by `tests/test_oracle.py` (a few drawn schedules) and `bench/oracle.py`
 (many). A `Schedule` says what happens to one run: the checkpoint cadence,
 where each attempt is killed (after a step, or in the middle of writing a
-checkpoint), which attempts find a live change waiting when they start, and
-whether the last attempt meets a loss spike or a NaN. `run_schedule` makes it
+checkpoint) or hangs until the watchdog ends it, which attempts find a live
+change waiting when they start, and whether the last attempt meets a loss spike or a NaN. `run_schedule` makes it
 happen for real: a preregistration with a contingency rule naming the run's
 own config, `logbook run` for the first attempt and the trainer's own command
-for each relaunch (as torchrun or a requeue would), the kills as SIGKILL drills
-in the config and the live changes as requests left in the run's control
+for each relaunch (as torchrun or a requeue would), the kills as SIGKILL and hang
+drills in the config and the live changes as requests left in the run's control
 folder before the attempt starts (so each is applied at the attempt's first
 step).
 
@@ -16,13 +16,14 @@ step).
 and nothing else: no event log, and no code from `logbook/` at all. The
 rules it applies are the trainer's promises, stated here a second time:
 
-- a kill drill at step k fires after step k and before that step's checkpoint
-  is written, so the attempt resumes from the newest multiple of `every`
+- a kill (or hang) drill at step k fires after step k and before that step's
+  checkpoint is written, so the attempt resumes from the newest multiple of `every`
   below k; a kill in the middle of writing step s's checkpoint leaves step s
   incomplete (a save started but not finished does not count), so it resumes
   from s - every; either way the attempt had reached that step (k or s) and
   the steps between the resume point and it are lost;
-- attempts = kills + 1, restarts = kills, and the run finishes at its last step;
+- attempts = kills + 1, restarts = kills, each attempt runs from where the one
+  before resumed to the step it was killed at, and the run finishes at its last step;
 - a live change counts once, however many restarts apply it again;
 - a spike or NaN in the last attempt is met by the guard with the first rung
   of its ladder, skipping that one batch, as the contingency rule says, so it
@@ -40,7 +41,6 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
@@ -49,16 +49,20 @@ from lab import Lab
 RULE = "loss spike > 4 sigma twice within 50 steps -> rollback 5 steps, skip 10 batches, lr x 0.9"
 """The contingency rule every drawn run is preregistered with; its first rung is a skip of the spiking batch."""
 GUARD_WARMUP = 8
+HANG_TIMEOUT_S = 4.0
+"""Far above any step of the tiny config, even on a busy machine; a hang drill costs this much wall time."""
 
 
 @dataclass(frozen=True)
 class Kill:
-    """One SIGKILL drill."""
+    """One drill that ends an attempt: a SIGKILL, or a hang the watchdog ends."""
 
     step: int
     """The step it fires at: after that step, or while that step's checkpoint is written."""
     during_save: bool
     """True: in the middle of writing the checkpoint of `step` (a multiple of `every`)."""
+    hang: bool = False
+    """True: after the step the attempt stops making progress, and the watchdog ends it (exit 124)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,8 @@ class Expected:
     """The resume step of each restart, in order."""
     lost: list[int]
     """Steps lost by each restart, in order."""
+    spans: list[tuple[int, int]]
+    """(first step, last step reached) of each attempt: it starts where the one before resumed from."""
     live_changes: int
     skipped: int
     deviations: int
@@ -116,20 +122,21 @@ def _resume_after(kill: Kill, every: int) -> int:
 
 
 @st.composite
-def schedules(draw, max_kills: int = 3) -> Schedule:
+def schedules(draw, max_kills: int = 3, min_kills: int = 0) -> Schedule:
     every = draw(st.integers(2, 5))
     steps = draw(st.integers(max(6, 2 * every), 16))
     background = draw(st.booleans())
     kills: list[Kill] = []
     start = 0
-    for _ in range(draw(st.integers(0, max_kills))):
+    for _ in range(draw(st.integers(min_kills, max_kills))):
         saves = [s for s in range(start + 1, steps) if s % every == 0]
         plain = list(range(start + 1, steps))
-        options = [(s, True) for s in saves] + ([] if background else [(s, False) for s in plain])
+        options = [Kill(s, True) for s in saves]
+        if not background:  # a kill after a step waits for no save in flight: only synchronous saves make it exact
+            options += [Kill(s, False) for s in plain] + [Kill(s, False, hang=True) for s in plain]
         if not options:
             break
-        step, during = draw(st.sampled_from(options))
-        kills.append(Kill(step, during))
+        kills.append(draw(st.sampled_from(options)))
         start = _resume_after(kills[-1], every)
     attempts = len(kills) + 1
     live = tuple(sorted(draw(st.sets(st.integers(1, attempts), max_size=2))))
@@ -147,7 +154,8 @@ def expected(s: Schedule) -> Expected:
     resumes = [_resume_after(k, s.every) for k in s.kills]
     lost = [k.step - r for k, r in zip(s.kills, resumes)]
     skipped = 1 if s.divergence else 0
-    return Expected(attempts=len(s.kills) + 1, restarts=len(s.kills), resumes=resumes, lost=lost,
+    spans = list(zip([0, *resumes], [k.step for k in s.kills] + [s.steps]))
+    return Expected(attempts=len(s.kills) + 1, restarts=len(s.kills), resumes=resumes, lost=lost, spans=spans,
                     live_changes=len(s.live_changes), skipped=skipped, deviations=len(s.live_changes),
                     final_step=s.steps, finished=True)
 
@@ -162,8 +170,8 @@ def predictions(exp: Expected) -> list[str]:
 
 
 def config_of(s: Schedule) -> dict[str, Any]:
-    faults = [{"kind": "sigkill", "step": k.step, "attempt": i + 1, **({"when": "save"} if k.during_save else {})}
-              for i, k in enumerate(s.kills)]
+    faults = [{"kind": "hang" if k.hang else "sigkill", "step": k.step, "attempt": i + 1,
+               **({"when": "save"} if k.during_save else {})} for i, k in enumerate(s.kills)]
     if s.divergence:
         kind, step = s.divergence
         faults.append({"kind": kind, "step": step, "attempt": len(s.kills) + 1,
@@ -171,7 +179,8 @@ def config_of(s: Schedule) -> dict[str, Any]:
     return {
         "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32},
         "data": {"sources": [{"name": "stdlib", "kind": "stdlib", "max_mb": 0.2}]},
-        "train": {"steps": s.steps, "batch_size": 4, "eval_every": 0, "eval_batches": 1, "threads": 1},
+        "train": {"steps": s.steps, "batch_size": 4, "eval_every": 0, "eval_batches": 1, "threads": 1,
+                  "hang_timeout_s": HANG_TIMEOUT_S},
         "checkpoint": {"every": s.every, "keep": 2, "background": s.background},
         "guard": {"warmup": GUARD_WARMUP, "cooldown": 3},
         "faults": faults,
@@ -263,7 +272,9 @@ def report_figures(md: str) -> dict[str, Any]:
             both[m.group(1)] = (int(m.group(2)), int(m.group(3)))
     manual = {k: a + b for k, (a, b) in both.items()}
     skipped = sum(both["updates skipped by the guard"]) if "updates skipped by the guard" in both else None
-    return {"restarts": len(rows), "lost": lost, "interventions": manual, "skipped": skipped}
+    spans = [(int(m.group(1).replace(",", "")), int(m.group(2).replace(",", "")))
+             for ln in md.splitlines() if (m := re.match(r"\| \d+ \| [^|]* \| [^|]* \| ([\d,]+) → ([\d,]+) \|", ln))]
+    return {"restarts": len(rows), "lost": lost, "interventions": manual, "skipped": skipped, "spans": spans}
 
 
 def chronicle_figures(text: str, run: str) -> dict[str, Any]:
@@ -301,6 +312,7 @@ def disagreements(exp: Expected, obs: Observed) -> list[str]:
         ("outcome", "skipped steps measured", obs.outcome.get("skipped"), exp.skipped),
         ("outcome", "predictions made from the oracle", obs.outcome.get("predictions"), ["confirmed"] * 3),
         ("report", "restarts", obs.report.get("restarts"), exp.restarts),
+        ("report", "attempts (first → last step)", obs.report.get("spans"), exp.spans),
         ("report", "steps lost per restart", obs.report.get("lost"), exp.lost),
         ("report", "hyperparameter changes", obs.report.get("interventions", {}).get("hyperparameter changes"),
          exp.live_changes),

@@ -1,7 +1,8 @@
 """The oracle: for drawn fault schedules of tiny real runs, every view of the record states what the schedule implies.
 
 A schedule (`oracle_harness.schedules`) kills attempts after any step or in
-the middle of a checkpoint write (background saves included), leaves live
+the middle of a checkpoint write (background saves included), or hangs them
+until the watchdog ends them, leaves live
 changes for attempts before and after a kill, and can end the last attempt's
 stretch with a loss spike or a NaN met by the preregistered contingency rule.
 `oracle_harness.expected` works out from the schedule and the checkpoint
@@ -32,7 +33,7 @@ def lab(tmp_path_factory) -> Lab:
 @settings(max_examples=2, deadline=None, database=None, derandomize=True,
           phases=(Phase.explicit, Phase.generate),  # no shrinking: each example is a real run
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@example(Schedule(steps=14, every=4, background=False, kills=(Kill(6, False), Kill(8, True)),
+@example(Schedule(steps=14, every=4, background=False, kills=(Kill(6, False, hang=True), Kill(8, True)),
                   live_changes=(1, 2), divergence=("spike", 12)))  # issue 36's cases 1, 2 and 12 in one run
 @given(schedule=schedules(max_kills=2))
 def test_every_view_states_what_the_schedule_implies(lab, schedule):
@@ -46,5 +47,6 @@ def test_the_oracle_knows_a_save_cut_short_does_not_count():
     exp = expected(s)
     assert (exp.attempts, exp.restarts, exp.resumes, exp.lost) == (3, 2, [3, 3], [3, 3])
     assert exp.live_changes == 2 and exp.final_step == 12
-    s = Schedule(steps=12, every=3, background=False, kills=(Kill(7, False), Kill(6, False)), live_changes=())
-    assert expected(s).resumes == [6, 3] and expected(s).lost == [1, 3]
+    s = Schedule(steps=12, every=3, background=False, kills=(Kill(7, False), Kill(9, False, hang=True)), live_changes=())
+    assert expected(s).resumes == [6, 6] and expected(s).lost == [1, 3]
+    assert expected(s).spans == [(0, 7), (6, 9), (6, 12)]
