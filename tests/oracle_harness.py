@@ -20,8 +20,14 @@ rules it applies are the trainer's promises, stated here a second time:
   checkpoint is written, so the attempt resumes from the newest multiple of `every`
   below k; a kill in the middle of writing step s's checkpoint leaves step s
   incomplete (a save started but not finished does not count), so it resumes
-  from s - every; either way the attempt had reached that step (k or s) and
-  the steps between the resume point and it are lost;
+  from s - every; the attempt had reached step k, or step s when its saves
+  are synchronous, and the steps between the resume point and it are lost;
+- a kill inside a background save lands while training goes on: the writer
+  meets the drill while the loop runs steps s+1, s+2, ..., and the loop waits
+  for that save at the next checkpoint, so the attempt reached a step from s
+  to s + every (at most the run's last). The schedule fixes no more than that
+  range; the views must then agree with one another to the step (steps lost =
+  the step reached - the resume step, in the report and the chronicle alike);
 - attempts = kills + 1, restarts = kills, each attempt runs from where the one
   before resumed to the step it was killed at, and the run finishes at its last step;
 - a live change counts once, however many restarts apply it again;
@@ -91,10 +97,10 @@ class Expected:
     restarts: int
     resumes: list[int]
     """The resume step of each restart, in order."""
-    lost: list[int]
-    """Steps lost by each restart, in order."""
-    spans: list[tuple[int, int]]
-    """(first step, last step reached) of each attempt: it starts where the one before resumed from."""
+    reached: list[tuple[int, int]]
+    """The lowest and highest step each killed attempt can have reached, in order (equal but for background saves)."""
+    first_steps: list[int]
+    """The step each attempt starts from: where the one before resumed (0 for the first)."""
     live_changes: int
     skipped: int
     deviations: int
@@ -152,10 +158,11 @@ def schedules(draw, max_kills: int = 3, min_kills: int = 0) -> Schedule:
 
 def expected(s: Schedule) -> Expected:
     resumes = [_resume_after(k, s.every) for k in s.kills]
-    lost = [k.step - r for k, r in zip(s.kills, resumes)]
+    reached = [(k.step, min(k.step + s.every, s.steps) if k.during_save and s.background else k.step)
+               for k in s.kills]
     skipped = 1 if s.divergence else 0
-    spans = list(zip([0, *resumes], [k.step for k in s.kills] + [s.steps]))
-    return Expected(attempts=len(s.kills) + 1, restarts=len(s.kills), resumes=resumes, lost=lost, spans=spans,
+    return Expected(attempts=len(s.kills) + 1, restarts=len(s.kills), resumes=resumes, reached=reached,
+                    first_steps=[0, *resumes],
                     live_changes=len(s.live_changes), skipped=skipped, deviations=len(s.live_changes),
                     final_step=s.steps, finished=True)
 
@@ -300,6 +307,30 @@ def chronicle_figures(text: str, run: str) -> dict[str, Any]:
             "skipped": skipped, "finished_at": finished}
 
 
+def _lost_per_restart(exp: Expected, said: list[Any] | None) -> str | None:
+    """Why `said` (steps lost per restart, as a view states them) cannot be right, or None."""
+    said = list(said or [])
+    if len(said) != exp.restarts:
+        return f"{len(said)} figures for {exp.restarts} restarts"
+    for i, (n, (lo, hi), r) in enumerate(zip(said, exp.reached, exp.resumes), 1):
+        if not isinstance(n, int) or not lo - r <= n <= hi - r:
+            want = lo - r if lo == hi else f"{lo - r} to {hi - r}"
+            return f"restart {i}: {n} steps, expected {want}"
+    return None
+
+
+def _spans(exp: Expected, said: list[tuple[int, int]] | None) -> str | None:
+    """Why the report's attempts table (first step → last step of each attempt) cannot be right, or None."""
+    said = list(said or [])
+    if len(said) != exp.attempts:
+        return f"{len(said)} attempts, expected {exp.attempts}"
+    for i, ((first, last), start) in enumerate(zip(said, exp.first_steps), 1):
+        lo, hi = exp.reached[i - 1] if i <= exp.restarts else (exp.final_step, exp.final_step)
+        if first != start or not lo <= last <= hi:
+            return f"attempt {i}: {first} → {last}, expected {start} → {lo if lo == hi else f'{lo}..{hi}'}"
+    return None
+
+
 def disagreements(exp: Expected, obs: Observed) -> list[str]:
     """Every figure where the record and the oracle differ, as 'view: figure: said X, expected Y'."""
     checks = [
@@ -312,20 +343,30 @@ def disagreements(exp: Expected, obs: Observed) -> list[str]:
         ("outcome", "skipped steps measured", obs.outcome.get("skipped"), exp.skipped),
         ("outcome", "predictions made from the oracle", obs.outcome.get("predictions"), ["confirmed"] * 3),
         ("report", "restarts", obs.report.get("restarts"), exp.restarts),
-        ("report", "attempts (first → last step)", obs.report.get("spans"), exp.spans),
-        ("report", "steps lost per restart", obs.report.get("lost"), exp.lost),
         ("report", "hyperparameter changes", obs.report.get("interventions", {}).get("hyperparameter changes"),
          exp.live_changes),
         ("report", "restarts (interventions)", obs.report.get("interventions", {}).get("restarts"), exp.restarts),
         ("report", "updates skipped by the guard", obs.report.get("skipped"), exp.skipped),
         ("chronicle", "restarts", obs.chronicle.get("restarts"), exp.restarts),
         ("chronicle", "resume steps", obs.chronicle.get("resumes"), exp.resumes),
-        ("chronicle", "steps lost per restart", obs.chronicle.get("lost"), exp.lost),
         ("chronicle", "live changes", obs.chronicle.get("live_changes"), exp.live_changes),
         ("chronicle", "updates skipped by the guard", obs.chronicle.get("skipped"), exp.skipped),
         ("chronicle", "run finished at", obs.chronicle.get("finished_at"), [exp.final_step] if exp.finished else []),
     ]
-    return [f"{view}: {what}: said {got!r}, expected {want!r}" for view, what, got, want in checks if got != want]
+    out = [f"{view}: {what}: said {got!r}, expected {want!r}" for view, what, got, want in checks if got != want]
+    for view, what, why in (("report", "steps lost per restart", _lost_per_restart(exp, obs.report.get("lost"))),
+                            ("chronicle", "steps lost per restart", _lost_per_restart(exp, obs.chronicle.get("lost"))),
+                            ("report", "attempts (first → last step)", _spans(exp, obs.report.get("spans")))):
+        if why:
+            out.append(f"{view}: {what}: {why}")
+    # Where the schedule fixes only a range, the views must still agree with each other to the step.
+    spans, lost = obs.report.get("spans") or [], obs.report.get("lost")
+    if lost != obs.chronicle.get("lost"):
+        out.append(f"report and chronicle: steps lost per restart: {lost!r} and {obs.chronicle.get('lost')!r}")
+    implied = [last - r for (_, last), r in zip(spans, exp.resumes)]
+    if len(spans) == exp.attempts and lost != implied:
+        out.append(f"report: steps lost per restart {lost!r}, but its attempts table implies {implied!r}")
+    return out
 
 
 @dataclass

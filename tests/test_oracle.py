@@ -45,8 +45,9 @@ def test_the_oracle_knows_a_save_cut_short_does_not_count():
     """The rules themselves, without a run: a kill inside a save resumes from the save before it."""
     s = Schedule(steps=12, every=3, background=True, kills=(Kill(6, True), Kill(6, True)), live_changes=(1, 3))
     exp = expected(s)
-    assert (exp.attempts, exp.restarts, exp.resumes, exp.lost) == (3, 2, [3, 3], [3, 3])
+    assert (exp.attempts, exp.restarts, exp.resumes) == (3, 2, [3, 3])
+    assert exp.reached == [(6, 9), (6, 9)]  # a background save is met by the drill while training goes on
     assert exp.live_changes == 2 and exp.final_step == 12
     s = Schedule(steps=12, every=3, background=False, kills=(Kill(7, False), Kill(9, False, hang=True)), live_changes=())
-    assert expected(s).resumes == [6, 6] and expected(s).lost == [1, 3]
-    assert expected(s).spans == [(0, 7), (6, 9), (6, 12)]
+    assert expected(s).resumes == [6, 6] and expected(s).reached == [(7, 7), (9, 9)]
+    assert expected(s).first_steps == [0, 6, 6]
