@@ -40,6 +40,7 @@ SCRIPTS = [
     "gpu_mfu.py",
     "fault_matrix.py",
     "chaos_long.py",
+    "oracle.py",
 ]
 
 
