@@ -79,7 +79,7 @@ def _forecasting_lab(repo, clock):
                      title="bo run", now=datetime(2026, 11, 2, 7, 0, tzinfo=timezone.utc))
     story_run(project, clock, "ada-1", ada)
     story_run(project, clock, "bo-1", bo)
-    amend_prereg(project, bo, reason="after seeing the curve", seen="run-started",
+    amend_prereg(project, bo, reason="after seeing the curve", seen="results",
                  predictions=["val_loss@final < 2.6 (90%)", "val_loss@final ≈ 2.5 [2.45, 2.55] 80%"])
     record_outcome(project, "ada-1")
     record_outcome(project, "bo-1")

@@ -94,13 +94,13 @@ def test_a_forecast_amended_after_the_run_started_is_scored_apart_as_late(logboo
                  predictions=["val_loss@final ≈ 2.55 [2.45, 2.65] 80%"],
                  now=datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc))
     story_run(project, story_clock, "story", pid)
-    amend_prereg(project, pid, reason="seen the curve", seen="run-started", predictions=["loss@final < 3.1 (90%)"])
+    amend_prereg(project, pid, reason="seen the curve", seen="results", predictions=["loss@final < 3.1 (90%)"])
     card = record_outcome(project, "story")
     rows = [(p.text, p.source, p.late) for p in card.predictions]
     assert rows[0] == ("val_loss@final ≈ 3 [2.8, 3.2] 80%", "original", None)
     assert rows[1] == ("loss@final < 3.5 (60%)", "amend-1", None)  # made before the run started: on time
     assert rows[2][1] == "amend-2" and "after this run started" in rows[2][2]
-    assert rows[3][1] == "amend-3" and "run-started seen" in rows[3][2]
+    assert rows[3][1] == "amend-3" and "results seen" in rows[3][2]
     # The original is still scored as the original, on its own interval.
     assert card.predictions[0].status == "refuted" and card.predictions[0].forecast["covered"] is False
     assert card.predictions[2].status == "confirmed"

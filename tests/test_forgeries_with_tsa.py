@@ -450,7 +450,16 @@ def test_a_forgers_acknowledgement_approved_under_a_second_address_with_their_ow
     alias.git("config", "user.name", "M. Allory")
     alias.git("config", "user.email", "m.allory@elsewhere.example")  # another address...
     use_key(alias, keys["mallory"])  # ...the same key
-    alias.ok("review", "approve", ack_id)
+    refused = alias.cli("review", "approve", ack_id)  # the CLI knows her by her key
+    assert refused.exit_code == 3 and "cannot approve it" in refused.stderr
+    from logbook.records.files import write_record
+    from logbook.trust.signatures import sign_record
+
+    aliased = open_project(alias.path)  # written around the check, as a hand-made client would, signed with her key
+    rec = write_record(aliased.reviews_dir, {"kind": "review", "entry": ack_id, "action": "approve", "text": "",
+                                             "reviewer": "M. Allory", "email": "m.allory@elsewhere.example",
+                                             "run": RUN, "entry_kind": "acknowledgement"})
+    assert sign_record(aliased, rec["hash"], what="review") == []
     alias.commit()
     alias.push()
     res, report = _fresh(team)

@@ -30,7 +30,7 @@ def lab(tmp_path_factory) -> Lab:
     return Lab.create(tmp_path_factory.mktemp("oracle"))
 
 
-@settings(max_examples=2, deadline=None, database=None, derandomize=True,
+@settings(max_examples=1, deadline=None, database=None, derandomize=True,
           phases=(Phase.explicit, Phase.generate),  # no shrinking: each example is a real run
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @example(Schedule(steps=14, every=4, background=False, kills=(Kill(6, False, hang=True), Kill(8, True)),
