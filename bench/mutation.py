@@ -11,7 +11,7 @@ tree is never touched. Prints the score per set as a RESULT line and lists every
 survivor (module, function and mutant name) so it can be read with
 `mutmut show NAME` in the copy (kept with --keep).
 
-Not run in CI: one set takes tens of minutes on two cores. A survivor costs
+Not run in CI: one set takes tens of minutes on two cores. `pip install -e '.[bench]'` installs mutmut. A survivor costs
 every test that covers its function, so tests marked `slow` (real trainer runs)
 are left out; `--tests` runs a set against other test files (e.g. only the fast
 ones that pin a module, to find survivors quickly; the score that counts is the
