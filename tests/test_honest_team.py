@@ -97,3 +97,6 @@ def test_an_honest_team_with_a_tsa_and_keys_needs_no_extra_command_and_verifies_
         assert signers["entries/runs/micro/run.json"] == ["ada@lab.example"]
         reviews = {p: who for p, who in signers.items() if p.startswith("entries/reviews/")}
         assert sorted(w for who in reviews.values() for w in who) == ["bo@lab.example", "cy@lab.example"]
+    fresh.ok("report", "micro")  # the retrospective a reader shares says when a third party saw the promise
+    md = (fresh.path / "entries" / "reports" / "micro.md").read_text()
+    assert f"Third-party time: stamped by {local_tsa.url} at " in md and "(RFC 3161)" in md

@@ -177,4 +177,6 @@ def test_the_report_counts_every_preregistration_on_the_same_question(logbook_re
     assert "predict the same metric at the same point under the same config: 2 (2 stamped by a third party)" in same
     assert f"`{moved}`: the same bet, moved" in same and "; stamped; no run; shares spikes@final, val\\_loss@final" in same
     assert f"`{other}`: the same bet, stamped" in same
+    assert "No third-party time: no timestamp authority stamped it" in prereg  # the story's own, never stamped
+    assert cli("report", "story", "--out", str(logbook_repo / "other.md")).exit_code == 0
     assert "another point of the run" not in same

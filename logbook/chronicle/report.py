@@ -50,6 +50,7 @@ from logbook.scoring.calibration_plot import write_calibration_plot
 from logbook.scoring.forecasts import run_summary, summary_text
 from logbook.scoring.outcome import evaluate, load_outcome
 from logbook.trust.disclosure import same_question
+from logbook.trust.timestamps import earliest
 
 MD_TEMPLATE = "report.md.j2"
 TYP_TEMPLATE = "report.typ"
@@ -375,8 +376,15 @@ def _prereg(project: Project, rec: RunRecord | None, facts: RunFacts) -> dict[st
                             for r in p.all_contingency()],
             "config": p.config, "budget": p.budget,
             "same_question": [s.to_dict() for s in same_question(project, p.id)],
+            "stamp": _stamp(project, p.sha256),
             "amendments": [{"n": a.n, "kind": a.kind, "created": a.created, "author": a.author, "reason": a.reason}
                            for a in p.amendments]}
+
+
+def _stamp(project: Project, digest: str) -> dict[str, str] | None:
+    """The preregistration's earliest third-party stamp (verify has checked it before any report is built)."""
+    stamp = earliest(project, digest)
+    return None if stamp is None else {"time": stamp.time.strftime("%Y-%m-%d %H:%M:%S UTC"), "authority": stamp.authority}
 
 
 def _signoffs(project: Project, run_id: str) -> dict[str, Any]:
