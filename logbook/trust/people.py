@@ -79,19 +79,18 @@ class People:
 
     def of_review(self, rec: dict[str, Any]) -> Who:
         """The author of a review record (one file, its own hash)."""
-        try:
-            digest = record_hash(rec)
-        except ValueError:
-            digest = None
-        return self._who(digest, str(rec.get("email") or ""), str(rec.get("reviewer") or ""))
+        return self._of_record(rec, "reviewer")
 
     def of_author(self, rec: dict[str, Any]) -> Who:
         """The author of a one-file record that names its writer as `author` and `email` (an acknowledgement)."""
+        return self._of_record(rec, "author")
+
+    def _of_record(self, rec: dict[str, Any], name_key: str) -> Who:
         try:
             digest = record_hash(rec)
         except ValueError:
             digest = None
-        return self._who(digest, str(rec.get("email") or ""), str(rec.get("author") or ""))
+        return self._who(digest, str(rec.get("email") or ""), str(rec.get(name_key) or ""))
 
     def launcher(self, run: str) -> Who | None:
         """Who launched `run`: the run record's signer, and the e-mail its `author` names; None without a record."""
