@@ -415,3 +415,97 @@ def test_a_merge_under_way_is_said_in_the_report(logbook_repo):
     report = verify_project(open_project(logbook_repo))
     assert report.in_progress and report.in_progress.startswith("a merge")
     assert report.to_dict()["in_progress"] == report.in_progress
+
+
+# --- the rest of the report and of the way forward ------------------------------------------------
+
+def test_the_json_report_carries_time_identity_and_acknowledged_findings():
+    class Identity:
+        def to_dict(self):
+            return {"enabled": True}
+
+    report = VerifyReport(timestamps={"p1": {"before": True}}, acknowledged=[_f("after_end")], identity=Identity())
+    d = report.to_dict()
+    assert d["timestamps"] == {"p1": {"before": True}} and d["identity"] == {"enabled": True}
+    assert [a["kind"] for a in d["acknowledged"]] == ["after_end"] and d["acknowledged"][0]["path"] == REL
+    assert VerifyReport().to_dict()["identity"] is None and VerifyReport().to_dict()["acknowledged"] == []
+
+
+def test_a_finding_added_by_another_check_is_a_problem_unless_it_is_a_warning():
+    report = VerifyReport()
+    report.add(REL, "snapshot_missing", "gone", 3)
+    report.add(REL, "stray", "a stray file", warning=True)
+    assert [(f.path, f.kind, f.message, f.line) for f in report.problems] == [(REL, "snapshot_missing", "gone", 3)]
+    assert [(f.kind, f.message, f.line) for f in report.warnings] == [("stray", "a stray file", None)]
+    assert not report.ok
+
+
+def test_two_problems_raise_naming_the_first_and_one_more():
+    with pytest.raises(TamperedError) as two:
+        VerifyReport(problems=[_f("edited"), _f("chain_broken")]).raise_if_tampered()
+    assert two.value.args[0] == f"{REL} is not as written (edited) (and 1 more)"
+    with pytest.raises(TamperedError) as one:
+        VerifyReport(problems=[_f("chain_broken")], unverifiable=[_f("ignored")]).raise_if_tampered()
+    assert one.value.args[0] == f"{REL} is not as written (chain_broken)"  # a problem outranks an ignored record
+
+
+def test_a_record_edited_in_history_is_not_restored_from_head_while_a_merge_is_under_way():
+    report = VerifyReport(in_progress="a merge: x")
+    assert report.hint_for(_f("edited", HAD, LOST)) == "a merge: x, then run the command again"
+    assert report.hint_for(_f("deleted", HAD, None)).endswith("; a correction is a new record, never an edit")
+
+
+def test_a_time_finding_gets_the_time_hint_before_its_own():
+    from logbook.trust.timecheck import time_hint
+
+    for kind in ("stamp_invalid", "stamp_missing", "stamped_after_run", "stamps_after_run"):
+        f = Finding(REL, kind, "m", hint="its own hint", had=HAD, lost=LOST)
+        assert fix_hint(f) == time_hint(kind, REL)
+
+
+def test_a_finding_with_its_own_hint_keeps_it_before_any_by_kind():
+    assert fix_hint(Finding(REL, "record_edited", "m", hint="do this", had=HAD, lost=LOST)) == "do this"
+    assert fix_hint(Finding(REL, "signature_invalid", "m", hint="re-sign it")) == "re-sign it"
+    assert VerifyReport().hint_for(Finding(REL, "unsigned", "m", hint="sign it")) == "sign it"
+
+
+def test_a_remote_finding_with_two_commits_is_not_restored_from_the_first():
+    hint = fix_hint(_f("remote_differs", HAD, LOST))
+    assert hint == f"take the remote's version back (`git checkout {HAD} -- {REL}`) and commit"
+
+
+@pytest.mark.parametrize("kind", ["seed_mismatch", "seed_source_missing", "replay_differs", "replay_not_done"])
+def test_a_seed_or_replay_finding_says_a_run_must_train_from_the_stamps_seed(kind):
+    assert fix_hint(_f(kind)) == (
+        "a run answers to its preregistration only when it trained from the seed the preregistration's "
+        "earliest stamp gives: restore a deleted stamp from git, or start a new run with `--prereg`")
+
+
+ACK = (f"; if it was a mistake, `logbook acknowledge {REL} --reason TEXT` records it for a teammate to review "
+       "(the finding is then reported as acknowledged)")
+
+
+@pytest.mark.parametrize("kind", ["after_end", "outcome_in_log"])
+def test_a_line_after_the_end_is_pushed_back_from_a_clone_or_acknowledged(kind):
+    assert fix_hint(_f(kind)) == (
+        f"a clone that fetched {REL} before the line was added holds it as written: push that version back "
+        f"(`git log -p -- {REL}` shows which commit added the line){ACK}")
+
+
+@pytest.mark.parametrize("kind", ["snapshot_missing", "snapshot_moved"])
+def test_a_lost_snapshot_is_pushed_back_from_a_clone_that_has_it_or_acknowledged(kind):
+    assert fix_hint(_f(kind)) == (
+        "in a clone that still has the snapshot, run `logbook init` (it pushes the snapshots the remote "
+        f"lacks), then `git fetch` here{ACK}")
+
+
+@pytest.mark.parametrize("kind", ["snapshot_prereg_differs", "seen_false", "prereg_differs_in_log"])
+def test_a_record_that_cannot_be_made_true_again_is_said_in_a_note_or_acknowledged(kind):
+    assert fix_hint(_f(kind)) == f"the record cannot be made true again: say so in a note (`logbook note`){ACK}"
+
+
+def test_any_other_finding_is_restored_from_git_and_superseded():
+    assert fix_hint(_f("chain_broken")) == \
+        "restore the record from git; a correction is a new record that supersedes it, never an edit"
+    assert fix_hint(_f("prereg_after_run")) == \
+        "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
