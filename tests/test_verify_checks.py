@@ -509,3 +509,59 @@ def test_any_other_finding_is_restored_from_git_and_superseded():
         "restore the record from git; a correction is a new record that supersedes it, never an edit"
     assert fix_hint(_f("prereg_after_run")) == \
         "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+
+
+def _run_for(repo, pid, created, run="r1"):
+    from logbook.runs.record import RunRecord, write_run_record
+
+    write_run_record(open_project(repo), RunRecord(run_id=run, created=created, config_path="c.yaml",
+                                                   config_hash="0" * 64, prereg_id=pid))
+
+
+def test_a_run_committed_before_its_preregistration_does_not_answer_to_it(logbook_repo, cli):
+    pid = _prereg(cli)
+    git(logbook_repo, "reset", "-q", "--soft", "HEAD~1")
+    git(logbook_repo, "rm", "-q", "--cached", "-r", "entries/prereg")  # the preregistration waits, uncommitted
+    _run_for(logbook_repo, pid, "2099-01-01T00:00:00.000000Z")
+    git(logbook_repo, "add", "entries/runs")
+    git(logbook_repo, "commit", "-q", "-m", "the run first")
+    run_commit = git(logbook_repo, "rev-parse", "HEAD").strip()
+    made = _commit(logbook_repo, "the preregistration after it")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind, p.had, p.lost) for p in problems] == \
+        [("entries/runs/r1/run.json", "prereg_after_run", made, run_commit)]
+    assert problems[0].message == (
+        f"run r1 answers to {pid}, but the preregistration was first committed in {made[:7]}, which is not before "
+        f"{run_commit[:7]}, where the run was first committed")
+
+
+def test_a_run_committed_after_its_preregistration_but_created_before_it_does_not_answer_to_it(logbook_repo, cli):
+    pid = _prereg(cli)
+    made = git(logbook_repo, "rev-parse", "HEAD").strip()
+    _run_for(logbook_repo, pid, "2000-01-01T00:00:00.000000Z")
+    started = _commit(logbook_repo, "the run")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.kind, p.had, p.lost) for p in problems] == [("prereg_after_run", made, started)]
+    assert problems[0].message == (
+        f"run {'r1'} answers to {pid}, but the preregistration's `created` is later than the run's: it was written "
+        f"after the run started, whatever order the commits {made[:7]} and {started[:7]} put them in")
+
+
+def test_a_run_committed_after_its_preregistration_and_created_after_it_answers_to_it(logbook_repo, cli):
+    pid = _prereg(cli)
+    _run_for(logbook_repo, pid, "2099-01-01T00:00:00.000000Z")
+    _commit(logbook_repo, "the run")
+    assert verify_project(open_project(logbook_repo)).ok
+    _run_for(logbook_repo, pid, "2099-01-01T00:00:00.000000Z", run="r2")  # not committed yet: nothing to order
+    assert verify_project(open_project(logbook_repo)).ok
+
+
+def test_a_record_git_ignores_is_unverifiable_not_a_problem(logbook_repo, cli):
+    note = _note(cli, logbook_repo)
+    (logbook_repo / ".gitignore").write_text("n-ignored.json\n")
+    _commit(logbook_repo, "an ignore rule")
+    copy = note.with_name("n-ignored.json")
+    copy.write_bytes(note.read_bytes())
+    report = verify_project(open_project(logbook_repo))
+    assert [(u.path, u.kind) for u in report.unverifiable] == [(copy.relative_to(logbook_repo).as_posix(), "ignored")]
+    assert report.problems == [] and not report.ok
