@@ -565,3 +565,14 @@ def test_a_record_git_ignores_is_unverifiable_not_a_problem(logbook_repo, cli):
     report = verify_project(open_project(logbook_repo))
     assert [(u.path, u.kind) for u in report.unverifiable] == [(copy.relative_to(logbook_repo).as_posix(), "ignored")]
     assert report.problems == [] and not report.ok
+
+
+def test_a_stamp_of_nothing_is_a_problem_and_one_no_authority_can_check_is_a_warning(logbook_repo):
+    stamp = logbook_repo / "entries" / "stamps" / ("ab" * 32) / "0123456789ab.tsr"
+    stamp.parent.mkdir(parents=True)
+    stamp.write_bytes(b"not a token")
+    report = verify_project(open_project(logbook_repo))
+    rel = stamp.relative_to(logbook_repo).as_posix()
+    assert [(p.path, p.kind) for p in report.problems] == [(rel, "stamp_orphan")]
+    assert [(w.path, w.kind) for w in report.warnings] == [(rel, "stamp_unchecked")]
+    assert report.timestamps["state"] == "off"
