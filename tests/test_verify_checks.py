@@ -576,3 +576,16 @@ def test_a_stamp_of_nothing_is_a_problem_and_one_no_authority_can_check_is_a_war
     assert [(p.path, p.kind) for p in report.problems] == [(rel, "stamp_orphan")]
     assert [(w.path, w.kind) for w in report.warnings] == [(rel, "stamp_unchecked")]
     assert report.timestamps["state"] == "off"
+
+
+def test_a_run_seeded_from_a_stamp_that_is_not_there_is_a_problem(logbook_repo, cli):
+    from logbook.runs.record import RunRecord, write_run_record
+
+    pid = _prereg(cli)
+    write_run_record(open_project(logbook_repo), RunRecord(
+        run_id="r1", created="2099-01-01T00:00:00.000000Z", config_path="c.yaml", config_hash="0" * 64,
+        prereg_id=pid, seed=1, seed_source="stamps/none.tsr"))
+    _commit(logbook_repo, "the run")
+    report = verify_project(open_project(logbook_repo))
+    assert [(p.path, p.kind) for p in report.problems] == [("entries/runs/r1/run.json", "seed_source_missing")]
+    assert report.warnings == []
