@@ -589,3 +589,67 @@ def test_a_run_seeded_from_a_stamp_that_is_not_there_is_a_problem(logbook_repo, 
     report = verify_project(open_project(logbook_repo))
     assert [(p.path, p.kind) for p in report.problems] == [("entries/runs/r1/run.json", "seed_source_missing")]
     assert report.warnings == []
+
+
+def test_a_late_run_is_never_sent_to_restore_a_commit_whatever_commits_it_names():
+    late = Finding("entries/runs/r1/run.json", "prereg_after_run", "m", had=HAD, lost=LOST, hint="other")
+    assert fix_hint(late) == "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+
+
+def test_an_amendment_with_both_links_broken_names_both(logbook_repo, cli):
+    def change(front, pid):
+        front["previous"].update(file="gone.md")
+        front.pop("original")
+
+    pid, original, first = _amended(logbook_repo, cli)
+    rel = _forged_second(logbook_repo, pid, original, first, change)
+    assert _chain_findings(logbook_repo) == [
+        (rel, f"{rel}: links the record before it as gone.md, which is not among {pid}'s records: "
+              "the amendment chain is broken"),
+        (rel, f"{rel}: links the preregistration as None, which is not among {pid}'s records: "
+              "the amendment chain is broken")]
+
+
+def test_an_amendment_linking_a_record_by_another_hash_names_both_hashes(logbook_repo, cli):
+    pid, original, first = _amended(logbook_repo, cli)
+    rel = _forged_second(logbook_repo, pid, original, first, lambda f, pid: f["original"].update(sha256="0" * 64))
+    assert _chain_findings(logbook_repo) == [
+        (rel, f"{rel}: links {pid}.md by hash 000000000000, but that record hashes to {_sha(original)[:12]}: "
+              "the amendment chain is broken")]
+
+
+def test_a_line_after_the_end_is_named_by_its_log_and_line(logbook_repo):
+    log = ChainedLog(_log(logbook_repo, 1))
+    log.append({"kind": "run_finished", "run": "r1", "data": {}})
+    log.append({"kind": "milestone", "run": "r1", "data": {"i": 9}})
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind, p.line) for p in problems] == [("entries/runs/r1/events.jsonl", "after_end", 3)]
+    assert problems[0].message.startswith("entries/runs/r1/events.jsonl: line 3 is a milestone event")
+
+
+def test_a_run_record_without_a_time_is_ordered_by_history_alone(logbook_repo, cli):
+    pid = _prereg(cli)
+    _run_for(logbook_repo, pid, "")
+    _commit(logbook_repo, "the run, committed after")
+    assert verify_project(open_project(logbook_repo)).ok
+
+
+def test_a_run_record_without_a_time_squashed_with_its_preregistration_cannot_be_ordered(logbook_repo, cli):
+    pid, both = _prereg_and_run_in_one_commit(logbook_repo, cli, lambda pid: "")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [("entries/runs/r1/run.json", "prereg_after_run")]
+
+
+def test_a_preregistration_without_a_time_is_ordered_by_history_alone(logbook_repo, cli):
+    from logbook.records.prereg_format import render_record
+
+    pid = _prereg(cli)
+    git(logbook_repo, "reset", "-q", "--soft", "HEAD~1")
+    path = logbook_repo / "entries" / "prereg" / f"{pid}.md"
+    front, body = _front(path)
+    front.pop("created")
+    path.write_text(render_record(front, body), encoding="utf-8")
+    _commit(logbook_repo, "a preregistration with no time")
+    _run_for(logbook_repo, pid, "2000-01-01T00:00:00.000000Z")
+    _commit(logbook_repo, "the run")
+    assert [p.kind for p in verify_project(open_project(logbook_repo)).problems] == []
