@@ -653,3 +653,14 @@ def test_a_preregistration_without_a_time_is_ordered_by_history_alone(logbook_re
     _run_for(logbook_repo, pid, "2000-01-01T00:00:00.000000Z")
     _commit(logbook_repo, "the run")
     assert [p.kind for p in verify_project(open_project(logbook_repo)).problems] == []
+
+
+def test_the_hints_that_restore_a_record_say_it_is_never_edited_nor_withdrawn_in_full():
+    assert fix_hint(_f("record_edited", HAD, LOST)) == (
+        f"restore it as {HAD[:7]} had it (`git checkout {HAD[:7]} -- {REL}`) and commit; "
+        "a record is never edited: a correction is a new record that supersedes it")
+    assert fix_hint(_f("remote_erased", HAD, "origin/main")) == (
+        f"restore it as it was pushed (`git checkout {HAD[:7]} -- {REL}`), commit and push; "
+        "a record is never withdrawn: a later record supersedes it")
+    assert fix_hint(_f("uncommitted")) == \
+        "preregister with `logbook prereg`, which commits the record; a hand-written file proves nothing"
