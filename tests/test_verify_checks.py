@@ -664,3 +664,40 @@ def test_the_hints_that_restore_a_record_say_it_is_never_edited_nor_withdrawn_in
         "a record is never withdrawn: a later record supersedes it")
     assert fix_hint(_f("uncommitted")) == \
         "preregister with `logbook prereg`, which commits the record; a hand-written file proves nothing"
+
+
+def test_ignored_records_hint_names_the_rule_finder_in_full():
+    with pytest.raises(RefusedError) as err:
+        VerifyReport(unverifiable=[_f("ignored")]).raise_if_tampered()
+    assert err.value.hint == f"remove the ignore rule (`git check-ignore -v {REL}` names it), then `logbook commit`"
+
+
+def test_a_file_that_differs_from_head_is_restored_by_its_own_path():
+    assert VerifyReport().hint_for(_f("deleted")) == (
+        f"restore it as committed: `git restore --source=HEAD --staged --worktree -- {REL}`; "
+        "a correction is a new record, never an edit")
+
+
+def test_mid_merge_a_file_that_differs_from_head_may_come_from_the_merge(logbook_repo):
+    readme = logbook_repo / "README.md"  # a conflict outside the logbook
+    readme.write_text("base\n")
+    _commit(logbook_repo)
+    git(logbook_repo, "switch", "-q", "-c", "side")
+    readme.write_text("side\n")
+    _commit(logbook_repo)
+    git(logbook_repo, "switch", "-q", "main")
+    readme.write_text("main\n")
+    _commit(logbook_repo)
+    import subprocess
+    assert subprocess.run(["git", "merge", "-q", "side"], cwd=logbook_repo, capture_output=True).returncode != 0
+    hint = verify_project(open_project(logbook_repo)).hint_for(_f("edited"))
+    assert hint.startswith("a merge is in progress: ") and "`--source=MERGE_HEAD`" in hint and REL in hint
+
+
+def test_an_uncommitted_symlink_in_place_of_a_preregistration_is_named_as_a_symlink_only(logbook_repo, cli):
+    pid = _prereg(cli)
+    link = logbook_repo / "entries" / "prereg" / "2026-12-01-linked-abcd.md"
+    link.symlink_to(f"{pid}.md")
+    report = verify_project(open_project(logbook_repo))
+    assert "uncommitted" not in [p.kind for p in report.problems]
+    assert "elsewhere" not in [w.kind for w in report.warnings]
