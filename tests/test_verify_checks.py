@@ -701,3 +701,28 @@ def test_an_uncommitted_symlink_in_place_of_a_preregistration_is_named_as_a_syml
     report = verify_project(open_project(logbook_repo))
     assert "uncommitted" not in [p.kind for p in report.problems]
     assert "elsewhere" not in [w.kind for w in report.warnings]
+
+
+def test_a_preregistration_committed_only_on_another_branch_is_a_warning_naming_it(logbook_repo, cli):
+    pid = _prereg(cli)
+    rel = f"entries/prereg/{pid}.md"
+    git(logbook_repo, "branch", "keep")
+    git(logbook_repo, "reset", "-q", "--hard", "HEAD~1")
+    git(logbook_repo, "checkout", "keep", "--", rel)
+    git(logbook_repo, "reset", "-q")  # on disk, not staged
+    report = verify_project(open_project(logbook_repo))
+    assert report.ok and [(w.path, w.kind) for w in report.warnings] == [(rel, "elsewhere")]
+    assert report.warnings[0].message == \
+        f"{rel} (preregistration) is committed on another branch, not in HEAD's history"
+    (logbook_repo / rel).write_text((logbook_repo / rel).read_text() + "\nlater\n")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [(rel, "uncommitted")]
+
+
+def test_a_preregistration_edited_in_a_later_commit_is_named_by_history_not_again_by_its_hash(logbook_repo, cli):
+    pid = _prereg(cli)
+    rel = f"entries/prereg/{pid}.md"
+    (logbook_repo / rel).write_text((logbook_repo / rel).read_text() + "\nlater\n")
+    _commit(logbook_repo, "an edit")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [(rel, "record_edited")]
