@@ -726,3 +726,37 @@ def test_a_preregistration_edited_in_a_later_commit_is_named_by_history_not_agai
     _commit(logbook_repo, "an edit")
     problems = verify_project(open_project(logbook_repo)).problems
     assert [(p.path, p.kind) for p in problems] == [(rel, "record_edited")]
+
+
+def _recommit(repo, trailers) -> str:
+    from logbook.records import gitbind
+
+    git(repo, "commit", "-q", "--amend", "-m", gitbind.format_message("Preregister", "", trailers))
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_a_commit_whose_trailer_claims_another_hash_is_named_with_both_hashes(logbook_repo, cli):
+    pid = _prereg(cli)
+    rel = f"entries/prereg/{pid}.md"
+    made = _recommit(logbook_repo, [("Logbook-Prereg", pid), ("Logbook-Sha256", "e" * 64)])
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind, p.had, p.lost) for p in problems] == [(rel, "hash_mismatch", made, "HEAD")]
+    assert problems[0].message == (
+        f"{rel} (preregistration) hashes to {_sha(logbook_repo / rel)[:12]}, but commit {made[:7]} that made it "
+        f"says Logbook-Sha256 {'e' * 12} (the commit was amended)")
+
+
+def test_a_commit_whose_trailer_claims_a_hash_for_an_unreadable_record_says_so(logbook_repo, cli):
+    pid = _prereg(cli)
+    rel = f"entries/prereg/{pid}.md"
+    (logbook_repo / rel).write_bytes(b"\xff not a record\n")
+    git(logbook_repo, "add", rel)
+    _recommit(logbook_repo, [("Logbook-Prereg", pid), ("Logbook-Sha256", "e" * 64)])
+    found = [p for p in verify_project(open_project(logbook_repo)).problems if p.kind == "hash_mismatch"]
+    assert len(found) == 1 and "hashes to nothing read, but commit" in found[0].message
+
+
+def test_a_commit_without_a_hash_trailer_proves_by_its_bytes_alone(logbook_repo, cli):
+    pid = _prereg(cli)
+    _recommit(logbook_repo, [("Logbook-Prereg", pid)])
+    assert verify_project(open_project(logbook_repo)).ok
