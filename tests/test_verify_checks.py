@@ -760,3 +760,13 @@ def test_a_commit_without_a_hash_trailer_proves_by_its_bytes_alone(logbook_repo,
     pid = _prereg(cli)
     _recommit(logbook_repo, [("Logbook-Prereg", pid)])
     assert verify_project(open_project(logbook_repo)).ok
+
+
+def test_verify_or_raise_returns_the_report_of_its_scope_and_raises_on_a_change(logbook_repo, cli):
+    from logbook.records.verify import verify_or_raise
+
+    a, b = _prereg(cli), _prereg(cli)
+    (logbook_repo / "entries" / "prereg" / f"{b}.md").write_text("rewritten\n")
+    assert verify_or_raise(open_project(logbook_repo), a).preregs == [a]
+    with pytest.raises(TamperedError):
+        verify_or_raise(open_project(logbook_repo))
