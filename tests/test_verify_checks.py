@@ -415,3 +415,358 @@ def test_a_merge_under_way_is_said_in_the_report(logbook_repo):
     report = verify_project(open_project(logbook_repo))
     assert report.in_progress and report.in_progress.startswith("a merge")
     assert report.to_dict()["in_progress"] == report.in_progress
+
+
+# --- the rest of the report and of the way forward ------------------------------------------------
+
+def test_the_json_report_carries_time_identity_and_acknowledged_findings():
+    class Identity:
+        def to_dict(self):
+            return {"enabled": True}
+
+    report = VerifyReport(timestamps={"p1": {"before": True}}, acknowledged=[_f("after_end")], identity=Identity())
+    d = report.to_dict()
+    assert d["timestamps"] == {"p1": {"before": True}} and d["identity"] == {"enabled": True}
+    assert [a["kind"] for a in d["acknowledged"]] == ["after_end"] and d["acknowledged"][0]["path"] == REL
+    assert VerifyReport().to_dict()["identity"] is None and VerifyReport().to_dict()["acknowledged"] == []
+
+
+def test_a_finding_added_by_another_check_is_a_problem_unless_it_is_a_warning():
+    report = VerifyReport()
+    report.add(REL, "snapshot_missing", "gone", 3)
+    report.add(REL, "stray", "a stray file", warning=True)
+    assert [(f.path, f.kind, f.message, f.line) for f in report.problems] == [(REL, "snapshot_missing", "gone", 3)]
+    assert [(f.kind, f.message, f.line) for f in report.warnings] == [("stray", "a stray file", None)]
+    assert not report.ok
+
+
+def test_two_problems_raise_naming_the_first_and_one_more():
+    with pytest.raises(TamperedError) as two:
+        VerifyReport(problems=[_f("edited"), _f("chain_broken")]).raise_if_tampered()
+    assert two.value.args[0] == f"{REL} is not as written (edited) (and 1 more)"
+    with pytest.raises(TamperedError) as one:
+        VerifyReport(problems=[_f("chain_broken")], unverifiable=[_f("ignored")]).raise_if_tampered()
+    assert one.value.args[0] == f"{REL} is not as written (chain_broken)"  # a problem outranks an ignored record
+
+
+def test_a_record_edited_in_history_is_not_restored_from_head_while_a_merge_is_under_way():
+    report = VerifyReport(in_progress="a merge: x")
+    assert report.hint_for(_f("edited", HAD, LOST)) == "a merge: x, then run the command again"
+    assert report.hint_for(_f("deleted", HAD, None)).endswith("; a correction is a new record, never an edit")
+
+
+def test_a_time_finding_gets_the_time_hint_before_its_own():
+    from logbook.trust.timecheck import time_hint
+
+    for kind in ("stamp_invalid", "stamp_missing", "stamped_after_run", "stamps_after_run"):
+        f = Finding(REL, kind, "m", hint="its own hint", had=HAD, lost=LOST)
+        assert fix_hint(f) == time_hint(kind, REL)
+
+
+def test_a_finding_with_its_own_hint_keeps_it_before_any_by_kind():
+    assert fix_hint(Finding(REL, "record_edited", "m", hint="do this", had=HAD, lost=LOST)) == "do this"
+    assert fix_hint(Finding(REL, "signature_invalid", "m", hint="re-sign it")) == "re-sign it"
+    assert VerifyReport().hint_for(Finding(REL, "unsigned", "m", hint="sign it")) == "sign it"
+
+
+def test_a_remote_finding_with_two_commits_is_not_restored_from_the_first():
+    hint = fix_hint(_f("remote_differs", HAD, LOST))
+    assert hint == f"take the remote's version back (`git checkout {HAD} -- {REL}`) and commit"
+
+
+@pytest.mark.parametrize("kind", ["seed_mismatch", "seed_source_missing", "replay_differs", "replay_not_done"])
+def test_a_seed_or_replay_finding_says_a_run_must_train_from_the_stamps_seed(kind):
+    assert fix_hint(_f(kind)) == (
+        "a run answers to its preregistration only when it trained from the seed the preregistration's "
+        "earliest stamp gives: restore a deleted stamp from git, or start a new run with `--prereg`")
+
+
+ACK = (f"; if it was a mistake, `logbook acknowledge {REL} --reason TEXT` records it for a teammate to review "
+       "(the finding is then reported as acknowledged)")
+
+
+@pytest.mark.parametrize("kind", ["after_end", "outcome_in_log"])
+def test_a_line_after_the_end_is_pushed_back_from_a_clone_or_acknowledged(kind):
+    assert fix_hint(_f(kind)) == (
+        f"a clone that fetched {REL} before the line was added holds it as written: push that version back "
+        f"(`git log -p -- {REL}` shows which commit added the line){ACK}")
+
+
+@pytest.mark.parametrize("kind", ["snapshot_missing", "snapshot_moved"])
+def test_a_lost_snapshot_is_pushed_back_from_a_clone_that_has_it_or_acknowledged(kind):
+    assert fix_hint(_f(kind)) == (
+        "in a clone that still has the snapshot, run `logbook init` (it pushes the snapshots the remote "
+        f"lacks), then `git fetch` here{ACK}")
+
+
+@pytest.mark.parametrize("kind", ["snapshot_prereg_differs", "seen_false", "prereg_differs_in_log"])
+def test_a_record_that_cannot_be_made_true_again_is_said_in_a_note_or_acknowledged(kind):
+    assert fix_hint(_f(kind)) == f"the record cannot be made true again: say so in a note (`logbook note`){ACK}"
+
+
+def test_any_other_finding_is_restored_from_git_and_superseded():
+    assert fix_hint(_f("chain_broken")) == \
+        "restore the record from git; a correction is a new record that supersedes it, never an edit"
+    assert fix_hint(_f("prereg_after_run")) == \
+        "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+
+
+def _run_for(repo, pid, created, run="r1"):
+    from logbook.runs.record import RunRecord, write_run_record
+
+    write_run_record(open_project(repo), RunRecord(run_id=run, created=created, config_path="c.yaml",
+                                                   config_hash="0" * 64, prereg_id=pid))
+
+
+def test_a_run_committed_before_its_preregistration_does_not_answer_to_it(logbook_repo, cli):
+    pid = _prereg(cli)
+    git(logbook_repo, "reset", "-q", "--soft", "HEAD~1")
+    git(logbook_repo, "rm", "-q", "--cached", "-r", "entries/prereg")  # the preregistration waits, uncommitted
+    _run_for(logbook_repo, pid, "2099-01-01T00:00:00.000000Z")
+    git(logbook_repo, "add", "entries/runs")
+    git(logbook_repo, "commit", "-q", "-m", "the run first")
+    run_commit = git(logbook_repo, "rev-parse", "HEAD").strip()
+    made = _commit(logbook_repo, "the preregistration after it")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind, p.had, p.lost) for p in problems] == \
+        [("entries/runs/r1/run.json", "prereg_after_run", made, run_commit)]
+    assert problems[0].message == (
+        f"run r1 answers to {pid}, but the preregistration was first committed in {made[:7]}, which is not before "
+        f"{run_commit[:7]}, where the run was first committed")
+
+
+def test_a_run_committed_after_its_preregistration_but_created_before_it_does_not_answer_to_it(logbook_repo, cli):
+    pid = _prereg(cli)
+    made = git(logbook_repo, "rev-parse", "HEAD").strip()
+    _run_for(logbook_repo, pid, "2000-01-01T00:00:00.000000Z")
+    started = _commit(logbook_repo, "the run")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.kind, p.had, p.lost) for p in problems] == [("prereg_after_run", made, started)]
+    assert problems[0].message == (
+        f"run {'r1'} answers to {pid}, but the preregistration's `created` is later than the run's: it was written "
+        f"after the run started, whatever order the commits {made[:7]} and {started[:7]} put them in")
+
+
+def test_a_run_committed_after_its_preregistration_and_created_after_it_answers_to_it(logbook_repo, cli):
+    pid = _prereg(cli)
+    _run_for(logbook_repo, pid, "2099-01-01T00:00:00.000000Z")
+    _commit(logbook_repo, "the run")
+    assert verify_project(open_project(logbook_repo)).ok
+    _run_for(logbook_repo, pid, "2099-01-01T00:00:00.000000Z", run="r2")  # not committed yet: nothing to order
+    assert verify_project(open_project(logbook_repo)).ok
+
+
+def test_a_record_git_ignores_is_unverifiable_not_a_problem(logbook_repo, cli):
+    note = _note(cli, logbook_repo)
+    (logbook_repo / ".gitignore").write_text("n-ignored.json\n")
+    _commit(logbook_repo, "an ignore rule")
+    copy = note.with_name("n-ignored.json")
+    copy.write_bytes(note.read_bytes())
+    report = verify_project(open_project(logbook_repo))
+    assert [(u.path, u.kind) for u in report.unverifiable] == [(copy.relative_to(logbook_repo).as_posix(), "ignored")]
+    assert report.problems == [] and not report.ok
+
+
+def test_a_stamp_of_nothing_is_a_problem_and_one_no_authority_can_check_is_a_warning(logbook_repo):
+    stamp = logbook_repo / "entries" / "stamps" / ("ab" * 32) / "0123456789ab.tsr"
+    stamp.parent.mkdir(parents=True)
+    stamp.write_bytes(b"not a token")
+    report = verify_project(open_project(logbook_repo))
+    rel = stamp.relative_to(logbook_repo).as_posix()
+    assert [(p.path, p.kind) for p in report.problems] == [(rel, "stamp_orphan")]
+    assert [(w.path, w.kind) for w in report.warnings] == [(rel, "stamp_unchecked")]
+    assert report.timestamps["state"] == "off"
+
+
+def test_a_run_seeded_from_a_stamp_that_is_not_there_is_a_problem(logbook_repo, cli):
+    from logbook.runs.record import RunRecord, write_run_record
+
+    pid = _prereg(cli)
+    write_run_record(open_project(logbook_repo), RunRecord(
+        run_id="r1", created="2099-01-01T00:00:00.000000Z", config_path="c.yaml", config_hash="0" * 64,
+        prereg_id=pid, seed=1, seed_source="stamps/none.tsr"))
+    _commit(logbook_repo, "the run")
+    report = verify_project(open_project(logbook_repo))
+    assert [(p.path, p.kind) for p in report.problems] == [("entries/runs/r1/run.json", "seed_source_missing")]
+    assert report.warnings == []
+
+
+def test_a_late_run_is_never_sent_to_restore_a_commit_whatever_commits_it_names():
+    late = Finding("entries/runs/r1/run.json", "prereg_after_run", "m", had=HAD, lost=LOST, hint="other")
+    assert fix_hint(late) == "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+
+
+def test_an_amendment_with_both_links_broken_names_both(logbook_repo, cli):
+    def change(front, pid):
+        front["previous"].update(file="gone.md")
+        front.pop("original")
+
+    pid, original, first = _amended(logbook_repo, cli)
+    rel = _forged_second(logbook_repo, pid, original, first, change)
+    assert _chain_findings(logbook_repo) == [
+        (rel, f"{rel}: links the record before it as gone.md, which is not among {pid}'s records: "
+              "the amendment chain is broken"),
+        (rel, f"{rel}: links the preregistration as None, which is not among {pid}'s records: "
+              "the amendment chain is broken")]
+
+
+def test_an_amendment_linking_a_record_by_another_hash_names_both_hashes(logbook_repo, cli):
+    pid, original, first = _amended(logbook_repo, cli)
+    rel = _forged_second(logbook_repo, pid, original, first, lambda f, pid: f["original"].update(sha256="0" * 64))
+    assert _chain_findings(logbook_repo) == [
+        (rel, f"{rel}: links {pid}.md by hash 000000000000, but that record hashes to {_sha(original)[:12]}: "
+              "the amendment chain is broken")]
+
+
+def test_a_line_after_the_end_is_named_by_its_log_and_line(logbook_repo):
+    log = ChainedLog(_log(logbook_repo, 1))
+    log.append({"kind": "run_finished", "run": "r1", "data": {}})
+    log.append({"kind": "milestone", "run": "r1", "data": {"i": 9}})
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind, p.line) for p in problems] == [("entries/runs/r1/events.jsonl", "after_end", 3)]
+    assert problems[0].message.startswith("entries/runs/r1/events.jsonl: line 3 is a milestone event")
+
+
+def test_a_run_record_without_a_time_is_ordered_by_history_alone(logbook_repo, cli):
+    pid = _prereg(cli)
+    _run_for(logbook_repo, pid, "")
+    _commit(logbook_repo, "the run, committed after")
+    assert verify_project(open_project(logbook_repo)).ok
+
+
+def test_a_run_record_without_a_time_squashed_with_its_preregistration_cannot_be_ordered(logbook_repo, cli):
+    pid, both = _prereg_and_run_in_one_commit(logbook_repo, cli, lambda pid: "")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [("entries/runs/r1/run.json", "prereg_after_run")]
+
+
+def test_a_preregistration_without_a_time_is_ordered_by_history_alone(logbook_repo, cli):
+    from logbook.records.prereg_format import render_record
+
+    pid = _prereg(cli)
+    git(logbook_repo, "reset", "-q", "--soft", "HEAD~1")
+    path = logbook_repo / "entries" / "prereg" / f"{pid}.md"
+    front, body = _front(path)
+    front.pop("created")
+    path.write_text(render_record(front, body), encoding="utf-8")
+    _commit(logbook_repo, "a preregistration with no time")
+    _run_for(logbook_repo, pid, "2000-01-01T00:00:00.000000Z")
+    _commit(logbook_repo, "the run")
+    assert [p.kind for p in verify_project(open_project(logbook_repo)).problems] == []
+
+
+def test_the_hints_that_restore_a_record_say_it_is_never_edited_nor_withdrawn_in_full():
+    assert fix_hint(_f("record_edited", HAD, LOST)) == (
+        f"restore it as {HAD[:7]} had it (`git checkout {HAD[:7]} -- {REL}`) and commit; "
+        "a record is never edited: a correction is a new record that supersedes it")
+    assert fix_hint(_f("remote_erased", HAD, "origin/main")) == (
+        f"restore it as it was pushed (`git checkout {HAD[:7]} -- {REL}`), commit and push; "
+        "a record is never withdrawn: a later record supersedes it")
+    assert fix_hint(_f("uncommitted")) == \
+        "preregister with `logbook prereg`, which commits the record; a hand-written file proves nothing"
+
+
+def test_ignored_records_hint_names_the_rule_finder_in_full():
+    with pytest.raises(RefusedError) as err:
+        VerifyReport(unverifiable=[_f("ignored")]).raise_if_tampered()
+    assert err.value.hint == f"remove the ignore rule (`git check-ignore -v {REL}` names it), then `logbook commit`"
+
+
+def test_a_file_that_differs_from_head_is_restored_by_its_own_path():
+    assert VerifyReport().hint_for(_f("deleted")) == (
+        f"restore it as committed: `git restore --source=HEAD --staged --worktree -- {REL}`; "
+        "a correction is a new record, never an edit")
+
+
+def test_mid_merge_a_file_that_differs_from_head_may_come_from_the_merge(logbook_repo):
+    readme = logbook_repo / "README.md"  # a conflict outside the logbook
+    readme.write_text("base\n")
+    _commit(logbook_repo)
+    git(logbook_repo, "switch", "-q", "-c", "side")
+    readme.write_text("side\n")
+    _commit(logbook_repo)
+    git(logbook_repo, "switch", "-q", "main")
+    readme.write_text("main\n")
+    _commit(logbook_repo)
+    import subprocess
+    assert subprocess.run(["git", "merge", "-q", "side"], cwd=logbook_repo, capture_output=True).returncode != 0
+    hint = verify_project(open_project(logbook_repo)).hint_for(_f("edited"))
+    assert hint.startswith("a merge is in progress: ") and "`--source=MERGE_HEAD`" in hint and REL in hint
+
+
+def test_an_uncommitted_symlink_in_place_of_a_preregistration_is_named_as_a_symlink_only(logbook_repo, cli):
+    pid = _prereg(cli)
+    link = logbook_repo / "entries" / "prereg" / "2026-12-01-linked-abcd.md"
+    link.symlink_to(f"{pid}.md")
+    report = verify_project(open_project(logbook_repo))
+    assert "uncommitted" not in [p.kind for p in report.problems]
+    assert "elsewhere" not in [w.kind for w in report.warnings]
+
+
+def test_a_preregistration_committed_only_on_another_branch_is_a_warning_naming_it(logbook_repo, cli):
+    pid = _prereg(cli)
+    rel = f"entries/prereg/{pid}.md"
+    git(logbook_repo, "branch", "keep")
+    git(logbook_repo, "reset", "-q", "--hard", "HEAD~1")
+    git(logbook_repo, "checkout", "keep", "--", rel)
+    git(logbook_repo, "reset", "-q")  # on disk, not staged
+    report = verify_project(open_project(logbook_repo))
+    assert report.ok and [(w.path, w.kind) for w in report.warnings] == [(rel, "elsewhere")]
+    assert report.warnings[0].message == \
+        f"{rel} (preregistration) is committed on another branch, not in HEAD's history"
+    (logbook_repo / rel).write_text((logbook_repo / rel).read_text() + "\nlater\n")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [(rel, "uncommitted")]
+
+
+def test_a_preregistration_edited_in_a_later_commit_is_named_by_history_not_again_by_its_hash(logbook_repo, cli):
+    pid = _prereg(cli)
+    rel = f"entries/prereg/{pid}.md"
+    (logbook_repo / rel).write_text((logbook_repo / rel).read_text() + "\nlater\n")
+    _commit(logbook_repo, "an edit")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind) for p in problems] == [(rel, "record_edited")]
+
+
+def _recommit(repo, trailers) -> str:
+    from logbook.records import gitbind
+
+    git(repo, "commit", "-q", "--amend", "-m", gitbind.format_message("Preregister", "", trailers))
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_a_commit_whose_trailer_claims_another_hash_is_named_with_both_hashes(logbook_repo, cli):
+    pid = _prereg(cli)
+    rel = f"entries/prereg/{pid}.md"
+    made = _recommit(logbook_repo, [("Logbook-Prereg", pid), ("Logbook-Sha256", "e" * 64)])
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.path, p.kind, p.had, p.lost) for p in problems] == [(rel, "hash_mismatch", made, "HEAD")]
+    assert problems[0].message == (
+        f"{rel} (preregistration) hashes to {_sha(logbook_repo / rel)[:12]}, but commit {made[:7]} that made it "
+        f"says Logbook-Sha256 {'e' * 12} (the commit was amended)")
+
+
+def test_a_commit_whose_trailer_claims_a_hash_for_an_unreadable_record_says_so(logbook_repo, cli):
+    pid = _prereg(cli)
+    rel = f"entries/prereg/{pid}.md"
+    (logbook_repo / rel).write_bytes(b"\xff not a record\n")
+    git(logbook_repo, "add", rel)
+    _recommit(logbook_repo, [("Logbook-Prereg", pid), ("Logbook-Sha256", "e" * 64)])
+    found = [p for p in verify_project(open_project(logbook_repo)).problems if p.kind == "hash_mismatch"]
+    assert len(found) == 1 and "hashes to nothing read, but commit" in found[0].message
+
+
+def test_a_commit_without_a_hash_trailer_proves_by_its_bytes_alone(logbook_repo, cli):
+    pid = _prereg(cli)
+    _recommit(logbook_repo, [("Logbook-Prereg", pid)])
+    assert verify_project(open_project(logbook_repo)).ok
+
+
+def test_verify_or_raise_returns_the_report_of_its_scope_and_raises_on_a_change(logbook_repo, cli):
+    from logbook.records.verify import verify_or_raise
+
+    a, b = _prereg(cli), _prereg(cli)
+    (logbook_repo / "entries" / "prereg" / f"{b}.md").write_text("rewritten\n")
+    assert verify_or_raise(open_project(logbook_repo), a).preregs == [a]
+    with pytest.raises(TamperedError):
+        verify_or_raise(open_project(logbook_repo))
