@@ -191,8 +191,6 @@ def fix_hint(f: Finding) -> str:
     if f.kind.startswith(("seed_", "replay_")):
         return ("a run answers to its preregistration only when it trained from the seed the preregistration's "
                 "earliest stamp gives: restore a deleted stamp from git, or start a new run with `--prereg`")
-    if f.kind == "prereg_after_run":
-        return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
     ack = (f"; if it was a mistake, `logbook acknowledge {f.path} --reason TEXT` records it for a teammate to review "
            "(the finding is then reported as acknowledged)")
     if f.kind in ("after_end", "outcome_in_log"):
