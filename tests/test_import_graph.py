@@ -1,5 +1,7 @@
 """Packages are layered: no module imports, however indirectly, a module that imports it back.
 
+trainer/ reaches the logbook through one seam, `logbook.api`, and nothing else.
+
 Every import counts: at module level, inside functions, and under
 `if TYPE_CHECKING` (a type-only cycle still means two modules that cannot be
 read, or moved, one without the other). logbook/ is also layered by folder:
@@ -113,5 +115,47 @@ def test_each_logbook_layer_imports_only_the_layers_below_it():
 
 
 def test_every_logbook_module_sits_in_a_layer():
-    loose = sorted(p.name for p in (ROOT / "logbook").glob("*.py") if p.name not in ("__init__.py", "__main__.py", "demo.py"))
+    loose = sorted(p.name for p in (ROOT / "logbook").glob("*.py")
+                   if p.name not in ("__init__.py", "__main__.py", "demo.py", "api.py"))
     assert loose == [], "put these in the layer they belong to (see docs/architecture.md)"
+
+
+SEAM = "logbook.api"
+"""The one module of `logbook` a trainer imports (issue 37; the public API of issue 39)."""
+
+
+def logbook_imports_besides_the_seam(package: Path) -> list[str]:
+    """`file:line: module` for each import of `logbook` other than the seam, anywhere in `package`'s files.
+
+    Every form counts, at module level or inside a function: `import logbook`,
+    `import logbook.x`, `from logbook import x` (even `from logbook import api`:
+    one spelling keeps the rule greppable), `from logbook.x import y`.
+    """
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [f"{path.relative_to(package.parent)}:{node.lineno}: {n}" for n in names
+                      if (n == "logbook" or n.startswith("logbook.")) and n != SEAM]
+    return found
+
+
+def test_the_trainer_imports_only_the_seam_from_logbook():
+    besides = logbook_imports_besides_the_seam(ROOT / "trainer")
+    assert besides == [], "the trainer talks to the logbook only through logbook/api.py: add what it needs there"
+
+
+def test_the_seam_check_finds_every_form_of_import(tmp_path):
+    pkg = tmp_path / "trainer"
+    pkg.mkdir()
+    (pkg / "ok.py").write_text("from logbook.api import open_run\nimport logbook.api\nimport logbooks\n")
+    (pkg / "top.py").write_text("from logbook.records.sink import EventSink\n")
+    (pkg / "late.py").write_text("def f():\n    import logbook.core.fsutil as fs\n")
+    (pkg / "pkg.py").write_text("from logbook import api\n")
+    assert logbook_imports_besides_the_seam(pkg) == [
+        "trainer/late.py:2: logbook.core.fsutil", "trainer/pkg.py:1: logbook", "trainer/top.py:1: logbook.records.sink"]

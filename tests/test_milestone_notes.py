@@ -1,4 +1,9 @@
-"""Progress notes written by the real trainer: one per configured fraction, across a SIGKILL, rendered with a plot."""
+"""Progress notes written by the real trainer: one per configured fraction, across a SIGKILL, rendered with a plot.
+
+The trainer emits what the loop knows; goodput, what happened since the last
+note, the predictions' standing and the plot are the logbook's, worked out
+outside the training process (logbook/scoring/progress.py, the chronicle).
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,9 @@ from logbook.chronicle.build import render_chronicle
 from logbook.core.project import open_project
 from logbook.records.predictions import parse_prediction
 from logbook.records.sink import read_metrics
-from logbook.runs.facts import RunFacts
+from logbook.runs.facts import RunFacts, load_facts
+from logbook.scoring.progress import SCORE_KEYS, note_scores, since_last, standing
 from runhelpers import events, of_kind
-from trainer.milestones_cb import since_last, standing
 
 MICRO = ROOT / "configs" / "micro-test.yaml"
 FRACTIONS = [0.1, 0.25, 0.5, 0.75, 1.0]
@@ -41,13 +46,21 @@ def test_a_real_run_writes_one_progress_note_per_configured_fraction(logbook_rep
     notes = _notes(logbook_repo, "plain")
     assert [n["data"]["fraction"] for n in notes] == FRACTIONS
     assert [n["step"] for n in notes] == [3, 8, 15, 23, 30]
+    facts = load_facts(open_project(logbook_repo), "plain")
     for n in notes:
         d = n["data"]
-        assert d["total_steps"] == 30 and d["loss"] > 0 and d["tokens_per_s"] > 0
-        assert 0 < d["goodput"] <= 1 and d["elapsed_s"] > 0
-        assert d["since_last"] == {"restarts": 0, "rollbacks": 0, "changes": 0, "skips": 0}
-        assert (logbook_repo / "entries" / d["plot"]).read_bytes().startswith(b"\x89PNG")  # drawn before exit
+        assert d["total_steps"] == 30 and d["loss"] > 0 and d["tokens_per_s"] > 0 and d["elapsed_s"] > 0
+        assert not set(SCORE_KEYS) & set(d) and "plot" not in d  # scoring and plots are not the trainer's
+        scores = note_scores(facts, n)
+        assert 0 < scores["goodput"] <= 1
+        assert scores["since_last"] == {"restarts": 0, "rollbacks": 0, "changes": 0, "skips": 0}
     assert notes[-1]["data"]["eta_s"] == 0
+    written = render_chronicle(open_project(logbook_repo)).written  # what `logbook run`'s watcher does
+    text = "\n".join(p.read_text() for p in written)
+    assert text.count("Goodput so far ") == 5 and "no restarts, rollbacks, changes or skipped updates" in text
+    for name in ("010", "025", "050", "075", "100"):
+        plot = logbook_repo / "entries" / "assets" / "plain" / f"progress-{name}.png"
+        assert plot.read_bytes().startswith(b"\x89PNG")
     started = of_kind(events(logbook_repo, "plain"), "run_started")[0]["data"]
     assert started["restore_s"] >= 0 and started["started_at"] > 0  # goodput's start-up and restore split
     rows = read_metrics(logbook_repo / "entries" / "runs" / "plain")
@@ -66,9 +79,9 @@ def test_a_sigkill_between_notes_neither_loses_nor_repeats_one_and_the_chronicle
     notes = _notes(logbook_repo, "killed")
     assert [n["data"]["fraction"] for n in notes] == FRACTIONS
     assert [n["attempt"] for n in notes] == [1, 1, 1, 2, 2]
-    assert notes[3]["data"]["since_last"]["restarts"] == 1  # the restart between 50% and 75%
-
     project = open_project(logbook_repo)
+    facts = load_facts(project, "killed")
+    assert [note_scores(facts, n)["since_last"]["restarts"] for n in notes] == [0, 0, 0, 1, 0]  # one between 50% and 75%
     text = "\n".join(p.read_text() for p in render_chronicle(project).written)
     for pct, name in (("10%", "010"), ("75%", "075"), ("100%", "100")):
         assert f"milestone {pct}" in text

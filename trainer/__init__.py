@@ -4,7 +4,7 @@
 """
 
 # The exit codes an attempt ends with live with every other exit code, in logbook/core/errors.py.
-from logbook.core.errors import EXIT_HANG, EXIT_PREEMPTED  # noqa: F401  (re-exported)
+from logbook.api import EXIT_HANG, EXIT_PREEMPTED  # noqa: F401  (re-exported)
 
 WARM_COMPILE_CACHE = "LOGBOOK_WARM_COMPILE_CACHE"
 """Set by the agent for its fork server (trainer/agent.py, trainer/prewarm.py): a compiled run's state folder."""

@@ -17,8 +17,7 @@ import time
 from collections import deque
 from typing import Any
 
-from logbook.records.events import iter_events
-from logbook.runs.ckpt_advice import advise_from_run, format_duration
+from logbook.api import advise_from_run, format_duration, iter_events
 
 from .callbacks import Callback
 from . import dist

@@ -141,7 +141,7 @@ def _mark_killed(ranks_dir: Path, exitcode: object, pid: object) -> None:
     """Add `killed_by` (the signal's name) to the open mark of the worker `pid`, when a signal ended it."""
     import json
 
-    from logbook.core.fsutil import atomic_write_json
+    from logbook.api import atomic_write_json
 
     if not isinstance(exitcode, int) or exitcode >= 0:
         return  # it exited by itself, with a code and a record of its own
@@ -161,7 +161,7 @@ def _mark_killed(ranks_dir: Path, exitcode: object, pid: object) -> None:
 def _trainer_run(trainer_args: list[str]) -> tuple[Any, Path] | None:
     """The trainer's parsed arguments and the run's state folder, read without importing torch (None when they
     are bad: the worker reports that itself)."""
-    from logbook.core.project import open_project
+    from logbook.api import open_project
     from trainer.__main__ import _parser
 
     try:

@@ -20,9 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from logbook.records.events import iter_events
-from logbook.runs.oom import oom_kill_count, oom_kills_between
-from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
+from logbook.api import iter_events, lost_ranks, name_ranks, oom_kill_count, oom_kills_between, read_marks
 
 _HEARTBEAT_BYTES = 256
 _METRICS_TAIL = 4 << 20  # bytes of the metrics stream read at start-up (tens of thousands of rows)

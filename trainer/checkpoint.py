@@ -33,8 +33,7 @@ from typing import Any
 
 import torch
 
-from logbook.core.errors import RefusedError
-from logbook.core.fsutil import fsync_dir
+from logbook.api import fsync_dir, RefusedError
 
 PARTS = ("model", "optim", "state")
 MANIFEST = "manifest.json"

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from logbook.core.fsutil import atomic_write_json
+from logbook.api import atomic_write_json
 
 from .precompile import PrecompiledModel, identity, precompiled_folder
 from .rng import get_rng_state, set_rng_state

@@ -22,10 +22,7 @@ from typing import Any
 
 import torch
 
-from logbook.core.project import Project
-from logbook.records.sink import EventSink, MetricsWriter
-from logbook.runs.rankmarks import RankMark
-from logbook.runs.record import RunRecord
+from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunRecord
 
 from .attempts import Heartbeat, RunHistory
 from .callbacks import CallbackList
@@ -72,27 +69,49 @@ class Runtime:
 
 @dataclass
 class RunLogbook:
-    """The run's logbook as this attempt writes it, and what earlier attempts left in it."""
+    """The run's logbook as this attempt writes it (`logbook.api.Run`), and what earlier attempts left in it."""
 
-    project: Project
-    run_dir: Path
-    run_record: RunRecord | None
-    """None when the trainer was launched directly, not through `logbook run`."""
+    run: Run
+    """The API's handle: event sink, metrics, the run record, this rank's mark."""
     history: RunHistory
     """Read by rank 0; empty on the other ranks."""
-    attempt: int
     aborted: dict[str, Any] | None
     """The abort that ended the run ({step, reason}), or None; the same on every rank."""
     finished_step: int | None
     """The step the run finished at, or None; the same on every rank."""
-    sink: EventSink
-    metrics: MetricsWriter
     heartbeat: Heartbeat
-    rank_mark: RankMark
+
+    @property
+    def project(self) -> Project:
+        return self.run.project
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.run_dir
+
+    @property
+    def run_record(self) -> RunRecord | None:
+        """None when the trainer was launched directly, not through `logbook run`."""
+        return self.run.record
+
+    @property
+    def attempt(self) -> int:
+        return self.run.attempt
+
+    @property
+    def sink(self) -> EventSink:
+        return self.run.sink
+
+    @property
+    def metrics(self) -> MetricsWriter:
+        return self.run.metrics
+
+    @property
+    def rank_mark(self) -> RankMark:
+        return self.run.rank_mark
 
     def close(self) -> None:
-        self.rank_mark.ended()
-        self.metrics.close()
+        self.run.close()
         self.heartbeat.close()
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from logbook.core.errors import RefusedError, UsageError
+from logbook.api import RefusedError, UsageError
 
 from .config import DataConfig, SourceConfig
 

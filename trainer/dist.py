@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-from logbook.core.errors import UsageError
+from logbook.api import UsageError
 
 
 

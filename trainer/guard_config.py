@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from logbook.core.errors import UsageError
-from logbook.launch.live_settings import SETTINGS, coerce_value
+from logbook.api import SETTINGS, coerce_value, UsageError
 
 @dataclass
 class GuardConfig:

@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from logbook.records.contingency import ACTION_KINDS
-from logbook.records.plan import judge_against_plan
+from logbook.api import ACTION_KINDS, judge_against_plan
 
 from .guard_config import GuardConfig
 from .guard_detector import Signal

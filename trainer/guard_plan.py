@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from logbook.records.plan import structured_rules
+from logbook.api import structured_rules
 
 from .guard_config import GuardConfig
 

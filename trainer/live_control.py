@@ -48,13 +48,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from logbook.core.errors import UsageError
-from logbook.core.fsutil import atomic_write_json
-from logbook.core.project import Project
-from logbook.launch.change_requests import (PendingWatch, decode_request, finish_request, iter_answers, processed_dir,
-                                            REPLY_KEY)
-from logbook.launch.live_settings import config_path, SETTINGS, validate_changes
-from logbook.records.plan import judge_against_plan
+from logbook.api import (REPLY_KEY, SETTINGS, PendingWatch, Project, UsageError, atomic_write_json, decode_request,
+                         finish_request, iter_answers, judge_against_plan, processed_dir, validate_changes)
+from logbook.api import live_config_path as config_path
 
 from .callbacks import Callback
 

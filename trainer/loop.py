@@ -33,8 +33,7 @@ from typing import Any
 
 import torch
 
-from logbook.core.errors import RunFailedError
-from logbook.runs.oom import oom_kill_count
+from logbook.api import oom_kill_count, RunFailedError
 
 from .attempts import classify_restart
 from .callbacks import LoopAction

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 import torch.distributed as dist
-from logbook.core.errors import UsageError
+from logbook.api import UsageError
 
 
 STARTUP_TIMEOUT_ENV = "LOGBOOK_STARTUP_TIMEOUT_S"

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from logbook.core.errors import RefusedError, RunFailedError
+from logbook.api import RefusedError, RunFailedError
 
 from .callbacks import LoopAction, TrainerView
 from .checkpoint import check_model_compatible

@@ -26,13 +26,7 @@ from typing import Any
 
 import torch
 
-from logbook.core.errors import LogbookError, NotFoundError, RunFailedError
-from logbook.core.project import open_project
-from logbook.records.prereg import load_prereg
-from logbook.records.sink import EventSink, KeepRule, MetricsWriter, full_metrics_path
-from logbook.runs.milestones import milestone_step
-from logbook.runs.rankmarks import RankMark
-from logbook.runs.record import load_run_record
+from logbook.api import full_metrics_path, open_project, open_run, RunFailedError
 
 from .advice_cb import AdviceCallback
 from .attempts import Heartbeat, RunHistory
@@ -115,53 +109,25 @@ def _close(stop: StopSignals, book: RunLogbook | None, runtime: Runtime, parts: 
 
 
 def open_logbook(cfg: TrainConfig, project_root: Path, run_id: str, info: dist.DistInfo) -> RunLogbook:
-    """Open the run's logbook (event sink, metrics, heartbeat) and number the attempt.
+    """Open the run's logbook (`logbook.api.open_run`: event sink, metrics) and heartbeat, and number the attempt.
 
     Rank 0 reads the run's history; every rank acts on what it found (the
     attempt's number, whether the run was aborted or finished).
     """
     project = open_project(project_root)
-    run_dir = project.run_dir(run_id)
-    try:
-        record = load_run_record(project, run_id)
-    except NotFoundError:
-        record = None  # launched directly, not through `logbook run`
     heartbeat = Heartbeat(project.state_dir / "heartbeat" / f"{run_id}.json")
     ranks_dir = project.state_dir / "ranks" / run_id
-    rank_mark = RankMark(ranks_dir, info.rank)
     metrics_path = full_metrics_path(project.state_dir, run_id)
-    history = RunHistory.read(run_dir, heartbeat, metrics_path, ranks_dir) if info.rank == 0 else RunHistory()
+    history = RunHistory.read(project.run_dir(run_id), heartbeat, metrics_path, ranks_dir) if info.rank == 0 \
+        else RunHistory()
     aborted, finished = history.has("run_aborted"), history.has("run_finished")
     facts = dist.broadcast_object({
         "attempt": history.last_attempt() + 1,
         "aborted": None if aborted is None else {"step": aborted.get("step"), "reason": aborted.get("data", {}).get("reason", "")},
         "finished_step": None if finished is None else finished.get("step"),
     }, info)
-    attempt = facts["attempt"]
-    sink = EventSink(run_dir, run_id, attempt, info.rank, root=project_root)
-    metrics = MetricsWriter(run_dir, info.rank, full_path=metrics_path, keep=_keep_rule(cfg, project, record))
-    return RunLogbook(project, run_dir, record, history, attempt, facts["aborted"], facts["finished_step"],
-                      sink, metrics, heartbeat, rank_mark)
-
-
-def _keep_rule(cfg: TrainConfig, project: Any, rec: Any) -> KeepRule:
-    """What the committed metrics keep: ~1,000 rows a run, plus every step a milestone or prediction names.
-
-    Every row also goes to `.logbook/metrics/` (outside git) and, when it is on, to W&B.
-    """
-    total = cfg.train.steps
-    exact = {milestone_step(f, total) for f in project.config.milestones}
-    if rec is not None and rec.prereg_id:
-        try:
-            preds = load_prereg(project, rec.prereg_id).all_predictions(rec.amendments)
-        except LogbookError:
-            preds = []  # an unreadable preregistration is verify's to report; the stride still plots the run
-        for p, _src in preds:
-            if p.at.kind == "step":
-                exact.add(int(p.at.value))
-            elif p.at.kind == "fraction":
-                exact.add(milestone_step(float(p.at.value), total))
-    return KeepRule.for_run(total, exact)
+    run = open_run(project_root, run_id, rank=info.rank, attempt=facts["attempt"], total_steps=cfg.train.steps)
+    return RunLogbook(run, history, facts["aborted"], facts["finished_step"], heartbeat)
 
 
 def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: str, extra: list[Callback],
@@ -235,11 +201,7 @@ def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bo
 
 def _contingency_rules(book: RunLogbook) -> list[Any]:
     """The preregistered contingency rules of this run (none for exploratory runs)."""
-    rec = book.run_record
-    if rec is None or not rec.prereg_id:
-        return []
-
-    return list(load_prereg(book.project, rec.prereg_id).all_contingency(rec.amendments))
+    return book.run.contingency_rules()
 
 
 def _checkpoint_emitter(book: RunLogbook, drills: Drills) -> Callable[..., None]:

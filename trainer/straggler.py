@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from logbook.core.errors import UsageError
+from logbook.api import UsageError
 
 from .callbacks import Callback
 

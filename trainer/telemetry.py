@@ -35,9 +35,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from logbook.core.accelerators import resolve_peak
-from logbook.core.accelerators import mfu as mfu_of
-from logbook.core.errors import UsageError
+from logbook.api import UsageError, resolve_peak
+from logbook.api import mfu as mfu_of
 
 from .callbacks import Callback
 

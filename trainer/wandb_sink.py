@@ -35,9 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logbook.core.errors import UsageError
-from logbook.records.eventschema import KINDS
-from logbook.runs.goodput import goodput_of_run
+from logbook.api import KINDS, goodput_of_run, UsageError
 
 from .callbacks import Callback
 

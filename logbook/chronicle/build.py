@@ -28,12 +28,15 @@ from logbook.core.gitstate import state_of
 from logbook.core.project import Project
 from logbook.core.textfmt import fmt_fraction, fmt_int
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import AFTERWARDS_KINDS
+from logbook.records.eventschema import AFTERWARDS_KINDS, Event
 from logbook.records.eventstream import (by_day, check_day, days_of, Item, list_event_runs, merged, NOTES_SOURCE, run_log_path, sources, torn_tail, TornTail)
 from logbook.records.files import iter_folder
+from logbook.records.prereg import load_prereg
 from logbook.records.reviews import reviews_for
 from logbook.runs.ckpt_advice import AdviceTracker
+from logbook.runs.facts import load_facts
 from logbook.runs.record import check_run_id, load_run_record
+from logbook.scoring.progress import missing_scores, note_scores
 from logbook.trust.setting_history import SOURCE as SETTINGS_SOURCE
 from logbook.trust.setting_history import setting_items
 
@@ -126,6 +129,7 @@ class Chronicle:
         self._advice: dict[str, dict[Any, str]] = {}
         self._trackers: dict[str, Any] | None = None  # run -> AdviceTracker fed as a render from the start streams
         self._explore: dict[str, bool] = {}
+        self._scoring: dict[str, tuple[Any, Any, Any]] = {}  # run -> (facts, prereg, amendments), read once
         self.warnings: list[str] = []
         runs = None if only_run is None else [only_run]
         self.sources = sources(project, runs)
@@ -191,7 +195,32 @@ class Chronicle:
             advice = self._advice[it.source].get(it.rec.get("seq"))
         if advice:
             out["advice"] = advice
+        if it.rec.get("kind") == "milestone" and missing_scores(Event.of(it.rec).data):
+            out["data"] = {**Event.of(it.rec).data, **self._note_scores(it)}
         return out or None
+
+    def _note_scores(self, it: Item) -> dict[str, Any]:
+        """A progress note's goodput, predictions and forecasts: worked out here, never in the training process."""
+        if it.source not in self._scoring:
+            try:
+                rec = load_run_record(self.project, it.source)
+            except LogbookError:  # launched without `logbook run`: no preregistration to score against
+                rec = None
+            prereg = None
+            if rec is not None and rec.prereg_id:
+                try:
+                    prereg = load_prereg(self.project, rec.prereg_id)
+                except LogbookError:  # an unreadable preregistration is verify's to report
+                    prereg = None
+            self._scoring[it.source] = (load_facts(self.project, it.source, rec), prereg,
+                                        getattr(rec, "amendments", None))
+        facts, prereg, amendments = self._scoring[it.source]
+        try:
+            return note_scores(facts, it.rec, prereg, amendments)
+        except Exception as exc:  # a note's figures must never stop the chronicle; say what happened
+            self.warnings.append(f"could not score the progress note {it.source}:{it.rec.get('seq')}: "
+                                 f"{type(exc).__name__}: {exc}")
+            return {}
 
     def _streamed_advice(self, it: Item) -> str | None:
         """Feed a run's record to its tracker when the render streams from the first day."""

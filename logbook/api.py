@@ -1,0 +1,214 @@
+"""The logbook's public API for training loops: the one module a trainer imports from `logbook`.
+
+A training loop (the bundled trainer in `trainer/`, or any other) talks to the
+logbook only through this module:
+
+- `open_run(project_root, run_id, rank=...)` returns a `Run`: the run's folder,
+  its record (`Run.record`, None when the loop was started without `logbook
+  run`), the attempt number, and the two streams it writes, events
+  (`Run.emit`, durable and hash chained) and per-step metrics
+  (`Run.log_metrics`). Every rank opens the run; only rank 0 writes, so callers
+  need no `if rank == 0` of their own.
+- What the run's preregistration asks of training: `Run.contingency_rules()`.
+- Live change requests (`logbook change`): the request files and their answers
+  (`PendingWatch`, `decode_request`, `finish_request`, `iter_answers`), and the
+  one allow-list of what may change (`SETTINGS`, `validate_changes`).
+- The errors a loop raises or catches, with their exit codes, and a few small
+  pure helpers (an atomic JSON write, YAML that refuses surprises, ...).
+
+Plots, scoring and rendering never happen in a training process: the logbook
+side (the launcher's watcher, `logbook render`) reads what the loop emitted.
+
+Importing this module costs no torch and almost nothing else: the names below
+`open_run` load their modules on first use (`_LAZY`). The names in `__all__`
+are the public surface; `API_VERSION` changes when one of them changes in a
+way that breaks a caller.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+# Errors are light and every caller needs them: loaded with the module.
+from logbook.core.errors import (EXIT_HANG, EXIT_PREEMPTED, LogbookError, NotFoundError, RefusedError,
+                                 RunFailedError, UsageError, did_you_mean)
+
+if TYPE_CHECKING:
+    from logbook.core.project import Project
+    from logbook.records.sink import EventSink, MetricsWriter
+    from logbook.runs.rankmarks import RankMark
+    from logbook.runs.record import RunRecord
+
+API_VERSION = 1
+"""Raised when a name below changes in a way that breaks a caller."""
+
+_LAZY: dict[str, str] = {
+    # small pure helpers
+    "atomic_write_json": "logbook.core.fsutil", "fsync_dir": "logbook.core.fsutil",
+    "load_training_config": "logbook.core.yamlsafe", "load_yaml_text": "logbook.core.yamlsafe",
+    "check_run_id": "logbook.runs.record", "resolve_peak": "logbook.core.accelerators", "mfu": "logbook.core.accelerators",
+    # the run, its record and its streams (what `open_run` builds from)
+    "Project": "logbook.core.project", "open_project": "logbook.core.project",
+    "RunRecord": "logbook.runs.record", "load_run_record": "logbook.runs.record",
+    "EventSink": "logbook.records.sink", "MetricsWriter": "logbook.records.sink", "KeepRule": "logbook.records.sink",
+    "full_metrics_path": "logbook.records.sink", "iter_events": "logbook.records.events",
+    # the event registry's questions (never compare kinds against literals)
+    "KINDS": "logbook.records.eventschema", "kinds_where": "logbook.records.eventschema",
+    # milestones: which fractions are due, and at which step
+    "due_milestones": "logbook.runs.milestones", "emitted_milestones": "logbook.runs.milestones",
+    "milestone_step": "logbook.runs.milestones",
+    # what earlier attempts left: rank marks and the kernel's OOM kills
+    "RankMark": "logbook.runs.rankmarks", "read_marks": "logbook.runs.rankmarks",
+    "lost_ranks": "logbook.runs.rankmarks", "name_ranks": "logbook.runs.rankmarks",
+    "oom_kill_count": "logbook.runs.oom", "oom_kills_between": "logbook.runs.oom",
+    # the preregistered plan: contingency actions and how an action is judged against it
+    "ACTION_KINDS": "logbook.records.contingency", "judge_against_plan": "logbook.records.plan",
+    "structured_rules": "logbook.records.plan",
+    # live change requests and the one allow-list of what may change
+    "PendingWatch": "logbook.launch.change_requests", "decode_request": "logbook.launch.change_requests",
+    "finish_request": "logbook.launch.change_requests", "iter_answers": "logbook.launch.change_requests",
+    "processed_dir": "logbook.launch.change_requests", "REPLY_KEY": "logbook.launch.change_requests",
+    "SETTINGS": "logbook.launch.live_settings", "coerce_value": "logbook.launch.live_settings",
+    "validate_changes": "logbook.launch.live_settings", "live_config_path": "logbook.launch.live_settings:config_path",
+    # read-only questions a loop may ask of its own run
+    "goodput_of_run": "logbook.runs.goodput", "advise_from_run": "logbook.runs.ckpt_advice",
+    "format_duration": "logbook.runs.ckpt_advice",
+}
+"""Public name -> the module that owns it (`module:attr` where the owner's name differs)."""
+
+__all__ = ["API_VERSION", "EXIT_HANG", "EXIT_PREEMPTED", "LogbookError", "NotFoundError", "RefusedError",
+           "RunFailedError", "UsageError", "did_you_mean", "Run", "open_run", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name's module on first use, so that importing the API stays cheap."""
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+@dataclass
+class Run:
+    """One attempt of one run, as a training loop writes it. Built by `open_run`; close it when done."""
+
+    project: Project
+    run_id: str
+    run_dir: Path
+    """`<entries>/runs/<run_id>`: the run's event log and committed metrics."""
+    record: RunRecord | None
+    """What `logbook run` recorded before the launch (prereg, config, snapshot); None when started otherwise."""
+    attempt: int
+    """1-based, counted across restarts, requeues and relaunches."""
+    rank: int
+    """This process's global rank; only rank 0 writes."""
+    sink: EventSink
+    """The durable, hash-chained event log (`emit` is the usual way in)."""
+    metrics: MetricsWriter
+    """Per-step scalars: every row outside git, a thinned copy committed (`log_metrics`)."""
+    rank_mark: RankMark
+    """This rank's mark under `.logbook/ranks/`: how a restart tells a lost rank from a stopped one."""
+    _closed: bool = field(default=False, repr=False)
+
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes (rank 0)."""
+        return self.rank == 0
+
+    def emit(self, kind: str, *, step: int | None = None, tokens: int | None = None, drill: bool = False,
+             **fields: Any) -> dict[str, Any] | None:
+        """Append one event of a kind the registry knows (docs/events.md); the record written, or None off rank 0.
+
+        Field values must be plain Python (numbers, strings, lists, dicts):
+        turn tensors into numbers first.
+        """
+        return self.sink.emit(kind, step=step, tokens=tokens, drill=drill, **fields)
+
+    def log_metrics(self, step: int, values: dict[str, Any]) -> None:
+        """One row of per-step scalars (`loss`, `lr`, ...); a no-op off rank 0."""
+        self.metrics.write({"step": step, "attempt": self.attempt, **values})
+
+    def contingency_rules(self) -> list[Any]:
+        """The preregistered contingency rules (with accepted amendments); none for an exploratory run."""
+        if self.record is None or not self.record.prereg_id:
+            return []
+        from logbook.records.prereg import load_prereg  # git and the prereg parser: only when there is one
+
+        return list(load_prereg(self.project, self.record.prereg_id).all_contingency(self.record.amendments))
+
+    def close(self) -> None:
+        """Flush the metrics and mark this rank as ended; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self.rank_mark.ended()
+        self.metrics.close()
+
+
+def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: int | None = None,
+             total_steps: int | None = None) -> Run:
+    """Open run `run_id` of the logbook at `project_root` for writing (rank 0) or reading (other ranks).
+
+    `attempt`: the attempt this process is part of; by default one more than
+    the last attempt in the run's event log (a loop with several ranks should
+    have rank 0 decide and share it). `total_steps`: the run's length, so that
+    the committed metrics keep every step a milestone or a prediction names.
+    Raises `UsageError` for a run id that is not a plain name.
+    """
+    from logbook.core.project import open_project
+    from logbook.records.events import iter_events
+    from logbook.records.sink import EventSink, MetricsWriter, full_metrics_path
+    from logbook.runs.rankmarks import RankMark
+    from logbook.runs.record import check_run_id, load_run_record
+
+    check_run_id(run_id)
+    project = open_project(Path(project_root))
+    run_dir = project.run_dir(run_id)
+    try:
+        record = load_run_record(project, run_id)
+    except NotFoundError:
+        record = None  # started directly, not through `logbook run`
+    if attempt is None:
+        seen = [e.get("attempt") for e in iter_events(run_dir / "events.jsonl")]
+        attempt = max((a for a in seen if isinstance(a, int)), default=0) + 1
+    sink = EventSink(run_dir, run_id, attempt, rank, root=project.root)
+    metrics = MetricsWriter(run_dir, rank, full_path=full_metrics_path(project.state_dir, run_id),
+                            keep=_keep_rule(project, record, total_steps))
+    return Run(project, run_id, run_dir, record, attempt, rank, sink, metrics,
+               RankMark(project.state_dir / "ranks" / run_id, rank))
+
+
+def _keep_rule(project: Project, record: RunRecord | None, total: int | None) -> Any:
+    """What the committed metrics keep: ~1,000 rows a run, plus every step a milestone or prediction names.
+
+    Every row also goes to `.logbook/metrics/` (outside git).
+    """
+    from logbook.records.sink import KeepRule
+    from logbook.runs.milestones import milestone_step
+
+    if not total:
+        return KeepRule()
+    exact = {milestone_step(f, total) for f in project.config.milestones}
+    if record is not None and record.prereg_id:
+        from logbook.records.prereg import load_prereg
+
+        try:
+            preds = load_prereg(project, record.prereg_id).all_predictions(record.amendments)
+        except LogbookError:
+            preds = []  # an unreadable preregistration is verify's to report; the stride still plots the run
+        for p, _src in preds:
+            if p.at.kind == "step":
+                exact.add(int(p.at.value))
+            elif p.at.kind == "fraction":
+                exact.add(milestone_step(float(p.at.value), total))
+    return KeepRule.for_run(total, exact)
