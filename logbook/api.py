@@ -73,14 +73,13 @@ _LAZY: dict[str, str] = {
     "processed_dir": "logbook.launch.change_requests", "REPLY_KEY": "logbook.launch.change_requests",
     "SETTINGS": "logbook.launch.live_settings", "coerce_value": "logbook.launch.live_settings",
     "validate_changes": "logbook.launch.live_settings", "live_config_path": "logbook.launch.live_settings:config_path",
-    # read-only questions a loop may ask of its own run
-    "goodput_of_run": "logbook.runs.goodput", "advise_from_run": "logbook.runs.ckpt_advice",
-    "format_duration": "logbook.runs.ckpt_advice",
+    # read-only questions a loop may ask of its own run (see also `checkpoint_advice`)
+    "goodput_of_run": "logbook.runs.goodput", "format_duration": "logbook.runs.ckpt_advice",
 }
 """Public name -> the module that owns it (`module:attr` where the owner's name differs)."""
 
 __all__ = ["API_VERSION", "EXIT_HANG", "EXIT_PREEMPTED", "LogbookError", "NotFoundError", "RefusedError",
-           "RunFailedError", "UsageError", "did_you_mean", "Run", "open_run", *_LAZY]
+           "RunFailedError", "UsageError", "did_you_mean", "Run", "open_run", "checkpoint_advice", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
@@ -212,3 +211,15 @@ def _keep_rule(project: Project, record: RunRecord | None, total: int | None) ->
             elif p.at.kind == "fraction":
                 exact.add(milestone_step(float(p.at.value), total))
     return KeepRule.for_run(total, exact)
+
+
+def checkpoint_advice(run_dir: Path | str, *, mtbf_s: float | None = None) -> Any:
+    """Young's checkpoint interval for a run, from its own event log (`logbook.runs.ckpt_advice.Advice`).
+
+    The MTBF is the run's own (its failures over its wall time) unless
+    `mtbf_s` is given; `Advice.complete` says whether there was enough to go on.
+    """
+    from logbook.records.events import iter_events
+    from logbook.runs.ckpt_advice import advise_from_run
+
+    return advise_from_run(list(iter_events(Path(run_dir) / "events.jsonl")), mtbf_s=mtbf_s)

@@ -1,12 +1,14 @@
 """Checkpoint-interval advice, adopted by the trainer itself (`checkpoint.adopt_advice`).
 
-At every checkpoint boundary rank 0 reads this run's event log, takes the
-median blocking save cost and the MTBF (this run's failures, or the
-configured `checkpoint.mtbf_s`), computes Young's interval, and turns it into
-steps with the median step time measured in this attempt. Every rank receives
-rank 0's figure and changes `checkpoint.every` through live control's path
-for scheduled changes, so the change is an `hparam_change` with source
-`advice`, applied alike on every rank. Small moves (under a fifth) are not
+At every checkpoint boundary rank 0 asks the logbook for Young's interval
+(`logbook.api.checkpoint_advice`: the median blocking save cost and the MTBF,
+this run's failures or the configured `checkpoint.mtbf_s`, read from the
+run's own event log) and turns it into steps with the median step time
+measured in this attempt. Adopting it is a decision that changes training,
+so it stays in the loop, at a step boundary: every rank receives rank 0's
+figure and changes `checkpoint.every` through live control's path for
+scheduled changes, so the change is an `hparam_change` with source `advice`,
+applied alike on every rank. Small moves (under a fifth) are not
 worth an event and are ignored, and so is a move of a single step.
 """
 
@@ -17,7 +19,7 @@ import time
 from collections import deque
 from typing import Any
 
-from logbook.api import advise_from_run, format_duration, iter_events
+from logbook.api import checkpoint_advice, format_duration
 
 from .callbacks import Callback
 from . import dist
@@ -69,8 +71,7 @@ class AdviceCallback(Callback):
     def _propose(self, step: int) -> dict[str, Any] | None:
         """Rank 0: the new interval in steps and its reason, or None to keep the current one."""
         t = self.trainer
-        events = list(iter_events(t.run_dir / "events.jsonl"))
-        adv = advise_from_run(events, mtbf_s=t.cfg.checkpoint.mtbf_s or None)
+        adv = checkpoint_advice(t.run_dir, mtbf_s=t.cfg.checkpoint.mtbf_s or None)
         if not adv.complete:
             return None
         step_s = statistics.median(self._times)
