@@ -64,3 +64,43 @@ def test_a_progress_note_says_how_far_off_the_forecast_the_run_is_and_draws_the_
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert "forecast val_loss, 80% band" in labels and "forecast loss, 80% band" in labels
     assert len(run_curves(project, "story")) == 2
+
+
+def test_a_note_the_trainer_left_unscored_is_scored_by_the_chronicle_as_the_run_stood_then(logbook_repo, story_clock):
+    """The trainer emits only what the loop knows; the chronicle works out the rest from the records up to the note."""
+    from scoring_helpers import write_record
+
+    from logbook.records.sink import MetricsWriter
+    from logbook.scoring.progress import facts_at, note_scores
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, [TRAJECTORY, "loss@final < 4", "restarts@final == 0"], now=BEFORE)
+    write_record(project, "later", pid, status="running")
+    s, m = EventSink(project.run_dir("later"), "later", 1), MetricsWriter(project.run_dir("later"), flush_every=1000)
+    s.emit("run_started", step=0, tokens=0, total_steps=100, world_size=1, prereg_id=pid)
+    for step in range(1, 61):  # the loss reaches 4.0 at step 50 and 3.8 at step 60
+        m.write({"step": step, "attempt": 1, "loss": 5.0 - 0.02 * step, "time": story_clock.advance(1.0)})
+        if step == 30:
+            s.emit("step_skipped", step=30, reason="loss spike", metric="loss", plan={"rule": None, "follows": False})
+        if step == 50:
+            m.write({"step": 50, "attempt": 1, "val_loss": 4.0, "time": story_clock.t})
+            m.flush()
+            note = s.emit("milestone", step=50, fraction=0.5, total_steps=100, loss=4.0, tokens_per_s=512.0)
+    m.close()
+    s.emit("step_skipped", step=55, reason="loss spike", metric="loss", plan={"rule": None, "follows": False})
+
+    then = facts_at(load_facts(project, "later"), note)
+    assert max(then.series["loss"]) == then.last_step == 50 and then.events[-1]["seq"] == note["seq"]
+    got = note_scores(load_facts(project, "later"), note, load_prereg(project, pid))
+    assert got["since_last"] == {"restarts": 0, "rollbacks": 0, "changes": 0, "skips": 1}  # not the skip at 55
+    status = {p["expr"]: (p["status"], p["value"]) for p in got["predictions"]}
+    assert status["loss@final < 4"] == ("at risk", 4.0)  # 4.0 then, though 3.8 now
+    assert status["restarts@final == 0"] == ("on track", 0.0)
+    assert 0 < got["goodput"] <= 1
+
+    render_chronicle(project, make_plots=False)
+    text = day_path(project, "2026-11-30").read_text("utf-8")
+    assert "Since the last progress note: 1 skipped update." in text
+    assert "| `loss@final < 4` | at risk | 4 |" in text
+    assert ("- Forecast of `val_loss`: 4 at step 50, 0.05 (1.2%) above the forecast 3.95 there; "
+            "inside the 80% band [3.75, 4.15].") in text, text
