@@ -21,7 +21,7 @@ from logbook.records.predictions import parse_prediction
 from logbook.records.sink import read_metrics
 from logbook.runs.facts import RunFacts, load_facts
 from logbook.scoring.progress import SCORE_KEYS, note_scores, since_last, standing
-from runhelpers import events, of_kind
+from runhelpers import events, micro_config, of_kind
 
 MICRO = ROOT / "configs" / "micro-test.yaml"
 FRACTIONS = [0.1, 0.25, 0.5, 0.75, 1.0]
@@ -86,6 +86,21 @@ def test_a_sigkill_between_notes_neither_loses_nor_repeats_one_and_the_chronicle
     for pct, name in (("10%", "010"), ("75%", "075"), ("100%", "100")):
         assert f"milestone {pct}" in text
         assert f"assets/killed/progress-{name}.png)" in text
+
+
+@pytest.mark.slow
+def test_logbook_run_returns_with_every_note_scored_and_plotted_by_its_watcher(logbook_repo):
+    from logbook.launch.launcher import launch_run
+
+    cfg = micro_config(logbook_repo, steps=10)
+    res = launch_run(open_project(logbook_repo), cfg, [], exploratory=True, max_restarts=0, run_id="watched")
+    assert res.status == "finished", res.reason
+    assert [n["data"]["fraction"] for n in _notes(logbook_repo, "watched")] == FRACTIONS
+    for name in ("010", "025", "050", "075", "100"):  # drawn by the launcher's render, not by the trainer
+        assert (logbook_repo / "entries" / "assets" / "watched" / f"progress-{name}.png").read_bytes()[:4] == b"\x89PNG"
+    days = sorted((logbook_repo / "entries").glob("[0-9][0-9][0-9][0-9]/[0-9][0-9]/[0-9][0-9].md"))
+    text = "\n".join(p.read_text() for p in days)
+    assert text.count("Goodput so far ") == 5 and text.count("![Loss curve to step") == 5
 
 
 def _facts(last_step: int, loss: float, restarts: int = 0) -> RunFacts:
