@@ -1,0 +1,57 @@
+"""logbook/api.py, the one module a training loop imports: cheap to import, rank 0 writes, every name resolves."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+import logbook.api as api
+from logbook.records.chain import verify_log
+from logbook.records.sink import read_metrics
+
+
+def test_importing_the_api_loads_neither_torch_nor_the_library_behind_it():
+    code = "import logbook.api, sys; print('\\n'.join(sys.modules))"
+    mods = set(subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True,
+                              text=True).stdout.split())
+    assert "torch" not in mods and "wandb" not in mods and "matplotlib" not in mods
+    assert "logbook.records.sink" not in mods and "git" not in mods  # loaded when a name is first used
+
+
+@pytest.mark.parametrize("name", sorted(api._LAZY))
+def test_every_public_name_resolves_to_its_owner(name):
+    module, _, attr = api._LAZY[name].partition(":")
+    assert getattr(api, name) is getattr(__import__(module, fromlist=["_"]), attr or name)
+    assert name in api.__all__ and name in dir(api)
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'emit_event'"):
+        api.emit_event  # noqa: B018
+
+
+def test_rank_zero_writes_events_and_metrics_and_other_ranks_write_nothing(logbook_repo):
+    other = api.open_run(logbook_repo, "r1", rank=1, total_steps=10)
+    assert other.emit("note", text="from rank 1") is None and not other.writes
+    other.log_metrics(1, {"loss": 9.0})
+    other.close()
+
+    run = api.open_run(logbook_repo, "r1", rank=0, total_steps=10)
+    assert (run.attempt, run.record, run.writes) == (1, None, True)  # launched without `logbook run`
+    rec = run.emit("milestone", step=5, fraction=0.5, total_steps=10, loss=2.5)
+    assert rec["kind"] == "milestone" and rec["attempt"] == 1 and rec["data"]["loss"] == 2.5
+    run.log_metrics(5, {"loss": 2.5})
+    run.close()
+    run.close()  # twice is harmless
+    assert verify_log(run.run_dir / "events.jsonl") == []  # hash chained, intact
+    assert [(r["step"], r["attempt"], r["loss"]) for r in read_metrics(run.run_dir)] == [(5, 1, 2.5)]
+    assert api.open_run(logbook_repo, "r1").attempt == 2  # one more than the log's last attempt
+    assert run.contingency_rules() == []  # exploratory: nothing preregistered
+
+
+def test_a_run_id_that_is_not_a_plain_name_is_refused(logbook_repo):
+    with pytest.raises(api.UsageError):
+        api.open_run(logbook_repo, "../elsewhere")
