@@ -49,7 +49,7 @@ startup: late in start-up, while building and restoring, from how long the last 
 step: once the attempt reaches a random step past its checkpoint;
 save: while a checkpoint is being written (its temporary folder exists);
 append: just after the attempt's first event was appended;
-milestone: just after a progress note was appended (its plot is still being drawn)."""
+milestone: just after a progress note was appended (before the launcher has drawn its plot)."""
 
 
 # --- killing ------------------------------------------------------------------------

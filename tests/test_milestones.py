@@ -112,20 +112,6 @@ def test_progress_plot_is_a_deterministic_png_with_marks(logbook_repo, clock):
     assert out.read_bytes() == first  # no timestamps in the file: same logs, same bytes
 
 
-def test_a_plot_drawn_in_a_child_process_is_the_same_png_and_a_failed_one_is_reported(logbook_repo, clock, tmp_path):
-    from logbook.chronicle.plot_process import spawn_progress_plot
-
-    project = project_of(logbook_repo)
-    qknorm_story(project, clock)
-    write_metrics(project, "qknorm", 20_000, every=50)
-    here, there = tmp_path / "here.png", tmp_path / "there.png"
-    write_progress_plot(project, "qknorm", 20_000, here)
-    child = spawn_progress_plot(project, "qknorm", 20_000, there)
-    assert child.wait(timeout=120) == 0 and there.read_bytes() == here.read_bytes()
-    failed = spawn_progress_plot(project, "qknorm", 20_000, here / "x.png")  # a file where its folder should be
-    assert failed.wait(timeout=120) != 0
-
-
 def test_a_skipped_spike_is_marked_at_the_top_edge_and_does_not_flatten_the_curve(logbook_repo, clock):
     from logbook.chronicle.plots import progress_figure
     from logbook.records.sink import EventSink, MetricsWriter

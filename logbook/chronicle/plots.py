@@ -1,9 +1,9 @@
 """Loss-curve plots for progress notes, with restarts, rollbacks and changes marked.
 
-Called at milestone time in a process of its own (plot_process.py) and by the
-renderer when a plot is missing, so it uses matplotlib's object API with the
-Agg canvas (no pyplot global state, no GUI backend) imported lazily, never
-torch. The PNG carries no timestamp or version metadata, so the same logs give
+Drawn by the renderer when a note's plot is missing (the launcher's watcher
+renders as a run goes; never the training process). It uses matplotlib's
+object API with the Agg canvas (no pyplot global state, no GUI backend)
+imported lazily, never torch. The PNG carries no timestamp or version metadata, so the same logs give
 the same bytes.
 """
 
