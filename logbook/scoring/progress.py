@@ -45,10 +45,11 @@ def note_scores(facts: RunFacts, note: dict[str, Any], prereg: Any = None,
     then = facts_at(facts, note)
     step = note.get("step") if isinstance(note.get("step"), int) else then.last_step
     rep = then.goodput_report()
+    before = then.events[:-1] if then.events and then.events[-1].get("seq") == note.get("seq") else then.events
     preds = [] if prereg is None else [standing(p, then) for p, _src in prereg.all_predictions(amendments)]
     return {
         "goodput": None if rep.goodput is None else round(rep.goodput, 4),
-        "since_last": since_last(then.events[:-1]),
+        "since_last": since_last(before),
         "predictions": preds,
         "forecasts": forecast_standings(prereg, then, step) if prereg is not None and step is not None else [],
     }
