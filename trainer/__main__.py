@@ -29,7 +29,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from logbook.api import EXIT_PREEMPTED, atomic_write_json, check_run_id, LogbookError  # noqa: E402
+from logbook.api import EXIT_PREEMPTED, LogbookError, atomic_write_json, check_run_id  # noqa: E402
 
 from .config import config_hash, config_to_dict, load_train_config  # noqa: E402
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from logbook.api import fsync_dir, RefusedError
+from logbook.api import RefusedError, fsync_dir
 
 PARTS = ("model", "optim", "state")
 MANIFEST = "manifest.json"

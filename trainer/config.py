@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.api import did_you_mean, load_training_config, load_yaml_text, UsageError
+from logbook.api import UsageError, did_you_mean, load_training_config, load_yaml_text
 
 # These sections are defined beside the components they configure; the
 # modules keep torch imports inside functions, so this file stays torch-free.

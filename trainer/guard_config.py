@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from logbook.api import SETTINGS, coerce_value, UsageError
+from logbook.api import SETTINGS, UsageError, coerce_value
 
 @dataclass
 class GuardConfig:

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from logbook.api import oom_kill_count, RunFailedError
+from logbook.api import RunFailedError, oom_kill_count
 
 from .attempts import classify_restart
 from .callbacks import LoopAction

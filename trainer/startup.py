@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from logbook.api import full_metrics_path, open_project, open_run, RunFailedError
+from logbook.api import RunFailedError, full_metrics_path, open_project, open_run
 
 from .advice_cb import AdviceCallback
 from .attempts import Heartbeat, RunHistory

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logbook.api import KINDS, goodput_of_run, UsageError
+from logbook.api import KINDS, UsageError, goodput_of_run
 
 from .callbacks import Callback
 
