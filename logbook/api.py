@@ -49,7 +49,8 @@ _LAZY: dict[str, str] = {
     # small pure helpers
     "atomic_write_json": "logbook.core.fsutil", "fsync_dir": "logbook.core.fsutil",
     "load_training_config": "logbook.core.yamlsafe", "load_yaml_text": "logbook.core.yamlsafe",
-    "check_run_id": "logbook.runs.record", "resolve_peak": "logbook.core.accelerators", "mfu": "logbook.core.accelerators",
+    "check_run_id": "logbook.runs.record",
+    "resolve_peak": "logbook.core.accelerators", "mfu": "logbook.core.accelerators",
     # the run, its record and its streams (what `open_run` builds from)
     "Project": "logbook.core.project", "open_project": "logbook.core.project",
     "RunRecord": "logbook.runs.record", "load_run_record": "logbook.runs.record",
