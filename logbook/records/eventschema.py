@@ -273,6 +273,12 @@ def _sum_hang(e: Event) -> str:
     return f"no progress for {fmt_duration(d.get('elapsed_s'))} (timeout {fmt_duration(d.get('timeout_s'))})"
 
 
+def _sum_stopped(e: Event) -> str:
+    d = e.data
+    s = f"stopped by {d.get('who') or 'unknown'}, saved at step {fmt_int(d.get('saved_step'))}"
+    return s + (f": {d['reason']}" if d.get("reason") else "")
+
+
 def _sum_reason(e: Event) -> str:
     return str(e.data.get("reason") or label(e.kind))
 
@@ -515,6 +521,13 @@ _KINDS: tuple[Kind, ...] = (
              _f("wall_s", "number", "seconds since the run's first attempt began"),
              _f("attempt_wall_s", "number", "seconds of the last attempt"),
              _f("checkpoint_blocking_s", "number", "seconds training waited for checkpoints"),
+         )),
+    Kind("run_stopped", "a person stopped the run cleanly (`logbook stop`): it saved a checkpoint and ended",
+         "run stopped", terminal=True, ends_attempt=3, run_state="stopped", summary=_sum_stopped, fields=(
+             _f("who", "str", "who asked for the stop"),
+             _f("reason", "str", "why, in their words"),
+             _f("request_id", "str", "the stop request"),
+             _f("saved_step", "int", "the step of the checkpoint saved before stopping"),
          )),
     Kind("run_failed", "the run ended in failure (restarts exhausted or fatal error)", "run failed",
          incident=True, terminal=True, reopens=True, ends_attempt=3, run_state="failed", alert="ERROR",
