@@ -56,9 +56,8 @@ def follow(project: Project, run_id: str, *, until_end: bool, poll_s: float = 0.
     ev_tail, m_tail = EventTail(events_path, from_end=False), EventTail(metrics_path, from_end=True)
     first = ev_tail.new()
     total = _total_steps(first)
-    for rec in first[-last:] if last else []:
-        if _shown(rec):
-            yield event_line(rec)
+    for rec in [r for r in first if _shown(r)][-last:] if last else []:
+        yield event_line(rec)
     ended = _ending(first)
     if ended is not None or not until_end:
         if ended is not None and until_end:
