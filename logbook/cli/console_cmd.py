@@ -146,7 +146,7 @@ def tail_cmd(
     Example: logbook tail qknorm-3f9a --follow
     """
     from logbook.core.project import open_project
-    from logbook.runs.follow import Ended, Progress, follow as follow_run
+    from logbook.launch.follow import Ended, Progress, follow as follow_run
 
     project = open_project()
     run_id = _resolve(project, run)
