@@ -132,6 +132,7 @@ RESTART_CAUSES: dict[str, str] = {
     "exception": "raised {exception}",
     "signal": "killed by {signal}",
     "preempted": "preempted",
+    "stopped": "stopped on request (logbook stop)",
     "hang": "hung past its step timeout",
 }
 """A `restart`'s cause, in the words every reader uses: lineage, review queue, report, chronicle, terminal.
