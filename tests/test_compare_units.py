@@ -99,3 +99,37 @@ def test_a_request_of_an_unknown_type_is_refused():
     req = {**new_stop_request("r1", "done", "Ada"), "type": "reboot"}
     with pytest.raises(UsageError, match="unknown `type` 'reboot'"):
         decode_request(json.dumps(req).encode(), "r1")
+
+
+def test_compare_reads_verdicts_milestones_and_live_changes_from_the_facts(logbook_repo):
+    """Two runs written through the event sink; each figure comes from its facts, keyed for the rows."""
+    from logbook.core.project import open_project
+    from logbook.records.sink import EventSink
+    from logbook.runs.compare import compare_runs
+    from logbook.runs.record import RunRecord, write_run_record
+
+    project = open_project()
+    for run, loss, status in (("ra", 2.5, "confirmed"), ("rb", 2.75, "refuted")):
+        write_run_record(project, RunRecord(run_id=run, created="2026-11-30T00:00:00Z", config_path="gone.yaml",
+                                            config_hash="0" * 64, exploratory=True, overrides=[f"optim.lr={loss / 1000}"]))
+        sink = EventSink(project.run_dir(run), run, attempt=1)
+        sink.emit("run_started", step=0, total_steps=100)
+        sink.emit("milestone", step=50, fraction=0.5, loss=loss, val_loss=loss + 0.25)
+        if run == "rb":
+            sink.emit("hparam_change", step=60, key="grad_clip", old=1.0, new=0.5, source="live", who="Ada",
+                      reason="creeping", request_id="q1")
+        sink.emit("run_finished", step=100, final_loss=loss)
+        sink.emit("outcome", step=None, predictions=[{"text": "val_loss@final < 2.8", "status": status, "value": loss}])
+    cmp = compare_runs(project, ["ra", "rb"])
+    rows = {s.title: {r.key: r.values for r in s.rows} for s in cmp.sections}
+    assert cmp.config_source == ["as written", "as written"]  # the config file is gone: the overrides alone
+    assert rows["config"] == {"override optim.lr": ["0.0025", "0.00275"]}
+    assert rows["progress notes"] == {"loss at 50%": [2.5, 2.75], "val_loss at 50%": [2.75, 3.0]}
+    assert rows["predictions"] == {"val_loss@final < 2.8": ["confirmed (2.5)", "refuted (2.75)"]}
+    assert rows["changes during the run"] == {"grad_clip": [None, "1.0 → 0.5 at step 60"]}
+    assert rows["incidents"]["live changes"] == [0, 1]
+    assert rows["final"]["state"] == ["finished", "finished"]
+    with pytest.raises(UsageError, match="at least two runs"):
+        compare_runs(project, ["ra"])
+    with pytest.raises(UsageError, match="named twice"):
+        compare_runs(project, ["ra", "ra"])

@@ -201,9 +201,11 @@ def _verdicts(f: RunFacts) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     for p in Event.of(cards[-1]).data.get("predictions") or []:
-        if isinstance(p, dict) and p.get("expr"):
+        text = p.get("text") or p.get("expr") if isinstance(p, dict) else None  # `expr` in progress notes
+        if text:
             value = p.get("value")
-            out[str(p["expr"])] = f"{p.get('status')}" + (f" ({value})" if value is not None else "")
+            shown = f"{value:.4g}" if isinstance(value, float) else value
+            out[str(text)] = f"{p.get('status')}" + (f" ({shown})" if shown is not None else "")
     return out
 
 
