@@ -50,9 +50,7 @@ Item = EventLine | Progress | Ended
 def follow(project: Project, run_id: str, *, until_end: bool, poll_s: float = 0.5, last: int = 10,
            progress_every_s: float = PROGRESS_EVERY_S, sleep: Callable[[float], None] = time.sleep) -> Iterator[Item]:
     """Yield the last `last` events, then (with `until_end`) each new event and progress line until the run ends."""
-    events_path, metrics_path = follow_files(project, run_id)
-    if not metrics_path.exists():
-        metrics_path = project.run_dir(run_id) / "metrics.jsonl"
+    events_path, metrics_path = follow_files(project, run_id)  # every row, not the committed, thinned stream
     ev_tail, m_tail = EventTail(events_path, from_end=False), EventTail(metrics_path, from_end=True)
     first = ev_tail.new()
     total = _total_steps(first)

@@ -27,6 +27,7 @@ from typing import Any
 from logbook.core.errors import NotFoundError
 from logbook.core.project import Project
 from logbook.records.eventschema import get_kind, label, parse_ts, summary
+from logbook.records.sink import full_metrics_path
 from logbook.runs.facts import LIFECYCLE, RunFacts, load_facts
 from logbook.runs.record import list_run_ids, load_run_record
 from logbook.runs.runlock import dead_holder
@@ -210,4 +211,4 @@ def _ending_words(facts: RunFacts) -> str:
 
 def follow_files(project: Project, run_id: str) -> tuple[Path, Path]:
     """The event log and the full metrics stream of a run, as `tail` follows them."""
-    return project.run_dir(run_id) / "events.jsonl", project.state_dir / "metrics" / run_id / "metrics.jsonl"
+    return project.run_dir(run_id) / "events.jsonl", full_metrics_path(project.state_dir, run_id)
