@@ -50,8 +50,9 @@ def test_text_is_a_table_when_it_fits_and_blocks_with_whole_ids_when_not():
     wide = text_lines(cmp, None)  # a pipe: full width
     assert f"optim.lr  0.001{' ' * (len(runs[0]) - 5)}  0.002" in wide
     narrow = text_lines(cmp, 60)
-    assert "optim.lr" in narrow and f"  {runs[0]}: 0.001" in narrow and f"  {runs[1]}: 0.002" in narrow
-    assert all(len(line) <= 60 or runs[0] in line for line in narrow)  # only an id itself may be wider
+    assert "optim.lr" in narrow and f"  {runs[0]}:\n    0.001" in narrow and f"  {runs[1]}: 0.002" in narrow
+    shown = [row for line in narrow for row in line.split("\n")]
+    assert all(len(row) <= 60 or runs[0] in row for row in shown)  # only an id itself may be wider
     assert "config (differences only; 7 keys the same, --all shows them)" in narrow
 
 
@@ -81,6 +82,8 @@ def test_prose_wraps_at_spaces_under_its_column_never_inside_a_word():
     words = set(text.split())
     assert all(w in words for ln in lines[1:] for w in ln.split())  # every piece is a whole word
     assert wrap_line("head ", text, None) == "head " + text  # a pipe: one line
+    under = wrap_line("x" * 50 + ": ", text, 60).split("\n")  # no room beside the head: the text goes under it
+    assert under[0] == "x" * 50 + ":" and all(len(r) <= 60 and r.startswith("    ") for r in under[1:])
 
 
 def test_a_stop_request_has_no_changes_and_decodes_as_a_stop():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,7 +75,8 @@ def lab(tmp_path_factory):
                                      "configs/long.yaml", "optim.lr=0.002"], cwd=root, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while lab.heartbeat_step(LONG) < 5:
+    metrics = root / ".logbook" / "metrics" / LONG / "metrics.jsonl"
+    while lab.heartbeat_step(LONG) < 5 or not metrics.exists() or metrics.read_bytes().count(b"\n") < 3:
         assert lab.launcher.poll() is None, lab.launcher.communicate()
         assert time.monotonic() < deadline, "the long run did not start training"
         time.sleep(0.3)
@@ -194,3 +197,37 @@ def test_compare_a_finished_and_a_stopped_run(lab):
 
     text = lab.logbook("compare", SHORT, LONG)  # a pipe: the table at full width, ids whole
     assert f"{SHORT}  {LONG}" in text.stdout and "\x1b" not in text.stdout
+
+
+def test_an_80_column_terminal_cuts_no_id_and_splits_no_word(lab, tmp_path):
+    """What a person sees in a real terminal (a tmux pane of 80x24), against the same commands in a pipe."""
+    tmux = shutil.which("tmux") or pytest.skip("tmux is not installed")
+    commands = [["status", LONG], ["compare", SHORT, LONG], ["tail", LONG, "-n", "4"]]
+    piped = "".join(lab.logbook(*c).stdout for c in commands)
+    script = tmp_path / "show.sh"
+    lines = [f"cd {shlex.quote(str(lab.root))}"]
+    lines += [" ".join([shlex.quote(sys.executable), "-m", "logbook", *map(shlex.quote, c)]) for c in commands]
+    script.write_text("\n".join([*lines, "echo __done__", "sleep 120"]) + "\n")
+    sock = f"logbook-console-{os.getpid()}"
+    env = {**lab.env, "TERM": "xterm-256color"}
+    env.pop("NO_COLOR")
+    subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-x", "80", "-y", "24", "sh", str(script)],
+                   env=env, check=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            shown = subprocess.run([tmux, "-L", sock, "capture-pane", "-p", "-S", "-500"], env=env,
+                                   capture_output=True, text=True).stdout
+            if "__done__" in shown or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        subprocess.run([tmux, "-L", sock, "kill-server"], env=env)
+    assert "__done__" in shown, shown
+    rows = shown.split("__done__")[0].rstrip().splitlines()
+    assert all(len(r) <= 80 for r in rows), [r for r in rows if len(r) > 80]
+    assert any(LONG in r for r in rows if r.startswith("run ")), shown  # the id whole, on one line
+    assert sum(r.count(LONG) for r in rows) >= 5
+    words = set(piped.split())
+    split = [w for r in rows for w in r.split() if w not in words and w.rstrip(":") not in words]  # `RUN:` in blocks
+    assert split == [], f"pieces of words at a line's edge: {split}"

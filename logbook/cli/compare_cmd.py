@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from logbook.cli._app import JSON_OPTION, app, print_json
+from logbook.cli.console_cmd import wrap_line
 
 
 def fmt_value(v: Any) -> str:
@@ -34,9 +35,9 @@ def fmt_value(v: Any) -> str:
 
 def text_lines(cmp, width: int | None) -> list[str]:
     """The comparison as plain lines: a table per section, or blocks where a table would not fit `width`."""
-    lines = [f"runs: {', '.join(f'{r} ({s})' for r, s in zip(cmp.runs, cmp.states))}"]
+    lines = [wrap_line("runs: ", ", ".join(f"{r} ({s})" for r, s in zip(cmp.runs, cmp.states)), width)]
     if any(src != "resolved" for src in cmp.config_source):
-        lines.append("config: " + ", ".join(f"{r} {s}" for r, s in zip(cmp.runs, cmp.config_source)))
+        lines.append(wrap_line("config: ", ", ".join(f"{r} {s}" for r, s in zip(cmp.runs, cmp.config_source)), width))
     for sec in cmp.sections:
         if not sec.rows and not (sec.title == "config" and cmp.only_differences):
             continue
@@ -52,7 +53,7 @@ def text_lines(cmp, width: int | None) -> list[str]:
         else:
             for row in body:
                 lines.append(row[0])
-                lines += [f"  {run}: {cell}" for run, cell in zip(cmp.runs, row[1:])]
+                lines += [wrap_line(f"  {run}: ", cell, width) for run, cell in zip(cmp.runs, row[1:])]
     return lines
 
 

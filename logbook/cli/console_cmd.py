@@ -30,8 +30,10 @@ def _width() -> int | None:
 def wrap_line(head: str, text: str, width: int | None) -> str:
     """`head` then `text`, wrapped at spaces under `text`'s column when a terminal is narrower than the line."""
     line = f"{head}{text}"
-    if width is None or len(line) <= width or width - len(head) < 20:
+    if width is None or len(line) <= width:
         return line
+    if width - len(head) < 20:  # a head as wide as the terminal (a long id): the text goes under it
+        return head.rstrip() + "\n" + wrap_line("    ", text, width)
     body = textwrap.wrap(text, width - len(head), break_long_words=False, break_on_hyphens=False)
     return head + ("\n" + " " * len(head)).join(body)
 
@@ -109,7 +111,7 @@ def _status_lines(st, width: int | None) -> list[str]:
     from logbook.core.textfmt import fmt_duration, fmt_num
 
     label = "exploratory" if st.exploratory else f"preregistration {st.prereg_id}" if st.prereg_id else "no preregistration"
-    lines = [f"run      {st.run}", f"tests    {label}", wrap_line("health   ", f"{st.health}: {st.how}", width)]
+    lines = [f"run      {st.run}", wrap_line("tests    ", label, width), wrap_line("health   ", f"{st.health}: {st.how}", width)]
     where = []
     if st.attempt is not None:
         where.append(f"attempt {st.attempt}")
