@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from logbook.cli import app  # noqa: F401  (every command registered in its own order before a module below adds one)
 from logbook.cli.compare_cmd import fmt_value, markdown, text_lines
 from logbook.cli.console_cmd import wrap_line
 from logbook.core.errors import UsageError
