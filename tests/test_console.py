@@ -164,7 +164,7 @@ def test_tail_without_follow_prints_the_last_events_and_returns(lab):
 
 def test_stop_and_status_refuse_what_is_not_there(lab):
     ended = lab.logbook("stop", SHORT)
-    assert ended.returncode == 3 and "error: run console-short is finished" in ended.stderr
+    assert ended.returncode == 3 and "error: run console-short is finished: there is nothing to stop" in ended.stderr
     assert "Traceback" not in ended.stderr
     unknown = lab.logbook("status", "no-such-run")
     assert unknown.returncode != 0 and "error: unknown run 'no-such-run'" in unknown.stderr

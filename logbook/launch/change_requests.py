@@ -163,7 +163,11 @@ def submit_change(project: Project, run_id: str, changes: Mapping[str, Any], rea
 def submit_stop(project: Project, run_id: str, reason: str | None, who: str | None = None) -> Submitted:
     """Ask a running run to save and end at its next step; refuses unknown and ended runs."""
     request = new_stop_request(run_id, reason, who or str(git_identity(project.root)))
-    run_accepts_changes(project, run_id)
+    status = run_status(project, run_id, load_run_record(project, run_id))
+    if status != "running":
+        raise RefusedError(f"run {run_id} is {status}: there is nothing to stop",
+                           hint=f"`logbook status {run_id}` says how it ended")
+    run_accepts_changes(project, run_id)  # and the launcher must be alive to end it
     path = write_request(project.control_dir(run_id), request)
     return Submitted(request=request, path=path)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from logbook.core.errors import NotFoundError
 from logbook.core.project import Project
-from logbook.records.eventschema import get_kind, label, parse_ts, summary
+from logbook.records.eventschema import get_kind, kinds_where, label, parse_ts, summary
 from logbook.records.sink import full_metrics_path
 from logbook.runs.facts import LIFECYCLE, RunFacts, load_facts
 from logbook.runs.record import list_run_ids, load_run_record
@@ -38,6 +38,8 @@ STALL_STEPS = 20
 """...nor before this many median steps passed without a sign of life."""
 LAST_EVENTS = 8
 """Events `status` shows by default."""
+QUIET_KINDS = kinds_where(routine=True, guard=None)
+"""Routine events a console leaves out (checkpoint saves); the guard's routine actions (a skipped step) still show."""
 
 
 @dataclass
@@ -149,7 +151,7 @@ def run_status(project: Project, run_id: str, *, events: int = LAST_EVENTS, now:
     health, how = _health(project, run_id, facts, age, spp)
     remaining = (facts.total_steps - step) if facts.total_steps and step is not None else None
     eta = remaining * spp if health != "ended" and remaining is not None and spp else None
-    shown = [e for e in facts.run_events() if e.get("kind") != "checkpoint_saved"][-events:] if events else []
+    shown = [e for e in facts.run_events() if e.get("kind") not in QUIET_KINDS][-events:] if events else []
     loss = facts.series.get("loss") or {}
     return RunStatus(
         run=run_id, state=facts.state, health=health, how=how, attempt=_attempt(facts, beat), step=step,
