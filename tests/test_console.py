@@ -1,7 +1,8 @@
 """`logbook status`, `tail` and `stop` against real runs, from another process as a second terminal would.
 
 One repository for the module: a short run that finishes, then a long one
-started in the background with `logbook run`, watched, followed, and stopped.
+(the bundled configs/micro-test.yaml, made long by an override) started in the
+background with `logbook run`, watched, followed, and stopped.
 The tests run in file order and share those runs (real runs are slow).
 """
 
@@ -66,13 +67,14 @@ def lab(tmp_path_factory):
     lab = Lab(root, env)
     assert lab.logbook("init").returncode == 0
     micro_config(root, "short.yaml", steps=8, every=4)
-    micro_config(root, "long.yaml", steps=100_000, every=50)
+    (root / "configs" / "micro-test.yaml").write_bytes((ROOT / "configs" / "micro-test.yaml").read_bytes())
     subprocess.run(["git", "add", "-A"], cwd=root, env=env, check=True)
     subprocess.run(["git", "commit", "-q", "-m", "logbook init"], cwd=root, env=env, check=True)
     short = lab.logbook("run", "--exploratory", "--run-id", SHORT, "configs/short.yaml", timeout=300)
     assert short.returncode == 0, short.stderr
     lab.launcher = subprocess.Popen([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", LONG,
-                                     "configs/long.yaml", "optim.lr=0.002"], cwd=root, env=env,
+                                     "configs/micro-test.yaml", "train.steps=100000", "checkpoint.every=50",
+                                     "optim.lr=0.002"], cwd=root, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     metrics = root / ".logbook" / "metrics" / LONG / "metrics.jsonl"
