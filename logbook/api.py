@@ -71,6 +71,7 @@ _LAZY: dict[str, str] = {
     # live change requests and the one allow-list of what may change
     "PendingWatch": "logbook.launch.change_requests", "decode_request": "logbook.launch.change_requests",
     "finish_request": "logbook.launch.change_requests", "iter_answers": "logbook.launch.change_requests",
+    "is_stop": "logbook.launch.change_requests",
     "processed_dir": "logbook.launch.change_requests", "REPLY_KEY": "logbook.launch.change_requests",
     "SETTINGS": "logbook.launch.live_settings", "coerce_value": "logbook.launch.live_settings",
     "validate_changes": "logbook.launch.live_settings", "live_config_path": "logbook.launch.live_settings:config_path",

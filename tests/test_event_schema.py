@@ -82,7 +82,7 @@ def test_every_kind_the_code_names_is_registered():
 
 
 def test_flags_answer_the_readers_questions():
-    assert set(kinds_where(terminal=True)) == {"run_finished", "run_failed", "run_aborted"}
+    assert set(kinds_where(terminal=True)) == {"run_finished", "run_failed", "run_aborted", "run_stopped"}
     assert kinds_where(afterwards=True) == ("outcome",)
     assert "restart" in kinds_where(incident=True) and "restart" in kinds_where(reviewable=True)
     assert set(kinds_where(lr_change=True)) == {"lr_scaled", "hparam_change"}

@@ -99,6 +99,7 @@ def _record_for_torchrun(exc: BaseException) -> None:
 
 def _train(cfg, args, started_at: float) -> int:
     # Here, not at the top: `--print-config` and argument errors answer without importing torch.
+    from .live_control import StopRequested
     from .loop import Preempted
     from .startup import build_trainer
 
@@ -107,6 +108,9 @@ def _train(cfg, args, started_at: float) -> int:
             trainer = build_trainer(cfg, project_root=Path(args.project), run_id=args.run_id, config_path=args.config,
                                     started_at=started_at)
             trainer.fit()
+        except StopRequested as s:
+            print(f"stopped on request: saved at step {s.saved_step}; exiting 0", file=sys.stderr)
+            return 0
         except Preempted as p:
             print(f"preempted by {p.signal_name}: saved at step {p.saved_step}; exiting {EXIT_PREEMPTED}", file=sys.stderr)
             return EXIT_PREEMPTED

@@ -202,6 +202,10 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
         d = kinds["preempted"].get("data", {})
         out.update(cause="preempted", signal=d.get("signal"),
                    detail=f"attempt {prev} was preempted ({d.get('signal')}) and saved at step {d.get('saved_step')}")
+    elif "run_stopped" in kinds:
+        d = kinds["run_stopped"].get("data", {})
+        out.update(cause="stopped", detail=f"attempt {prev} was stopped on request by {d.get('who')} and saved at "
+                                           f"step {d.get('saved_step')}")
     elif (err := torchelastic_previous_error(env)) is not None:
         out.update(cause="exception", exception_message=err["message"],
                    detail=f"attempt {prev} failed; torchrun recorded: {err['message']}")

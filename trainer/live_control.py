@@ -49,10 +49,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from logbook.api import (REPLY_KEY, SETTINGS, PendingWatch, Project, UsageError, atomic_write_json, decode_request,
-                         finish_request, iter_answers, judge_against_plan, processed_dir, validate_changes)
+                         finish_request, is_stop, iter_answers, judge_against_plan, processed_dir, validate_changes)
 from logbook.api import live_config_path as config_path
 
 from .callbacks import Callback
+from .loop import Preempted
 
 STATE_VERSION = 1
 MAX_RAW_KEPT = 4096
@@ -99,6 +100,8 @@ class ControlChannel:
         self._resync = True
         self._queued: list[tuple[str, dict[str, Any]]] = []
         self._watch = PendingWatch(self.control_dir)
+        self.stop_request: tuple[str, dict[str, Any]] | None = None
+        """(file name, request) of a clean stop asked for (`logbook stop`); `ControlCallback` carries it out."""
 
     # --- the step boundary ---------------------------------------------------------
 
@@ -157,6 +160,9 @@ class ControlChannel:
             self._reject(name, {**item["request"], "raw": item["raw"]}, item["request"], item["error"], step, tokens)
             return []
         req = item["request"]
+        if is_stop(req):  # every rank sees it at the same step (broadcast), so all stop together
+            self.stop_request = (name, req)
+            return []
         if mode == "duplicate":
             at = self.applied_at.get(req["request_id"])
             self._answer(name, req, {"status": "applied", "step": at, "applied": [],
@@ -262,6 +268,11 @@ class ControlChannel:
             finish_request(self.control_dir, name, body, reply)
         except OSError:
             pass
+
+    def answer_stop(self, saved_step: int, step: int) -> None:
+        """Answer the stop request once the checkpoint is saved and `run_stopped` written."""
+        name, req = self.stop_request or ("", {})
+        self._answer(name, req, {"status": "stopped", "step": step, "saved_step": saved_step, "attempt": self.attempt})
 
     def _record_rejection(self, req: Mapping[str, Any], why: str, step: int, tokens: int | None, **extra: Any) -> None:
         if self.rank == 0:
@@ -441,6 +452,15 @@ def _diff(before: str, after: str, step: int) -> str:
     return "".join(lines)
 
 
+class StopRequested(Preempted):
+    """The attempt saved and ended because a person asked (`logbook stop`); the process exits 0.
+
+    A kind of `Preempted`, so the loop ends the attempt the same way (no `attempt_failed`)."""
+
+    def __init__(self, saved_step: int) -> None:
+        super().__init__("logbook stop", saved_step)
+
+
 class ControlCallback(Callback):
     """Plugs the channel into the training loop: polls before every step, saves with every checkpoint."""
 
@@ -482,6 +502,24 @@ class ControlCallback(Callback):
         changes = self.channel.poll(step, tokens=self.trainer.tokens)
         if any(c["path"].startswith("optim.") for c in changes):
             self.trainer.apply_optimizer_config()
+        if self.channel.stop_request is not None:
+            self._stop_cleanly(self.channel.stop_request[1])
+
+    def _stop_cleanly(self, req: Mapping[str, Any]) -> None:
+        """`logbook stop`: save the last completed step, record `run_stopped`, answer, and end the attempt.
+
+        The same save the preemption path makes; the exit is 0, so torchrun does
+        not restart the workers and the launcher reads `run_stopped` as the end.
+        """
+        t = self.trainer
+        t.checkpointer.wait()
+        t.poll_saves()
+        if t.last_saved_step != t.step:
+            t.save(sync=True)
+        t.emit("run_stopped", who=req.get("who"), reason=req.get("reason"), request_id=req.get("request_id"),
+               saved_step=t.last_good_step)
+        self.channel.answer_stop(t.last_good_step, t.step)
+        raise StopRequested(t.last_good_step)
 
     def post_step(self, step: int, metrics: dict[str, Any]) -> None:
         self._note_mixture_stage(step)

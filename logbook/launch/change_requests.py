@@ -15,6 +15,11 @@ Layout under `project.control_dir(run)` (uncommitted runtime state):
 File names sort in submission order and never collide, so two `logbook set`
 calls at once both land and are both answered. A temporary file of an atomic
 write starts with a dot and is never read as a request.
+
+`logbook stop RUN` uses the same channel: a request with `"type": "stop"` and
+no changes. The trainer saves a checkpoint at its next step boundary, writes
+`run_stopped` and exits cleanly (so neither torchrun nor the launcher restarts
+it), answering `{"status": "stopped", "saved_step": N}`.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_st
 from logbook.runs.runlock import dead_holder
 
 REQUEST_VERSION = 1
+STOP = "stop"
+"""The `type` of a request to stop the run cleanly (a request without `type` changes settings)."""
+STOP_REASON = "no reason given"
+"""What a stop records when the person gave no reason: a stop needs none, unlike a change."""
 MAX_REQUEST_BYTES = 256 * 1024
 REPLY_KEY = "outcome"
 """Where a processed request holds the run's reply (status, step, applied or reason).
@@ -113,6 +122,16 @@ def new_request(run_id: str, changes: Mapping[str, Any], reason: str, who: str) 
     }
 
 
+def new_stop_request(run_id: str, reason: str | None, who: str) -> dict[str, Any]:
+    """A complete request to stop the run cleanly at its next step (not yet written)."""
+    return {"v": REQUEST_VERSION, "type": STOP, "request_id": uuid.uuid4().hex[:16], "run": check_run_id(run_id),
+            "created": utc_now(), "who": who, "reason": check_reason(reason) if reason else STOP_REASON, "changes": {}}
+
+
+def is_stop(request: Mapping[str, Any]) -> bool:
+    return request.get("type") == STOP
+
+
 def write_request(control_dir: Path, request: Mapping[str, Any]) -> Path:
     """Write a request atomically into pending/; returns its path."""
     path = pending_dir(control_dir) / request_name()
@@ -137,6 +156,18 @@ def submit_change(project: Project, run_id: str, changes: Mapping[str, Any], rea
     """Validate a change for a running run and queue it for the trainer."""
     request = new_request(run_id, changes, reason, who or str(git_identity(project.root)))
     run_accepts_changes(project, run_id)
+    path = write_request(project.control_dir(run_id), request)
+    return Submitted(request=request, path=path)
+
+
+def submit_stop(project: Project, run_id: str, reason: str | None, who: str | None = None) -> Submitted:
+    """Ask a running run to save and end at its next step; refuses unknown and ended runs."""
+    request = new_stop_request(run_id, reason, who or str(git_identity(project.root)))
+    status = run_status(project, run_id, load_run_record(project, run_id))
+    if status != "running":
+        raise RefusedError(f"run {run_id} is {status}: there is nothing to stop",
+                           hint=f"`logbook status {run_id}` says how it ended")
+    run_accepts_changes(project, run_id)  # and the launcher must be alive to end it
     path = write_request(project.control_dir(run_id), request)
     return Submitted(request=request, path=path)
 
@@ -210,7 +241,9 @@ def decode_request(raw: bytes, run_id: str) -> dict[str, Any]:
     if req["run"] != run_id:
         raise UsageError(f"request is addressed to run {req['run']!r}, not {run_id!r}")
     req["reason"] = check_reason(req["reason"])
-    req["changes"] = validate_changes(req.get("changes"))
+    if req.get("type") not in (None, STOP):
+        raise UsageError(f"request file has an unknown `type` {req['type']!r} (known: {STOP}, or none for a change)")
+    req["changes"] = {} if is_stop(req) else validate_changes(req.get("changes"))
     return req
 
 

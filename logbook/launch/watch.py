@@ -45,13 +45,13 @@ class RunResult:
 
     run_id: str
     status: str
-    """finished | failed | aborted | preempted"""
+    """finished | failed | aborted | preempted | stopped"""
     attempts: int
     """Last attempt number in the run's event log (1-based, across resumes)."""
     restarts: int
     """`restart` events in the run's event log."""
     exit_code: int
-    """0 finished, 5 failed or aborted, 75 preempted, 130 interrupted by Ctrl-C."""
+    """0 finished or stopped, 5 failed or aborted, 75 preempted, 130 interrupted by Ctrl-C."""
     run_dir: Path
     events_path: Path
     reason: str = ""
@@ -218,6 +218,8 @@ def event_line(ev: dict[str, Any]) -> str | None:
         if d.get("exception_type") == "RunFailedError":
             return None  # an abort: final, and the worker's own `error:` line already says it
         return f"attempt {ev.get('attempt')} failed at step {ev.get('step')}: {d.get('exception_type')}: {d.get('exception_message')}"
+    if kind == "run_stopped":
+        return f"attempt {ev.get('attempt')} stopped on request at step {ev.get('step')}: checkpoint at step {d.get('saved_step')}"
     if kind == "preempted":
         return f"attempt {ev.get('attempt')} preempted at step {ev.get('step')}: checkpoint at step {d.get('saved_step')}"
     return None
@@ -265,6 +267,9 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
     reason = ""
     if any(e.get("kind") == "run_finished" for e in events):
         status, code = "finished", EXIT_OK
+    elif "run_stopped" in kinds:  # `logbook stop`: saved and ended on request, the trainer exited 0
+        status, code = "stopped", EXIT_OK
+        reason = "stopped on request after saving (logbook stop); resume with `logbook run --resume " + rec.run_id + "`"
     elif "preempted" in kinds:
         status, code = "preempted", EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED
         reason = "stopped on request after saving; resume with `logbook run --resume " + rec.run_id + "`"

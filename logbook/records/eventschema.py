@@ -132,6 +132,7 @@ RESTART_CAUSES: dict[str, str] = {
     "exception": "raised {exception}",
     "signal": "killed by {signal}",
     "preempted": "preempted",
+    "stopped": "stopped on request (logbook stop)",
     "hang": "hung past its step timeout",
 }
 """A `restart`'s cause, in the words every reader uses: lineage, review queue, report, chronicle, terminal.
@@ -271,6 +272,12 @@ def _sum_preempted(e: Event) -> str:
 def _sum_hang(e: Event) -> str:
     d = e.data
     return f"no progress for {fmt_duration(d.get('elapsed_s'))} (timeout {fmt_duration(d.get('timeout_s'))})"
+
+
+def _sum_stopped(e: Event) -> str:
+    d = e.data
+    s = f"stopped by {d.get('who') or 'unknown'}, saved at step {fmt_int(d.get('saved_step'))}"
+    return s + (f": {d['reason']}" if d.get("reason") else "")
 
 
 def _sum_reason(e: Event) -> str:
@@ -515,6 +522,13 @@ _KINDS: tuple[Kind, ...] = (
              _f("wall_s", "number", "seconds since the run's first attempt began"),
              _f("attempt_wall_s", "number", "seconds of the last attempt"),
              _f("checkpoint_blocking_s", "number", "seconds training waited for checkpoints"),
+         )),
+    Kind("run_stopped", "a person stopped the run cleanly (`logbook stop`): it saved a checkpoint and ended",
+         "run stopped", terminal=True, ends_attempt=3, run_state="stopped", summary=_sum_stopped, fields=(
+             _f("who", "str", "who asked for the stop"),
+             _f("reason", "str", "why, in their words"),
+             _f("request_id", "str", "the stop request"),
+             _f("saved_step", "int", "the step of the checkpoint saved before stopping"),
          )),
     Kind("run_failed", "the run ended in failure (restarts exhausted or fatal error)", "run failed",
          incident=True, terminal=True, reopens=True, ends_attempt=3, run_state="failed", alert="ERROR",
