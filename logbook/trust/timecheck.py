@@ -293,8 +293,13 @@ def _check_tails(project: Project, records: list[Stampable], stamps: dict[str, _
                 f"none of its log's stamps came within {late_after:g} s of its event")
         out.facts["runs"].setdefault(run.run_id, {})["unproven_tail"] = total - timely
         out.findings.append(TimeFinding(run.path.rsplit("/", 1)[0] + "/events.jsonl", "unproven_tail", (
-            f"run {run.run_id}: the last {total - timely} event(s) of its log (lines {timely + 1}-{total}) have no "
-            f"third-party time: {last}, and {why}"), require))
+            f"run {run.run_id}: {_tail_words(timely, total)} no third-party time: {last}, and {why}"), require))
+
+
+def _tail_words(timely: int, total: int) -> str:
+    if total - timely == 1:
+        return f"the last event of its log (line {total}) has"
+    return f"the last {total - timely} events of its log (lines {timely + 1}-{total}) have"
 
 
 def _parse_ts(ts: str) -> datetime | None:
