@@ -244,7 +244,7 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
-    _check_time(project, report, use_cache=not full, require=bool(pin and pin.require))
+    _check_time(project, report, use_cache=not full, require=bool(pin and pin.requires))
     report.identity = ident = signed_records.check_identity(project, prereg_id, hist.introduced)
     report.problems += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.problems]
     report.warnings += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.warnings]

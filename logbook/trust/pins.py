@@ -61,6 +61,13 @@ class TrustPin:
     """Where the pin comes from, in words, for messages."""
     compare: bool = False
     """True for a pins-file entry: any difference from the repository's trust root is reported."""
+    required_by_reader: bool = False
+    """`verify --require-stamps`: stamps are required now; enforced, never compared with the repository."""
+
+    @property
+    def requires(self) -> bool:
+        """Whether this reader requires every record to carry a valid, timely stamp."""
+        return self.require or self.required_by_reader
 
     def to_dict(self) -> dict[str, Any]:
         return {"ca_sha256": list(self.ca_sha256), "require": self.require,
@@ -126,8 +133,11 @@ def load_pins(path: Path | None = None) -> dict[str, TrustPin]:
         raise UsageError(e.message, hint=_fix_file(path)) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("repositories", {}), dict):
         raise UsageError(f"{path}: must be a mapping with `repositories:` (url -> pin)", hint=_fix_file(path))
-    return {str(k): _parse_pin(v, f"{path}: repositories.{k}", str(path), str(k))
-            for k, v in (raw.get("repositories") or {}).items()}
+    try:
+        return {str(k): _parse_pin(v, f"{path}: repositories.{k}", str(path), str(k))
+                for k, v in (raw.get("repositories") or {}).items()}
+    except UsageError as e:
+        raise UsageError(e.message, hint=e.hint or _fix_file(path)) from None
 
 
 def _parse_pin(raw: Any, where: str, path: str, key: str) -> TrustPin:
@@ -204,8 +214,8 @@ def reader_pin(project: Project, *, ca_sha256: list[str] | None = None, require:
     if not cas and not require:
         return pin
     if pin is None:
-        return TrustPin(cas, require, source="--ca-sha256/--require-stamps")
-    return replace(pin, ca_sha256=cas or pin.ca_sha256, require=pin.require or require,
+        return TrustPin(cas, source="--ca-sha256/--require-stamps", required_by_reader=require)
+    return replace(pin, ca_sha256=cas or pin.ca_sha256, required_by_reader=require,
                    source=f"{pin.source}, with --ca-sha256/--require-stamps")
 
 
@@ -218,7 +228,7 @@ def differences(project: Project, pin: TrustPin) -> list[PinFinding]:
               "check with the lab, out of band, which CA its authority has (`sha256sum` of the CA file): a history "
               "that lost or swapped its authority proves no time")
     out: list[PinFinding] = []
-    if (pin.ca_sha256 or pin.require) and cfg is None:
+    if (pin.ca_sha256 or pin.requires) and cfg is None:
         what = f"trusts CA sha256 {', '.join(h[:12] + '…' for h in pin.ca_sha256)}" if pin.ca_sha256 else \
             "requires third-party stamps"
         out.append(PinFinding("logbook.yaml", (
