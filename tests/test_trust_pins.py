@@ -40,6 +40,7 @@ def _pin_file(home) -> dict:
 def test_an_honest_team_that_pinned_once_is_intact_on_every_clone_and_on_a_fresh_one(tmp_path, local_tsa, pins_home):
     story = _honest(tmp_path, local_tsa)
     ada, mallory = story.team["ada"], story.team["mallory"]
+    assert "`logbook pin` records it" in ada.ok("verify").stderr  # verify offers the pin
     res = ada.ok("pin")  # the only extra command: once per machine
     origin = str(story.team.origin)
     assert f"Pinned {origin} in {pins_home / 'logbook' / 'pins.yaml'}" in res.stdout
@@ -56,6 +57,7 @@ def test_an_honest_team_that_pinned_once_is_intact_on_every_clone_and_on_a_fresh
         assert out.exit_code == 0, (clone.name, out.output)
         assert f"Trust root pinned by the pin for {origin} in " in out.stdout and f"run {RUN}: before" in out.stdout
         assert "unproven_tail" not in out.output and "no third-party time" not in out.stdout
+        assert "not pinned" not in out.stderr
     assert fresh.cli("verify", "--require-stamps", "--ca-sha256", _sha(local_tsa.ca_pem_path)).exit_code == 0
 
 

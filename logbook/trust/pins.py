@@ -131,7 +131,7 @@ def load_pins(path: Path | None = None) -> dict[str, TrustPin]:
         raw = load_yaml_text(text, str(path)) or {}
     except UsageError as e:
         raise UsageError(e.message, hint=_fix_file(path)) from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("repositories", {}), dict):
+    if not isinstance(raw, dict) or not isinstance(raw.get("repositories") or {}, dict):
         raise UsageError(f"{path}: must be a mapping with `repositories:` (url -> pin)", hint=_fix_file(path))
     try:
         return {str(k): _parse_pin(v, f"{path}: repositories.{k}", str(path), str(k))
