@@ -14,7 +14,10 @@ stamps' proof, not training. `tests/test_replay.py` retrains (case 1's strongest
 proof); `tests/test_forgeries.py` holds the cases that need no third party.
 
 Tests marked xfail(strict=True) are forgeries that still pass `verify` on a
-fresh clone: each reason says what a forger does and why nothing catches it.
+fresh clone for a reader who pinned nothing: each reason says what a forger
+does and why nothing in the repository catches it. Beside each, a test shows
+what catches it for a reader who pinned the trust root outside the repository
+(`logbook pin`, `verify --ca-sha256/--require-stamps`: `logbook.trust.pins`).
 """
 
 from __future__ import annotations
@@ -90,10 +93,18 @@ def _launch(clone: Clone, pid: str | None, *, restart: bool = True, **record) ->
         s.emit("run_finished", step=10, final_loss=2.5)
 
 
-def _honest(tmp_path, tsa, names=("ada", "mallory")) -> Story:
+@pytest.fixture
+def pins_home(tmp_path, monkeypatch):
+    """This machine's per-user config folder: where `logbook pin` writes, outside every repository."""
+    home = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    return home
+
+
+def _honest(tmp_path, tsa, names=("ada", "mallory"), timeout_s: float = 5) -> Story:
     team = make_team(tmp_path, list(names))
     ada = team["ada"]
-    tsa.configure(ada.path)
+    tsa.configure(ada.path, timeout_s=timeout_s)
     ada.push()
     for c in team.clones.values():
         if c is not ada:
@@ -207,12 +218,9 @@ def _squash_run_commit(story: Story, clone: Clone) -> None:
     clone.git("commit", "-q", "-m", f"run {RUN}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hole: stamps after the last one kept can be deleted; the forger cuts the log after a stamped checkpoint "
-    "head, rewrites what follows (the restart dropped, attempt 2 made attempt 1's), deletes the later heads' "
-    "stamps and stamps the new head now: every stamp left is honest and the log holds each stamped line"))
-def test_case3_a_restart_dropped_after_the_last_kept_stamped_head_is_exit_4(tmp_path, local_tsa):
-    story = _honest(tmp_path, local_tsa)
+def _drop_restart_after_the_last_kept_head(story: Story) -> None:
+    """Cut the log after its stamped checkpoint head, rewrite what follows (the restart dropped, attempt 2 made
+    attempt 1's), delete the later head's stamp, stamp the new head now, squash it into the run's commit."""
     mallory = story.team["mallory"]
     log = mallory.path / LOG
     recs = read_log(log)
@@ -225,8 +233,42 @@ def test_case3_a_restart_dropped_after_the_last_kept_stamped_head_is_exit_4(tmp_
     assert timestamps.stamp_digest(open_project(mallory.path), read_log(log)[-1]["hash"], what="head").written
     _squash_run_commit(story, mallory)
     force_push(mallory)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "hole for a reader who requires no stamps: stamps after the last one kept can be deleted; the forger cuts the "
+    "log after a stamped checkpoint head, rewrites what follows, deletes the later heads' stamps and stamps the "
+    "new head later: every stamp left is honest. verify warns that the tail has no timely stamp "
+    "(unproven_tail), but with `require: false` and no pin that is exit 0"))
+def test_case3_a_restart_dropped_after_the_last_kept_stamped_head_is_exit_4(tmp_path, local_tsa):
+    story = _honest(tmp_path, local_tsa)
+    _drop_restart_after_the_last_kept_head(story)
     res, _ = _fresh(story.team)
     assert res.exit_code == 4, res.output
+
+
+def test_case3_a_restart_dropped_after_the_last_kept_stamped_head_is_an_unproven_tail_and_exit_4_when_required(
+        tmp_path, local_tsa, pins_home, monkeypatch):
+    """The forger works days later; here seconds stand in for days: the authority's timeout is 2 s and the grace
+    is 0, so a stamp fetched 3.5 s after its event is late (the honest ones come within a second)."""
+    from logbook.trust import timecheck
+
+    monkeypatch.setattr(timecheck, "TAIL_GRACE_S", 0.0)
+    story = _honest(tmp_path, local_tsa, timeout_s=2)
+    assert _fresh(story.team, "before")[0].exit_code == 0  # the honest tail was stamped in time
+    assert story.team["before"].cli("verify", "--require-stamps").exit_code == 0
+    time.sleep(3.5)
+    _drop_restart_after_the_last_kept_head(story)
+    res, report = _fresh(story.team)
+    assert res.exit_code == 0, res.output  # a reader who requires nothing is warned:
+    w = next(w for w in report["warnings"] if w["kind"] == "unproven_tail")
+    assert w["path"] == LOG
+    assert (f"run {RUN}: the last event of its log (line 3) has no third-party time: its last stamp that came "
+            "within 2 s of its event covers line 2, and line 3 was stamped ") in w["message"]
+    required = story.team["fresh"].cli("verify", "--require-stamps")  # a reader who requires stamps: exit 4
+    assert required.exit_code == 4, required.output
+    assert f"CHANGED  run {RUN}: the last event of its log (line 3) has no third-party time" in required.stdout
+    assert "hint:" in required.stderr and "cannot be proven after the fact" in required.stderr
 
 
 def test_case3_a_restart_dropped_while_the_stamped_heads_are_kept_is_exit_4_naming_the_stamp(tmp_path, local_tsa):
@@ -323,18 +365,33 @@ def test_case5_squashed_and_backdated_with_fresh_stamps_never_says_before(tmp_pa
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "hole: with `require: false`, a post-hoc preregistration whose every stamp was fetched after the run ended is "
-    "a warning (stamps_after_run), exit 0: an honest run whose authority was down looks the same"))
+    "hole for a reader who requires no stamps: with `require: false` and no pin, a post-hoc preregistration whose "
+    "every stamp was fetched after the run ended is a warning (stamps_after_run), exit 0: an honest run whose "
+    "authority was down looks the same"))
 def test_case5_squashed_and_backdated_with_fresh_stamps_is_exit_4_without_require(tmp_path, local_tsa):
     team, _ = _post_hoc(tmp_path, local_tsa, shift_log=False)
     res, _ = _fresh(team)
     assert res.exit_code == 4
 
 
+def test_case5_squashed_and_backdated_with_fresh_stamps_is_exit_4_for_a_reader_who_requires_stamps(
+        tmp_path, local_tsa, pins_home):
+    team, pid = _post_hoc(tmp_path, local_tsa, shift_log=False)  # logbook.yaml: require: false
+    fresh = team.join("fresh")
+    res = fresh.cli("verify", "--require-stamps")
+    assert res.exit_code == 4, res.output
+    assert f"CHANGED  run {RUN}: no third-party proof of order" in res.stdout and f"after {pid} was written" in res.stdout
+    assert "hint:" in res.stderr and "cannot be proven after the fact" in res.stderr
+    fresh.ok("pin", "--require-stamps")  # or pinned once: every later verify on this machine requires them
+    pinned = fresh.cli("verify")
+    assert pinned.exit_code == 4 and f"CHANGED  run {RUN}: no third-party proof of order" in pinned.stdout
+
+
 @pytest.mark.xfail(strict=True, reason=(
-    "hole: case 1 with the log's times moved after the fresh stamps reads as 'before' to plain verify, even with "
-    "`require: true`: the record's and heads' stamps, and every `ts`, are consistent; only `verify --replay` "
-    "(a seed drawn from the preregistration's token) can tell, and it needs a real trainer run"))
+    "hole for every reader, a pinned one too: case 1 with the log's times moved after the fresh stamps reads as "
+    "'before' to plain verify, even with `require: true`: the record's and heads' stamps, and every `ts`, are "
+    "consistent and timely; only `verify --replay` (a seed drawn from the preregistration's token, "
+    "tests/test_replay.py) can tell, and it needs a real trainer run"))
 def test_case1_post_hoc_with_the_log_times_moved_forward_is_exit_4(tmp_path, local_tsa):
     team, _ = _post_hoc(tmp_path, local_tsa, shift_log=True, require=True)
     res, report = _fresh(team)
@@ -353,11 +410,7 @@ def _strip_run_stamps(clone: Clone) -> None:
         shutil.rmtree(project.entries / "stamps" / d, ignore_errors=True)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hole: with `require: false`, deleting the run's stamps together with the preregistration's old stamp "
-    "downgrades case 2 to 'no third-party time' (exit 0): on a fresh clone nothing shows the stamps existed"))
-def test_case2_with_the_runs_stamps_deleted_too_is_exit_4(tmp_path, local_tsa):
-    story = _honest(tmp_path, local_tsa)
+def _forge_case2_with_the_runs_stamps_deleted(story: Story) -> None:
     mallory = story.team["mallory"]
     _wait_a_second()
     _amend_prereg_commit(story, mallory, "val_loss@final < 3", "val_loss@final < 9")
@@ -365,11 +418,33 @@ def test_case2_with_the_runs_stamps_deleted_too_is_exit_4(tmp_path, local_tsa):
     mallory.git("add", "-A")
     mallory.git("commit", "-q", "--amend", "--no-edit")
     force_push(mallory)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "hole for a reader who requires no stamps: with `require: false` and no pin, deleting the run's stamps "
+    "together with the preregistration's old stamp downgrades case 2 to 'no third-party time' (exit 0): on a "
+    "fresh clone nothing shows the stamps existed"))
+def test_case2_with_the_runs_stamps_deleted_too_is_exit_4(tmp_path, local_tsa):
+    story = _honest(tmp_path, local_tsa)
+    _forge_case2_with_the_runs_stamps_deleted(story)
     res, report = _fresh(story.team)
     # What a reader sees: not "before", but a state of its own.
     assert report["timestamps"]["runs"][RUN]["order"] == "no third-party time"
     assert f"run {RUN}: before" not in res.stdout
     assert res.exit_code == 4, res.output
+
+
+def test_case2_with_the_runs_stamps_deleted_is_exit_4_for_a_reader_who_requires_stamps(tmp_path, local_tsa,
+                                                                                        pins_home):
+    story = _honest(tmp_path, local_tsa)  # logbook.yaml: require: false, all along
+    _forge_case2_with_the_runs_stamps_deleted(story)
+    fresh = story.team.join("fresh")
+    assert fresh.cli("verify").exit_code == 0  # the hole, for a reader who requires nothing
+    res = fresh.cli("verify", "--require-stamps")
+    assert res.exit_code == 4, res.output
+    assert (f"CHANGED  {RECORD} (run {RUN}'s record) has no valid third-party stamp, and logbook.yaml requires one"
+            in res.stdout)
+    assert "hint:" in res.stderr
 
 
 def test_case2_with_the_runs_stamps_deleted_is_exit_4_when_stamps_are_required(tmp_path, local_tsa):
@@ -389,16 +464,12 @@ def test_case2_with_the_runs_stamps_deleted_is_exit_4_when_stamps_are_required(t
     assert "logbook stamp" in fix_hint(Finding(**p))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hole: the trust root lives in the repository: a rewritten history whose logbook.yaml names no authority "
-    "(and holds no stamps) verifies with 'no third-party time', exit 0, whatever `require` said before; a "
-    "swapped CA file likewise makes the forger's own authority (any clock) the trusted one"))
-def test_case2_with_timestamping_removed_from_logbook_yaml_in_the_rewritten_history_is_exit_4(tmp_path, local_tsa):
+def _forge_case2_without_timestamping(story: Story, tsa) -> None:
+    """Case 2, then the whole history squashed into one commit whose logbook.yaml names no authority."""
     import yaml
 
-    story = _honest(tmp_path, local_tsa)
     mallory = story.team["mallory"]
-    local_tsa.configure(mallory.path, require=True)
+    tsa.configure(mallory.path, require=True)
     _wait_a_second()
     _amend_prereg_commit(story, mallory, "val_loss@final < 3", "val_loss@final < 9")
     cfg = yaml.safe_load((mallory.path / "logbook.yaml").read_text())
@@ -410,9 +481,107 @@ def test_case2_with_timestamping_removed_from_logbook_yaml_in_the_rewritten_hist
     mallory.git("reset", "-q", "--soft", base)  # the whole history in one commit: no trace of an authority
     mallory.git("commit", "-q", "-m", "the lab's logbook")
     force_push(mallory)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "hole for a reader who pinned nothing: the trust root lives in the repository: a rewritten history whose "
+    "logbook.yaml names no authority (and holds no stamps) verifies with 'no third-party time', exit 0, whatever "
+    "`require` said before (a reader who pinned it with `logbook pin`, or gives --ca-sha256, gets exit 4)"))
+def test_case2_with_timestamping_removed_from_logbook_yaml_in_the_rewritten_history_is_exit_4(tmp_path, local_tsa):
+    story = _honest(tmp_path, local_tsa)
+    _forge_case2_without_timestamping(story, local_tsa)
     res, report = _fresh(story.team)
     assert report["timestamps"]["state"] == "off"
     assert res.exit_code == 4, res.output
+
+
+def test_case2_with_timestamping_removed_is_exit_4_for_a_reader_who_pinned_the_trust_root(tmp_path, local_tsa,
+                                                                                         pins_home):
+    import hashlib
+
+    story = _honest(tmp_path, local_tsa)
+    story.team["ada"].ok("pin")  # once on this machine, from a clone that watched: pinned under the origin's url
+    ca = hashlib.sha256(local_tsa.ca_pem_path.read_bytes()).hexdigest()
+    _forge_case2_without_timestamping(story, local_tsa)
+    res, report = _fresh(story.team)
+    assert res.exit_code == 4, res.output
+    p = _problem(report, "pin_differs")
+    assert p["path"] == "logbook.yaml"
+    pins = pins_home / "logbook" / "pins.yaml"
+    assert (f"logbook.yaml names no timestamp authority, but the pin for {story.team.origin} in {pins} trusts "
+            f"CA sha256 {ca[:12]}…") in p["message"]
+    assert "hint:" in res.stderr and "`logbook pin --update`" in res.stderr
+    assert report["timestamps"]["pin"] == f"the pin for {story.team.origin} in {pins}"
+
+
+def test_case2_with_timestamping_removed_is_exit_4_for_a_reader_given_the_ca_on_the_command_line(
+        tmp_path, local_tsa, pins_home):
+    """A paper's reader who got the CA's hash from the lab, out of band, and pinned nothing."""
+    import hashlib
+
+    story = _honest(tmp_path, local_tsa)
+    ca = hashlib.sha256(local_tsa.ca_pem_path.read_bytes()).hexdigest()
+    _forge_case2_without_timestamping(story, local_tsa)
+    fresh = story.team.join("fresh")
+    assert fresh.cli("verify").exit_code == 0  # the hole, for a reader who pinned nothing
+    for args in (["--ca-sha256", ca.upper()], ["--require-stamps"]):
+        res = fresh.cli("verify", *args)
+        assert res.exit_code == 4, (args, res.output)
+        assert "CHANGED  logbook.yaml names no timestamp authority, but --ca-sha256/--require-stamps" in res.stdout
+        assert "hint:" in res.stderr
+
+
+def _forger_tsa(tmp_path):
+    """The forger's own authority: another CA, another TSA certificate, a real `openssl ts` on 127.0.0.1."""
+    from tsa_fixture import LocalTsa, Pki, _serve, _TsaServer, make_ca, make_tsa_cert
+
+    folder = tmp_path / "forger-pki"
+    ca = make_ca(folder, "Forger Root CA")
+    make_tsa_cert(folder, folder, "Forger TSA")
+    server = _serve(_TsaServer(Pki(folder, ca)))
+    return LocalTsa(f"http://127.0.0.1:{server.server_address[1]}/", ca, server)
+
+
+def test_a_ca_swapped_for_the_forgers_own_authority_is_exit_4_for_a_reader_who_pinned_the_trust_root(
+        tmp_path, local_tsa, pins_home):
+    """The forger trusts her own authority (any clock she likes), stamps every record anew under it and rewrites
+    the threshold: a fresh clone with no pin is Intact; a pinned reader, or one given the CA's hash, is exit 4
+    naming the CA's hash."""
+    import hashlib
+
+    story = _honest(tmp_path, local_tsa)
+    story.team["ada"].ok("pin")
+    honest_ca = hashlib.sha256(local_tsa.ca_pem_path.read_bytes()).hexdigest()
+    forger = _forger_tsa(tmp_path)
+    try:
+        mallory = story.team["mallory"]
+        _wait_a_second()
+        _amend_prereg_commit(story, mallory, "val_loss@final < 3", "val_loss@final < 9")
+        forger.configure(mallory.path, commit=False)  # her CA in place of the lab's, her url
+        shutil.rmtree(mallory.path / "entries" / "stamps")
+        project = open_project(mallory.path)
+        for s in stamping.stampables(project):  # every record and head, stamped anew by her authority, in order
+            assert timestamps.stamp_digest(project, s.digest, what=s.what).written
+            _wait_a_second() if s.kind == "prereg" else None
+        base = mallory.git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
+        mallory.git("add", "-A")
+        mallory.git("reset", "-q", "--soft", base)  # the whole history in one commit: no trace of the lab's CA
+        mallory.git("commit", "-q", "-m", "the lab's logbook")
+        force_push(mallory)
+    finally:
+        forger.stop()
+    forged_ca = hashlib.sha256(forger.ca_pem_path.read_bytes()).hexdigest()
+    unpinned = story.team.join("unpinned")
+    unpinned.git("remote", "set-url", "origin", f"{story.team.origin}/")  # another name: no pin applies
+    assert unpinned.cli("verify").exit_code == 0  # the hole, for a reader who pinned nothing
+    res, report = _fresh(story.team)
+    assert res.exit_code == 4, res.output
+    p = _problem(report, "pin_differs")
+    assert p["path"] == "trust/tsa-root.pem"
+    assert f"is trusted under trust/tsa-root.pem, whose sha256 is {forged_ca}, but the pin for" in p["message"]
+    assert f"trusts only CA sha256 {honest_ca[:12]}…" in p["message"]
+    given = unpinned.cli("verify", "--ca-sha256", honest_ca)
+    assert given.exit_code == 4 and f"whose sha256 is {forged_ca}, but --ca-sha256" in given.stdout
 
 
 # --- an acknowledgement of one's own forgery -------------------------------------------------------------

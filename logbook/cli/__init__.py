@@ -38,6 +38,7 @@ def _load_app():
     from logbook.cli import ack_cmd  # noqa: F401
     from logbook.cli import console_cmd  # noqa: F401
     from logbook.cli import compare_cmd  # noqa: F401
+    from logbook.cli import pin_cmd  # noqa: F401
     from logbook.cli._app import app
 
     return app

@@ -217,6 +217,11 @@ def verify_cmd(
                                               "preregistration, from its code snapshot and seed, and compare the losses "
                                               "bit for bit (CPU)."),
     run: Optional[str] = typer.Option(None, "--run", metavar="RUN", help="With --replay: replay only this run."),
+    require_stamps: bool = typer.Option(False, "--require-stamps",
+                                        help="A missing, invalid or late stamp is exit 4, whatever logbook.yaml says."),
+    ca_sha256: Optional[list[str]] = typer.Option(None, "--ca-sha256", metavar="HEX",
+                                                  help="Trust only authorities whose CA file has this SHA-256 "
+                                                       "(repeatable); a stamp under any other CA is exit 4."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check that every record and log is as first committed, over the whole history of HEAD.
@@ -247,6 +252,15 @@ def verify_cmd(
     folder, and compares each logged loss bit for bit: a run trained before
     its preregistration existed cannot match.
 
+    The trust root (which authority's CA, whether stamps are required) is the
+    repository's, which a rewritten history can change: a reader pins it from
+    outside. --ca-sha256 and --require-stamps give it on the command line (the
+    CA's hash from the lab, out of band); `logbook pin` records it in this
+    user's pins file, and every later verify here compares the repository with
+    it (exit 4 naming the pin and what differs). A run's log after its last
+    stamp that came in time has no third-party time: a warning, exit 4 when
+    stamps are required.
+
     Exit 0 when everything is as written; exit 4 naming what changed (a
     signature that does not match its record, an unsigned record where
     signing.require is true, or the first step whose loss differs from the
@@ -265,7 +279,10 @@ def verify_cmd(
     if run is not None and replay is None:
         raise UsageError("--run goes with --replay N", hint=f"logbook verify --replay 3 --run {run}")
     pid = None if prereg_id is None else (resolve_prereg_id(project, prereg_id) or prereg_id)
-    report = verify_project(project, pid, full=full)
+    from logbook.trust.pins import reader_pin
+
+    report = verify_project(project, pid, full=full, pin=reader_pin(project, ca_sha256=ca_sha256,
+                                                                     require=require_stamps))
     verdicts = _replay(project, replay, pid, run, report) if replay is not None else []
     if as_json:
         print_json({**report.to_dict(), "replay": [asdict(v) for v in verdicts]} if replay else report.to_dict())
@@ -318,6 +335,11 @@ def _echo_time(facts: dict[str, Any], ok: bool) -> None:
                 "were written (see `timestamping:` in the README)")
         return
     pending = facts.get("pending") or []
+    if facts.get("pin"):
+        typer.echo(f"Trust root pinned by {facts['pin']}.")
+    elif ok:
+        err("note: this repository's trust root is not pinned on this machine: `logbook pin` records it, so that "
+            "a history rewritten to drop or swap the authority is exit 4 here")
     typer.echo(f"Third-party time: {facts.get('stamps', 0)} valid stamp(s) from {', '.join(facts['authorities'])}"
                + (f"; {len(pending)} record(s) not stamped yet (`logbook stamp`)" if pending else "") + ".")
     for url, ca in sorted((facts.get("ca_sha256") or {}).items()):  # what a reader pins from outside the repository

@@ -61,7 +61,7 @@ from logbook.trust.timecheck import check_time, time_hint
 from logbook.trust import signed_records
 from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
 from logbook.trust.replay import check_seeds
-from logbook.trust import ack, no_third_party
+from logbook.trust import ack, no_third_party, pins
 
 TRAILER = "Logbook-Prereg"
 
@@ -77,8 +77,8 @@ class Finding:
     log_edited | log_lines_missing | log_deleted | log_torn_tail | elsewhere | remote_missing, and the
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
     log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), third-party time's
-    (stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run,
-    see `logbook.trust.timecheck`), identity's (signature_invalid | signature_orphan | unsigned; warnings:
+    (stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run |
+    unproven_tail, see `logbook.trust.timecheck`), the reader's pin's (pin_differs, see `logbook.trust.pins`), identity's (signature_invalid | signature_orphan | unsigned; warnings:
     signature_unknown_key | signature_unchecked | unsigned_before_require | allowed_signers_missing: see
     `logbook.trust.signed_records`), the seed kinds (seed_mismatch | seed_source_missing | seed_source_foreign |
     seed_not_earliest | seed_not_anchored, see `logbook.trust.replay`) and `verify --replay`'s
@@ -168,7 +168,7 @@ def fix_hint(f: Finding) -> str:
     """What to do about one finding: steps that work, and never `run logbook verify` (it sent you here)."""
     if f.kind == "prereg_after_run":
         return "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
-    if f.kind.startswith("stamp"):
+    if f.kind.startswith("stamp") or f.kind == "unproven_tail":
         return time_hint(f.kind, f.path)
     if f.hint:
         return f.hint
@@ -215,13 +215,17 @@ class _Record:
         return "preregistration" if not self.key else f"amendment {self.key}"
 
 
-def verify_project(project: Project, prereg_id: str | None = None, *, full: bool = False) -> VerifyReport:
+def verify_project(project: Project, prereg_id: str | None = None, *, full: bool = False,
+                   pin: pins.TrustPin | None = None) -> VerifyReport:
     """Check history, the working tree, the remotes' copies, every preregistration and every log.
 
     With `prereg_id`, only findings about that preregistration, its amendments
     and the runs that answer to it are reported. With `full`, the cache of
     verified commits is neither read nor written: every commit is read again.
+    `pin`: the reader's trust root (`logbook.trust.pins`); None: this user's
+    pins file's entry for the repository, if any.
     """
+    pin = pin if pin is not None else pins.reader_pin(project)
     root = project.root
     report = VerifyReport(in_progress=_in_progress(root), root=root)
     if prereg_id is not None:
@@ -240,7 +244,7 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
-    _check_time(project, report, use_cache=not full)
+    _check_time(project, report, use_cache=not full, require=bool(pin and pin.requires))
     report.identity = ident = signed_records.check_identity(project, prereg_id, hist.introduced)
     report.problems += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.problems]
     report.warnings += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.warnings]
@@ -250,11 +254,15 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     ack.apply_acknowledgements(project, report)  # last: it may cover any check's finding
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)
+    # After the scope and the acknowledgements: the trust root concerns every record, and no record vouches for it.
+    for d in pins.differences(project, pin) if pin is not None else []:
+        report.problems.insert(0, Finding(d.path, "pin_differs", d.message, hint=d.hint))
+    report.timestamps["pin"] = pin.source if pin is not None else None
     return report
 
 
-def _check_time(project: Project, report: VerifyReport, use_cache: bool) -> None:
-    time = check_time(project, use_cache=use_cache)
+def _check_time(project: Project, report: VerifyReport, use_cache: bool, require: bool = False) -> None:
+    time = check_time(project, use_cache=use_cache, require=require)
     for t in time.findings:
         (report.problems if t.problem else report.warnings).append(Finding(t.path, t.kind, t.message))
     report.timestamps = time.facts

@@ -15,6 +15,11 @@
   run (its record, its log's heads) is later than its last event, nothing
   proves its order (`stamps_after_run`): a warning, exit 4 with `require`.
 - With `require: true`, a record without a valid stamp is `stamp_missing`.
+- A run's log after its last *timely* stamped head (stamped within the
+  authority's timeout plus `TAIL_GRACE_S` of its event) has no third-party
+  time (`unproven_tail`): a warning, exit 4 when stamps are required. Stamps
+  after the last timely one can be deleted with the lines they prove, and a
+  rewritten tail stamped anew; only a stamp that came in time pins a line.
 
 No authority configured: "no third-party time", its own state, not a failure.
 """
@@ -42,6 +47,9 @@ NO_TIME = "no third-party time"
 NO_ORDER = "no third-party proof of order (all stamps fetched after the run ended)"
 BEFORE = "before"
 NOT_BEFORE = "NOT before"
+TAIL_GRACE_S = 60.0
+"""Seconds a head stamp may come later than its event beyond the authority's timeout and still count as
+timely: the launcher's polling of the log, and the skew between the machine's clock and the authority's."""
 
 
 @dataclass
@@ -50,7 +58,8 @@ class TimeFinding:
 
     path: str
     kind: str
-    """stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run"""
+    """stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run |
+    unproven_tail"""
     message: str
     problem: bool
     """True: exit 4; False: a warning."""
@@ -64,10 +73,11 @@ class TimeReport:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-def check_time(project: Project, *, use_cache: bool = True) -> TimeReport:
+def check_time(project: Project, *, use_cache: bool = True, require: bool = False) -> TimeReport:
     """Check every stamp offline and what they prove about order.
 
     `use_cache`: stamps that checked before (same token, digest, url and CA) are not checked again.
+    `require`: the reader's own (a pin, `verify --require-stamps`): stamps are required whatever logbook.yaml says.
     """
     cfg = settings(project)
     out = TimeReport()
@@ -87,8 +97,11 @@ def check_time(project: Project, *, use_cache: bool = True) -> TimeReport:
     out.facts = _facts(project, cfg, sum(len(f.valid) for f in stamps.values()))
     if cfg is None:
         return out
-    _check_missing(project, records, stamps, out, cfg.require)
-    _check_runs(project, records, stamps, lines, out, cfg.require)
+    require = require or cfg.require
+    out.facts["require"] = require
+    _check_missing(project, records, stamps, out, require)
+    _check_runs(project, records, stamps, lines, out, require)
+    _check_tails(project, records, stamps, lines, out, require, cfg.timeout_s)
     return out
 
 
@@ -253,6 +266,57 @@ def _order_against_prereg(project: Project, run: Stampable, started: VerifiedSta
         facts["order"] = NO_TIME
 
 
+def _check_tails(project: Project, records: list[Stampable], stamps: dict[str, _Stamps],
+                 lines: dict[str, tuple[str, int, str]], out: TimeReport, require: bool, timeout_s: float) -> None:
+    """Each run's log after its last timely stamped head has no third-party time (`unproven_tail`).
+
+    A head stamp is timely when the authority's time is within `timeout_s + TAIL_GRACE_S` of the event it
+    covers: the launcher asks for it as soon as it reads the line. A later stamp proves only that the line
+    existed by then, so whoever cut the log after the last timely head, rewrote what followed and stamped the
+    new head later is left with a tail nothing proves: a warning, exit 4 when stamps are required."""
+    late_after = timeout_s + TAIL_GRACE_S
+    for run in (r for r in records if r.kind == "run_record"):
+        total = sum(1 for _ in iter_records(project.run_dir(run.run_id) / "events.jsonl"))
+        heads = []  # (line, seconds from the event to its earliest stamp)
+        for digest, (rid, n, ts) in lines.items():
+            first = stamps[digest].earliest if rid == run.run_id else None
+            event = _parse_ts(ts)
+            if first is not None and event is not None:
+                heads.append((n, (first.time - event).total_seconds()))
+        timely = max((n for n, lag in heads if lag <= late_after), default=0)
+        if total <= timely:
+            continue
+        late = max(((n, lag) for n, lag in heads if n > timely), default=None)
+        why = (f"line {late[0]} was stamped {_duration(late[1])} after its event" if late else
+               "no stamp covers them")
+        last = (f"its last stamp that came within {late_after:g} s of its event covers line {timely}" if timely else
+                f"none of its log's stamps came within {late_after:g} s of its event")
+        out.facts["runs"].setdefault(run.run_id, {})["unproven_tail"] = total - timely
+        out.findings.append(TimeFinding(run.path.rsplit("/", 1)[0] + "/events.jsonl", "unproven_tail", (
+            f"run {run.run_id}: {_tail_words(timely, total)} no third-party time: {last}, and {why}"), require))
+
+
+def _tail_words(timely: int, total: int) -> str:
+    if total - timely == 1:
+        return f"the last event of its log (line {total}) has"
+    return f"the last {total - timely} events of its log (lines {timely + 1}-{total}) have"
+
+
+def _parse_ts(ts: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).astimezone(timezone.utc) if ts else None
+    except ValueError:
+        return None
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} days"
+
+
 def _amendments_in_force(project: Project, run: Stampable) -> list[str]:
     try:
         rec = json.loads((project.root / run.path).read_text("utf-8"))
@@ -298,6 +362,9 @@ def time_hint(kind: str, path: str) -> str:
     if kind == "stamped_after_run":
         return ("the run cannot answer to this preregistration: preregister anew, let it be stamped, "
                 "and start a new run with `--prereg`")
+    if kind == "unproven_tail":
+        return ("keep the authority reachable while runs train (the launcher stamps each checkpoint's head and the "
+                "last); a tail stamped late cannot be proven after the fact: say so in a note (`logbook note`)")
     if kind == "stamps_after_run":
         return ("keep the authority reachable while runs train (the launcher stamps at start and at every "
                 "checkpoint); this run's order cannot be proven after the fact")

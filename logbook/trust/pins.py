@@ -1,0 +1,319 @@
+"""A reader's pin: the trust root of a repository, kept outside it, as SSH's known_hosts keeps a host's key.
+
+The trust root (which authority's CA certificate, whether stamps are required,
+who may sign) lives in `logbook.yaml` and files in the repository, which anyone
+with push rights rewrites. A pin records it where a rewritten history cannot
+reach: in the reader's own per-user file, or on `verify`'s command line.
+
+    $XDG_CONFIG_HOME/logbook/pins.yaml   (default ~/.config/logbook/pins.yaml)
+
+    version: 1
+    repositories:
+      https://git.example.org/lab/exp.git:     # the repository's origin url (or its absolute path)
+        ca_sha256: [<64 hex>, ...]             # the CA files whose authorities this reader trusts
+        require: true                          # a missing, invalid or late stamp is exit 4
+        allowed_signers_sha256: <64 hex>       # the allowed_signers file as HEAD commits it (or null)
+        pinned: 2026-12-03T20:00:00Z
+
+Trust on first use: `logbook pin` writes the repository's current trust root
+once per machine; afterwards every `verify` there compares the repository
+with it. A history that drops `timestamping:`, flips `require` or swaps a CA
+file is then exit 4 (`pin_differs`), naming the pin and what differs; an
+agreed change is recorded with `logbook pin --update`. `verify --ca-sha256`
+and `--require-stamps` give the same trust root from the command line (a
+paper's reader gets the hash from the lab out of band): those are enforced,
+never compared field by field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from logbook.core.errors import RefusedError, UsageError
+from logbook.core.fsutil import atomic_write_text, exclusive
+from logbook.core.project import Project
+from logbook.core.yamlsafe import load_yaml_text
+
+HEX_RE = re.compile(r"^[0-9a-f]{64}$")
+_FIELDS = ("ca_sha256", "require", "allowed_signers_sha256", "pinned")
+
+
+@dataclass(frozen=True)
+class TrustPin:
+    """What a reader trusts, from outside the repository."""
+
+    ca_sha256: tuple[str, ...] = ()
+    """SHA-256 of the CA files whose authorities are trusted; empty: no constraint on the CA."""
+    require: bool = False
+    """True: every record needs a valid, timely stamp, whatever logbook.yaml says."""
+    allowed_signers_sha256: str | None = None
+    """The allowed_signers file as HEAD commits it, hashed; None: not pinned."""
+    pinned: str = ""
+    """When the pin was written (UTC, ISO 8601); "" for a pin given on the command line."""
+    source: str = "the command line"
+    """Where the pin comes from, in words, for messages."""
+    compare: bool = False
+    """True for a pins-file entry: any difference from the repository's trust root is reported."""
+    required_by_reader: bool = False
+    """`verify --require-stamps`: stamps are required now; enforced, never compared with the repository."""
+
+    @property
+    def requires(self) -> bool:
+        """Whether this reader requires every record to carry a valid, timely stamp."""
+        return self.require or self.required_by_reader
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ca_sha256": list(self.ca_sha256), "require": self.require,
+                "allowed_signers_sha256": self.allowed_signers_sha256, "pinned": self.pinned}
+
+
+@dataclass
+class PinFinding:
+    """One way the repository's trust root differs from the reader's pin (always exit 4)."""
+
+    path: str
+    """The file that differs, relative to the repository root (logbook.yaml, a CA file, allowed_signers)."""
+    message: str
+    hint: str
+
+
+@dataclass
+class PinWrite:
+    """What `write_pin` did."""
+
+    key: str
+    """The repository's origin url (or absolute path): its name in the pins file."""
+    path: Path
+    """The pins file."""
+    pin: TrustPin
+    """The pin now in force."""
+    changes: list[str] = field(default_factory=list)
+    """What differs from the pin it replaced (empty for a first pin or an unchanged one)."""
+    state: str = "pinned"
+    """pinned | unchanged | updated"""
+
+
+# --- the file -----------------------------------------------------------------------------------
+
+
+def pins_path() -> Path:
+    """`$XDG_CONFIG_HOME/logbook/pins.yaml`, or `~/.config/logbook/pins.yaml`: per user, in no repository."""
+    base = os.environ.get("XDG_CONFIG_HOME") or ""
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"  # XDG: relative is ignored
+    return root / "logbook" / "pins.yaml"
+
+
+def repo_key(project: Project) -> str:
+    """The name a repository is pinned under: its `origin` url, the same on every clone of it; else its path."""
+    from logbook.records import gitbind
+
+    url = gitbind.git(project.root, "config", "--get", "remote.origin.url", check=False).strip()
+    return url or str(project.root.resolve())
+
+
+def load_pins(path: Path | None = None) -> dict[str, TrustPin]:
+    """Every pin in the pins file (none when it does not exist); UsageError naming what is wrong in it."""
+    path = path or pins_path()
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot be read ({e})", hint=_fix_file(path)) from None
+    try:
+        raw = load_yaml_text(text, str(path)) or {}
+    except UsageError as e:
+        raise UsageError(e.message, hint=_fix_file(path)) from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("repositories") or {}, dict):
+        raise UsageError(f"{path}: must be a mapping with `repositories:` (url -> pin)", hint=_fix_file(path))
+    try:
+        return {str(k): _parse_pin(v, f"{path}: repositories.{k}", str(path), str(k))
+                for k, v in (raw.get("repositories") or {}).items()}
+    except UsageError as e:
+        raise UsageError(e.message, hint=e.hint or _fix_file(path)) from None
+
+
+def _parse_pin(raw: Any, where: str, path: str, key: str) -> TrustPin:
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where} must be a mapping of {', '.join(_FIELDS)}", hint=_fix_file(Path(path)))
+    for name in raw:
+        if name not in _FIELDS:
+            raise UsageError(f"{where}: unknown field `{name}`", hint=f"known: {', '.join(_FIELDS)}")
+    cas = raw.get("ca_sha256") or []
+    if not isinstance(cas, list):
+        raise UsageError(f"{where}.ca_sha256 must be a list of 64-hex SHA-256 digests")
+    require = raw.get("require", False)
+    if not isinstance(require, bool):
+        raise UsageError(f"{where}.require must be true or false, got {require!r}")
+    signers = raw.get("allowed_signers_sha256")
+    return TrustPin(tuple(check_hex(c, f"{where}.ca_sha256") for c in cas), require,
+                    None if signers is None else check_hex(signers, f"{where}.allowed_signers_sha256"),
+                    str(raw.get("pinned") or ""), f"the pin for {key} in {path}", compare=True)
+
+
+def check_hex(value: Any, where: str) -> str:
+    """A 64-hex SHA-256 digest, lower-cased; UsageError otherwise."""
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if not HEX_RE.match(text):
+        raise UsageError(f"{where}: {value!r} is not a SHA-256 digest (64 hex digits)",
+                         hint="`sha256sum trust/tsa-root.pem` prints the digest of a CA file")
+    return text
+
+
+def _fix_file(path: Path) -> str:
+    return f"fix or delete {path} (it is yours, outside any repository), then `logbook pin` again"
+
+
+# --- the repository's trust root -----------------------------------------------------------------
+
+
+def file_sha256(path: Path) -> str | None:
+    """SHA-256 of a file's bytes, None when it cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _signers_sha256(project: Project) -> str | None:
+    """The allowed_signers file as HEAD commits it (what signature checks read), hashed; None without signing."""
+    from logbook.records import gitbind
+
+    signing = project.config.signing
+    if signing is None or gitbind.head_commit(project.root) is None:
+        return None
+    spec = f"HEAD:{signing.allowed_signers}"
+    data = gitbind.read_blobs(project.root, [spec]).get(spec)
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def current_root(project: Project) -> TrustPin:
+    """The repository's trust root as it stands: the CA files' hashes, `require`, the allowed signers' hash."""
+    cfg = project.config.timestamping
+    cas = tuple(sorted({h for a in (cfg.authorities if cfg else []) if (h := file_sha256(project.root / a.ca))}))
+    return TrustPin(cas, bool(cfg and cfg.require), _signers_sha256(project), source=f"{project.root}")
+
+
+# --- what verify applies ----------------------------------------------------------------------------
+
+
+def reader_pin(project: Project, *, ca_sha256: list[str] | None = None, require: bool = False) -> TrustPin | None:
+    """The pin `verify` applies: the pins-file entry for this repository, with the command line's on top.
+
+    `ca_sha256` (from `--ca-sha256`) replaces the file's CA list; `require` (`--require-stamps`) adds to it.
+    """
+    pin = load_pins().get(repo_key(project))
+    cas = tuple(check_hex(c, "--ca-sha256") for c in ca_sha256 or [])
+    if not cas and not require:
+        return pin
+    if pin is None:
+        return TrustPin(cas, source="--ca-sha256/--require-stamps", required_by_reader=require)
+    return replace(pin, ca_sha256=cas or pin.ca_sha256, required_by_reader=require,
+                   source=f"{pin.source}, with --ca-sha256/--require-stamps")
+
+
+def differences(project: Project, pin: TrustPin) -> list[PinFinding]:
+    """How the repository's trust root differs from `pin`: exit 4 each (the CLI pin's CA list and require are
+    enforced; a pins-file entry's every field is compared)."""
+    cfg = project.config.timestamping
+    agreed = (f"if the lab agreed to this change, `logbook pin --update` records the new trust root; otherwise "
+              "the history was rewritten: compare with a clone you trust" if pin.compare else
+              "check with the lab, out of band, which CA its authority has (`sha256sum` of the CA file): a history "
+              "that lost or swapped its authority proves no time")
+    out: list[PinFinding] = []
+    if (pin.ca_sha256 or pin.requires) and cfg is None:
+        what = f"trusts CA sha256 {', '.join(h[:12] + '…' for h in pin.ca_sha256)}" if pin.ca_sha256 else \
+            "requires third-party stamps"
+        out.append(PinFinding("logbook.yaml", (
+            f"logbook.yaml names no timestamp authority, but {pin.source} {what}: no record here has "
+            "third-party time this reader trusts"), agreed))
+    for auth in cfg.authorities if cfg else []:
+        have = file_sha256(project.root / auth.ca)
+        if pin.ca_sha256 and have not in pin.ca_sha256:
+            out.append(PinFinding(auth.ca, (
+                f"{auth.url} is trusted under {auth.ca}, whose sha256 is {have or 'unreadable'}, but {pin.source} "
+                f"trusts only CA sha256 {', '.join(h[:12] + '…' for h in pin.ca_sha256)}: its stamps prove no "
+                "time to this reader"), agreed))
+    if pin.compare and pin.require and cfg is not None and not cfg.require:
+        out.append(PinFinding("logbook.yaml", (
+            f"logbook.yaml says timestamping.require: false, but {pin.source} was made with require: true "
+            "(stamps are still required here)"), agreed))
+    signers = _signers_sha256(project) if pin.compare and pin.allowed_signers_sha256 else None
+    if pin.compare and pin.allowed_signers_sha256 and signers != pin.allowed_signers_sha256:
+        where = project.config.signing.allowed_signers if project.config.signing else "logbook.yaml"
+        out.append(PinFinding(where, (
+            f"the allowed signers ({where}) hash to {signers or 'nothing: signing is off'}, but {pin.source} has "
+            f"{pin.allowed_signers_sha256}: who may sign was changed"), agreed))
+    return out
+
+
+# --- `logbook pin` -----------------------------------------------------------------------------------
+
+
+def write_pin(project: Project, *, update: bool = False, require: bool = False, now: str = "") -> PinWrite:
+    """Pin this repository's current trust root in the pins file (atomically, under a lock).
+
+    RefusedError when there is nothing to pin, when the trust root has uncommitted changes, or when a
+    different pin exists and `update` is False (the differences are named). `require`: pin `require: true`
+    whatever logbook.yaml says.
+    """
+    from logbook.records.chain import utc_now
+
+    current = current_root(project)
+    if not current.ca_sha256 and current.allowed_signers_sha256 is None and not require:
+        raise RefusedError("nothing to pin: logbook.yaml names no timestamp authority and no signing",
+                           hint="name an authority (`timestamping:`, see docs/trust.md), commit it, then `logbook pin`")
+    _refuse_uncommitted(project)
+    new = replace(current, require=current.require or require, pinned=now or utc_now()[:19] + "Z", compare=True)
+    path, key = pins_path(), repo_key(project)
+    with exclusive(path.with_name(path.name + ".lock")):
+        pins = load_pins(path)
+        old = pins.get(key)
+        changes = _changes(old, new) if old is not None else []
+        if old is not None and not changes:
+            return PinWrite(key, path, old, [], "unchanged")
+        if changes and not update:
+            raise RefusedError(f"{key} is pinned in {path} with another trust root: {'; '.join(changes)}",
+                               hint="if the lab agreed to this change, `logbook pin --update` records it")
+        pins[key] = new
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, _dump(pins))
+    return PinWrite(key, path, new, changes, "updated" if changes else "pinned")
+
+
+def _refuse_uncommitted(project: Project) -> None:
+    from logbook.records import gitbind
+
+    cfg, signing = project.config.timestamping, project.config.signing
+    paths = ["logbook.yaml", *(a.ca for a in (cfg.authorities if cfg else [])),
+             *([signing.allowed_signers] if signing else [])]
+    dirty = gitbind.git(project.root, "status", "--porcelain", "--", *paths, check=False).strip()
+    if dirty:
+        raise RefusedError(f"the trust root has uncommitted changes ({dirty.splitlines()[0].strip()}): a pin records "
+                           "what the lab committed", hint="commit or restore it, then `logbook pin`")
+
+
+def _changes(old: TrustPin, new: TrustPin) -> list[str]:
+    out = []
+    if set(old.ca_sha256) != set(new.ca_sha256):
+        out.append(f"CA sha256 {', '.join(h[:12] for h in old.ca_sha256) or 'none'} -> "
+                   f"{', '.join(h[:12] for h in new.ca_sha256) or 'none'}")
+    if old.require != new.require:
+        out.append(f"require {str(old.require).lower()} -> {str(new.require).lower()}")
+    if old.allowed_signers_sha256 != new.allowed_signers_sha256:
+        out.append(f"allowed signers {str(old.allowed_signers_sha256)[:12]} -> {str(new.allowed_signers_sha256)[:12]}")
+    return out
+
+
+def _dump(pins: dict[str, TrustPin]) -> str:
+    head = ("# logbook pins: the trust root of each repository this user verifies, kept outside it.\n"
+            "# Written by `logbook pin`; `logbook verify` compares each repository with its entry.\n")
+    body = {"version": 1, "repositories": {k: p.to_dict() for k, p in sorted(pins.items())}}
+    return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=False)

@@ -1,0 +1,154 @@
+"""A reader's pin of the trust root, outside the repository: `logbook pin`, the pins file, and what verify does with it.
+
+Real git (a bare origin, clones with their own identities), a real RFC 3161
+authority (`local_tsa`), real SSH keys. The pins file lives in this test's
+own XDG_CONFIG_HOME: one machine, on which clones of one origin share a pin.
+The forgeries the pin catches are in tests/test_forgeries_with_tsa.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import yaml
+from team import make_team
+from test_forgeries_with_tsa import RUN, _honest
+
+from logbook.trust.pins import pins_path
+
+
+@pytest.fixture
+def pins_home(tmp_path, monkeypatch):
+    home = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    return home
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _pin_file(home) -> dict:
+    return yaml.safe_load((home / "logbook" / "pins.yaml").read_text("utf-8"))
+
+
+# --- the honest team ---------------------------------------------------------------------------------
+
+
+def test_an_honest_team_that_pinned_once_is_intact_on_every_clone_and_on_a_fresh_one(tmp_path, local_tsa, pins_home):
+    story = _honest(tmp_path, local_tsa)
+    ada, mallory = story.team["ada"], story.team["mallory"]
+    assert "`logbook pin` records it" in ada.ok("verify").stderr  # verify offers the pin
+    res = ada.ok("pin")  # the only extra command: once per machine
+    origin = str(story.team.origin)
+    assert f"Pinned {origin} in {pins_home / 'logbook' / 'pins.yaml'}" in res.stdout
+    pinned = _pin_file(pins_home)["repositories"][origin]
+    assert pinned["ca_sha256"] == [_sha(local_tsa.ca_pem_path)] and pinned["require"] is False
+    assert "Already pinned:" in mallory.ok("pin").stdout  # another clone of the same origin: the same pin
+    mallory.ok("note", "grad norm creeping up")
+    mallory.commit()
+    mallory.push()
+    assert ada.pull().returncode == 0
+    fresh = story.team.join("fresh")
+    for clone in (ada, mallory, fresh):
+        out = clone.cli("verify")
+        assert out.exit_code == 0, (clone.name, out.output)
+        assert f"Trust root pinned by the pin for {origin} in " in out.stdout and f"run {RUN}: before" in out.stdout
+        assert "unproven_tail" not in out.output and "no third-party time" not in out.stdout
+        assert "not pinned" not in out.stderr
+    assert fresh.cli("verify", "--require-stamps", "--ca-sha256", _sha(local_tsa.ca_pem_path)).exit_code == 0
+
+
+def test_an_agreed_change_of_the_trust_root_is_exit_4_until_pin_update_records_it(tmp_path, local_tsa, pins_home):
+    story = _honest(tmp_path, local_tsa)
+    ada = story.team["ada"]
+    local_tsa.configure(ada.path, require=True)  # the lab requires stamps, and ada pins that
+    ada.push()
+    ada.ok("pin")
+    assert _pin_file(pins_home)["repositories"][str(story.team.origin)]["require"] is True
+    local_tsa.configure(ada.path, require=False)  # later the lab relaxes it, in an ordinary commit
+    ada.push()
+    res = ada.cli("verify")
+    assert res.exit_code == 4, res.output
+    assert ("CHANGED  logbook.yaml says timestamping.require: false, but the pin for "
+            f"{story.team.origin} in {pins_home / 'logbook' / 'pins.yaml'} was made with require: true") in res.stdout
+    assert "hint:" in res.stderr and "`logbook pin --update`" in res.stderr
+    refused = ada.cli("pin")  # a different pin is never replaced silently
+    assert refused.exit_code == 3 and "with another trust root: require true -> false" in refused.stderr
+    assert "logbook pin --update" in refused.stderr
+    updated = ada.ok("pin", "--update")
+    assert f"Updated the pin of {story.team.origin}" in updated.stdout and "changed: require true -> false" in updated.stderr
+    assert ada.cli("verify").exit_code == 0
+
+
+def test_a_pinned_allowed_signers_file_changed_in_history_is_exit_4(tmp_path, pins_home):
+    from test_signatures import ALLOWED, allowed_line, enable_signing, keypair
+
+    team = make_team(tmp_path, ["ada", "mallory"])
+    ada = team["ada"]
+    keys = {n: keypair(tmp_path / "keys", n) for n in ("ada", "mallory")}
+    enable_signing(ada, [allowed_line("ada@lab.example", keys["ada"])])
+    ada.ok("pin")
+    signers = _pin_file(pins_home)["repositories"][str(team.origin)]["allowed_signers_sha256"]
+    assert signers == _sha(ada.path / ALLOWED)
+    assert ada.cli("verify").exit_code == 0
+    with open(ada.path / ALLOWED, "a") as f:  # a second signer, committed: who may sign changed
+        f.write(allowed_line("ada@lab.example", keys["mallory"]))
+    ada.git("commit", "-q", "-am", "another key")
+    res = ada.cli("verify")
+    assert res.exit_code == 4, res.output
+    assert (f"CHANGED  the allowed signers ({ALLOWED}) hash to {_sha(ada.path / ALLOWED)}, but the pin for "
+            f"{team.origin}") in res.stdout and f"has {signers}: who may sign was changed" in res.stdout
+    ada.ok("pin", "--update")
+    assert ada.cli("verify").exit_code == 0
+
+
+# --- `logbook pin` -------------------------------------------------------------------------------------
+
+
+def test_pin_without_an_origin_pins_the_repository_by_its_path(logbook_repo, cli, local_tsa, pins_home):
+    local_tsa.configure(logbook_repo)
+    res = cli("pin", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    key = str(logbook_repo.resolve())
+    assert out["key"] == key and out["state"] == "pinned" and out["file"] == str(pins_path())
+    assert _pin_file(pins_home)["repositories"][key]["ca_sha256"] == [_sha(local_tsa.ca_pem_path)]
+    assert not list((pins_home / "logbook").glob("*.tmp*"))  # written through a temporary file, renamed
+
+
+def test_pin_refuses_when_there_is_nothing_to_pin_or_the_trust_root_is_not_committed(logbook_repo, cli, local_tsa,
+                                                                                     pins_home):
+    res = cli("pin")
+    assert res.exit_code == 3 and "error: nothing to pin" in res.stderr and "hint:" in res.stderr
+    local_tsa.configure(logbook_repo, commit=False)
+    res = cli("pin")
+    assert res.exit_code == 3 and "the trust root has uncommitted changes" in res.stderr and "hint:" in res.stderr
+    assert not (pins_home / "logbook" / "pins.yaml").exists()
+
+
+# --- bad input -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, says", [
+    ("repositories: [1\n", "not valid YAML"),
+    ("repositories:\n  /x:\n    ca_sha256: [abc]\n", "'abc' is not a SHA-256 digest"),
+    ("repositories:\n  /x:\n    require: maybe\n", "require must be true or false"),
+    ("repositories:\n  /x:\n    cas: []\n", "unknown field `cas`"),
+    ("- a list\n", "must be a mapping with `repositories:`"),
+])
+def test_a_bad_pins_file_is_exit_2_naming_it(logbook_repo, cli, pins_home, text, says):
+    path = pins_home / "logbook" / "pins.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    res = cli("verify")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"error: {path}") and says in res.stderr
+    assert "hint:" in res.stderr and "Traceback" not in res.output
+
+
+def test_a_bad_ca_digest_on_the_command_line_is_exit_2(logbook_repo, cli, pins_home):
+    res = cli("verify", "--ca-sha256", "f" * 63)
+    assert res.exit_code == 2 and "error: --ca-sha256:" in res.stderr and "sha256sum" in res.stderr
