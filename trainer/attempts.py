@@ -23,6 +23,7 @@ from typing import Any
 from logbook.records.events import iter_events
 from logbook.runs.oom import oom_kill_count, oom_kills_between
 from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
+from logbook.records.eventschema import is_kind, kind_of
 
 _HEARTBEAT_BYTES = 256
 _METRICS_TAIL = 4 << 20  # bytes of the metrics stream read at start-up (tens of thousands of rows)
@@ -98,7 +99,7 @@ class RunHistory:
 
     def has(self, kind: str) -> dict[str, Any] | None:
         """The last event of `kind` in the whole run, if any."""
-        found = [e for e in self.events if e.get("kind") == kind]
+        found = [e for e in self.events if kind_of(e) == kind]
         return found[-1] if found else None
 
     def unrecorded_ends(self, attempt: int) -> list[int]:
@@ -108,13 +109,13 @@ class RunHistory:
         building, a rejected checkpoint) and died before announcing itself took a
         number without recording the end of the attempt before it: both are owed.
         """
-        covered = {e.get("data", {}).get("prev_attempt") for e in self.events if e.get("kind") == "restart"}
+        covered = {e.get("data", {}).get("prev_attempt") for e in self.events if is_kind(e, "restart")}
         out = []
         for k in range(1, attempt):
             mine = self.of_attempt(k)
             if k == attempt - 1 and not mine and self.heartbeat and self.heartbeat.get("attempt") == k:
                 mine = [{}]  # announced itself through the heartbeat only (killed before its first event)
-            if mine and k not in covered and not any(e.get("kind") == "run_finished" for e in mine):
+            if mine and k not in covered and not any(is_kind(e, "run_finished") for e in mine):
                 out.append(k)
         return out
 
@@ -123,7 +124,7 @@ class RunHistory:
         return min((t for t in times if t is not None), default=None)
 
     def first_started(self) -> float | None:
-        starts = [parse_ts(e["ts"]) for e in self.events if e.get("kind") == "run_started" and "ts" in e]
+        starts = [parse_ts(e["ts"]) for e in self.events if is_kind(e, "run_started") and "ts" in e]
         return min(starts, default=None)
 
 
@@ -175,7 +176,7 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
                      env: dict[str, str]) -> dict[str, Any]:
     """The payload of a `restart` event: why attempt `prev` ended and what it cost."""
     events = history.of_attempt(prev)
-    kinds = {e.get("kind"): e for e in events}
+    kinds = {kind_of(e): e for e in events}
     out: dict[str, Any] = {"prev_attempt": prev, "resumed_from_step": resumed_from_step}
     hung = [m for m in history.ranks if m.get("attempt") == prev and m.get("ended") == "hang"]
     if hung and "hang" not in kinds:
@@ -224,7 +225,7 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
         out["detail"] = f"{name_ranks(lost)} of attempt {prev} vanished with no record left " \
                         f"({how})" + ("; rank 0 lost its peer" if out.get("peer_lost") else "")
     # The kernel's own evidence, where it keeps it: OOM kills in the memory cgroup since attempt `prev` began.
-    began = next((e.get("data", {}) for e in events if e.get("kind") == "run_started"), {})
+    began = next((e.get("data", {}) for e in events if is_kind(e, "run_started")), {})
     if out["cause"] == "signal" and (kills := oom_kills_between(began.get("oom_kills"), oom_kill_count())) is not None:
         out["oom_kills"] = kills
     failed_at, last_alive = _last_signs(history, prev, events)
@@ -255,7 +256,7 @@ def _last_signs(history: RunHistory, prev: int, events: list[dict[str, Any]]) ->
         steps.append(int(hb.get("step", 0)))
         times.append(float(hb.get("time", 0.0)))
     for e in events:
-        if isinstance(e.get("step"), int) and e.get("kind") not in ("checkpoint_rejected",):
+        if isinstance(e.get("step"), int) and not is_kind(e, "checkpoint_rejected"):
             steps.append(e["step"])
         if "ts" in e:
             times.append(parse_ts(e["ts"]))
@@ -266,9 +267,9 @@ def _seconds_lost(history: RunHistory, events: list[dict[str, Any]], resumed: in
     """Wall time of the work thrown away: from reaching the resumed step (or the attempt's start) to the failure."""
     if last_alive is None:
         return None
-    marks = [parse_ts(e["ts"]) for e in events if e.get("kind") == "run_started" and "ts" in e]
+    marks = [parse_ts(e["ts"]) for e in events if is_kind(e, "run_started") and "ts" in e]
     reached = [float(r["time"]) for r in history.metrics if r.get("step") == resumed and isinstance(r.get("time"), (int, float))]
     saved = [parse_ts(e["ts"]) for e in history.events
-             if e.get("kind") == "checkpoint_saved" and e.get("step") == resumed and "ts" in e]
+             if is_kind(e, "checkpoint_saved") and e.get("step") == resumed and "ts" in e]
     begin = max(marks + reached[-1:] + saved[-1:], default=None)
     return None if begin is None else round(max(0.0, last_alive - begin), 3)

@@ -25,7 +25,7 @@ from typing import Any
 
 from logbook.chronicle.plot_process import spawn_progress_plot
 from logbook.chronicle.plots import plot_ref, progress_plot_path
-from logbook.records.eventschema import kinds_where
+from logbook.records.eventschema import is_kind, kind_of, kinds_where
 from logbook.records.prereg import load_prereg
 from logbook.runs.facts import load_facts
 from logbook.runs.milestones import due_milestones, emitted_milestones, milestone_step
@@ -185,12 +185,12 @@ def since_last(events: list[dict[str, Any]]) -> dict[str, int]:
     """Restarts, rollbacks, changes and skipped updates recorded since the last progress note."""
     start = 0
     for i, e in enumerate(events):
-        if e.get("kind") == "milestone":
+        if is_kind(e, "milestone"):
             start = i + 1
     out = dict.fromkeys(SINCE_KINDS, 0)
     for e in events[start:]:
         for key, kinds in SINCE_KINDS.items():
-            if e.get("kind") in kinds:
+            if kind_of(e) in kinds:
                 out[key] += 1
     return out
 

@@ -29,7 +29,7 @@ from logbook.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_
 from logbook.core.fsutil import log_tail
 from logbook.core.project import Project
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import Event, restart_cause, unfinished_save_words
+from logbook.records.eventschema import Event, is_kind, kind_of, restart_cause, unfinished_save_words
 from logbook.records.sink import EventSink
 from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
 from logbook.runs.record import RunRecord
@@ -167,7 +167,7 @@ class Watcher:
             line = event_line(ev)
             if line:
                 self.say(line)
-        if self.heads is not None and any(e.get("kind") == "checkpoint_saved" for e in new):
+        if self.heads is not None and any(is_kind(e, "checkpoint_saved") for e in new):
             self.heads.checkpoint(new[-1])
         if new:
             self._render(sorted({str(e.get("ts", ""))[:10] for e in new if e.get("ts")}))
@@ -211,14 +211,14 @@ class Watcher:
 def event_line(ev: dict[str, Any]) -> str | None:
     """One plain line for the events a person at the terminal should see at once."""
     d = ev.get("data") or {}
-    kind = ev.get("kind")
-    if kind == "restart":
+    kind = kind_of(ev)
+    if is_kind(kind, "restart"):
         return restart_line(ev)
-    if kind == "attempt_failed":
+    if is_kind(kind, "attempt_failed"):
         if d.get("exception_type") == "RunFailedError":
             return None  # an abort: final, and the worker's own `error:` line already says it
         return f"attempt {ev.get('attempt')} failed at step {ev.get('step')}: {d.get('exception_type')}: {d.get('exception_message')}"
-    if kind == "preempted":
+    if is_kind(kind, "preempted"):
         return f"attempt {ev.get('attempt')} preempted at step {ev.get('step')}: checkpoint at step {d.get('saved_step')}"
     return None
 
@@ -260,10 +260,10 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
     ours = [e for e in events if int(e.get("seq", -1)) >= first_seq]
     last = max((int(e.get("attempt") or 0) for e in ours), default=0)
     tail = [e for e in ours if e.get("attempt") == last]
-    kinds = {e.get("kind") for e in tail}
+    kinds = {kind_of(e) for e in tail}
     interrupted = bool(signals) and signals[0] == signal.SIGINT
     reason = ""
-    if any(e.get("kind") == "run_finished" for e in events):
+    if any(is_kind(e, "run_finished") for e in events):
         status, code = "finished", EXIT_OK
     elif "preempted" in kinds:
         status, code = "preempted", EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED
@@ -283,14 +283,14 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
         last = last or _first_attempt_of_launch(events)  # an attempt that died before its first event
         if record:
             step = max((e["step"] for e in tail if isinstance(e.get("step"), int)), default=None)
-            aborted = [e["step"] for e in tail if e.get("kind") == "run_aborted" and isinstance(e.get("step"), int)]
+            aborted = [e["step"] for e in tail if is_kind(e, "run_aborted") and isinstance(e.get("step"), int)]
             step = aborted[-1] if aborted else step  # an abort ends the run where run_aborted says, as every view reads it
             EventSink(project.run_dir(rec.run_id), rec.run_id, attempt=last, rank=0).emit(
                 "run_failed", step=step, reason=reason, exit_code=torchrun_exit, attempts=last,
                 status=status, torchrun_attempts=len(_attempt_dirs(launch_dir)),
             )
     last = max(last, max((int(e.get("attempt") or 0) for e in events), default=0))
-    restarts = [e for e in events if e.get("kind") == "restart"]
+    restarts = [e for e in events if is_kind(e, "restart")]
     return RunResult(
         run_id=rec.run_id, status=status, attempts=last, restarts=len(restarts), exit_code=code,
         run_dir=project.run_dir(rec.run_id), events_path=events_path, reason=reason,
@@ -310,7 +310,7 @@ def failure_reason(rec: RunRecord, tail: list[dict[str, Any]], last: int, torchr
 
     `lost`: the workers of the last attempt that vanished (see `rankmarks`).
     """
-    by_kind = {e.get("kind"): e for e in tail}
+    by_kind = {kind_of(e): e for e in tail}
     worker_error = _worker_error(launch_dir)
     if signals:
         why = f"stopped by {signal.Signals(signals[0]).name} before the trainer saved"

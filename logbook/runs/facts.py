@@ -21,12 +21,12 @@ from logbook.core.project import Project
 from logbook.core.textfmt import is_number
 from logbook.records.chain import iter_records
 from logbook.records.plan import rule_differences, structured_rules
-from logbook.records.eventschema import AFTERWARDS_KINDS, KINDS, Event, changes_lr, kinds_where, parse_ts
+from logbook.records.eventschema import (
+    Event, changes_lr, has_flag, is_afterwards, is_kind, kind_of, kinds_where, parse_ts, run_state,
+)
 from logbook.records.sink import read_metrics
 from logbook.runs.goodput import goodput_report
 
-LIFECYCLE = {name: k.run_state for name, k in KINDS.items() if k.run_state}
-"""The run's state after each lifecycle kind."""
 COUNT_KINDS = {**{c: kinds_where(counted_as=c) for c in ("restarts", "spikes", "rollbacks", "skipped_steps")},
                "lr_changes": kinds_where(lr_change=True)}
 _COUNT_RULES = {
@@ -90,7 +90,7 @@ class RunFacts:
         found = None
         for e in self.events:
             d = Event.of(e).data
-            if e.get("kind") == "milestone" and isinstance(e.get("step"), int) and e["step"] <= upto and is_number(d.get(key)):
+            if is_kind(e, "milestone") and isinstance(e.get("step"), int) and e["step"] <= upto and is_number(d.get(key)):
                 found = (e["step"], float(d[key]), d.get("fraction"))
         if found is None:
             return None
@@ -138,7 +138,7 @@ class RunFacts:
         again = self.reapplications()
         n = 0
         for e in self.events:
-            if e.get("kind") not in kinds or e.get("seq") in again:
+            if kind_of(e) not in kinds or e.get("seq") in again:
                 continue
             if metric == "lr_changes" and not changes_lr(e):
                 continue
@@ -153,7 +153,7 @@ class RunFacts:
             self._again = {}
             seen: dict[tuple[Any, ...], Any] = {}
             for e in self.events:
-                if e.get("kind") == "hparam_change":
+                if is_kind(e, "hparam_change"):
                     first = reapplies(e, seen)
                     if first is not None:
                         self._again[e.get("seq")] = first
@@ -170,7 +170,7 @@ class RunFacts:
         out: dict[Any, dict[str, Any]] = {}
         for e in self.events:
             d = Event.of(e).data
-            if e.get("kind") != "hparam_change" or d.get("source") not in ("live", "advice"):
+            if not is_kind(e, "hparam_change") or d.get("source") not in ("live", "advice"):
                 continue
             if e.get("seq") in again and again[e.get("seq")] in out:
                 out[again[e.get("seq")]]["reapplied_at"].append(e.get("step"))
@@ -191,7 +191,7 @@ class RunFacts:
         for i, e in enumerate(self.events):
             plan = Event.of(e).data.get("plan")
             if not (isinstance(plan, dict) and plan.get("follows") is False and plan.get("rule") in table
-                    and "differences" not in plan and e.get("kind") in ("divergence_detected", "rollback", "lr_scaled")):
+                    and "differences" not in plan and is_kind(e, "divergence_detected", "rollback", "lr_scaled")):
                 continue
             done = _recorded_rollback(self.events, i)
             if done is None:
@@ -204,14 +204,18 @@ class RunFacts:
     def count_rule(self, metric: str) -> str:
         return _COUNT_RULES[metric]
 
+    def incidents(self) -> list[dict[str, Any]]:
+        """The events a report lists as incidents (the registry's `incident` kinds), in log order."""
+        return [e for e in self.events if has_flag(e, incident=True)]
+
     def of_kind(self, *kinds: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("kind") in kinds]
+        return [e for e in self.events if is_kind(e, *kinds)]
 
     # --- time ----------------------------------------------------------------------------
 
     def run_events(self) -> list[dict[str, Any]]:
         """The events the run itself wrote (not those recorded about it afterwards)."""
-        return [e for e in self.events if e.get("kind") not in AFTERWARDS_KINDS]
+        return [e for e in self.events if not is_afterwards(e)]
 
     def goodput_report(self, step: int | None = None):
         """`logbook.runs.goodput` over the records written before the run first went past `step` (None: all)."""
@@ -254,12 +258,12 @@ def _recorded_rollback(events: list[dict[str, Any]], i: int) -> dict[str, Any] |
     """{skip_batches, lr_factor} of the rollback that event `i` belongs to (its step's), as the log recorded it."""
     step = events[i].get("step")
     same = [e for e in events[i:] if e.get("step") == step][:6]
-    rb = next((Event.of(e).data for e in same if e.get("kind") == "rollback"), None)
+    rb = next((Event.of(e).data for e in same if is_kind(e, "rollback")), None)
     if rb is None:
         return None
     b = rb.get("batches_skipped")
     skipped = int(b[1]) - int(b[0]) + 1 if isinstance(b, list) and len(b) == 2 and all(is_number(x) for x in b) else 0
-    lr = next((Event.of(e).data for e in same if e.get("kind") == "lr_scaled"), {})
+    lr = next((Event.of(e).data for e in same if is_kind(e, "lr_scaled")), {})
     return {"skip_batches": skipped, "lr_factor": lr.get("factor") if is_number(lr.get("factor")) else 1.0}
 
 
@@ -287,7 +291,7 @@ def reapplies(e: dict[str, Any], seen: dict[tuple[Any, ...], Any]) -> Any:
 def _state(events: list[dict[str, Any]], record_status: str | None) -> str:
     state = None
     for e in events:
-        state = LIFECYCLE.get(str(e.get("kind")), state)
+        state = run_state(e) or state
     if state in (None, "running") and record_status in ("failed", "aborted", "finished"):
         return record_status
     return state or "running"
@@ -340,7 +344,7 @@ def load_facts(project: Project, run_id: str, record=None) -> RunFacts:
     facts.last_step = max([*steps, *train.keys()], default=None)
     for e in facts.events:
         d = e.get("data") if isinstance(e.get("data"), dict) else {}
-        if e.get("kind") == "run_started":
+        if is_kind(e, "run_started"):
             if isinstance(d.get("total_steps"), int):
                 facts.total_steps = d["total_steps"]
             if isinstance(d.get("world_size"), int) and d["world_size"] > 0:

@@ -51,7 +51,7 @@ from logbook.core.textfmt import fmt_setting
 from logbook.records import chain
 from logbook.records import gitbind
 from logbook.records.chain import canonical
-from logbook.records.eventschema import kinds_where
+from logbook.records.eventschema import is_kind, kind_of, kinds_where
 from logbook.records.files import iter_folder, write_record
 from logbook.records.predictions import Prediction
 from logbook.records.prereg import load_prereg
@@ -340,10 +340,10 @@ def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
     incident: dict[str, Any] | None = None
     again = {c["event"].get("seq"): c["reapplied_at"] for c in facts.live_changes()}
     for e in facts.run_events():
-        kind, d = e.get("kind"), e.get("data") if isinstance(e.get("data"), dict) else {}
+        kind, d = kind_of(e), e.get("data") if isinstance(e.get("data"), dict) else {}
         eid = f"{facts.run}:{e.get('seq')}"
         plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
-        if kind == "hparam_change" and d.get("source") in ("live", "advice"):
+        if is_kind(kind, "hparam_change") and d.get("source") in ("live", "advice"):
             if e.get("seq") not in again:
                 continue  # the same change re-applied after a restart: already listed
             steps = ", ".join(str(s) for s in again[e.get("seq")])
@@ -358,12 +358,12 @@ def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
             continue
         elif plan.get("follows") is False:
             what = str(kind).replace("_", " ")
-            if kind == "divergence_detected" and d.get("action"):
+            if is_kind(kind, "divergence_detected") and d.get("action"):
                 what += f" (action: {d['action']})"
             incident = {"kind": "off_plan", "entry": eid, "step": e.get("step"), "entries": [eid], "actions": [],
                         "text": f"{what} at step {e.get('step')} {_off_plan_words(plan)}"}
             out.append(incident)
-            if kind != "divergence_detected":
+            if not is_kind(kind, "divergence_detected"):
                 incident = None
             continue
         if kind not in _QUIET:
