@@ -8,6 +8,8 @@ kinds, which the next kind misses. This test walks the syntax of every module in
 
 - a comparison (`==`, `!=`, `in`, `not in`) of an event's kind with a string literal
   that names a registered kind, or a `match` on an event's kind with such a case;
+- a lookup of a registered kind's literal name in a container a reader keyed by kind
+  (`"hang" in kinds`, `by_kind["run_aborted"]`);
 - a raw read of a record's kind, `x["kind"]` or `x.get("kind")`.
 
 The questions to ask instead: `kind_of`, `is_kind` (a reader that wants one
@@ -80,6 +82,11 @@ def _kind_names(node: ast.AST) -> list[str]:
     return []
 
 
+def _keyed_by_kind(node: ast.AST) -> bool:
+    """A container of events by kind that a reader built itself (`by_kind`, `kinds`); the registry's `KINDS` is not."""
+    return isinstance(node, ast.Name) and "kind" in node.id.lower() and node.id != "KINDS"
+
+
 def _raw_read(node: ast.AST) -> ast.AST | None:
     """`x` of a raw `x["kind"]` (read, not written) or `x.get("kind")`."""
     if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
@@ -108,6 +115,11 @@ def kind_violations(source: str, rel: str) -> list[str]:
                      if isinstance(p, ast.MatchValue) and _kind_names(p.value)]
             if cases:
                 out.append(f"{rel}:{node.lineno}: matches a kind against literals: {ast.unparse(node.subject)}")
+        elif isinstance(node, ast.Subscript) and _keyed_by_kind(node.value) and _kind_names(node.slice):
+            out.append(f"{rel}:{node.lineno}: looks a kind up by its literal name: {ast.unparse(node)}")
+        if isinstance(node, ast.Compare) and _kind_names(node.left) and any(
+                isinstance(op, (ast.In, ast.NotIn)) and _keyed_by_kind(c) for op, c in zip(node.ops, node.comparators)):
+            out.append(f"{rel}:{node.lineno}: looks a kind up by its literal name: {ast.unparse(node)}")
         of = _raw_read(node)
         if of is not None and not excused(of) and not isinstance(node, (ast.Attribute, ast.Name)) \
                 and not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
@@ -144,6 +156,8 @@ def test_every_excused_module_exists():
     'def f(e):\n    match e["kind"]:\n        case "hang":\n            return 1\n',
     'def f(e):\n    return e.get("kind")\n',
     'def f(rec):\n    x = rec["kind"]\n    return x\n',
+    'def f(by_kind):\n    return "run_aborted" in by_kind\n',
+    'def f(kinds):\n    return kinds["attempt_failed"]\n',
 ])
 def test_a_planted_violation_is_found(planted):
     assert kind_violations(planted, "logbook/runs/planted.py"), planted
@@ -154,6 +168,8 @@ def test_a_planted_violation_is_found(planted):
     'def f(e):\n    return kind_of(e) in KINDS\n',
     'def f(rec):\n    rec["kind"] = "restart"\n',
     'def f(sink):\n    sink.emit("restart", step=3)\n',
+    'def f():\n    return KINDS["restart"].ends_attempt\n',
+    'def f(ends):\n    return "hang" in ends\n',
 ])
 def test_asking_the_registry_is_not_a_violation(clean):
     assert kind_violations(clean, "logbook/runs/planted.py") == []

@@ -23,7 +23,7 @@ from typing import Any
 from logbook.records.events import iter_events
 from logbook.runs.oom import oom_kill_count, oom_kills_between
 from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
-from logbook.records.eventschema import is_kind, kind_of
+from logbook.records.eventschema import ending, is_kind
 
 _HEARTBEAT_BYTES = 256
 _METRICS_TAIL = 4 << 20  # bytes of the metrics stream read at start-up (tens of thousands of rows)
@@ -99,7 +99,7 @@ class RunHistory:
 
     def has(self, kind: str) -> dict[str, Any] | None:
         """The last event of `kind` in the whole run, if any."""
-        found = [e for e in self.events if kind_of(e) == kind]
+        found = [e for e in self.events if is_kind(e, kind)]
         return found[-1] if found else None
 
     def unrecorded_ends(self, attempt: int) -> list[int]:
@@ -176,33 +176,33 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
                      env: dict[str, str]) -> dict[str, Any]:
     """The payload of a `restart` event: why attempt `prev` ended and what it cost."""
     events = history.of_attempt(prev)
-    kinds = {kind_of(e): e for e in events}
+    ends = {ending(e): e for e in events if ending(e)}  # how the attempt's own last words say it ended
     out: dict[str, Any] = {"prev_attempt": prev, "resumed_from_step": resumed_from_step}
     hung = [m for m in history.ranks if m.get("attempt") == prev and m.get("ended") == "hang"]
-    if hung and "hang" not in kinds:
+    if hung and "hang" not in ends:
         # A rank other than 0 hung; rank 0 saw only its collective break when that rank exited.
         out.update(cause="hang", hung_ranks=[{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung],
                    detail=f"{name_ranks(hung)} of attempt {prev} made no progress past its hang timeout and exited")
-    elif "hang" in kinds:
+    elif "hang" in ends:
         # Before a lost peer: rank 0's watchdog saw no progress, then its collective broke as the rank
         # that hung exited. The hang is the cause; the broken collective is what it did.
-        d = kinds["hang"].get("data", {})
+        d = ends["hang"].get("data", {})
         out.update(cause="hang", detail=f"attempt {prev} made no progress for {d.get('elapsed_s')} s and exited")
         if hung:
             out["hung_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung]
-    elif "attempt_failed" in kinds and peer_lost(kinds["attempt_failed"].get("data", {})):
-        d = kinds["attempt_failed"].get("data", {})
+    elif "exception" in ends and peer_lost(ends["exception"].get("data", {})):
+        d = ends["exception"].get("data", {})
         # Rank 0 saw a collective fail because another rank vanished mid-step: the
         # cause is that rank's death (a signal, the OOM killer, a lost node), not rank 0's error.
         out.update(cause="signal", signal=None, peer_lost=True, exception_message=d.get("exception_message"),
                    detail=f"another rank of attempt {prev} died with no record left; rank 0 lost its peer "
                           f"({d.get('exception_type')})")
-    elif "attempt_failed" in kinds:
-        d = kinds["attempt_failed"].get("data", {})
+    elif "exception" in ends:
+        d = ends["exception"].get("data", {})
         out.update(cause="exception", exception_type=d.get("exception_type"), exception_message=d.get("exception_message"),
                    detail=f"attempt {prev} raised {d.get('exception_type')}: {d.get('exception_message')}")
-    elif "preempted" in kinds:
-        d = kinds["preempted"].get("data", {})
+    elif "preempted" in ends:
+        d = ends["preempted"].get("data", {})
         out.update(cause="preempted", signal=d.get("signal"),
                    detail=f"attempt {prev} was preempted ({d.get('signal')}) and saved at step {d.get('saved_step')}")
     elif (err := torchelastic_previous_error(env)) is not None:
