@@ -6,7 +6,10 @@ module that reads them. Readers ask it instead of keeping lists of kinds:
 
     kinds_where(incident=True)        # what a report lists as incidents
     kinds_where(counted_as="restarts")
-    get_kind("restart").ends_attempt  # how strongly an event ends its attempt
+    ends_attempt(rec), ending(rec)    # whether and how an event ends its attempt
+    ending_words(rec)                 # that ending in a lineage's words
+    goodput_charge(rec)               # the goodput category it charges
+    is_kind(rec, "run_started")       # one kind's own payload (raises on an unregistered name)
     changes_lr(rec)                   # hparam_change of an lr key, or lr_scaled
     summary(rec)                      # one line for a person: a review queue, a report's incidents
     restart_cause(data)               # why an attempt ended, in the words of `RESTART_CAUSES`
@@ -24,17 +27,25 @@ that way; production does not pay for it.
 Adding a new event kind (at most three files):
 
 1. Here: add a `Kind(...)` to `_KINDS` with its description, heading label,
-   payload fields, flags and (if people review it or a report lists it) a
-   one-line `summary` function, then regenerate the reference with
-   `python3 -m logbook.records.eventschema > docs/events.md`.
+   payload fields, what it means as flags (starts or ends an attempt and how:
+   `ending`; terminal; `reopens`; the goodput category it charges; incident,
+   reviewable, `console`) and a one-line `summary` function, then regenerate
+   the reference with `python3 -m logbook.records.eventschema > docs/events.md`.
+   (`register(Kind(...))` adds one in-process, for a plugin or a test.)
 2. Maybe a template: `templates/chronicle/kinds/<kind>.md.j2` says it in prose
    in the chronicle (without one, `_generic.md.j2` lists its fields).
 3. The emitter: `sink.emit("<kind>", step=..., field=...)` in the trainer or
    a command.
 
-Readers that ask by flag (incidents, reviews, W&B alerts, counts) pick the new
-kind up with no change. `tests/test_event_schema.py` checks that the docs,
-the templates and the code's kind names agree with this registry.
+Readers ask the questions below (`ends_attempt`, `ending`, `ending_words`,
+`goodput_charge`, `counted_as`, `has_flag`, `is_terminal`, `run_state`,
+`summary`; `is_kind` for one kind's own payload) when they read, never a
+copy made at import, so they pick the new kind up with no change.
+`tests/test_kind_questions.py` fails when a module compares a kind with a
+literal or reads `["kind"]` raw; `tests/test_new_kind_recipe.py` registers an
+attempt-ending kind and checks attempts, endings, goodput, lineage and the
+summary; `tests/test_event_schema.py` checks that the docs, the templates and
+the code's kind names agree with this registry.
 """
 
 from __future__ import annotations
