@@ -18,7 +18,7 @@ import pytest
 from logbook.chronicle.report import incidents
 from logbook.launch.watch import event_line
 from logbook.records.eventschema import (
-    KINDS, Kind, Field, ends_attempt, ending, ending_words, kinds_where, may_follow_end, reference_markdown, register,
+    KINDS, Field, Kind, ends_attempt, ending, kinds_where, may_follow_end, reference_markdown, register,
     summary,
 )
 from logbook.records.runends import check_run_log

@@ -39,7 +39,7 @@ from logbook.core.textfmt import fmt_setting, is_number
 from logbook.core.yamlsafe import load_yaml_text
 from logbook.records import gitbind
 from logbook.records.eventschema import (
-    Event, ending, has_flag, is_afterwards, is_kind, kind_of, parse_ts, summary as event_summary,
+    Event, ending, is_kind, kind_of, parse_ts, summary as event_summary,
 )
 from logbook.records.plan import plan_words
 from logbook.records.prereg import load_prereg, runs_referencing
@@ -83,13 +83,7 @@ def _hours(facts: RunFacts, seconds: float | None) -> float | None:
 
 def attempts(project: Project, facts: RunFacts) -> list[dict[str, Any]]:
     """Each attempt with its span, steps, ending, and device-hours."""
-    spans: dict[int, list[float]] = {a: [lo, hi] for a, (lo, hi) in facts.attempt_times.items()}
-    for e in facts.events:
-        t, a = parse_ts(e.get("ts")), e.get("attempt")
-        if t is None or not isinstance(a, int) or is_afterwards(e):
-            continue
-        lo, hi = spans.setdefault(a, [t, t])
-        spans[a] = [min(lo, t), max(hi, t)]
+    spans = facts.attempt_spans()
     out = []
     for a in run_lineage(project.run_dir(facts.run) / "events.jsonl"):
         start, end = spans.get(a.attempt, (None, None))
@@ -101,32 +95,18 @@ def attempts(project: Project, facts: RunFacts) -> list[dict[str, Any]]:
 
 def incidents(facts: RunFacts) -> list[dict[str, Any]]:
     """Restarts, divergences, rollbacks, aborts and failures, each with what it cost."""
-    per_step = facts.seconds_per_step()
     out = []
     for e in facts.incidents():
         d, kind = Event.of(e).data, kind_of(e)
-        lost_s = None
-        if is_kind(kind, "restart"):
-            parts = [d.get("seconds_lost"), d.get("downtime_s")]
-            lost_s = sum(float(x) for x in parts if is_number(x)) if any(is_number(x) for x in parts) else None
-        elif is_kind(kind, "rollback") and is_number(d.get("steps_lost")) and per_step is not None:
-            lost_s = float(d["steps_lost"]) * per_step
+        lost_s = facts.incident_cost_s(e)
         summary = event_summary(e)
         if e.get("drill") is True and not summary.endswith("(drill)"):
             summary += " (drill)"
         out.append({"id": f"{facts.run}:{e.get('seq')}", "ts": e.get("ts"), "kind": kind, "step": e.get("step"),
                     "attempt": e.get("attempt"), "drill": e.get("drill") is True, "summary": summary,
-                    "action": _action(e, is_kind(kind, "restart") and _manual_restart(facts, e)), "steps_lost": d.get("steps_lost"), "seconds_lost": d.get("seconds_lost"),
+                    "action": _action(e, is_kind(kind, "restart") and facts.manual_restart(e)), "steps_lost": d.get("steps_lost"), "seconds_lost": d.get("seconds_lost"),
                     "downtime_s": d.get("downtime_s"), "cost_s": lost_s, "device_hours": _hours(facts, lost_s)})
     return out
-
-
-def _manual_restart(facts: RunFacts, restart: dict[str, Any]) -> bool:
-    """A resume that torchrun did not make: its attempt's `run_started` counts no elastic restart."""
-    for e in facts.of_kind("run_started"):
-        if e.get("attempt") == restart.get("attempt"):
-            return Event.of(e).data.get("torchelastic_restart_count") == 0
-    return False
 
 
 def _action(e: dict[str, Any], manual: bool = False) -> str:
@@ -291,21 +271,8 @@ def _run_config(project: Project, facts: RunFacts, rec: RunRecord | None) -> dic
 
 
 def interventions(facts: RunFacts) -> list[dict[str, Any]]:
-    """Counts of what people did against what the machinery did on its own."""
-    manual_restarts = sum(1 for e in facts.of_kind("restart") if _manual_restart(facts, e))
-    auto_restarts = len(facts.of_kind("restart")) - manual_restarts
-    changes_ = facts.of_kind("hparam_change")
-    manual_changes = len(facts.live_changes())
-    scheduled = sum(1 for e in changes_ if Event.of(e).data.get("source") == "schedule")
-    rows = [
-        ("restarts", manual_restarts, auto_restarts),
-        ("hyperparameter changes", manual_changes, scheduled),
-        ("updates skipped by the guard", 0, len(facts.of_kind("step_skipped"))),
-        ("rollbacks", 0, len(facts.of_kind("rollback"))),
-        ("learning-rate scalings by the guard", 0, len(facts.of_kind("lr_scaled"))),
-        ("aborts", 0, len(facts.of_kind("run_aborted"))),
-    ]
-    return [{"what": w, "manual": m, "automatic": a} for w, m, a in rows]
+    """Counts of what people did against what the machinery did on its own (`RunFacts.interventions`)."""
+    return [{"what": w, "manual": m, "automatic": a} for w, m, a in facts.interventions()]
 
 
 # --- assembling -------------------------------------------------------------------------------

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.project import Project
-from logbook.core.textfmt import is_number
+from logbook.core.textfmt import fmt_setting, is_number
 from logbook.records.chain import iter_records
 from logbook.records.plan import rule_differences, structured_rules
 from logbook.records.eventschema import (
-    Event, changes_lr, has_flag, is_afterwards, is_kind, kind_of, kinds_where, parse_ts, run_state,
+    Event, changes_lr, counted_as, ending, goodput_charge, has_flag, is_afterwards, is_kind, kind_of, kinds_where,
+    parse_ts, run_state,
 )
 from logbook.records.sink import read_metrics
 from logbook.runs.goodput import goodput_report
@@ -201,6 +202,100 @@ class RunFacts:
             action = {"kind": "rollback", "rollback_steps": want.get("steps"), **done}
             e["data"] = {**e["data"], "plan": {**plan, "differences": rule_differences(acts, action)}}
 
+    def event_deviations(self) -> list[dict[str, Any]]:
+        """Live changes, and guard decisions off the plan: one per incident.
+
+        The guard writes its judgement on the divergence and again on each action
+        that carries it out (the skip, the rollback, the learning-rate scaling), so
+        actions right after an off-plan divergence are folded into its deviation.
+        """
+        out: list[dict[str, Any]] = []
+        incident: dict[str, Any] | None = None
+        again = {c["event"].get("seq"): c["reapplied_at"] for c in self.live_changes()}
+        for e in self.run_events():
+            kind, d = kind_of(e), e.get("data") if isinstance(e.get("data"), dict) else {}
+            eid = f"{self.run}:{e.get('seq')}"
+            plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
+            if is_kind(kind, "hparam_change") and d.get("source") in ("live", "advice"):
+                if e.get("seq") not in again:
+                    continue  # the same change re-applied after a restart: already listed
+                steps = ", ".join(str(s) for s in again[e.get("seq")])
+                out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
+                            "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
+                                    f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))}"
+                                    + (f" ({d['reason']})" if d.get("reason") else "")
+                                    + (f"; re-applied after a restart at step {steps} (the same change)" if steps else "")})
+            elif plan.get("follows") is False and incident is not None and has_flag(kind, guard="action"):
+                incident["actions"].append(str(kind).replace("_", " "))
+                incident["entries"].append(eid)
+                continue
+            elif plan.get("follows") is False:
+                what = str(kind).replace("_", " ")
+                if is_kind(kind, "divergence_detected") and d.get("action"):
+                    what += f" (action: {d['action']})"
+                incident = {"kind": "off_plan", "entry": eid, "step": e.get("step"), "entries": [eid], "actions": [],
+                            "text": f"{what} at step {e.get('step')} {off_plan_words(plan)}"}
+                out.append(incident)
+                if not is_kind(kind, "divergence_detected"):
+                    incident = None
+                continue
+            if not has_flag(kind, keeps_incident=True):
+                incident = None
+        for dev in out:
+            if dev.get("actions"):
+                dev["text"] += f"; carried out as: {', '.join(dev['actions'])}"
+            dev.pop("actions", None)
+        return out
+
+    # --- what people and the machinery did -----------------------------------------------
+
+    def manual_restart(self, restart: dict[str, Any]) -> bool:
+        """A resume that torchrun did not make: its attempt's `run_started` counts no elastic restart."""
+        for e in self.of_kind("run_started"):
+            if e.get("attempt") == restart.get("attempt"):
+                return Event.of(e).data.get("torchelastic_restart_count") == 0
+        return False
+
+    def interventions(self) -> list[tuple[str, int, int]]:
+        """(what, by hand, automatic) for each kind of intervention, in the order a report lists them.
+
+        A live change re-applied after a restart is the change already counted.
+        """
+        restarts = [e for e in self.events if counted_as(e) == "restarts"]
+        manual_restarts = sum(1 for e in restarts if self.manual_restart(e))
+        scheduled = sum(1 for e in self.of_kind("hparam_change") if Event.of(e).data.get("source") == "schedule")
+        return [
+            ("restarts", manual_restarts, len(restarts) - manual_restarts),
+            ("hyperparameter changes", len(self.live_changes()), scheduled),
+            ("updates skipped by the guard", 0, self.count("skipped_steps")),
+            ("rollbacks", 0, self.count("rollbacks")),
+            ("learning-rate scalings by the guard", 0, len(self.of_kind("lr_scaled"))),
+            ("aborts", 0, sum(1 for e in self.events if ending(e) == "aborted")),
+        ]
+
+    def incident_cost_s(self, e: dict[str, Any]) -> float | None:
+        """Seconds an incident cost, by what it charges: a restart its lost work and downtime, a rollback
+        its recomputed steps at the run's median step time; None when it charges nothing or the log cannot say."""
+        d, charge = Event.of(e).data, goodput_charge(e)
+        if charge == "restart":
+            parts = [float(x) for x in (d.get("seconds_lost"), d.get("downtime_s")) if is_number(x)]
+            return sum(parts) if parts else None
+        per_step = self.seconds_per_step()
+        if charge == "rollback" and is_number(d.get("steps_lost")) and per_step is not None:
+            return float(d["steps_lost"]) * per_step
+        return None
+
+    def attempt_spans(self) -> dict[int, tuple[float, float]]:
+        """attempt -> (first, last) time of its metric rows and of the events it wrote itself."""
+        spans: dict[int, tuple[float, float]] = dict(self.attempt_times)
+        for e in self.run_events():
+            t, a = parse_ts(e.get("ts")), e.get("attempt")
+            if t is None or not isinstance(a, int):
+                continue
+            lo, hi = spans.get(a, (t, t))
+            spans[a] = (min(lo, t), max(hi, t))
+        return spans
+
     def count_rule(self, metric: str) -> str:
         return _COUNT_RULES[metric]
 
@@ -252,6 +347,17 @@ class RunFacts:
 
     def device_hours(self, seconds: float | None) -> float | None:
         return None if seconds is None else self.world_size * seconds / 3600.0
+
+
+def off_plan_words(plan: dict[str, Any]) -> str:
+    """How an action departed from the plan: no rule foresaw it, or it carried a rule out differently (named)."""
+    rule = plan.get("rule") if isinstance(plan.get("rule"), int) else None
+    if rule is None:
+        return "was not in the preregistered contingency plan"
+    diffs = [str(x) for x in plan.get("differences") or [] if x]
+    if diffs:
+        return f"carried out contingency rule {rule} with a difference: {'; '.join(diffs)}"
+    return f"was not done as contingency rule {rule} says (the log does not record which part differed)"
 
 
 def _recorded_rollback(events: list[dict[str, Any]], i: int) -> dict[str, Any] | None:
