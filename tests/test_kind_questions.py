@@ -184,3 +184,49 @@ def test_a_violation_planted_in_a_real_module_is_found():
     assert kind_violations(source, "logbook/runs/lineage.py") == []
     planted = source + '\n\ndef _planted(rec):\n    return rec.get("kind") == "hang"\n'
     assert len(kind_violations(planted, "logbook/runs/lineage.py")) == 2  # the raw read and the comparison
+
+
+# --- the questions themselves ---------------------------------------------------------------------
+
+def test_is_kind_refuses_a_name_the_registry_does_not_know():
+    from logbook.records.eventschema import is_kind
+
+    assert is_kind({"kind": "restart"}, "restart") and is_kind("restart", "run_started", "restart")
+    assert not is_kind({"kind": "restart"}, "run_started") and not is_kind({"data": {}}, "restart")
+    with pytest.raises(ValueError, match="not a registered event kind: restrat"):
+        is_kind({"kind": "restart"}, "restrat")
+
+
+def test_kind_of_reads_only_text_kinds():
+    from logbook.records.eventschema import Event, kind_of
+
+    assert kind_of({"kind": "hang"}) == kind_of(Event.of({"kind": "hang"})) == "hang"
+    assert kind_of({"kind": 3}) is None and kind_of({}) is None and kind_of(None) is None
+
+
+@pytest.mark.parametrize("rec, words", [
+    ({"kind": "run_finished"}, "finished the run"),
+    ({"kind": "run_failed", "data": {"reason": "restarts exhausted"}}, "run failed: restarts exhausted"),
+    ({"kind": "run_aborted", "data": {"reason": "too many rollbacks"}}, "aborted by the guard"),
+    ({"kind": "attempt_failed", "data": {"exception_type": "OSError"}}, "raised OSError"),
+    ({"kind": "preempted", "data": {"saved_step": 1200}}, "preempted, saved at step 1,200"),
+    ({"kind": "hang", "data": {"timeout_s": 60}}, "hung past its step timeout"),
+    ({"kind": "checkpoint_saved"}, None),
+    ({"kind": "from_next_year"}, None),
+])
+def test_each_ending_has_its_words(rec, words):
+    from logbook.records.eventschema import ending_words
+
+    assert ending_words(rec) == words
+
+
+def test_flag_questions_answer_from_the_registry():
+    from logbook.records.eventschema import counted_as, goodput_charge, has_flag, is_terminal, run_state
+
+    assert goodput_charge({"kind": "checkpoint_saved"}) == "checkpoint_save"
+    assert goodput_charge({"kind": "restart"}) == "restart" and goodput_charge({"kind": "note"}) is None
+    assert counted_as({"kind": "divergence_detected"}) == "spikes" and run_state("run_aborted") == "aborted"
+    assert is_terminal({"kind": "run_failed"}) and not is_terminal({"kind": "preempted"})
+    assert has_flag({"kind": "restart"}, incident=True, console=True) and not has_flag({"kind": "odd"}, incident=True)
+    with pytest.raises(TypeError, match="no such event flag"):
+        has_flag({"kind": "restart"}, incidnet=True)
