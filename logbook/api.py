@@ -58,6 +58,8 @@ _LAZY: dict[str, str] = {
     "full_metrics_path": "logbook.records.sink", "iter_events": "logbook.records.events",
     # the event registry's questions (never compare kinds against literals)
     "KINDS": "logbook.records.eventschema", "kinds_where": "logbook.records.eventschema",
+    "is_kind": "logbook.records.eventschema", "kind_of": "logbook.records.eventschema",
+    "ending": "logbook.records.eventschema",
     # milestones: which fractions are due, and at which step
     "due_milestones": "logbook.runs.milestones", "emitted_milestones": "logbook.runs.milestones",
     "milestone_step": "logbook.runs.milestones",

@@ -38,7 +38,7 @@ from logbook.launch.change_requests import read_answer, REPLY_KEY, submit_change
 from logbook.launch.launcher import launch_run, new_run_id, RunResult
 from logbook.records.commit import commit_logbook
 from logbook.records.events import iter_events
-from logbook.records.eventschema import kinds_where
+from logbook.records.eventschema import is_kind, kind_of, kinds_where
 from logbook.records.init import init_logbook as init
 from logbook.records.prereg import create_prereg
 from logbook.records.prereg_input import PreregInput
@@ -240,8 +240,8 @@ def train(st: DemoState) -> None:
         # scoring, reporting and pushing a run cut short as if it had been the demo's.
         raise KeyboardInterrupt
     events = _run_events(st)
-    st.guard_lines = [_guard_line(e) for e in events if e.get("kind") in GUARD_KINDS]
-    st.change_lines = [_change_line(e) for e in events if e.get("kind") in ("hparam_change", "hparam_change_rejected")]
+    st.guard_lines = [_guard_line(e) for e in events if kind_of(e) in GUARD_KINDS]
+    st.change_lines = [_change_line(e) for e in events if is_kind(e, "hparam_change", "hparam_change_rejected")]
     if st.live_note:
         st.change_lines.append(st.live_note)
 
@@ -251,7 +251,7 @@ def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
     if not st.spike_steps:
         return
     while not stop.wait(0.05):
-        if any(e.get("kind") == "step_skipped" for e in _run_events(st)):
+        if any(is_kind(e, "step_skipped") for e in _run_events(st)):
             break
     else:
         st.live_note = "no live change: the run ended before its first spike"
@@ -280,24 +280,24 @@ def _run_events(st: DemoState) -> list[dict[str, Any]]:
 
 
 def _guard_line(e: dict[str, Any]) -> str:
-    d, kind, step = e.get("data", {}), e.get("kind"), e.get("step")
+    d, kind, step = e.get("data", {}), kind_of(e), e.get("step")
     drill = " (drill)" if e.get("drill") else ""
-    if kind == "divergence_detected":
+    if is_kind(kind, "divergence_detected"):
         return f"{kind} at step {step}{drill}: {d.get('reason')}"
-    if kind == "step_skipped":
+    if is_kind(kind, "step_skipped"):
         return f"{kind} at step {step}: batch {d.get('batch_id')}"
-    if kind == "rollback":
+    if is_kind(kind, "rollback"):
         lo_hi = d.get("batches_skipped") or []
         skipped = f", batches {lo_hi[0]}-{lo_hi[1]} never trained on" if lo_hi else ""
         return f"{kind} from step {d.get('from_step')} to step {d.get('to_step')}{skipped}"
-    if kind == "lr_scaled":
+    if is_kind(kind, "lr_scaled"):
         return f"{kind} at step {step}: lr_scale {fmt_setting(d.get('old'))} -> {fmt_setting(d.get('new'))}"
     return f"{kind} at step {step}: {d.get('reason')}"
 
 
 def _change_line(e: dict[str, Any]) -> str:
     d, step = e.get("data", {}), e.get("step")
-    if e.get("kind") == "hparam_change_rejected":
+    if is_kind(e, "hparam_change_rejected"):
         return f"hparam_change_rejected at step {step}: {d.get('reason')}"
     again = ", re-applied after restart" if d.get("reapplied") else ""
     return (f"hparam_change at step {step}: {d.get('key')} {fmt_setting(d.get('old'))} -> {fmt_setting(d.get('new'))} by {d.get('who')}"

@@ -32,7 +32,7 @@ def test_every_per_kind_template_names_a_registered_kind():
 
 
 def _kind_literals(tree: ast.AST) -> set[str]:
-    """String literals the code compares an event's kind with, or emits, or asks `of_kind` for."""
+    """String literals the code compares an event's kind with, or emits, or asks `of_kind` or `is_kind` for."""
     def is_kind(node: ast.AST) -> bool:
         if isinstance(node, ast.Name):
             return node.id == "kind"
@@ -55,8 +55,9 @@ def _kind_literals(tree: ast.AST) -> set[str]:
             sides = [node.left, *node.comparators]
             if any(is_kind(s) for s in sides):
                 found.update(s for side in sides for s in strings(side))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
-            if node.func.attr in ("emit", "of_kind"):
+        elif isinstance(node, ast.Call) and node.args:
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name in ("emit", "of_kind", "is_kind"):
                 found.update(s for a in node.args for s in strings(a))
     return found
 

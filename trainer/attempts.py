@@ -20,7 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from logbook.api import iter_events, lost_ranks, name_ranks, oom_kill_count, oom_kills_between, read_marks
+from logbook.api import (ending, is_kind, iter_events, lost_ranks, name_ranks, oom_kill_count, oom_kills_between,
+                         read_marks)
 
 _HEARTBEAT_BYTES = 256
 _METRICS_TAIL = 4 << 20  # bytes of the metrics stream read at start-up (tens of thousands of rows)
@@ -96,7 +97,7 @@ class RunHistory:
 
     def has(self, kind: str) -> dict[str, Any] | None:
         """The last event of `kind` in the whole run, if any."""
-        found = [e for e in self.events if e.get("kind") == kind]
+        found = [e for e in self.events if is_kind(e, kind)]
         return found[-1] if found else None
 
     def unrecorded_ends(self, attempt: int) -> list[int]:
@@ -106,13 +107,13 @@ class RunHistory:
         building, a rejected checkpoint) and died before announcing itself took a
         number without recording the end of the attempt before it: both are owed.
         """
-        covered = {e.get("data", {}).get("prev_attempt") for e in self.events if e.get("kind") == "restart"}
+        covered = {e.get("data", {}).get("prev_attempt") for e in self.events if is_kind(e, "restart")}
         out = []
         for k in range(1, attempt):
             mine = self.of_attempt(k)
             if k == attempt - 1 and not mine and self.heartbeat and self.heartbeat.get("attempt") == k:
                 mine = [{}]  # announced itself through the heartbeat only (killed before its first event)
-            if mine and k not in covered and not any(e.get("kind") == "run_finished" for e in mine):
+            if mine and k not in covered and not any(is_kind(e, "run_finished") for e in mine):
                 out.append(k)
         return out
 
@@ -121,7 +122,7 @@ class RunHistory:
         return min((t for t in times if t is not None), default=None)
 
     def first_started(self) -> float | None:
-        starts = [parse_ts(e["ts"]) for e in self.events if e.get("kind") == "run_started" and "ts" in e]
+        starts = [parse_ts(e["ts"]) for e in self.events if is_kind(e, "run_started") and "ts" in e]
         return min(starts, default=None)
 
 
@@ -173,37 +174,37 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
                      env: dict[str, str]) -> dict[str, Any]:
     """The payload of a `restart` event: why attempt `prev` ended and what it cost."""
     events = history.of_attempt(prev)
-    kinds = {e.get("kind"): e for e in events}
+    ends = {ending(e): e for e in events if ending(e)}  # how the attempt's own last words say it ended
     out: dict[str, Any] = {"prev_attempt": prev, "resumed_from_step": resumed_from_step}
     hung = [m for m in history.ranks if m.get("attempt") == prev and m.get("ended") == "hang"]
-    if hung and "hang" not in kinds:
+    if hung and "hang" not in ends:
         # A rank other than 0 hung; rank 0 saw only its collective break when that rank exited.
         out.update(cause="hang", hung_ranks=[{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung],
                    detail=f"{name_ranks(hung)} of attempt {prev} made no progress past its hang timeout and exited")
-    elif "hang" in kinds:
+    elif "hang" in ends:
         # Before a lost peer: rank 0's watchdog saw no progress, then its collective broke as the rank
         # that hung exited. The hang is the cause; the broken collective is what it did.
-        d = kinds["hang"].get("data", {})
+        d = ends["hang"].get("data", {})
         out.update(cause="hang", detail=f"attempt {prev} made no progress for {d.get('elapsed_s')} s and exited")
         if hung:
             out["hung_ranks"] = [{k: m.get(k) for k in ("rank", "node", "host", "pid")} for m in hung]
-    elif "attempt_failed" in kinds and peer_lost(kinds["attempt_failed"].get("data", {})):
-        d = kinds["attempt_failed"].get("data", {})
+    elif "exception" in ends and peer_lost(ends["exception"].get("data", {})):
+        d = ends["exception"].get("data", {})
         # Rank 0 saw a collective fail because another rank vanished mid-step: the
         # cause is that rank's death (a signal, the OOM killer, a lost node), not rank 0's error.
         out.update(cause="signal", signal=None, peer_lost=True, exception_message=d.get("exception_message"),
                    detail=f"another rank of attempt {prev} died with no record left; rank 0 lost its peer "
                           f"({d.get('exception_type')})")
-    elif "attempt_failed" in kinds:
-        d = kinds["attempt_failed"].get("data", {})
+    elif "exception" in ends:
+        d = ends["exception"].get("data", {})
         out.update(cause="exception", exception_type=d.get("exception_type"), exception_message=d.get("exception_message"),
                    detail=f"attempt {prev} raised {d.get('exception_type')}: {d.get('exception_message')}")
-    elif "preempted" in kinds:
-        d = kinds["preempted"].get("data", {})
+    elif "preempted" in ends:
+        d = ends["preempted"].get("data", {})
         out.update(cause="preempted", signal=d.get("signal"),
                    detail=f"attempt {prev} was preempted ({d.get('signal')}) and saved at step {d.get('saved_step')}")
-    elif "run_stopped" in kinds:
-        d = kinds["run_stopped"].get("data", {})
+    elif "stopped" in ends:
+        d = ends["stopped"].get("data", {})
         out.update(cause="stopped", detail=f"attempt {prev} was stopped on request by {d.get('who')} and saved at "
                                            f"step {d.get('saved_step')}")
     elif (err := torchelastic_previous_error(env)) is not None:
@@ -226,7 +227,7 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
         out["detail"] = f"{name_ranks(lost)} of attempt {prev} vanished with no record left " \
                         f"({how})" + ("; rank 0 lost its peer" if out.get("peer_lost") else "")
     # The kernel's own evidence, where it keeps it: OOM kills in the memory cgroup since attempt `prev` began.
-    began = next((e.get("data", {}) for e in events if e.get("kind") == "run_started"), {})
+    began = next((e.get("data", {}) for e in events if is_kind(e, "run_started")), {})
     if out["cause"] == "signal" and (kills := oom_kills_between(began.get("oom_kills"), oom_kill_count())) is not None:
         out["oom_kills"] = kills
     failed_at, last_alive = _last_signs(history, prev, events)
@@ -257,7 +258,7 @@ def _last_signs(history: RunHistory, prev: int, events: list[dict[str, Any]]) ->
         steps.append(int(hb.get("step", 0)))
         times.append(float(hb.get("time", 0.0)))
     for e in events:
-        if isinstance(e.get("step"), int) and e.get("kind") not in ("checkpoint_rejected",):
+        if isinstance(e.get("step"), int) and not is_kind(e, "checkpoint_rejected"):
             steps.append(e["step"])
         if "ts" in e:
             times.append(parse_ts(e["ts"]))
@@ -268,9 +269,9 @@ def _seconds_lost(history: RunHistory, events: list[dict[str, Any]], resumed: in
     """Wall time of the work thrown away: from reaching the resumed step (or the attempt's start) to the failure."""
     if last_alive is None:
         return None
-    marks = [parse_ts(e["ts"]) for e in events if e.get("kind") == "run_started" and "ts" in e]
+    marks = [parse_ts(e["ts"]) for e in events if is_kind(e, "run_started") and "ts" in e]
     reached = [float(r["time"]) for r in history.metrics if r.get("step") == resumed and isinstance(r.get("time"), (int, float))]
     saved = [parse_ts(e["ts"]) for e in history.events
-             if e.get("kind") == "checkpoint_saved" and e.get("step") == resumed and "ts" in e]
+             if is_kind(e, "checkpoint_saved") and e.get("step") == resumed and "ts" in e]
     begin = max(marks + reached[-1:] + saved[-1:], default=None)
     return None if begin is None else round(max(0.0, last_alive - begin), 3)

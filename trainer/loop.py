@@ -44,6 +44,7 @@ from .optim import apply_hyperparams, lr_factor, qk_clip
 from .restore import checkpoint_parts, resume, rollback
 from .slurm import slurm_info
 from . import dist
+from logbook.api import is_kind
 
 
 class Preempted(Exception):
@@ -176,7 +177,7 @@ class Trainer:
                 if latest and newer:  # why the resume went back further than the checkpoint cadence says
                     payload["unfinished_checkpoint_step"] = newer[-1]
                 prev_events = self.history.of_attempt(prev)
-                drill = any(e.get("kind") == "fault_injected" or e.get("drill") for e in prev_events)
+                drill = any(is_kind(e, "fault_injected") or e.get("drill") for e in prev_events)
                 self.emit("restart", drill=drill, next_attempt=prev + 1, slurm=slurm_info(self.env), **payload)
         rec = self.run_record
         snapshot = rec.snapshot if rec else {}

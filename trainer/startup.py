@@ -50,6 +50,7 @@ from .telemetry import Telemetry
 from .wandb_sink import WandbSink
 from .watchdog import HangWatchdog
 from . import dist
+from logbook.api import is_kind
 
 
 def build_trainer(cfg: TrainConfig, *, project_root: Path | str, run_id: str, config_path: str | None = None,
@@ -207,11 +208,11 @@ def _contingency_rules(book: RunLogbook) -> list[Any]:
 def _checkpoint_emitter(book: RunLogbook, drills: Drills) -> Callable[..., None]:
     """The checkpointer's `emit`: a rejection of a checkpoint that a drill corrupted is part of the drill."""
     drilled = {e.get("data", {}).get("path") for e in book.history.events
-               if e.get("kind") == "fault_injected" and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
+               if is_kind(e, "fault_injected") and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
 
     def emit(kind: str, **kw: Any) -> None:
         path = kw.get("path")  # as recorded (relative to the repository) or, in older logs, as given
-        drill = kind == "checkpoint_rejected" and (drills.active or path in drilled or book.sink.recorded(path) in drilled)
+        drill = is_kind(kind, "checkpoint_rejected") and (drills.active or path in drilled or book.sink.recorded(path) in drilled)
         book.sink.emit(kind, drill=drill, **kw)
 
     return emit

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logbook.api import KINDS, UsageError, goodput_of_run
+from logbook.api import KINDS, UsageError, goodput_of_run, is_kind, kind_of
 
 from .callbacks import Callback
 
@@ -125,7 +125,7 @@ def _summary(event: dict[str, Any]) -> str:
     for key in ("detail", "reason", "exception_message"):
         if isinstance(d.get(key), str) and d[key]:
             return d[key][:500]
-    if event.get("kind") == "rollback":
+    if is_kind(event, "rollback"):
         return f"rolled back from step {d.get('from_step')} to {d.get('to_step')}"
     return json.dumps(d, sort_keys=True, default=str)[:500]
 
@@ -271,11 +271,11 @@ class WandbSink(Callback):
                 event = json.loads(line)
             except ValueError:
                 continue  # a torn or repaired line, or a position that was not a line start
-            if isinstance(event, dict) and isinstance(event.get("kind"), str):
+            if isinstance(event, dict) and kind_of(event) is not None:
                 self._mirror(event)
 
     def _mirror(self, e: dict[str, Any]) -> None:
-        kind = e["kind"]
+        kind = kind_of(e)
         self.counts[kind] = self.counts.get(kind, 0) + 1
         step = e.get("step") if isinstance(e.get("step"), int) else self._last_step
         self._log({"train/step": step, f"events/{kind}": self.counts[kind]})

@@ -28,7 +28,7 @@ from logbook.core.gitstate import state_of
 from logbook.core.project import Project
 from logbook.core.textfmt import fmt_fraction, fmt_int
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import AFTERWARDS_KINDS, Event
+from logbook.records.eventschema import AFTERWARDS_KINDS, Event, is_afterwards, is_kind, kind_of
 from logbook.records.eventstream import (by_day, check_day, days_of, Item, list_event_runs, merged, NOTES_SOURCE, run_log_path, sources, torn_tail, TornTail)
 from logbook.records.files import iter_folder
 from logbook.records.prereg import load_prereg
@@ -101,10 +101,10 @@ def restart_advice(events_path: Path | None) -> dict[Any, str]:
 
 def _advise(tracker, rec: dict[str, Any]) -> str | None:
     """Feed one record of a run's log, in order; at a restart, the advice sentence as of that record."""
-    if rec.get("kind") in AFTERWARDS_KINDS:
+    if is_afterwards(rec):
         return None
     tracker.add(rec)
-    if rec.get("kind") != "restart" or rec.get("drill"):
+    if not is_kind(rec, "restart") or rec.get("drill"):
         return None
     adv = tracker.advice()
     if adv.complete:
@@ -173,7 +173,7 @@ class Chronicle:
                 page.notes += 1
             else:
                 page.events += 1
-                if it.rec.get("kind") in ROUTINE_KINDS:
+                if kind_of(it.rec) in ROUTINE_KINDS:
                     routine.append(it)
                     continue
             page.entries.append(event_view(it, self.r, self.errata, self._plot_maker(), self.reviews,
@@ -189,13 +189,13 @@ class Chronicle:
         out: dict[str, Any] = {}
         if self._exploratory(it.source):
             out["exploratory"] = True
-        if self._trackers is None and it.rec.get("kind") == "restart":
+        if self._trackers is None and is_kind(it.rec, "restart"):
             if it.source not in self._advice:
                 self._advice[it.source] = restart_advice(dict(self.sources).get(it.source))
             advice = self._advice[it.source].get(it.rec.get("seq"))
         if advice:
             out["advice"] = advice
-        if it.rec.get("kind") == "milestone" and missing_scores(Event.of(it.rec).data):
+        if is_kind(it.rec, "milestone") and missing_scores(Event.of(it.rec).data):
             out["data"] = {**Event.of(it.rec).data, **self._note_scores(it)}
         return out or None
 

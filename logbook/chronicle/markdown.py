@@ -25,7 +25,7 @@ from logbook.core.textfmt import (
     code_block, code_span, fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_pct, fmt_setting,
     fmt_tokens, is_number, md_escape, quote_text, signal_name, signal_number, table_cell,
 )
-from logbook.records.eventschema import label as kind_label
+from logbook.records.eventschema import kind_of, label as kind_label
 from logbook.records.eventschema import restart_cause, signal_evidence
 
 BUNDLED_TEMPLATES = bundled_dir("templates")
@@ -268,7 +268,7 @@ class MarkdownRenderer:
 
     def entry(self, e: dict[str, Any]) -> Raw:
         """The entry's Markdown; a payload its kind's template cannot handle is shown generically."""
-        name = self.kind_template(e["kind"])
+        name = self.kind_template(kind_of(e))
         try:
             text = self._entry.render(e=e, body_template=name)
         except Exception as exc:  # a malformed payload must not hide the event

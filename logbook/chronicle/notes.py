@@ -24,6 +24,7 @@ from logbook.records.chain import iter_records
 from logbook.records.eventstream import NOTES_SOURCE, list_event_runs, run_log_path
 from logbook.records.files import is_record_id, iter_folder, read_record, write_record
 from logbook.runs.record import check_run_id
+from logbook.records.eventschema import kind_of
 
 MAX_NOTE_BYTES = 64 * 1024
 """A note is a paragraph or a page, not a file dump: larger text belongs in a committed file it links to."""
@@ -111,7 +112,7 @@ def find_entry(project: Project, entry_id: str) -> EntryRef:
         raise NotFoundError(f"no run {source!r} with an event log (for entry {entry_id})", hint=f"runs: {known}; {ID_HINT}")
     for rec in iter_records(path):
         if rec.get("seq") == int(key) and isinstance(rec.get("ts"), str):
-            return EntryRef(entry_id, source, int(key), rec["ts"], str(rec.get("kind") or "unknown"))
+            return EntryRef(entry_id, source, int(key), rec["ts"], str(kind_of(rec) or "unknown"))
     raise NotFoundError(f"no entry {entry_id} in {path.relative_to(project.root).as_posix()}", hint=ID_HINT)
 
 
@@ -122,7 +123,7 @@ def _find_note(project: Project, entry_id: str, key: str) -> EntryRef:
     if rec is None or not isinstance(rec.get("ts"), str):
         raise NotFoundError(f"no note {entry_id} in {project.notes_dir.relative_to(project.root).as_posix()}/",
                             hint="pull first if a teammate wrote it (`git pull`); " + ID_HINT)
-    return EntryRef(entry_id, NOTES_SOURCE, key, rec["ts"], str(rec.get("kind") or "note"))
+    return EntryRef(entry_id, NOTES_SOURCE, key, rec["ts"], str(kind_of(rec) or "note"))
 
 
 def _last_step(project: Project, run: str) -> int | None:

@@ -29,6 +29,7 @@ from logbook.core.fsutil import atomic_write_bytes
 from logbook.core.project import Project
 from logbook.records.eventstream import list_event_runs, run_log_path
 from logbook.runs.lineage import run_lineage
+from logbook.records.eventschema import kind_of
 
 TEMPLATE = "chronicle.typ"
 
@@ -54,7 +55,7 @@ def _day_data(page: DayPage, conv: Converter, entries: Path) -> dict[str, Any]:
         "date": page.date,
         "title": f"{page.date} · {ctx['weekday']}",
         "entries": [
-            {"anchor": e["anchor"], "id": e["id"], "kind": e["kind"], "drill": e["drill"],
+            {"anchor": e["anchor"], "id": e["id"], "kind": kind_of(e), "drill": e["drill"],
              "heading": conv.inline(e["heading"], base), "body": _without_id_line(conv.blocks(e["body"], base), e["id"])}
             for e in page.entries
         ],

@@ -20,6 +20,7 @@ from logbook.core.textfmt import fmt_int, is_number
 from logbook.records.chain import iter_records
 from logbook.records.sink import read_metrics
 from logbook.scoring.forecasts import run_curves
+from logbook.records.eventschema import counted_as, has_flag
 
 _MAX_POINTS = 4000  # beyond this, steps are bucketed into a min-max band plus a mean line
 
@@ -49,19 +50,19 @@ def _marks(events_path: Path, upto_step: int, upto_seq: int | None) -> _Marks:
     for rec in iter_records(events_path):
         if upto_seq is not None and isinstance(rec.get("seq"), int) and rec["seq"] > upto_seq:
             break
-        step, kind = rec.get("step"), rec.get("kind")
+        step, counts = rec.get("step"), counted_as(rec)
         data = rec.get("data") if isinstance(rec.get("data"), dict) else {}
         if not isinstance(step, int) or step > upto_step:
             continue
-        if kind == "restart":
+        if counts == "restarts":
             at = data.get("resumed_from_step")
             m.restarts.append((at if isinstance(at, int) else step, f"attempt {rec.get('attempt')}"))
-        elif kind == "rollback" and isinstance(data.get("to_step"), int):
+        elif counts == "rollbacks" and isinstance(data.get("to_step"), int):
             frm = data.get("from_step") if isinstance(data.get("from_step"), int) else step
             m.rollbacks.append((data["to_step"], frm))
-        elif kind in ("hparam_change", "lr_scaled"):
+        elif has_flag(rec, setting_change=True):
             m.changes.append((step, str(data.get("key") or "lr")))
-        elif kind == "divergence_detected" and is_number(data.get("value")) and data.get("metric", "loss") == "loss":
+        elif counts == "spikes" and is_number(data.get("value")) and data.get("metric", "loss") == "loss":
             m.spikes.append((step, float(data["value"])))
     return m
 

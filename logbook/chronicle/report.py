@@ -38,7 +38,9 @@ from logbook.core.project import Project
 from logbook.core.textfmt import fmt_setting, is_number
 from logbook.core.yamlsafe import load_yaml_text
 from logbook.records import gitbind
-from logbook.records.eventschema import AFTERWARDS_KINDS, Event, kinds_where, parse_ts, summary as event_summary
+from logbook.records.eventschema import (
+    Event, ending, is_kind, kind_of, parse_ts, summary as event_summary,
+)
 from logbook.records.plan import plan_words
 from logbook.records.prereg import load_prereg, runs_referencing
 from logbook.records.reviews import reviews_for
@@ -54,7 +56,6 @@ from logbook.trust.timestamps import earliest
 
 MD_TEMPLATE = "report.md.j2"
 TYP_TEMPLATE = "report.typ"
-INCIDENT_KINDS = kinds_where(incident=True)
 
 
 class ReportError(LogbookError):
@@ -82,13 +83,7 @@ def _hours(facts: RunFacts, seconds: float | None) -> float | None:
 
 def attempts(project: Project, facts: RunFacts) -> list[dict[str, Any]]:
     """Each attempt with its span, steps, ending, and device-hours."""
-    spans: dict[int, list[float]] = {a: [lo, hi] for a, (lo, hi) in facts.attempt_times.items()}
-    for e in facts.events:
-        t, a = parse_ts(e.get("ts")), e.get("attempt")
-        if t is None or not isinstance(a, int) or e.get("kind") in AFTERWARDS_KINDS:
-            continue
-        lo, hi = spans.setdefault(a, [t, t])
-        spans[a] = [min(lo, t), max(hi, t)]
+    spans = facts.attempt_spans()
     out = []
     for a in run_lineage(project.run_dir(facts.run) / "events.jsonl"):
         start, end = spans.get(a.attempt, (None, None))
@@ -100,49 +95,35 @@ def attempts(project: Project, facts: RunFacts) -> list[dict[str, Any]]:
 
 def incidents(facts: RunFacts) -> list[dict[str, Any]]:
     """Restarts, divergences, rollbacks, aborts and failures, each with what it cost."""
-    per_step = facts.seconds_per_step()
     out = []
-    for e in facts.of_kind(*INCIDENT_KINDS):
-        d, kind = Event.of(e).data, e.get("kind")
-        lost_s = None
-        if kind == "restart":
-            parts = [d.get("seconds_lost"), d.get("downtime_s")]
-            lost_s = sum(float(x) for x in parts if is_number(x)) if any(is_number(x) for x in parts) else None
-        elif kind == "rollback" and is_number(d.get("steps_lost")) and per_step is not None:
-            lost_s = float(d["steps_lost"]) * per_step
+    for e in facts.incidents():
+        d, kind = Event.of(e).data, kind_of(e)
+        lost_s = facts.incident_cost_s(e)
         summary = event_summary(e)
         if e.get("drill") is True and not summary.endswith("(drill)"):
             summary += " (drill)"
         out.append({"id": f"{facts.run}:{e.get('seq')}", "ts": e.get("ts"), "kind": kind, "step": e.get("step"),
                     "attempt": e.get("attempt"), "drill": e.get("drill") is True, "summary": summary,
-                    "action": _action(e, kind == "restart" and _manual_restart(facts, e)), "steps_lost": d.get("steps_lost"), "seconds_lost": d.get("seconds_lost"),
+                    "action": _action(e, is_kind(kind, "restart") and facts.manual_restart(e)), "steps_lost": d.get("steps_lost"), "seconds_lost": d.get("seconds_lost"),
                     "downtime_s": d.get("downtime_s"), "cost_s": lost_s, "device_hours": _hours(facts, lost_s)})
     return out
 
 
-def _manual_restart(facts: RunFacts, restart: dict[str, Any]) -> bool:
-    """A resume that torchrun did not make: its attempt's `run_started` counts no elastic restart."""
-    for e in facts.of_kind("run_started"):
-        if e.get("attempt") == restart.get("attempt"):
-            return Event.of(e).data.get("torchelastic_restart_count") == 0
-    return False
-
-
 def _action(e: dict[str, Any], manual: bool = False) -> str:
-    d, kind = Event.of(e).data, e.get("kind")
+    d, kind = Event.of(e).data, kind_of(e)
     words = plan_words(d.get("plan"))
     tag = f" ({words})" if words else ""
-    if kind == "restart":
+    if is_kind(kind, "restart"):
         return "relaunched by hand" if manual else "automatic restart (torchrun)"
-    if kind == "divergence_detected":
+    if is_kind(kind, "divergence_detected"):
         return f"ladder: {d.get('action') or 'none'}{tag}"
-    if kind == "rollback":
+    if is_kind(kind, "rollback"):
         return f"rollback{tag}"
-    if kind == "run_aborted":
+    if ending(e) == "aborted":
         return f"run aborted{tag}"
-    if kind == "preempted":
+    if ending(e) == "preempted":
         return "saved and exited for requeue"
-    if kind == "hang":
+    if ending(e) in ("hang", "exception"):
         return "exited to be restarted"
     return "recorded"
 
@@ -204,7 +185,7 @@ def changes(facts: RunFacts) -> list[dict[str, Any]]:
             continue  # a live change re-applied after a restart is the change already listed
         d = Event.of(e).data
         plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
-        if e.get("kind") == "lr_scaled":
+        if is_kind(e, "lr_scaled"):
             row = {"key": "lr_scale", "who": "guard", "source": "guard", "old": d.get("old"), "new": d.get("new"),
                    "reason": d.get("reason")}
         else:
@@ -290,21 +271,8 @@ def _run_config(project: Project, facts: RunFacts, rec: RunRecord | None) -> dic
 
 
 def interventions(facts: RunFacts) -> list[dict[str, Any]]:
-    """Counts of what people did against what the machinery did on its own."""
-    manual_restarts = sum(1 for e in facts.of_kind("restart") if _manual_restart(facts, e))
-    auto_restarts = len(facts.of_kind("restart")) - manual_restarts
-    changes_ = facts.of_kind("hparam_change")
-    manual_changes = len(facts.live_changes())
-    scheduled = sum(1 for e in changes_ if Event.of(e).data.get("source") == "schedule")
-    rows = [
-        ("restarts", manual_restarts, auto_restarts),
-        ("hyperparameter changes", manual_changes, scheduled),
-        ("updates skipped by the guard", 0, len(facts.of_kind("step_skipped"))),
-        ("rollbacks", 0, len(facts.of_kind("rollback"))),
-        ("learning-rate scalings by the guard", 0, len(facts.of_kind("lr_scaled"))),
-        ("aborts", 0, len(facts.of_kind("run_aborted"))),
-    ]
-    return [{"what": w, "manual": m, "automatic": a} for w, m, a in rows]
+    """Counts of what people did against what the machinery did on its own (`RunFacts.interventions`)."""
+    return [{"what": w, "manual": m, "automatic": a} for w, m, a in facts.interventions()]
 
 
 # --- assembling -------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from logbook.core.identity import signing_identity
 from logbook.core.project import Project
 from logbook.records import chain
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import Event, kinds_where, summary
+from logbook.records.eventschema import Event, is_kind, kind_of, kinds_where, summary
 from logbook.records.eventstream import list_event_runs, run_log_path
 from logbook.records.files import damaged_records, iter_folder, write_record
 from logbook.records.reviews import ACTIONS, review_records
@@ -129,10 +129,10 @@ class QueueItem:
 
 def needs_review(rec: dict[str, Any]) -> bool:
     """True for an event a person should look at."""
-    kind = rec.get("kind")
+    kind = kind_of(rec)
     if kind not in REVIEW_KINDS:
         return False
-    if kind == "hparam_change":
+    if is_kind(kind, "hparam_change"):
         return Event.of(rec).data.get("source") != "schedule"
     return True
 
@@ -141,21 +141,21 @@ def _reviewable_events(project: Project, runs: Iterable[str] | None = None) -> I
     for run in (list_event_runs(project) if runs is None else runs):
         seen: dict[tuple[Any, ...], Any] = {}
         for rec in iter_records(run_log_path(project, run)):
-            if rec.get("kind") == "hparam_change" and reapplies(rec, seen) is not None:
+            if is_kind(rec, "hparam_change") and reapplies(rec, seen) is not None:
                 continue  # a live change re-applied after a restart: its first application is the entry
             if isinstance(rec.get("seq"), int) and needs_review(rec):
                 yield run, rec
         # A scorecard migrated from the old layout is reviewed through the `outcome` event it came from.
         yield from ((run, rec) for rec in outcome_records(project, run) if not rec.get("migrated_from"))
     if runs is None:  # acknowledgements of verify's findings (`trust.ack`) need a reviewer too
-        yield from ((ack_run(rec), rec) for rec in iter_folder(acknowledgements_dir(project)) if rec.get("kind") == ACK)
+        yield from ((ack_run(rec), rec) for rec in iter_folder(acknowledgements_dir(project)) if kind_of(rec) == ACK)
 
 
 def _entry_id(run: str, rec: dict[str, Any]) -> str:
     """`run:seq` for a run event, `outcome:<record id>` for a scorecard record."""
-    if rec.get("kind") == "outcome" and isinstance(rec.get("id"), str) and "seq" not in rec:
+    if is_kind(rec, "outcome") and isinstance(rec.get("id"), str) and "seq" not in rec:
         return f"outcome:{rec['id']}"
-    if rec.get("kind") == ACK:
+    if kind_of(rec) == ACK:
         return f"{ACK_PREFIX}{rec.get('id')}"
     return f"{run}:{rec['seq']}"
 
@@ -163,10 +163,10 @@ def _entry_id(run: str, rec: dict[str, Any]) -> str:
 def _item(run: str, rec: dict[str, Any], needed: int) -> QueueItem:
     seq = rec["seq"] if isinstance(rec.get("seq"), int) else -1
     return QueueItem(
-        id=_entry_id(run, rec), run=run, seq=seq, ts=str(rec.get("ts", "")), kind=str(rec.get("kind")),
+        id=_entry_id(run, rec), run=run, seq=seq, ts=str(rec.get("ts", "")), kind=str(kind_of(rec)),
         step=rec.get("step") if isinstance(rec.get("step"), int) else None,
         attempt=rec.get("attempt") if isinstance(rec.get("attempt"), int) else None,
-        drill=rec.get("drill") is True, summary=ack_summary(rec) if rec.get("kind") == ACK else summary(rec),
+        drill=rec.get("drill") is True, summary=ack_summary(rec) if kind_of(rec) == ACK else summary(rec),
         needed=needed)
 
 
@@ -262,7 +262,7 @@ def find_reviewable(project: Project, entry_id: str) -> QueueItem:
     needed = project.config.review_approvals
     if (entry_id or "").startswith(("outcome:", ACK_PREFIX)):
         for r, rec in _reviewable_events(project):
-            if rec.get("kind") in ("outcome", ACK) and _entry_id(r, rec) == entry_id:
+            if (is_kind(rec, "outcome") or kind_of(rec) == ACK) and _entry_id(r, rec) == entry_id:
                 item = _item(r, rec, needed)
                 with People(project) as people:
                     _apply_verdicts(project, item, _verdicts(project, people).get(item.id), people)
@@ -279,7 +279,7 @@ def find_reviewable(project: Project, entry_id: str) -> QueueItem:
                 continue
             if not needs_review(rec):
                 raise RefusedError(
-                    f"entry {entry_id} is a {rec.get('kind')} event, which is not in the review queue",
+                    f"entry {entry_id} is a {kind_of(rec)} event, which is not in the review queue",
                     hint=f"reviewed kinds: {', '.join(REVIEW_KINDS)}; to remark on any entry use `logbook note --about {entry_id}`")
             item = _item(run, rec, needed)
             with People(project) as people:

@@ -17,7 +17,7 @@ from logbook.chronicle.markdown import MarkdownRenderer, Raw, View, view
 from logbook.chronicle.plots import progress_plot_path
 from logbook.core.project import Project
 from logbook.core.textfmt import is_number
-from logbook.records.eventschema import Event, kinds_where
+from logbook.records.eventschema import Event, is_kind, kind_of, kinds_where
 from logbook.records.eventstream import NOTES_SOURCE, Item
 from logbook.runs.milestones import is_late, milestone_step
 from logbook.trust.setting_history import SOURCE as SETTINGS_SOURCE
@@ -50,7 +50,7 @@ def item_id(item: Item) -> tuple[str, str]:
     if item.source == SETTINGS_SOURCE:  # a commit that changed who may sign or self-approve
         return f"setting:{rec.get('id')}", f"setting-{rec.get('id')}"
     seq = _seq(item)
-    return entry_id(item.source, seq), entry_anchor(item.source, seq, rec.get("kind"), item.day)
+    return entry_id(item.source, seq), entry_anchor(item.source, seq, kind_of(rec), item.day)
 
 
 def _seq(item: Item) -> Any:
@@ -74,7 +74,7 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
     `extra` adds fields computed from other records (a restart's failure statistics).
     """
     rec = item.rec or {}
-    kind = rec.get("kind") if isinstance(rec.get("kind"), str) else "unknown"
+    kind = kind_of(rec) or "unknown"
     eid, anchor = item_id(item)
     ts = rec.get("ts", item.ts)
     e: dict[str, Any] = View({
@@ -88,14 +88,14 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
     })
     if extra:
         e.update(view(extra))
-    if item.source == NOTES_SOURCE and kind == "note":
+    if item.source == NOTES_SOURCE and is_kind(kind, "note"):
         e.update(_note_fields(rec, r))
-    elif kind == "milestone" and item.source != NOTES_SOURCE:
+    elif is_kind(kind, "milestone") and item.source != NOTES_SOURCE:
         e["m"] = milestone_fields(e, r.project, r, make_plot)
     # A record's hash pins its content; errata and the day it lands on complete the key.
     # Milestones are always rendered: drawing a missing plot is a side effect.
     key = None
-    if isinstance(rec.get("hash"), str) and kind != "milestone":
+    if isinstance(rec.get("hash"), str) and not is_kind(kind, "milestone"):
         key = (item.source, item.ts, rec["hash"], _frozen(e["errata"]), _frozen(e["reviews"]), _frozen(extra or {}))
     e["heading"], e["body"] = r.cached(key, e)
     return e
@@ -185,7 +185,7 @@ def routine_views(day: str, items: list[Item], r: MarkdownRenderer, errata: dict
     """One summary line per run for the day's checkpoints and skipped updates."""
     per_run: dict[str, dict[str, list[Item]]] = {}
     for it in items:
-        per_run.setdefault(it.source, {}).setdefault(it.rec["kind"], []).append(it)
+        per_run.setdefault(it.source, {}).setdefault(kind_of(it.rec), []).append(it)
     out = []
     for run in sorted(per_run):
         kinds = per_run[run]

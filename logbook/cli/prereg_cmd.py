@@ -453,6 +453,7 @@ def _print_markdown(text: str) -> None:
 
 def _show_run(project, run_id: str, as_json: bool) -> None:
     from logbook.records.events import read_events
+    from logbook.records.eventschema import kind_of
     from logbook.runs.record import load_run_record, run_status
 
     record = load_run_record(project, run_id)
@@ -475,7 +476,7 @@ def _show_run(project, run_id: str, as_json: bool) -> None:
     for e in log.records:
         details = ", ".join(f"{k}={v}" for k, v in (e.get("data") or {}).items())
         events.add_row(str(e.get("seq")), str(e.get("ts", ""))[:19].replace("T", " "), str(e.get("attempt", "")),
-                       "" if e.get("step") is None else str(e["step"]), str(e.get("kind")), details[:200])
+                       "" if e.get("step") is None else str(e["step"]), str(kind_of(e)), details[:200])
     con.print(events)
     for p in log.problems:
         err(f"warning: {p.message} (run `logbook verify`)")

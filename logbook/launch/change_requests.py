@@ -41,7 +41,7 @@ from logbook.core.project import Project
 from logbook.launch.live_settings import check_reason, validate_changes
 from logbook.records.chain import utc_now
 from logbook.records.events import iter_events
-from logbook.records.eventschema import kinds_where
+from logbook.records.eventschema import kind_of, kinds_where, run_state
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_status
 from logbook.runs.runlock import dead_holder
 
@@ -70,8 +70,8 @@ def run_accepts_changes(project: Project, run_id: str) -> RunRecord:
         raise RefusedError(f"run {run_id} is {status}: it no longer takes changes",
                            hint="live changes go to a running run; start a new run to try other settings")
     last = last_lifecycle_event(project.run_dir(run_id) / "events.jsonl")
-    if last is not None and last.get("kind") in TERMINAL_KINDS:
-        ended = last["kind"].removeprefix("run_")
+    if last is not None and kind_of(last) in TERMINAL_KINDS:
+        ended = run_state(last)
         raise RefusedError(f"run {run_id} has {ended} (event at step {last.get('step')}): it no longer takes changes",
                            hint="live changes go to a running run; start a new run to try other settings")
     for name in (f"{run_id}.lock", f"{run_id}.node0.lock"):  # the launcher's lock (logbook/launch/launcher.py)
@@ -88,7 +88,7 @@ def last_lifecycle_event(events_path: Path) -> dict[str, Any] | None:
     """The last run_started / restart / run_finished / run_failed / run_aborted event."""
     last = None
     for rec in iter_events(events_path):
-        if rec.get("kind") in _LIFECYCLE_KINDS:
+        if kind_of(rec) in _LIFECYCLE_KINDS:
             last = rec
     return last
 

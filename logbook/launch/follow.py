@@ -16,7 +16,7 @@ from typing import Any
 
 from logbook.core.project import Project
 from logbook.launch.watch import EventTail
-from logbook.runs.facts import LIFECYCLE
+from logbook.records.eventschema import is_kind, kind_of, run_state
 from logbook.runs.status import QUIET_KINDS, EventLine, event_line, follow_files, launcher_gone
 
 PROGRESS_EVERY_S = 2.0
@@ -84,11 +84,11 @@ def follow(project: Project, run_id: str, *, until_end: bool, poll_s: float = 0.
 
 
 def _shown(rec: dict[str, Any]) -> bool:
-    return rec.get("kind") not in QUIET_KINDS or rec.get("drill") is True
+    return kind_of(rec) not in QUIET_KINDS or rec.get("drill") is True
 
 
 def _total_steps(records: list[dict[str, Any]]) -> int | None:
-    totals = [r["data"]["total_steps"] for r in records if r.get("kind") == "run_started"
+    totals = [r["data"]["total_steps"] for r in records if is_kind(r, "run_started")
               and isinstance(r.get("data"), dict) and isinstance(r["data"].get("total_steps"), int)]
     return totals[-1] if totals else None
 
@@ -97,10 +97,10 @@ def _ending(records: list[dict[str, Any]]) -> Ended | None:
     """The run's end among `records`, if they hold one (its last lifecycle event is no `running`)."""
     state = None
     for r in records:
-        state = LIFECYCLE.get(str(r.get("kind")), state)
+        state = run_state(r) or state
     if state in (None, "running"):
         return None
-    last = [r for r in records if LIFECYCLE.get(str(r.get("kind")))][-1]
+    last = [r for r in records if run_state(r)][-1]
     step = f" at step {last['step']:,}" if isinstance(last.get("step"), int) else ""
     return Ended(state, f"{state}{step}")
 

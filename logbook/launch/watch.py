@@ -29,7 +29,9 @@ from logbook.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_
 from logbook.core.fsutil import log_tail
 from logbook.core.project import Project
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import Event, restart_cause, unfinished_save_words
+from logbook.records.eventschema import (
+    Event, counted_as, ending, has_flag, is_kind, restart_cause, summary, unfinished_save_words,
+)
 from logbook.records.sink import EventSink
 from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
 from logbook.runs.record import RunRecord
@@ -167,7 +169,7 @@ class Watcher:
             line = event_line(ev)
             if line:
                 self.say(line)
-        if self.heads is not None and any(e.get("kind") == "checkpoint_saved" for e in new):
+        if self.heads is not None and any(is_kind(e, "checkpoint_saved") for e in new):
             self.heads.checkpoint(new[-1])
         if new:
             self._render(sorted({str(e.get("ts", ""))[:10] for e in new if e.get("ts")}))
@@ -211,18 +213,19 @@ class Watcher:
 def event_line(ev: dict[str, Any]) -> str | None:
     """One plain line for the events a person at the terminal should see at once."""
     d = ev.get("data") or {}
-    kind = ev.get("kind")
-    if kind == "restart":
+    if not has_flag(ev, console=True):
+        return None
+    if is_kind(ev, "restart"):  # its payload says how the attempt before it ended
         return restart_line(ev)
-    if kind == "attempt_failed":
+    if ending(ev) == "exception":
         if d.get("exception_type") == "RunFailedError":
             return None  # an abort: final, and the worker's own `error:` line already says it
         return f"attempt {ev.get('attempt')} failed at step {ev.get('step')}: {d.get('exception_type')}: {d.get('exception_message')}"
-    if kind == "run_stopped":
+    if is_kind(ev, "run_stopped"):
         return f"attempt {ev.get('attempt')} stopped on request at step {ev.get('step')}: checkpoint at step {d.get('saved_step')}"
-    if kind == "preempted":
+    if ending(ev) == "preempted" and is_kind(ev, "preempted"):
         return f"attempt {ev.get('attempt')} preempted at step {ev.get('step')}: checkpoint at step {d.get('saved_step')}"
-    return None
+    return f"attempt {ev.get('attempt')} at step {ev.get('step')}: {summary(ev)}"
 
 
 def restart_line(ev: dict[str, Any]) -> str:
@@ -262,15 +265,15 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
     ours = [e for e in events if int(e.get("seq", -1)) >= first_seq]
     last = max((int(e.get("attempt") or 0) for e in ours), default=0)
     tail = [e for e in ours if e.get("attempt") == last]
-    kinds = {e.get("kind") for e in tail}
+    endings = {ending(e) for e in tail}
     interrupted = bool(signals) and signals[0] == signal.SIGINT
     reason = ""
-    if any(e.get("kind") == "run_finished" for e in events):
+    if any(ending(e) == "finished" for e in events):
         status, code = "finished", EXIT_OK
-    elif "run_stopped" in kinds:  # `logbook stop`: saved and ended on request, the trainer exited 0
+    elif "stopped" in endings:  # `logbook stop`: saved and ended on request, the trainer exited 0
         status, code = "stopped", EXIT_OK
         reason = "stopped on request after saving (logbook stop); resume with `logbook run --resume " + rec.run_id + "`"
-    elif "preempted" in kinds:
+    elif "preempted" in endings:
         status, code = "preempted", EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED
         reason = "stopped on request after saving; resume with `logbook run --resume " + rec.run_id + "`"
     elif signals and not interrupted and not ours:
@@ -280,7 +283,7 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
         reason = (f"stopped by {signal.Signals(signals[0]).name} before the trainer started; nothing to save; "
                   f"resume with `logbook run --resume {rec.run_id}`")
     else:
-        status = "aborted" if "run_aborted" in kinds else "failed"
+        status = "aborted" if "aborted" in endings else "failed"
         code = EXIT_INTERRUPTED if interrupted else EXIT_RUN_FAILED
         lost = lost_ranks(read_marks(project.state_dir / "ranks" / rec.run_id), last)
         reason = failure_reason(rec, tail, last, torchrun_exit, signals, launch_dir, lost=lost,
@@ -288,14 +291,14 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
         last = last or _first_attempt_of_launch(events)  # an attempt that died before its first event
         if record:
             step = max((e["step"] for e in tail if isinstance(e.get("step"), int)), default=None)
-            aborted = [e["step"] for e in tail if e.get("kind") == "run_aborted" and isinstance(e.get("step"), int)]
+            aborted = [e["step"] for e in tail if ending(e) == "aborted" and isinstance(e.get("step"), int)]
             step = aborted[-1] if aborted else step  # an abort ends the run where run_aborted says, as every view reads it
             EventSink(project.run_dir(rec.run_id), rec.run_id, attempt=last, rank=0).emit(
                 "run_failed", step=step, reason=reason, exit_code=torchrun_exit, attempts=last,
                 status=status, torchrun_attempts=len(_attempt_dirs(launch_dir)),
             )
     last = max(last, max((int(e.get("attempt") or 0) for e in events), default=0))
-    restarts = [e for e in events if e.get("kind") == "restart"]
+    restarts = [e for e in events if counted_as(e) == "restarts"]
     return RunResult(
         run_id=rec.run_id, status=status, attempts=last, restarts=len(restarts), exit_code=code,
         run_dir=project.run_dir(rec.run_id), events_path=events_path, reason=reason,
@@ -315,7 +318,8 @@ def failure_reason(rec: RunRecord, tail: list[dict[str, Any]], last: int, torchr
 
     `lost`: the workers of the last attempt that vanished (see `rankmarks`).
     """
-    by_kind = {e.get("kind"): e for e in tail}
+    by_ending = {ending(e): e for e in tail if ending(e)}
+    drill = next((e for e in tail if is_kind(e, "fault_injected")), None)
     worker_error = _worker_error(launch_dir)
     if signals:
         why = f"stopped by {signal.Signals(signals[0]).name} before the trainer saved"
@@ -326,15 +330,15 @@ def failure_reason(rec: RunRecord, tail: list[dict[str, Any]], last: int, torchr
                f"{rec.nnodes} node(s) to come back; they did not")
     elif worker_error.startswith("StartupTimeout"):
         why = f"an attempt could not start: {worker_error}"
-    elif "run_aborted" in by_kind:
-        why = f"aborted by the guard: {(by_kind['run_aborted'].get('data') or {}).get('reason', 'no reason given')}"
-    elif "attempt_failed" in by_kind:
-        d = by_kind["attempt_failed"].get("data") or {}
+    elif "aborted" in by_ending:
+        why = f"aborted by the guard: {(by_ending['aborted'].get('data') or {}).get('reason', 'no reason given')}"
+    elif "exception" in by_ending:
+        d = by_ending["exception"].get("data") or {}
         why = f"attempt {last} raised {d.get('exception_type')}: {d.get('exception_message')}"
-    elif "hang" in by_kind:
-        why = f"attempt {last} hung: a step ran past {(by_kind['hang'].get('data') or {}).get('timeout_s')} s"
-    elif "fault_injected" in by_kind:
-        why = f"attempt {last} was killed by a drill fault ({(by_kind['fault_injected'].get('data') or {}).get('fault')})"
+    elif "hang" in by_ending:
+        why = f"attempt {last} hung: a step ran past {(by_ending['hang'].get('data') or {}).get('timeout_s')} s"
+    elif drill is not None:
+        why = f"attempt {last} was killed by a drill fault ({(drill.get('data') or {}).get('fault')})"
     elif not tail:
         why = "the trainer never started"
         if worker_error:
@@ -342,7 +346,7 @@ def failure_reason(rec: RunRecord, tail: list[dict[str, Any]], last: int, torchr
     else:
         why = f"attempt {last} ended without an error record (killed by a signal, or its machine was lost)"
     used = len(_attempt_dirs(launch_dir))
-    if used > rec.max_restarts and not signals and "run_aborted" not in by_kind:
+    if used > rec.max_restarts and not signals and "aborted" not in by_ending:
         why += f"; all {rec.max_restarts} restart(s) used"
     return f"{why} (torchrun exit {torchrun_exit})"
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.fsutil import log_tail
+from logbook.records.eventschema import kind_of
 
 SCHEMA_VERSION = 1
 GENESIS = "0" * 64
@@ -179,7 +180,7 @@ def _check(rec: dict[str, Any], lineno: int, prev_hash: str, expect_seq: int, pr
     except ValueError:
         computed = None  # nothing the writer could have hashed (a NaN): never equal to any stored hash, even a missing one
     if computed is None or rec.get("hash") != computed:
-        problems.append(Problem(lineno, "edited", f"line {lineno} (seq {rec.get('seq')}, {rec.get('kind')}) was edited: its content no longer matches its hash"))
+        problems.append(Problem(lineno, "edited", f"line {lineno} (seq {rec.get('seq')}, {kind_of(rec)}) was edited: its content no longer matches its hash"))
     if rec.get("seq") != expect_seq:
         problems.append(Problem(lineno, "seq_gap", f"line {lineno}: expected seq {expect_seq}, found {rec.get('seq')}: a line was deleted, inserted or moved"))
     elif rec.get("prev") != prev_hash:

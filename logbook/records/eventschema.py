@@ -6,7 +6,10 @@ module that reads them. Readers ask it instead of keeping lists of kinds:
 
     kinds_where(incident=True)        # what a report lists as incidents
     kinds_where(counted_as="restarts")
-    get_kind("restart").ends_attempt  # how strongly an event ends its attempt
+    ends_attempt(rec), ending(rec)    # whether and how an event ends its attempt
+    ending_words(rec)                 # that ending in a lineage's words
+    goodput_charge(rec)               # the goodput category it charges
+    is_kind(rec, "run_started")       # one kind's own payload (raises on an unregistered name)
     changes_lr(rec)                   # hparam_change of an lr key, or lr_scaled
     summary(rec)                      # one line for a person: a review queue, a report's incidents
     restart_cause(data)               # why an attempt ended, in the words of `RESTART_CAUSES`
@@ -24,17 +27,25 @@ that way; production does not pay for it.
 Adding a new event kind (at most three files):
 
 1. Here: add a `Kind(...)` to `_KINDS` with its description, heading label,
-   payload fields, flags and (if people review it or a report lists it) a
-   one-line `summary` function, then regenerate the reference with
-   `python3 -m logbook.records.eventschema > docs/events.md`.
+   payload fields, what it means as flags (starts or ends an attempt and how:
+   `ending`; terminal; `reopens`; the goodput category it charges; incident,
+   reviewable, `console`) and a one-line `summary` function, then regenerate
+   the reference with `python3 -m logbook.records.eventschema > docs/events.md`.
+   (`register(Kind(...))` adds one in-process, for a plugin or a test.)
 2. Maybe a template: `templates/chronicle/kinds/<kind>.md.j2` says it in prose
    in the chronicle (without one, `_generic.md.j2` lists its fields).
 3. The emitter: `sink.emit("<kind>", step=..., field=...)` in the trainer or
    a command.
 
-Readers that ask by flag (incidents, reviews, W&B alerts, counts) pick the new
-kind up with no change. `tests/test_event_schema.py` checks that the docs,
-the templates and the code's kind names agree with this registry.
+Readers ask the questions below (`ends_attempt`, `ending`, `ending_words`,
+`goodput_charge`, `counted_as`, `has_flag`, `is_terminal`, `run_state`,
+`summary`; `is_kind` for one kind's own payload) when they read, never a
+copy made at import, so they pick the new kind up with no change.
+`tests/test_kind_questions.py` fails when a module compares a kind with a
+literal or reads `["kind"]` raw; `tests/test_new_kind_recipe.py` registers an
+attempt-ending kind and checks attempts, endings, goodput, lineage and the
+summary; `tests/test_event_schema.py` checks that the docs, the templates and
+the code's kind names agree with this registry.
 """
 
 from __future__ import annotations
@@ -96,6 +107,14 @@ class Kind:
     ends_attempt: int = 0
     """How strongly the event ends its own attempt in a run's lineage: 3 the run's end,
     2 the attempt's own last words (a later `restart` may say more), 0 not an ending."""
+    ending: str | None = None
+    """How it ends its attempt, one of `ENDINGS` (finished | failed | aborted | exception | preempted | hang);
+    a kind whose ending has no words there is named in a lineage by its own `summary`."""
+    goodput: str | None = None
+    """The goodput category it charges, one of `GOODPUT_CHARGES`: checkpoint_save (its blocking seconds),
+    restart (work the ended attempt lost), rollback (steps recomputed and the restore), skipped (a step thrown away)."""
+    console: bool = False
+    """A person at the terminal sees it at once (`logbook run`'s plain lines)."""
     run_state: str | None = None
     """The run's state once this is its latest lifecycle event."""
     counted_as: str | None = None
@@ -143,6 +162,20 @@ its own frame around the words ("Attempt 3 was killed by ...").
 
 UNKNOWN_CAUSE = "ended without a record of why"
 """The words for a cause of `unknown`, or one this registry does not know."""
+
+ENDINGS: dict[str, str] = {
+    "finished": "finished the run",
+    "failed": "run failed",
+    "aborted": "aborted by the guard",
+    "exception": RESTART_CAUSES["exception"],
+    "preempted": RESTART_CAUSES["preempted"],
+    "hang": RESTART_CAUSES["hang"],
+    "stopped": RESTART_CAUSES["stopped"],
+}
+"""How an event ends its attempt (`Kind.ending`), in the words a lineage shows (see `ending_words`)."""
+
+GOODPUT_CHARGES = ("checkpoint_save", "restart", "rollback", "skipped")
+"""The goodput categories an event may charge (`Kind.goodput`; `logbook.runs.goodput` prices each)."""
 
 
 def restart_cause(data: dict[str, Any], *, name: Callable[[str], str] = str,
@@ -331,7 +364,7 @@ _KINDS: tuple[Kind, ...] = (
          )),
     Kind("restart", "an attempt resumed after a failure: cause, steps and seconds lost, downtime", "restart",
          starts_attempt=True, reopens=True, run_state="running", incident=True, reviewable=True,
-         counted_as="restarts",
+         counted_as="restarts", goodput="restart", console=True,
          alert="WARN", summary=_sum_restart, fields=(
              _f("cause", "str", " | ".join([*RESTART_CAUSES, "unknown"]), required=True),
              _f("detail", "str", "what the previous attempt left behind, in words"),
@@ -355,13 +388,13 @@ _KINDS: tuple[Kind, ...] = (
              _SLURM,
          )),
     Kind("attempt_failed", "an attempt raised an exception; recorded by the failing attempt itself", "attempt failed",
-         ends_attempt=2, fields=(
+         ends_attempt=2, ending="exception", console=True, fields=(
              _f("exception_type", "str", "the exception's class", required=True),
              _f("exception_message", "str", "its message"),
              _f("traceback", "str", "the last lines of the traceback"),
          )),
     Kind("checkpoint_saved", "a checkpoint was written completely (step, path, blocking seconds)", "checkpoint saved",
-         routine=True, keeps_incident=True, fields=(
+         routine=True, keeps_incident=True, goodput="checkpoint_save", fields=(
              _f("path", "str", "the checkpoint folder"),
              _f("blocking_s", "number", "seconds training waited"),
              _f("total_s", "number", "seconds until it was complete"),
@@ -379,7 +412,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("errno", "int", "the OS error number"),
          )),
     Kind("preempted", "SIGTERM or SIGUSR1: the attempt saved and exited for requeue", "preempted",
-         incident=True, ends_attempt=2, run_state="preempted", summary=_sum_preempted, fields=(
+         incident=True, ends_attempt=2, ending="preempted", run_state="preempted", console=True,
+         summary=_sum_preempted, fields=(
              _f("signal", "str", "the signal's name"),
              _f("saved_step", "int", "the step of the checkpoint saved on the way out"),
              _SLURM,
@@ -414,7 +448,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("reason", "str", "the guard's reasoning in words"),
          )),
     Kind("step_skipped", "the guard skipped an optimizer update", "step skipped",
-         routine=True, counted_as="skipped_steps", guard="action", fields=(
+         routine=True, counted_as="skipped_steps", guard="action", goodput="skipped", fields=(
              _f("reason", "str", "why"),
              _f("metric", "str", "the metric that spiked"),
              _f("batch_ids", "list", "the batches of the step"),
@@ -423,7 +457,7 @@ _KINDS: tuple[Kind, ...] = (
              _PLAN,
          )),
     Kind("rollback", "the guard rolled back to an earlier checkpoint and skipped batches", "rollback",
-         incident=True, reviewable=True, counted_as="rollbacks", alert="WARN", guard="action",
+         incident=True, reviewable=True, counted_as="rollbacks", alert="WARN", guard="action", goodput="rollback",
          summary=_sum_rollback, fields=(
              _f("from_step", "int", "the step rolled back from", required=True),
              _f("to_step", "int", "the step rolled back to", required=True),
@@ -449,7 +483,8 @@ _KINDS: tuple[Kind, ...] = (
              _PLAN,
          )),
     Kind("run_aborted", "the guard aborted the run after too many rollbacks", "run aborted",
-         incident=True, reviewable=True, terminal=True, ends_attempt=3, run_state="aborted", alert="ERROR",
+         incident=True, reviewable=True, terminal=True, ends_attempt=3, ending="aborted", run_state="aborted",
+         alert="ERROR",
          guard="action", summary=_sum_abort, fields=(
              _f("reason", "str", "why", required=True),
              _f("rollbacks", "int", "rollbacks before the abort"),
@@ -496,7 +531,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("since_last", "dict", "{restarts, rollbacks, changes, skips} since the previous note (old logs; now the chronicle's)"),
          )),
     Kind("hang", "a step exceeded its timeout; the attempt exited to be restarted", "hang",
-         incident=True, ends_attempt=2, alert="WARN", summary=_sum_hang, fields=(
+         incident=True, ends_attempt=2, ending="hang", alert="WARN", summary=_sum_hang, fields=(
              _f("timeout_s", "number", "the timeout"),
              _f("elapsed_s", "number", "seconds without progress"),
              _f("floor_s", "number", "the timeout's floor"),
@@ -516,7 +551,7 @@ _KINDS: tuple[Kind, ...] = (
         _f("saved_to", "str", "the file they went to"),
     )),
     Kind("run_finished", "the run reached its last step", "run finished",
-         terminal=True, ends_attempt=3, run_state="finished", fields=(
+         terminal=True, ends_attempt=3, ending="finished", run_state="finished", fields=(
              _f("final_loss", "number", "the last training loss"),
              _f("val_loss", "number", "the last validation loss"),
              _f("wall_s", "number", "seconds since the run's first attempt began"),
@@ -524,14 +559,14 @@ _KINDS: tuple[Kind, ...] = (
              _f("checkpoint_blocking_s", "number", "seconds training waited for checkpoints"),
          )),
     Kind("run_stopped", "a person stopped the run cleanly (`logbook stop`): it saved a checkpoint and ended",
-         "run stopped", terminal=True, ends_attempt=3, run_state="stopped", summary=_sum_stopped, fields=(
+         "run stopped", terminal=True, ends_attempt=3, ending="stopped", run_state="stopped", console=True, summary=_sum_stopped, fields=(
              _f("who", "str", "who asked for the stop"),
              _f("reason", "str", "why, in their words"),
              _f("request_id", "str", "the stop request"),
              _f("saved_step", "int", "the step of the checkpoint saved before stopping"),
          )),
     Kind("run_failed", "the run ended in failure (restarts exhausted or fatal error)", "run failed",
-         incident=True, terminal=True, reopens=True, ends_attempt=3, run_state="failed", alert="ERROR",
+         incident=True, terminal=True, reopens=True, ends_attempt=3, ending="failed", run_state="failed", alert="ERROR",
          summary=_sum_reason, fields=(
              _f("reason", "str", "why, in words", required=True),
              _f("exit_code", "int", "torchrun's exit code"),
@@ -595,8 +630,23 @@ def kinds_where(predicate: Callable[[Kind], Any] | None = None, **flags: Any) ->
     unknown = set(flags) - _FLAGS
     if unknown:
         raise TypeError(f"no such event flag: {', '.join(sorted(unknown))}")
-    return tuple(k.name for k in _KINDS if all(getattr(k, f) == v for f, v in flags.items())
+    return tuple(k.name for k in KINDS.values() if all(getattr(k, f) == v for f, v in flags.items())
                  and (predicate is None or predicate(k)))
+
+
+def register(kind: Kind) -> Callable[[], None]:
+    """Add `kind` to the registry in this process (a plugin's kind, a test's); returns what removes it again.
+
+    Readers ask the registry when they read, so a kind registered here is
+    counted, ended, priced and summarised by them with no other change.
+    """
+    if kind.name in KINDS:
+        raise ValueError(f"event kind {kind.name!r} is already registered")
+    KINDS[kind.name] = kind
+
+    def unregister() -> None:
+        KINDS.pop(kind.name, None)
+    return unregister
 
 
 AFTERWARDS_KINDS = kinds_where(afterwards=True)
@@ -635,13 +685,110 @@ def summary(rec: dict[str, Any]) -> str:
     return " ".join(text.split())
 
 
+# --- what one event means: readers ask these instead of comparing kind names --------------------
+
+
+def kind_of(rec: Any) -> str | None:
+    """The kind of an event record (or an `Event`); None when it has none that is text."""
+    kind = rec.kind if isinstance(rec, Event) else rec.get("kind") if isinstance(rec, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def is_kind(rec: Any, *names: str) -> bool:
+    """Whether an event record (an `Event`, or a kind's name) is of one of the registered kinds `names`.
+
+    For a reader that wants one kind's own payload (a `run_started`'s config
+    hash); a reader that asks what an event means asks by flag instead. Naming
+    an unregistered kind raises, so a typo cannot quietly match nothing.
+    """
+    unknown = [n for n in names if n not in KINDS]
+    if unknown:
+        raise ValueError(f"not a registered event kind: {', '.join(unknown)}")
+    kind = rec if isinstance(rec, str) else kind_of(rec)
+    return kind in names
+
+
+def _flag(rec: Any, name: str) -> Any:
+    k = get_kind(rec if isinstance(rec, str) else kind_of(rec))
+    return getattr(k, name) if k else None
+
+
+def starts_attempt(rec: Any) -> bool:
+    """Written when an attempt begins or resumes (`run_started`, `restart`)."""
+    return bool(_flag(rec, "starts_attempt"))
+
+
+def ends_attempt(rec: Any) -> int:
+    """How strongly the event ends its attempt: 3 the run's end, 2 the attempt's own last words, 0 none."""
+    return _flag(rec, "ends_attempt") or 0
+
+
+def ending(rec: Any) -> str | None:
+    """How the event ends its attempt (finished | failed | aborted | exception | preempted | hang | a kind's own)."""
+    return _flag(rec, "ending") if ends_attempt(rec) else None
+
+
+def ending_words(rec: dict[str, Any]) -> str | None:
+    """The attempt's end in the words a lineage shows ("preempted, saved at step 40"); None: no ending.
+
+    An ending this registry has no words for is said by the kind's own summary,
+    never taken for another ending.
+    """
+    how = ending(rec)
+    if not ends_attempt(rec):
+        return None
+    d = Event.of(rec).data
+    if how == "failed":
+        return ENDINGS[how] + (f": {d['reason']}" if d.get("reason") else "")
+    if how == "exception":
+        return restart_cause({**d, "cause": "exception"})
+    if how in ("preempted", "stopped"):
+        saved = d.get("saved_step")
+        return ENDINGS[how] + (f", saved at step {saved:,}" if isinstance(saved, int) else "")
+    return ENDINGS[how] if how in ENDINGS else summary(rec)
+
+
+def is_terminal(rec: Any) -> bool:
+    """The run has ended: it takes no more live changes."""
+    return bool(_flag(rec, "terminal"))
+
+
+def run_state(rec: Any) -> str | None:
+    """The run's state once this is its latest lifecycle event (None: not a lifecycle event)."""
+    return _flag(rec, "run_state")
+
+
+def goodput_charge(rec: Any) -> str | None:
+    """The goodput category the event charges (one of `GOODPUT_CHARGES`), or None."""
+    return _flag(rec, "goodput")
+
+
+def counted_as(rec: Any) -> str | None:
+    """The count in predictions and outcomes the event adds to (restarts, spikes, rollbacks, skipped_steps)."""
+    return _flag(rec, "counted_as")
+
+
+def is_afterwards(rec: Any) -> bool:
+    """Recorded about the run after the fact by a person's command, not by any attempt (`outcome`)."""
+    return bool(_flag(rec, "afterwards"))
+
+
+def has_flag(rec: Any, **flags: Any) -> bool:
+    """Whether the event's kind has every flag as given: `has_flag(e, incident=True)`; an unknown kind has none."""
+    unknown = set(flags) - _FLAGS
+    if unknown:
+        raise TypeError(f"no such event flag: {', '.join(sorted(unknown))}")
+    k = get_kind(rec if isinstance(rec, str) else kind_of(rec))
+    return k is not None and all(getattr(k, f) == v for f, v in flags.items())
+
+
 def changes_lr(rec: dict[str, Any]) -> bool:
     """True for an event that changed the learning rate: `lr_scaled`, or an `hparam_change` of an lr key."""
-    kind = rec.get("kind")
-    if kind == "hparam_change":
-        return Event.of(rec).data.get("key") in LR_KEYS
-    k = get_kind(kind)
-    return bool(k and k.lr_change)
+    if not _flag(rec, "lr_change"):
+        return False
+    # A kind that may change the learning rate and names the setting it changed (hparam_change) does only for an lr key.
+    data = Event.of(rec).data
+    return data.get("key") in LR_KEYS if get_kind(kind_of(rec)).field("key") else True
 
 
 # --- one record ---------------------------------------------------------------------------------
@@ -760,7 +907,7 @@ def reference_markdown() -> str:
            "Every payload field may be null; readers tolerate missing fields and render unknown kinds generically.",
            "The registry is `logbook/records/eventschema.py`; its docstring says how to add a kind.", "",
            "Field types: " + "; ".join(f"`{t}` {m}" for t, m in TYPES.items()) + ".", ""]
-    for k in _KINDS:
+    for k in KINDS.values():
         out += [f"## `{k.name}`", "", f"{k.description[0].upper()}{k.description[1:]}.", ""]
         flags = list(_flags(k))
         if flags:

@@ -28,6 +28,7 @@ from typing import Any
 from logbook.core.project import Project
 from logbook.records.chain import iter_records
 from logbook.records.files import iter_folder, write_record
+from logbook.records.eventschema import is_kind
 
 _BOOKKEEPING = ("v", "seq", "prev", "hash", "ts", "id")
 
@@ -56,7 +57,7 @@ def _body(rec: dict[str, Any]) -> dict[str, Any]:
 def _migrate_notes(project: Project, res: MigrateResult) -> None:
     done = _legacy_ids(project.notes_dir)
     for rec in iter_records(project.notes_log):
-        if not isinstance(rec.get("seq"), int) or not isinstance(rec.get("ts"), str) or rec.get("kind") != "note":
+        if not isinstance(rec.get("seq"), int) or not isinstance(rec.get("ts"), str) or not is_kind(rec, "note"):
             continue
         old = f"note:{rec['seq']}"
         if old in done:
@@ -88,7 +89,7 @@ def _migrate_reviews(project: Project, res: MigrateResult) -> None:
 def _outcome_event(project: Project, run: str) -> dict[str, Any] | None:
     last = None
     for e in iter_records(project.run_dir(run) / "events.jsonl"):
-        if e.get("kind") == "outcome":
+        if is_kind(e, "outcome"):
             last = e
     return last
 

@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import AFTERWARDS_KINDS, get_kind, may_follow_end
+from logbook.records.eventschema import (
+    ending, is_afterwards, is_kind, is_terminal, kind_of, may_follow_end, run_state,
+)
 from logbook.records.files import iter_folder
 
 
@@ -59,24 +61,23 @@ def check_run_log(log: Path, rel: str) -> list[EndProblem]:
     run_dir = log.parent
     vouched: set[str] | None = None
     problems: list[EndProblem] = []
-    ending: tuple[int, str] | None = None
+    end: tuple[int, str] | None = None
     attempts = _Attempts()
     for line, rec in enumerate(iter_records(log), start=1):
-        kind = rec.get("kind")
-        if kind in AFTERWARDS_KINDS:
+        kind = kind_of(rec)
+        if is_afterwards(rec):
             vouched = vouched_outcomes(run_dir, log) if vouched is None else vouched
             if f"{rec.get('run')}:{rec.get('seq')}" not in vouched:
                 problems.append(EndProblem(line, "outcome_in_log", (
                     f"{_at(rel, line)} is an outcome event that no scorecard record names: logbook writes "
                     "scorecards as records of their own (runs/<run>/outcomes/), never into a run's log")))
             continue
-        if ending is not None and not may_follow_end(ending[1], kind):
-            state = (get_kind(ending[1]).run_state if get_kind(ending[1]) else None) or "ended"
+        if end is not None and not may_follow_end(end[1], kind):
+            state = run_state(end[1]) or "ended"
             problems.append(EndProblem(line, "after_end", (
-                f"{_at(rel, line)} is a {kind} event after the run {state} (line {ending[0]}, {ending[1]}): "
+                f"{_at(rel, line)} is a {kind} event after the run {state} (line {end[0]}, {end[1]}): "
                 "nothing runs then to write it")))
-        kind_def = get_kind(kind)
-        ending = (line, kind) if kind_def is not None and kind_def.terminal else None
+        end = (line, kind) if kind is not None and is_terminal(kind) else None
         attempts.see(line, rec)
     problems += attempts.problems(rel)
     return problems
@@ -94,16 +95,16 @@ class _Attempts:
         self.starts: list[tuple[int, int, set[int]]] = []  # (line, attempt, attempts seen before it)
 
     def see(self, line: int, rec: dict[str, Any]) -> None:
-        attempt, kind, data = rec.get("attempt"), rec.get("kind"), rec.get("data") or {}
+        attempt, kind, data = rec.get("attempt"), kind_of(rec), rec.get("data") or {}
         if not isinstance(attempt, int) or isinstance(attempt, bool):
             return
-        if kind == "restart" and isinstance(data, dict):
+        if is_kind(kind, "restart") and isinstance(data, dict):
             prev = data.get("prev_attempt")
             nxt = data.get("next_attempt") if isinstance(data.get("next_attempt"), int) else attempt
             self.covered.add(prev if isinstance(prev, int) else nxt - 1)
-        elif kind == "run_started":
+        elif is_kind(kind, "run_started"):
             self.starts.append((line, attempt, set(self.seen)))
-        if kind == "run_finished":
+        if ending(rec) == "finished":
             self.ended.add(attempt)
         self.seen.add(attempt)
 
@@ -135,7 +136,7 @@ def vouched_outcomes(run_dir: Path, log: Path) -> set[str]:
     for rec in iter_folder(run_dir / "outcomes"):
         named |= {str(rec[k]) for k in ("legacy", "migrated_from") if rec.get(k)}
     by_id: dict[str, dict[str, Any]] = {f"{r.get('run')}:{r.get('seq')}": r for r in iter_records(log)
-                                        if r.get("kind") in AFTERWARDS_KINDS}
+                                        if is_afterwards(r)}
     todo = [n for n in named if n in by_id]
     vouched: set[str] = set()
     while todo:  # an old scorecard superseded a line before it: that line was vouched for in its time
@@ -156,7 +157,7 @@ def keep_vouched(items: Iterator[Any], log: Path) -> Iterator[Any]:
     vouched: set[str] | None = None
     for it in items:
         rec = it.rec
-        if isinstance(rec, dict) and rec.get("kind") in AFTERWARDS_KINDS:
+        if isinstance(rec, dict) and is_afterwards(rec):
             vouched = vouched_outcomes(log.parent, log) if vouched is None else vouched
             if f"{rec.get('run')}:{rec.get('seq')}" not in vouched:
                 continue

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from logbook.core.errors import UsageError
-from logbook.records.eventschema import RESTART_CAUSES
+from logbook.records.eventschema import RESTART_CAUSES, counted_as, goodput_charge, is_kind
 from logbook.runs.goodput import event_time as _ts
 from logbook.runs.goodput import number as _number
 
@@ -202,7 +202,7 @@ def count_failures(events: list[dict[str, Any]], include_drills: bool = False) -
     """Restarts caused by a failure (not preemptions); drills only when asked."""
     n = 0
     for e in events:
-        if e.get("kind") != "restart" or (e.get("drill") and not include_drills):
+        if not is_kind(e, "restart") or (e.get("drill") and not include_drills):
             continue
         cause = (e.get("data") or {}).get("cause", "unknown")
         if cause in FAILURE_CAUSES:
@@ -231,10 +231,9 @@ class AdviceTracker:
         if t is not None:
             self.first_ts = t if self.first_ts is None else min(self.first_ts, t)
             self.last_ts = t if self.last_ts is None else max(self.last_ts, t)
-        kind = e.get("kind")
-        if kind == "restart":
+        if counted_as(e) == "restarts":
             self.failures += count_failures([e], self.include_drills)
-        elif kind == "checkpoint_saved":
+        elif goodput_charge(e) == "checkpoint_save":  # a save that training waited for
             cost = _number((e.get("data") or {}).get("blocking_s"))
             if cost is not None:
                 bisect.insort(self._costs, cost)

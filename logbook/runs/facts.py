@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.project import Project
-from logbook.core.textfmt import is_number
+from logbook.core.textfmt import fmt_setting, is_number
 from logbook.records.chain import iter_records
 from logbook.records.plan import rule_differences, structured_rules
-from logbook.records.eventschema import AFTERWARDS_KINDS, KINDS, Event, changes_lr, kinds_where, parse_ts
+from logbook.records.eventschema import (
+    Event, changes_lr, counted_as, ending, goodput_charge, has_flag, is_afterwards, is_kind, kind_of, kinds_where,
+    parse_ts, run_state,
+)
 from logbook.records.sink import read_metrics
 from logbook.runs.goodput import goodput_report
 
-LIFECYCLE = {name: k.run_state for name, k in KINDS.items() if k.run_state}
-"""The run's state after each lifecycle kind."""
 COUNT_KINDS = {**{c: kinds_where(counted_as=c) for c in ("restarts", "spikes", "rollbacks", "skipped_steps")},
                "lr_changes": kinds_where(lr_change=True)}
 _COUNT_RULES = {
@@ -90,7 +91,7 @@ class RunFacts:
         found = None
         for e in self.events:
             d = Event.of(e).data
-            if e.get("kind") == "milestone" and isinstance(e.get("step"), int) and e["step"] <= upto and is_number(d.get(key)):
+            if is_kind(e, "milestone") and isinstance(e.get("step"), int) and e["step"] <= upto and is_number(d.get(key)):
                 found = (e["step"], float(d[key]), d.get("fraction"))
         if found is None:
             return None
@@ -138,7 +139,7 @@ class RunFacts:
         again = self.reapplications()
         n = 0
         for e in self.events:
-            if e.get("kind") not in kinds or e.get("seq") in again:
+            if kind_of(e) not in kinds or e.get("seq") in again:
                 continue
             if metric == "lr_changes" and not changes_lr(e):
                 continue
@@ -153,7 +154,7 @@ class RunFacts:
             self._again = {}
             seen: dict[tuple[Any, ...], Any] = {}
             for e in self.events:
-                if e.get("kind") == "hparam_change":
+                if is_kind(e, "hparam_change"):
                     first = reapplies(e, seen)
                     if first is not None:
                         self._again[e.get("seq")] = first
@@ -170,7 +171,7 @@ class RunFacts:
         out: dict[Any, dict[str, Any]] = {}
         for e in self.events:
             d = Event.of(e).data
-            if e.get("kind") != "hparam_change" or d.get("source") not in ("live", "advice"):
+            if not is_kind(e, "hparam_change") or d.get("source") not in ("live", "advice"):
                 continue
             if e.get("seq") in again and again[e.get("seq")] in out:
                 out[again[e.get("seq")]]["reapplied_at"].append(e.get("step"))
@@ -191,7 +192,7 @@ class RunFacts:
         for i, e in enumerate(self.events):
             plan = Event.of(e).data.get("plan")
             if not (isinstance(plan, dict) and plan.get("follows") is False and plan.get("rule") in table
-                    and "differences" not in plan and e.get("kind") in ("divergence_detected", "rollback", "lr_scaled")):
+                    and "differences" not in plan and is_kind(e, "divergence_detected", "rollback", "lr_scaled")):
                 continue
             done = _recorded_rollback(self.events, i)
             if done is None:
@@ -201,17 +202,115 @@ class RunFacts:
             action = {"kind": "rollback", "rollback_steps": want.get("steps"), **done}
             e["data"] = {**e["data"], "plan": {**plan, "differences": rule_differences(acts, action)}}
 
+    def event_deviations(self) -> list[dict[str, Any]]:
+        """Live changes, and guard decisions off the plan: one per incident.
+
+        The guard writes its judgement on the divergence and again on each action
+        that carries it out (the skip, the rollback, the learning-rate scaling), so
+        actions right after an off-plan divergence are folded into its deviation.
+        """
+        out: list[dict[str, Any]] = []
+        incident: dict[str, Any] | None = None
+        again = {c["event"].get("seq"): c["reapplied_at"] for c in self.live_changes()}
+        for e in self.run_events():
+            kind, d = kind_of(e), e.get("data") if isinstance(e.get("data"), dict) else {}
+            eid = f"{self.run}:{e.get('seq')}"
+            plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
+            if is_kind(kind, "hparam_change") and d.get("source") in ("live", "advice"):
+                if e.get("seq") not in again:
+                    continue  # the same change re-applied after a restart: already listed
+                steps = ", ".join(str(s) for s in again[e.get("seq")])
+                out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
+                            "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
+                                    f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))}"
+                                    + (f" ({d['reason']})" if d.get("reason") else "")
+                                    + (f"; re-applied after a restart at step {steps} (the same change)" if steps else "")})
+            elif plan.get("follows") is False and incident is not None and has_flag(kind, guard="action"):
+                incident["actions"].append(str(kind).replace("_", " "))
+                incident["entries"].append(eid)
+                continue
+            elif plan.get("follows") is False:
+                what = str(kind).replace("_", " ")
+                if is_kind(kind, "divergence_detected") and d.get("action"):
+                    what += f" (action: {d['action']})"
+                incident = {"kind": "off_plan", "entry": eid, "step": e.get("step"), "entries": [eid], "actions": [],
+                            "text": f"{what} at step {e.get('step')} {off_plan_words(plan)}"}
+                out.append(incident)
+                if not is_kind(kind, "divergence_detected"):
+                    incident = None
+                continue
+            if not has_flag(kind, keeps_incident=True):
+                incident = None
+        for dev in out:
+            if dev.get("actions"):
+                dev["text"] += f"; carried out as: {', '.join(dev['actions'])}"
+            dev.pop("actions", None)
+        return out
+
+    # --- what people and the machinery did -----------------------------------------------
+
+    def manual_restart(self, restart: dict[str, Any]) -> bool:
+        """A resume that torchrun did not make: its attempt's `run_started` counts no elastic restart."""
+        for e in self.of_kind("run_started"):
+            if e.get("attempt") == restart.get("attempt"):
+                return Event.of(e).data.get("torchelastic_restart_count") == 0
+        return False
+
+    def interventions(self) -> list[tuple[str, int, int]]:
+        """(what, by hand, automatic) for each kind of intervention, in the order a report lists them.
+
+        A live change re-applied after a restart is the change already counted.
+        """
+        restarts = [e for e in self.events if counted_as(e) == "restarts"]
+        manual_restarts = sum(1 for e in restarts if self.manual_restart(e))
+        scheduled = sum(1 for e in self.of_kind("hparam_change") if Event.of(e).data.get("source") == "schedule")
+        return [
+            ("restarts", manual_restarts, len(restarts) - manual_restarts),
+            ("hyperparameter changes", len(self.live_changes()), scheduled),
+            ("updates skipped by the guard", 0, self.count("skipped_steps")),
+            ("rollbacks", 0, self.count("rollbacks")),
+            ("learning-rate scalings by the guard", 0, len(self.of_kind("lr_scaled"))),
+            ("aborts", 0, sum(1 for e in self.events if ending(e) == "aborted")),
+        ]
+
+    def incident_cost_s(self, e: dict[str, Any]) -> float | None:
+        """Seconds an incident cost, by what it charges: a restart its lost work and downtime, a rollback
+        its recomputed steps at the run's median step time; None when it charges nothing or the log cannot say."""
+        d, charge = Event.of(e).data, goodput_charge(e)
+        if charge == "restart":
+            parts = [float(x) for x in (d.get("seconds_lost"), d.get("downtime_s")) if is_number(x)]
+            return sum(parts) if parts else None
+        per_step = self.seconds_per_step()
+        if charge == "rollback" and is_number(d.get("steps_lost")) and per_step is not None:
+            return float(d["steps_lost"]) * per_step
+        return None
+
+    def attempt_spans(self) -> dict[int, tuple[float, float]]:
+        """attempt -> (first, last) time of its metric rows and of the events it wrote itself."""
+        spans: dict[int, tuple[float, float]] = dict(self.attempt_times)
+        for e in self.run_events():
+            t, a = parse_ts(e.get("ts")), e.get("attempt")
+            if t is None or not isinstance(a, int):
+                continue
+            lo, hi = spans.get(a, (t, t))
+            spans[a] = (min(lo, t), max(hi, t))
+        return spans
+
     def count_rule(self, metric: str) -> str:
         return _COUNT_RULES[metric]
 
+    def incidents(self) -> list[dict[str, Any]]:
+        """The events a report lists as incidents (the registry's `incident` kinds), in log order."""
+        return [e for e in self.events if has_flag(e, incident=True)]
+
     def of_kind(self, *kinds: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("kind") in kinds]
+        return [e for e in self.events if is_kind(e, *kinds)]
 
     # --- time ----------------------------------------------------------------------------
 
     def run_events(self) -> list[dict[str, Any]]:
         """The events the run itself wrote (not those recorded about it afterwards)."""
-        return [e for e in self.events if e.get("kind") not in AFTERWARDS_KINDS]
+        return [e for e in self.events if not is_afterwards(e)]
 
     def goodput_report(self, step: int | None = None):
         """`logbook.runs.goodput` over the records written before the run first went past `step` (None: all)."""
@@ -250,16 +349,27 @@ class RunFacts:
         return None if seconds is None else self.world_size * seconds / 3600.0
 
 
+def off_plan_words(plan: dict[str, Any]) -> str:
+    """How an action departed from the plan: no rule foresaw it, or it carried a rule out differently (named)."""
+    rule = plan.get("rule") if isinstance(plan.get("rule"), int) else None
+    if rule is None:
+        return "was not in the preregistered contingency plan"
+    diffs = [str(x) for x in plan.get("differences") or [] if x]
+    if diffs:
+        return f"carried out contingency rule {rule} with a difference: {'; '.join(diffs)}"
+    return f"was not done as contingency rule {rule} says (the log does not record which part differed)"
+
+
 def _recorded_rollback(events: list[dict[str, Any]], i: int) -> dict[str, Any] | None:
     """{skip_batches, lr_factor} of the rollback that event `i` belongs to (its step's), as the log recorded it."""
     step = events[i].get("step")
     same = [e for e in events[i:] if e.get("step") == step][:6]
-    rb = next((Event.of(e).data for e in same if e.get("kind") == "rollback"), None)
+    rb = next((Event.of(e).data for e in same if is_kind(e, "rollback")), None)
     if rb is None:
         return None
     b = rb.get("batches_skipped")
     skipped = int(b[1]) - int(b[0]) + 1 if isinstance(b, list) and len(b) == 2 and all(is_number(x) for x in b) else 0
-    lr = next((Event.of(e).data for e in same if e.get("kind") == "lr_scaled"), {})
+    lr = next((Event.of(e).data for e in same if is_kind(e, "lr_scaled")), {})
     return {"skip_batches": skipped, "lr_factor": lr.get("factor") if is_number(lr.get("factor")) else 1.0}
 
 
@@ -287,7 +397,7 @@ def reapplies(e: dict[str, Any], seen: dict[tuple[Any, ...], Any]) -> Any:
 def _state(events: list[dict[str, Any]], record_status: str | None) -> str:
     state = None
     for e in events:
-        state = LIFECYCLE.get(str(e.get("kind")), state)
+        state = run_state(e) or state
     if state in (None, "running") and record_status in ("failed", "aborted", "finished"):
         return record_status
     return state or "running"
@@ -340,7 +450,7 @@ def load_facts(project: Project, run_id: str, record=None) -> RunFacts:
     facts.last_step = max([*steps, *train.keys()], default=None)
     for e in facts.events:
         d = e.get("data") if isinstance(e.get("data"), dict) else {}
-        if e.get("kind") == "run_started":
+        if is_kind(e, "run_started"):
             if isinstance(d.get("total_steps"), int):
                 facts.total_steps = d["total_steps"]
             if isinstance(d.get("world_size"), int) and d["world_size"] > 0:

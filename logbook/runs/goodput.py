@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import AFTERWARDS_KINDS, Event, parse_ts
+from logbook.records.eventschema import Event, counted_as, goodput_charge, is_afterwards, is_kind, parse_ts
 from logbook.records.sink import read_metrics
 
 CATEGORIES = ("startup_s", "compile_s", "restore_s", "checkpoint_save_s", "lost_s", "skipped_s", "downtime_s", "data_s",
@@ -210,7 +210,7 @@ def median_step_seconds(events: list[dict[str, Any]], metrics: list[dict[str, An
     rows = [(r["attempt"], r["step"], float(r["time"])) for r in _training_rows(metrics)]
     found = rates(rows)
     if not found:
-        saves = [(e.get("attempt"), e["step"], t) for e in events if e.get("kind") == "checkpoint_saved"
+        saves = [(e.get("attempt"), e["step"], t) for e in events if is_kind(e, "checkpoint_saved")
                  and isinstance(e.get("step"), int) and (t := event_time(e)) is not None]
         found = rates(saves)
     return statistics.median(found) if found else None
@@ -225,9 +225,9 @@ def _attempts(events: list[dict[str, Any]], metrics: list[dict[str, Any]], step_
         att = by.setdefault(a, _Attempt(a))
         if (t := event_time(e)) is not None:
             att.times.append(t)
-        if e.get("kind") == "run_started" and att.started is None:
+        if is_kind(e, "run_started") and att.started is None:
             att.started = e
-        elif e.get("kind") == "restart" and att.restart is None:
+        elif is_kind(e, "restart") and att.restart is None:
             att.restart = e
     for r in metrics:
         if isinstance(r.get("attempt"), int) and r["attempt"] in by and (t := number(r.get("time"))) is not None:
@@ -249,7 +249,7 @@ def _first_step(att: _Attempt, events: list[dict[str, Any]], metrics: list[dict[
     rows = [r for r in _training_rows(metrics) if r["attempt"] == att.number]
     if rows:
         marks.append((rows[0]["step"], float(rows[0]["time"])))
-    saves = [e for e in events if e.get("attempt") == att.number and e.get("kind") == "checkpoint_saved"
+    saves = [e for e in events if e.get("attempt") == att.number and is_kind(e, "checkpoint_saved")
              and isinstance(e.get("step"), int) and event_time(e) is not None]
     if saves:
         marks.append((saves[0]["step"], event_time(saves[0])))
@@ -267,15 +267,15 @@ def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str,
     run later must not stretch its wall time.
     """
 
-    events = [e for e in events if e.get("kind") not in AFTERWARDS_KINDS]
+    events = [e for e in events if not is_afterwards(e)]
     metrics = list(metrics or [])
     rep = GoodputReport()
     step_s = median_step_seconds(events, metrics)
     rep.median_step_s = step_s
     attempts = _attempts(events, metrics, step_s)
     rep.attempts = len(attempts)
-    rep.restarts = sum(1 for e in events if e.get("kind") == "restart")
-    rep.rollbacks = sum(1 for e in events if e.get("kind") == "rollback")
+    rep.restarts = sum(1 for e in events if counted_as(e) == "restarts")
+    rep.rollbacks = sum(1 for e in events if counted_as(e) == "rollbacks")
     if not attempts:
         return rep
     _place_attempts(attempts, rep)
@@ -293,12 +293,12 @@ def goodput_report(events: Iterable[dict[str, Any]], metrics: Iterable[dict[str,
     _losses(events, attempts, step_s, rep)
     for e in events:
         d = Event.of(e).data
-        if e.get("kind") == "checkpoint_saved":
+        if goodput_charge(e) == "checkpoint_save":
             rep.checkpoint_save_s += number(d.get("blocking_s")) or 0.0
-        elif e.get("kind") == "rollback":
+        elif goodput_charge(e) == "rollback":
             rep.restore_s += number(d.get("restore_s")) or 0.0
     rep.data_s = _data_seconds(events, metrics)
-    rep.skipped_s = sum(1 for e in events if e.get("kind") == "step_skipped") * (step_s or 0.0)
+    rep.skipped_s = sum(1 for e in events if goodput_charge(e) == "skipped") * (step_s or 0.0)
     rep.wall_s = max(0.0, attempts[-1].end - attempts[0].start)
     _settle(rep)
     return rep
@@ -344,9 +344,9 @@ def _losses(events: list[dict[str, Any]], attempts: list[_Attempt], step_s: floa
     by_number = {a.number: a for a in attempts}
     for e in events:
         d = Event.of(e).data
-        kind = e.get("kind")
+        charge = goodput_charge(e)
         steps_lost = d.get("steps_lost") if isinstance(d.get("steps_lost"), int) else None
-        if kind == "restart":
+        if charge == "restart":
             lost = number(d.get("seconds_lost"))
             if lost is None and steps_lost is not None and step_s is not None:
                 lost = steps_lost * step_s
@@ -354,7 +354,7 @@ def _losses(events: list[dict[str, Any]], attempts: list[_Attempt], step_s: floa
             if lost is not None and prev is not None:
                 lost = min(lost, max(0.0, prev.end - (prev.first_step or prev.start)))
             rep.lost_restart_s += lost or 0.0
-        elif kind == "rollback" and steps_lost:
+        elif charge == "rollback" and steps_lost:
             if step_s is None:
                 rep.notes.append("rollback losses unknown: no step times to price them")
             else:
@@ -366,7 +366,7 @@ def _data_seconds(events: list[dict[str, Any]], metrics: list[dict[str, Any]]) -
     lost_after: dict[int, int] = {}
     for e in events:
         d = Event.of(e).data
-        if e.get("kind") == "restart" and isinstance(d.get("prev_attempt"), int) and isinstance(d.get("resumed_from_step"), int):
+        if is_kind(e, "restart") and isinstance(d.get("prev_attempt"), int) and isinstance(d.get("resumed_from_step"), int):
             lost_after[d["prev_attempt"]] = d["resumed_from_step"]
     total = 0.0
     for r in metrics:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import AFTERWARDS_KINDS, KINDS, RESTART_CAUSES, Event, kinds_where, restart_cause
+from logbook.records.eventschema import Event, ending, ends_attempt, ending_words, is_afterwards, is_kind, restart_cause
 
 
 @dataclass
@@ -33,27 +33,6 @@ class Attempt:
         return d
 
 
-# What an attempt's own last words say; a stronger ending replaces a weaker one.
-_OWN_ENDINGS = {name: KINDS[name].ends_attempt for name in kinds_where(lambda k: k.ends_attempt)}
-
-
-def _own_ending(kind: str, rec: dict[str, Any]) -> str:
-    data = Event.of(rec).data
-    if kind == "run_finished":
-        return "finished the run"
-    if kind == "run_failed":
-        return "run failed" + (f": {data['reason']}" if data.get("reason") else "")
-    if kind == "run_aborted":
-        return "aborted by the guard"
-    # The attempt's own record of a failure, a preemption or a hang: in the words a later `restart` would use.
-    if kind == "attempt_failed":
-        return restart_cause({**data, "cause": "exception"})
-    if kind == "preempted":
-        saved = data.get("saved_step")
-        return RESTART_CAUSES["preempted"] + (f", saved at step {saved:,}" if isinstance(saved, int) else "")
-    return RESTART_CAUSES["hang"]
-
-
 def run_lineage(events_path: Path) -> list[Attempt]:
     """The attempts of one run in order; the last one reads "no end recorded" while it runs."""
     attempts: dict[int, Attempt] = {}
@@ -63,7 +42,7 @@ def run_lineage(events_path: Path) -> list[Attempt]:
         a, ts = rec.get("attempt"), rec.get("ts")
         if not isinstance(a, int) or not isinstance(ts, str):
             continue
-        if rec.get("kind") in AFTERWARDS_KINDS:  # written about the run later: no attempt's life
+        if is_afterwards(rec):  # written about the run later: no attempt's life
             continue
         cur = attempts.get(a)
         if cur is None:
@@ -73,14 +52,14 @@ def run_lineage(events_path: Path) -> list[Attempt]:
         if isinstance(step, int):
             cur.first_step = step if cur.first_step is None else min(cur.first_step, step)
             cur.last_step = step if cur.last_step is None else max(cur.last_step, step)
-        kind = rec.get("kind")
-        if kind == "run_aborted" and isinstance(step, int):
+        if ending(rec) == "aborted" and isinstance(step, int):
             aborted_at[a] = step
-        if kind in _OWN_ENDINGS and _OWN_ENDINGS[kind] >= strength.get(a, 0):
-            strength[a] = _OWN_ENDINGS[kind]
-            cur.how = _own_ending(kind, rec)
+        # The attempt's own last words; a stronger ending (the run's end) replaces a weaker one.
+        if ends_attempt(rec) and ends_attempt(rec) >= strength.get(a, 0):
+            strength[a] = ends_attempt(rec)
+            cur.how = ending_words(rec) or ""
             cur.drill = bool(rec.get("drill"))  # the ending was a drill's doing, not a real failure
-        elif kind == "restart":
+        elif is_kind(rec, "restart"):  # the next attempt's first words say how the one before it ended
             data = Event.of(rec).data
             prev = data.get("prev_attempt")
             if isinstance(prev, int) and strength.get(prev, 0) < 3:

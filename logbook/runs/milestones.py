@@ -16,6 +16,7 @@ from pathlib import Path
 
 from logbook.records.chain import iter_records
 from logbook.records.predictions import milestone_step  # noqa: F401  (a fraction's step is the grammar's fact)
+from logbook.records.eventschema import is_kind
 
 _FRACTION_DIGITS = 9
 
@@ -45,7 +46,7 @@ def emitted_milestones(run_dir: Path) -> set[float]:
     """Fractions that already have a `milestone` event in the run's log (torn tail ignored)."""
     out: set[float] = set()
     for rec in iter_records(Path(run_dir) / "events.jsonl"):
-        if rec.get("kind") != "milestone":
+        if not is_kind(rec, "milestone"):
             continue
         data = rec.get("data")
         f = data.get("fraction") if isinstance(data, dict) else None

@@ -22,8 +22,8 @@ from logbook.core.project import Project
 from logbook.records.chain import iter_records
 from logbook.records.files import run_record_problem
 from logbook.records.eventstream import check_run_id, run_log_path
-from logbook.runs.facts import LIFECYCLE
 from logbook.trust.signatures import sign_record
+from logbook.records.eventschema import run_state
 
 @dataclass
 class RunRecord:
@@ -94,7 +94,7 @@ def run_status(project: Project, run_id: str, rec: RunRecord | None = None) -> s
     """
     state = None
     for e in iter_records(run_log_path(project, run_id)):
-        state = LIFECYCLE.get(str(e.get("kind")), state)
+        state = run_state(e) or state
     if state in (None, "running") and rec is not None and rec.status in ("failed", "aborted", "finished"):
         return rec.status
     return state or "running"

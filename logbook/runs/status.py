@@ -26,9 +26,9 @@ from typing import Any
 
 from logbook.core.errors import NotFoundError
 from logbook.core.project import Project
-from logbook.records.eventschema import get_kind, kinds_where, label, parse_ts, summary
+from logbook.records.eventschema import get_kind, kind_of, kinds_where, label, parse_ts, run_state, summary
 from logbook.records.sink import full_metrics_path
-from logbook.runs.facts import LIFECYCLE, RunFacts, load_facts
+from logbook.runs.facts import RunFacts, load_facts
 from logbook.runs.record import list_run_ids, load_run_record
 from logbook.runs.runlock import dead_holder
 
@@ -94,7 +94,7 @@ class RunStatus:
 
 def event_line(rec: dict[str, Any]) -> EventLine:
     """An event as one line, in the registry's words."""
-    kind = str(rec.get("kind"))
+    kind = str(kind_of(rec))
     step = rec.get("step") if isinstance(rec.get("step"), int) else None
     attempt = rec.get("attempt") if isinstance(rec.get("attempt"), int) else None
     seq = rec.get("seq") if isinstance(rec.get("seq"), int) else None
@@ -151,7 +151,7 @@ def run_status(project: Project, run_id: str, *, events: int = LAST_EVENTS, now:
     health, how = _health(project, run_id, facts, age, spp)
     remaining = (facts.total_steps - step) if facts.total_steps and step is not None else None
     eta = remaining * spp if health != "ended" and remaining is not None and spp else None
-    shown = [e for e in facts.run_events() if e.get("kind") not in QUIET_KINDS][-events:] if events else []
+    shown = [e for e in facts.run_events() if kind_of(e) not in QUIET_KINDS][-events:] if events else []
     loss = facts.series.get("loss") or {}
     return RunStatus(
         run=run_id, state=facts.state, health=health, how=how, attempt=_attempt(facts, beat), step=step,
@@ -202,11 +202,11 @@ def _health(project: Project, run_id: str, facts: RunFacts, age: float | None,
 
 def _ending_words(facts: RunFacts) -> str:
     """The state, where the run ended, and the ending event's own summary when its kind has one."""
-    last = next((e for e in reversed(facts.run_events()) if LIFECYCLE.get(str(e.get("kind")))), None)
+    last = next((e for e in reversed(facts.run_events()) if run_state(e)), None)
     if last is None:
         return facts.state
     step = f" at step {last['step']:,}" if isinstance(last.get("step"), int) else ""
-    kind = get_kind(last.get("kind"))
+    kind = get_kind(kind_of(last))
     words = summary(last) if kind is not None and kind.summary is not None else ""
     return f"{facts.state}{step}" + (f": {words}" if words else "")
 

@@ -22,7 +22,7 @@ from typing import Any
 from logbook.core.errors import LogbookError
 from logbook.core.textfmt import fmt_num
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import parse_ts
+from logbook.records.eventschema import is_kind, parse_ts
 from logbook.records.predictions import POINT_OP, At, Prediction
 from logbook.records.prereg import load_prereg
 from logbook.runs.facts import RunFacts
@@ -119,7 +119,7 @@ def curves(forecasts: list[tuple[Prediction, str]], total_steps: int | None,
 def run_curves(project, run_id: str, metrics: tuple[str, ...] = ("loss", "val_loss")) -> list[Curve]:
     """The forecast curves of a run's preregistration (none for an exploratory or unreadable one)."""
     started = next((e for e in iter_records(project.run_dir(run_id) / "events.jsonl")
-                    if e.get("kind") == "run_started"), None)
+                    if is_kind(e, "run_started")), None)
     data = started.get("data") if started and isinstance(started.get("data"), dict) else {}
     pid = data.get("prereg_id")
     if not isinstance(pid, str) or not pid:

@@ -47,11 +47,9 @@ from typing import Any
 from logbook.core.errors import NotFoundError, RefusedError, TamperedError
 from logbook.core.identity import git_identity
 from logbook.core.project import Project
-from logbook.core.textfmt import fmt_setting
 from logbook.records import chain
 from logbook.records import gitbind
 from logbook.records.chain import canonical
-from logbook.records.eventschema import kinds_where
 from logbook.records.files import iter_folder, write_record
 from logbook.records.predictions import Prediction
 from logbook.records.prereg import load_prereg
@@ -325,65 +323,9 @@ def _prereg_id(rec: RunRecord | None, facts: RunFacts) -> str | None:
     return facts.prereg_id
 
 
-_GUARD_ACTIONS = kinds_where(guard="action")
-_QUIET = kinds_where(keeps_incident=True)
-
-
 def _event_deviations(facts: RunFacts) -> list[dict[str, Any]]:
-    """Live changes, and guard decisions off the plan: one per incident.
-
-    The guard writes its judgement on the divergence and again on each action
-    that carries it out (the skip, the rollback, the learning-rate scaling), so
-    actions right after an off-plan divergence are folded into its deviation.
-    """
-    out: list[dict[str, Any]] = []
-    incident: dict[str, Any] | None = None
-    again = {c["event"].get("seq"): c["reapplied_at"] for c in facts.live_changes()}
-    for e in facts.run_events():
-        kind, d = e.get("kind"), e.get("data") if isinstance(e.get("data"), dict) else {}
-        eid = f"{facts.run}:{e.get('seq')}"
-        plan = d.get("plan") if isinstance(d.get("plan"), dict) else {}
-        if kind == "hparam_change" and d.get("source") in ("live", "advice"):
-            if e.get("seq") not in again:
-                continue  # the same change re-applied after a restart: already listed
-            steps = ", ".join(str(s) for s in again[e.get("seq")])
-            out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
-                        "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
-                                f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))}"
-                                + (f" ({d['reason']})" if d.get("reason") else "")
-                                + (f"; re-applied after a restart at step {steps} (the same change)" if steps else "")})
-        elif plan.get("follows") is False and incident is not None and kind in _GUARD_ACTIONS:
-            incident["actions"].append(str(kind).replace("_", " "))
-            incident["entries"].append(eid)
-            continue
-        elif plan.get("follows") is False:
-            what = str(kind).replace("_", " ")
-            if kind == "divergence_detected" and d.get("action"):
-                what += f" (action: {d['action']})"
-            incident = {"kind": "off_plan", "entry": eid, "step": e.get("step"), "entries": [eid], "actions": [],
-                        "text": f"{what} at step {e.get('step')} {_off_plan_words(plan)}"}
-            out.append(incident)
-            if kind != "divergence_detected":
-                incident = None
-            continue
-        if kind not in _QUIET:
-            incident = None
-    for dev in out:
-        if dev.get("actions"):
-            dev["text"] += f"; carried out as: {', '.join(dev['actions'])}"
-        dev.pop("actions", None)
-    return out
-
-
-def _off_plan_words(plan: dict[str, Any]) -> str:
-    """How an action departed from the plan: no rule foresaw it, or it carried a rule out differently (named)."""
-    rule = plan.get("rule") if isinstance(plan.get("rule"), int) else None
-    if rule is None:
-        return "was not in the preregistered contingency plan"
-    diffs = [str(x) for x in plan.get("differences") or [] if x]
-    if diffs:
-        return f"carried out contingency rule {rule} with a difference: {'; '.join(diffs)}"
-    return f"was not done as contingency rule {rule} says (the log does not record which part differed)"
+    """Live changes and guard decisions off the plan (`RunFacts.event_deviations`: one source for every view)."""
+    return facts.event_deviations()
 
 
 def deviations(project: Project, rec: RunRecord | None, prereg, facts: RunFacts) -> tuple[list[dict[str, Any]], str]:

@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any
 
 from logbook.core.textfmt import is_number
-from logbook.records.eventschema import kinds_where, parse_ts
+from logbook.records.eventschema import is_kind, kind_of, kinds_where, parse_ts
 from logbook.runs.facts import RunFacts
 from logbook.scoring.forecasts import forecast_standings
 from logbook.scoring.outcome import judge, measure, point_step, value_at
@@ -84,12 +84,12 @@ def since_last(events: list[dict[str, Any]]) -> dict[str, int]:
     """Restarts, rollbacks, changes and skipped updates recorded since the last progress note."""
     start = 0
     for i, e in enumerate(events):
-        if e.get("kind") == "milestone":
+        if is_kind(e, "milestone"):
             start = i + 1
     out = dict.fromkeys(SINCE_KINDS, 0)
     for e in events[start:]:
         for key, kinds in SINCE_KINDS.items():
-            if e.get("kind") in kinds:
+            if kind_of(e) in kinds:
                 out[key] += 1
     return out
 

@@ -36,7 +36,7 @@ from logbook.core.project import Project
 from logbook.core.recordkinds import classify, where_it_could_go
 from logbook.records import gitbind
 from logbook.records.chain import iter_records
-from logbook.records.eventschema import get_kind
+from logbook.records.eventschema import get_kind, is_kind, kind_of
 from logbook.records.files import iter_folder
 
 LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
@@ -104,7 +104,7 @@ def prereg_in_log_problems(project: Project) -> list[tuple[str, int, str]]:
     for run, rec in _run_records(project):
         log = project.run_dir(run) / "events.jsonl"
         for n, event in enumerate(iter_records(log), start=1):
-            data = event.get("data") if event.get("kind") == "run_started" else None
+            data = event.get("data") if is_kind(event, "run_started") else None
             if isinstance(data, dict) and "prereg_id" in data and data["prereg_id"] != rec.get("prereg_id"):
                 rel = (project.run_dir(run) / "run.json").relative_to(project.root).as_posix()
                 out.append((rel, n, f"{rel} says run {run} answers to {rec.get('prereg_id') or 'no preregistration'}, "
@@ -177,7 +177,7 @@ def snapshot_problems(project: Project) -> list[tuple[str, str, str]]:
 def _logged_snapshot(project: Project, run: str) -> str | None:
     """The `snapshot_commit` the run's first `run_started` event records, or None."""
     for rec in iter_records(project.run_dir(run) / "events.jsonl"):
-        if rec.get("kind") == "run_started":
+        if is_kind(rec, "run_started"):
             value = (rec.get("data") or {}).get("snapshot_commit")
             return value if isinstance(value, str) else None
     return None
@@ -197,10 +197,10 @@ def results_before(project: Project, runs: list[str]) -> str | None:
     found: list[tuple[str, str]] = []
     for run in runs:
         for rec in iter_records(project.run_dir(run) / "events.jsonl"):
-            k = get_kind(rec.get("kind"))
+            k = get_kind(kind_of(rec))
             if k is not None and k.terminal and isinstance(rec.get("ts"), str):
                 found.append((rec["ts"], f"run {run} {k.run_state or 'ended'} at {rec['ts'][:19]}Z "
-                                         f"({rec.get('kind')}, seq {rec.get('seq')})"))
+                                         f"({kind_of(rec)}, seq {rec.get('seq')})"))
                 break
         for card in iter_folder(project.run_dir(run) / "outcomes"):
             if isinstance(card.get("ts"), str):
@@ -251,7 +251,7 @@ def _what_the_commit_held(project: Project, commit: str, runs: list[str], seen: 
         log = gitbind.read_blobs(project.root, [f"{commit}:{base}/events.jsonl"]).get(f"{commit}:{base}/events.jsonl")
         for line in (log or b"").splitlines():
             try:
-                kind = get_kind(json.loads(line).get("kind"))
+                kind = get_kind(kind_of(json.loads(line)))
             except (ValueError, AttributeError):
                 continue
             if kind is not None and kind.terminal:

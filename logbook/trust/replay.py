@@ -39,6 +39,7 @@ from logbook.records.eventstream import check_run_id, run_log_path
 from logbook.records.files import run_record_problem
 from logbook.records.sink import full_metrics_path
 from logbook.trust.retrain import ReplayImpossible, first_losses, retrain
+from logbook.records.eventschema import is_kind
 
 SEED_DOMAIN = b"logbook-seed\0"
 """Prefix of the hashed bytes, so that this seed is never the hash of the token for any other purpose."""
@@ -149,7 +150,7 @@ def _prereg_runs(project: Project, prereg_id: str | None) -> list[tuple[str, dic
 
 def run_starts(project: Project, run_id: str) -> list[dict[str, Any]]:
     """The payloads of a run's `run_started` events, in order."""
-    return [e.get("data") or {} for e in iter_records(run_log_path(project, run_id)) if e.get("kind") == "run_started"]
+    return [e.get("data") or {} for e in iter_records(run_log_path(project, run_id)) if is_kind(e, "run_started")]
 
 
 def _run_seed_findings(project: Project, run_id: str, raw: dict[str, Any]) -> list[SeedFinding]:
@@ -319,7 +320,7 @@ def _logged_losses(project: Project, run_id: str, steps: int) -> list[dict[int, 
 def _first_live_change(project: Project, run_id: str) -> int | None:
     """The step of the run's first live hyperparameter change: a replay cannot make it, so it compares before it."""
     for e in iter_records(run_log_path(project, run_id)):
-        if e.get("kind") == "hparam_change" and isinstance(e.get("step"), int):
+        if is_kind(e, "hparam_change") and isinstance(e.get("step"), int):
             return max(1, int(e["step"]))
     return None
 

@@ -43,6 +43,7 @@ from logbook.records import gitbind
 from logbook.records.chain import iter_records
 from logbook.records.eventstream import run_log_path
 from logbook.records.sink import full_metrics_path
+from logbook.records.eventschema import is_kind
 
 _POLL_S = 0.05
 
@@ -86,7 +87,7 @@ def retrain(project: Project, run_id: str, raw: dict[str, Any], *, seed: int, st
         for step, loss in first_losses(scratch.run_dir(run_id) / "metrics.jsonl", steps).items():
             losses.setdefault(step, loss)
         started = next((e.get("data") or {} for e in iter_records(run_log_path(scratch, run_id))
-                        if e.get("kind") == "run_started"), None)
+                        if is_kind(e, "run_started")), None)
         if started is None or not losses:
             raise ReplayImpossible(f"the trainer did not train in the replay: {err or 'no run_started, no loss'}")
         own = (work / "trainer" / "__main__.py").is_file()

@@ -1,0 +1,143 @@
+"""The recipe in docs/architecture.md, checked: a new attempt-ending kind needs the registry entry and nothing else.
+
+Two kinds are registered in-process, as a plugin would, and no other file is
+touched: `node_drained` ends its attempt the way a preemption does (the node
+is taken away after a save), and `gpu_lost` ends it in a way the registry has no
+words for. Every reader that asks about attempts, endings, goodput, lineage,
+incidents and the one-line summary must handle both: a `node_drained` exactly
+as it would a `preempted` at the same moment, and a `gpu_lost` by its own
+summary, never by another ending's words (lineage once showed such a kind as a hang).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from logbook.chronicle.report import incidents
+from logbook.launch.watch import event_line
+from logbook.records.eventschema import (
+    KINDS, Field, Kind, ends_attempt, ending, kinds_where, may_follow_end, reference_markdown, register,
+    summary,
+)
+from logbook.records.runends import check_run_log
+from logbook.records.sink import EventSink
+from logbook.runs.facts import RunFacts
+from logbook.runs.goodput import goodput_report
+from logbook.runs.lineage import run_lineage
+from trainer.attempts import RunHistory, classify_restart
+
+T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
+
+NODE_DRAINED = Kind(
+    "node_drained", "the scheduler drained the node: the attempt saved and gave the node back", "node drained",
+    incident=True, ends_attempt=2, ending="preempted", run_state="preempted", console=True,
+    summary=lambda e: f"node {e.data.get('node', '?')} drained, saved at step {e.data.get('saved_step')}",
+    fields=(Field("node", "str", "the node drained"), Field("saved_step", "int", "the step saved on the way out")))
+GPU_LOST = Kind(
+    "gpu_lost", "a GPU fell off the bus; the attempt exited", "GPU lost",
+    incident=True, ends_attempt=2, ending="hardware",
+    summary=lambda e: f"GPU {e.data.get('gpu', '?')} fell off the bus (Xid {e.data.get('xid', '?')})",
+    fields=(Field("gpu", "int", "the device"), Field("xid", "int", "the driver's error code")))
+
+
+@pytest.fixture
+def new_kinds():
+    undo = [register(NODE_DRAINED), register(GPU_LOST)]
+    yield
+    for u in undo:
+        u()
+    assert "node_drained" not in KINDS and "gpu_lost" not in KINDS
+
+
+def _write_run(run_dir, ending_kind: str, **payload) -> None:
+    """Attempt 1 saves at step 5 and ends at step 8 by `ending_kind`; attempt 2 resumes and finishes at 12."""
+    one = EventSink(run_dir, "r1", attempt=1)
+    one.emit("run_started", step=0, total_steps=12)
+    one.emit("checkpoint_saved", step=5, blocking_s=0.5)
+    one.emit(ending_kind, step=8, **payload)
+    two = EventSink(run_dir, "r1", attempt=2)
+    two.emit("restart", step=5, cause="preempted", prev_attempt=1, resumed_from_step=5, steps_lost=3)
+    two.emit("run_started", step=5, total_steps=12, resumed_from_step=5)
+    two.emit("run_finished", step=12)
+
+
+def test_registering_a_kind_answers_the_registrys_questions(new_kinds):
+    assert "node_drained" in kinds_where(incident=True) and "gpu_lost" in kinds_where(lambda k: k.ends_attempt)
+    rec = {"kind": "node_drained", "step": 8, "attempt": 1, "data": {"node": "n7", "saved_step": 8}}
+    assert (ends_attempt(rec), ending(rec)) == (2, "preempted")
+    assert summary(rec) == "node n7 drained, saved at step 8"
+    assert "## `node_drained`" in reference_markdown()
+    with pytest.raises(ValueError, match="already registered"):
+        register(NODE_DRAINED)
+
+
+def test_the_strict_sink_takes_the_new_kind_and_verify_accepts_the_log(new_kinds, tmp_path):
+    _write_run(tmp_path, "node_drained", node="n7", saved_step=8)
+    assert check_run_log(tmp_path / "events.jsonl", "runs/r1/events.jsonl") == []
+
+
+def test_lineage_names_each_ending_in_its_own_words(new_kinds, tmp_path):
+    one = EventSink(tmp_path, "r1", attempt=1)
+    one.emit("run_started", step=0)
+    one.emit("node_drained", step=8, node="n7", saved_step=8)
+    two = EventSink(tmp_path, "r1", attempt=2)
+    two.emit("run_started", step=8)
+    two.emit("gpu_lost", step=11, gpu=3, xid=79)
+    lineage = run_lineage(tmp_path / "events.jsonl")
+    assert [a.how for a in lineage] == ["preempted, saved at step 8", "GPU 3 fell off the bus (Xid 79)"]
+    assert not any("hung" in a.how for a in lineage)
+
+
+def test_a_restart_after_the_new_kind_is_classified_by_its_ending(new_kinds):
+    drained = {"kind": "node_drained", "attempt": 1, "step": 8, "data": {"node": "n7", "saved_step": 8}}
+    preempted = {"kind": "preempted", "attempt": 1, "step": 8, "data": {"saved_step": 8}}
+    started = {"kind": "run_started", "attempt": 1, "step": 0, "data": {}}
+    out = classify_restart(RunHistory(events=[started, drained]), 1, 8, 0.0, {})
+    assert out["cause"] == "preempted"
+    assert out["cause"] == classify_restart(RunHistory(events=[started, preempted]), 1, 8, 0.0, {})["cause"]
+
+
+def _ev(kind, sec, attempt, step=None, **data):
+    ts = (T0 + timedelta(seconds=sec)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"v": 1, "kind": kind, "ts": ts, "attempt": attempt, "step": step, "drill": False, "data": data}
+
+
+def _run_ending_with(kind: str) -> list[dict]:
+    start = T0.timestamp()
+    return [
+        _ev("run_started", 1, 1, 0, started_at=start),
+        _ev("checkpoint_saved", 6, 1, 5, blocking_s=0.5),
+        _ev(kind, 9, 1, 8, saved_step=8),
+        _ev("restart", 12, 2, 8, cause="preempted", prev_attempt=1, resumed_from_step=8, downtime_s=2.0),
+        _ev("run_started", 12, 2, 8, resumed_from_step=8, started_at=start + 11),
+        _ev("checkpoint_saved", 16, 2, 12, blocking_s=0.5),
+        _ev("run_finished", 16, 2, 12),
+    ]
+
+
+def test_goodput_prices_the_new_kind_as_the_ending_it_names(new_kinds):
+    drained, preempted = goodput_report(_run_ending_with("node_drained")), goodput_report(_run_ending_with("preempted"))
+    assert drained.attempts == preempted.attempts == 2
+    assert drained.restarts == 1 and drained.wall_s == pytest.approx(16.0)
+    # Attempt 1's last sign of life is the drain at 9 s, the resume at 11 s: 2 s down, not 5 s from its last save.
+    assert drained.downtime_s == pytest.approx(2.0)
+    assert drained.to_dict() == preempted.to_dict()
+
+
+def test_reports_and_the_terminal_show_the_new_kind(new_kinds):
+    events = _run_ending_with("node_drained")
+    events[2]["data"]["node"] = "n7"
+    facts = RunFacts(run="r1", events=[{**e, "seq": i} for i, e in enumerate(events)])
+    rows = incidents(facts)
+    drained = next(r for r in rows if r["kind"] == "node_drained")
+    assert drained["summary"] == "node n7 drained, saved at step 8"
+    assert drained["action"] == "saved and exited for requeue"  # as for a preemption: asked by ending
+    assert event_line(events[2]) == "attempt 1 at step 8: node n7 drained, saved at step 8"
+
+
+def test_a_terminal_kind_still_refuses_what_follows_it(new_kinds):
+    # The new kinds end an attempt, not the run: anything may follow them; a finished run takes nothing more.
+    assert not KINDS["node_drained"].terminal and not may_follow_end("node_drained", "run_started")
+    assert not may_follow_end("run_finished", "node_drained")
