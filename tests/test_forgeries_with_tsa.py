@@ -723,3 +723,33 @@ def test_case1_a_run_record_rewritten_to_name_a_preregistration_its_log_does_not
     assert (f"{RECORD} says run {RUN} answers to {pid}, but line 1 of its log (run_started) says no "
             "preregistration: the record was rewritten after the launch") in res.output
     assert "hint:" in res.stderr and "logbook note" in res.stderr
+
+
+def test_a_run_still_training_has_a_pending_tail_not_an_unproven_one_until_it_ends(tmp_path, local_tsa, pins_home):
+    """Under `require`, the events since a running run's last stamped checkpoint are waiting for the launcher's
+    next stamp, not forged: a warning. Once the log ends with nothing stamping its tail, the tail is exit 4."""
+    team = make_team(tmp_path, ["ada"])
+    ada = team["ada"]
+    local_tsa.configure(ada.path, timeout_s=5)
+    out = json.loads(ada.ok("prereg", "--title", "qk norm removes spikes", "--hypothesis", "bounded logits",
+                            "--predict", "val_loss@final < 3", "--json").stdout)
+    _wait_a_second()
+    project = open_project(ada.path)
+    write_run_record(project, RunRecord(run_id=RUN, created=utc_now(), config_path="c.yaml", config_hash="0" * 64,
+                                        prereg_id=out["id"], exploratory=False, amendments=[],
+                                        author=str(git_identity(ada.path))))
+    assert stamping.stamp_run_start(project, RUN).stamped
+    s = EventSink(project.run_dir(RUN), RUN, 1)
+    s.emit("run_started", step=0, total_steps=10, prereg_id=out["id"])
+    s.emit("checkpoint_saved", step=5, path="ckpt/5", blocking_s=0.1)
+    _stamp_head(project, str(git_identity(ada.path)))
+    s.emit("milestone", step=6, fraction=0.6)
+    running = ada.cli("verify", "--require-stamps", "--json")
+    assert running.exit_code == 0, running.output
+    w = next(w for w in json.loads(running.stdout)["warnings"] if w["kind"] == "unproven_tail")
+    assert "(line 3) has no third-party time" in w["message"] and "the run has not ended" in w["message"]
+    s.emit("run_finished", step=10, final_loss=2.5)  # ended, and nothing stamped the final head
+    ended = ada.cli("verify", "--require-stamps")
+    assert ended.exit_code == 4, ended.output
+    assert "the last 2 events of its log (lines 3-4) have no third-party time" in ended.stdout
+    assert "has not ended" not in ended.stdout

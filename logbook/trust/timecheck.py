@@ -38,6 +38,7 @@ from typing import Any
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
 from logbook.records.chain import iter_records
+from logbook.records.eventschema import is_terminal
 from logbook.trust.stamping import Stampable, prereg_records, run_records
 from logbook.trust.timestamps import (DIGEST_RE, STAMP_NAME_RE, StampCache, VerifiedStamp, check_stamp_file,
                                       settings, stamps_dir)
@@ -276,7 +277,8 @@ def _check_tails(project: Project, records: list[Stampable], stamps: dict[str, _
     new head later is left with a tail nothing proves: a warning, exit 4 when stamps are required."""
     late_after = timeout_s + TAIL_GRACE_S
     for run in (r for r in records if r.kind == "run_record"):
-        total = sum(1 for _ in iter_records(project.run_dir(run.run_id) / "events.jsonl"))
+        log = list(iter_records(project.run_dir(run.run_id) / "events.jsonl"))
+        total, ended = len(log), any(is_terminal(r) for r in log)
         heads = []  # (line, seconds from the event to its earliest stamp)
         for digest, (rid, n, ts) in lines.items():
             first = stamps[digest].earliest if rid == run.run_id else None
@@ -291,9 +293,14 @@ def _check_tails(project: Project, records: list[Stampable], stamps: dict[str, _
                "no stamp covers them")
         last = (f"its last stamp that came within {late_after:g} s of its event covers line {timely}" if timely else
                 f"none of its log's stamps came within {late_after:g} s of its event")
+        # A run still training has a tail its launcher has not stamped yet (it stamps the head at the next
+        # checkpoint and at the end): that is pending, not unproven, until the log ends or a stamp comes late.
+        pending = not ended and late is None
         out.facts["runs"].setdefault(run.run_id, {})["unproven_tail"] = total - timely
         out.findings.append(TimeFinding(run.path.rsplit("/", 1)[0] + "/events.jsonl", "unproven_tail", (
-            f"run {run.run_id}: {_tail_words(timely, total)} no third-party time: {last}, and {why}"), require))
+            f"run {run.run_id}: {_tail_words(timely, total)} no third-party time: {last}, and {why}"
+            + ("; the run has not ended, so its launcher may still stamp them" if pending else "")),
+            require and not pending))
 
 
 def _tail_words(timely: int, total: int) -> str:
