@@ -51,6 +51,7 @@ from logbook.core.project import Project
 from logbook.records import gitbind
 from logbook.records import history
 from logbook.records import remote
+from logbook.records import verify_memo
 from logbook.records import worktree
 from logbook.records.chain import verify_log
 from logbook.records.files import damaged_records, run_record_problem
@@ -62,6 +63,7 @@ from logbook.trust import signed_records
 from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
 from logbook.trust.replay import check_seeds
 from logbook.trust import ack, no_third_party, pins
+from logbook.trust.setting_history import SettingChange
 
 TRAILER = "Logbook-Prereg"
 
@@ -226,6 +228,33 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
     pins file's entry for the repository, if any.
     """
     pin = pin if pin is not None else pins.reader_pin(project)
+    scope = {"prereg": prereg_id, "pin": asdict(pin) if pin is not None else None}
+    digest = None if full else verify_memo.fingerprint(project, scope)
+    kept = verify_memo.recall(project, digest) if digest else None
+    if kept is not None:
+        return _from_memo(kept, project.root)
+    report = _verify(project, prereg_id, full, pin)
+    # Kept only when nothing changed while the checks read: the report is then the state's own.
+    if digest and verify_memo.fingerprint(project, scope) == digest:
+        verify_memo.remember(project, digest, report.to_dict())
+    return report
+
+
+def _from_memo(kept: dict[str, Any], root: Path) -> VerifyReport:
+    """The report `VerifyReport.to_dict` kept; nothing was read again (`commits_checked` 0)."""
+    ident = kept["identity"]
+    identity = None if ident is None else signed_records.IdentityReport(
+        enabled=ident["enabled"], allowed_signers=ident["allowed_signers"],
+        records=[signed_records.SignedRecord(**r) for r in ident["records"]],
+        changes=[SettingChange(**c) for c in ident["setting_changes"]])
+    findings = {name: [Finding(**f) for f in kept[name]]
+                for name in ("problems", "warnings", "unverifiable", "acknowledged")}
+    return VerifyReport(preregs=kept["preregs"], amendments=kept["amendments"], logs=kept["logs"],
+                        in_progress=kept["in_progress"], root=root, timestamps=kept["timestamps"],
+                        identity=identity, **findings)
+
+
+def _verify(project: Project, prereg_id: str | None, full: bool, pin: pins.TrustPin | None) -> VerifyReport:
     root = project.root
     report = VerifyReport(in_progress=_in_progress(root), root=root)
     if prereg_id is not None:

@@ -1,0 +1,121 @@
+"""A second `verify` with nothing changed answers from the last report, and any change makes it check again.
+
+The memo (`logbook/records/verify_memo.py`) is only as good as its
+fingerprint: each test changes one thing verify reads, the way a person or a
+forger would (an edit that keeps the size and the mtime, a new commit, a
+deleted ref, a changed setting, another reader's pin), and shows that the
+verdict follows the change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import git
+
+from logbook.core.project import open_project
+from logbook.records import verify as verify_mod
+from logbook.records.verify import verify_project
+from logbook.trust.pins import TrustPin
+
+FLAGS = ("--title", "QK-norm removes loss spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
+         "--predict", "val_loss@final < 3.5", "--contingency", "if loss spikes: rollback 5 steps")
+
+
+@pytest.fixture
+def committed(logbook_repo, cli):
+    res = cli("prereg", *FLAGS, "--json")
+    assert res.exit_code == 0, res.output
+    pid = json.loads(res.stdout)["id"]
+    return logbook_repo, logbook_repo / "entries" / "prereg" / f"{pid}.md"
+
+
+def _no_checks(monkeypatch):
+    """From here on, a verify that runs its checks fails the test: only the memo may answer."""
+    def refuse(*a, **k):
+        raise AssertionError("verify ran its checks again")
+    monkeypatch.setattr(verify_mod, "_verify", refuse)
+
+
+def test_a_second_verify_with_nothing_changed_gives_the_same_report_without_checking_again(committed, monkeypatch):
+    repo, _ = committed
+    first = verify_project(open_project(repo))
+    assert first.ok and (repo / ".logbook" / "verified-report.json").is_file()
+    _no_checks(monkeypatch)
+    again = verify_project(open_project(repo))
+    want = first.to_dict()
+    assert again.to_dict() == {**want, "commits_checked": 0}
+    assert again.root == repo
+
+
+def test_full_never_answers_from_the_memo(committed, monkeypatch):
+    repo, _ = committed
+    verify_project(open_project(repo))
+    calls = []
+    real = verify_mod._verify
+    monkeypatch.setattr(verify_mod, "_verify", lambda *a: calls.append(1) or real(*a))
+    verify_project(open_project(repo), full=True)
+    assert calls == [1]
+
+
+def test_an_edit_that_keeps_the_size_and_the_mtime_is_found(committed):
+    repo, path = committed
+    assert verify_project(open_project(repo)).ok
+    st = path.stat()
+    text = path.read_text()
+    path.write_text(text.replace("bounded.", "boundeD."))  # same size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same mtime
+    report = verify_project(open_project(repo))
+    assert [p.kind for p in report.problems] == ["edited"]
+
+
+def test_a_new_commit_a_deleted_ref_and_a_changed_setting_each_make_it_check_again(committed, cli):
+    repo, path = committed
+    assert verify_project(open_project(repo)).ok
+    (repo / "notes.txt").write_text("outside the logbook\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a commit")
+    calls = []
+    real = verify_mod._verify
+
+    def counted(*a):
+        calls.append(1)
+        return real(*a)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verify_mod, "_verify", counted)
+        verify_project(open_project(repo))  # a new commit
+        verify_project(open_project(repo))  # nothing new
+        assert calls == [1]
+        git(repo, "update-ref", "refs/logbook/extra", "HEAD")  # a ref
+        verify_project(open_project(repo))
+        assert calls == [1, 1]
+        (repo / "logbook.yaml").write_text((repo / "logbook.yaml").read_text() + "\n")  # the settings file
+        verify_project(open_project(repo))
+        assert calls == [1, 1, 1]
+        verify_project(open_project(repo), pin=TrustPin(require=True))  # another reader's pin
+        assert calls == [1, 1, 1, 1]
+
+
+def test_an_untracked_file_in_the_entries_folder_is_seen(committed):
+    repo, _ = committed
+    assert verify_project(open_project(repo)).ok
+    (repo / "entries" / "week.pdf").write_bytes(b"%PDF-1.7\n")
+    report = verify_project(open_project(repo))
+    assert any("week.pdf" in f.path for f in report.problems + report.warnings)
+
+
+def test_a_report_whose_files_changed_while_it_was_checked_is_not_kept(committed, monkeypatch):
+    repo, path = committed
+    real = verify_mod._verify
+
+    def edit_meanwhile(*a):
+        report = real(*a)
+        path.write_text(path.read_text() + "\n")
+        return report
+
+    monkeypatch.setattr(verify_mod, "_verify", edit_meanwhile)
+    verify_project(open_project(repo))
+    assert not (repo / ".logbook" / "verified-report.json").exists()
