@@ -42,22 +42,14 @@ def run_cmd(
 
     Example: logbook run --prereg 2026-11-30-qknorm-removes-spikes-3f9a1c configs/tiny-cpu.yaml --nproc 2 --max-restarts 3
     """
-    from logbook.launch.launcher import Rendezvous, launch_run
+    from logbook.cli.run_console import RunConsole
 
-    project = open_for_writing()
-    if config is not None and resume is None:
-        from logbook.core.examples import resolve
-
-        found = resolve(project.root, config, "config", say=err)
-        config = str(found.path) if found else config
-    if resume is None:
-        overrides = [*(overrides or []), *_max_steps_override()]
-    rdzv = Rendezvous(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
-                      join_timeout_s=join_timeout, startup_timeout_s=startup_timeout)
-    result = launch_run(
-        project, config, list(overrides or []), prereg_id=prereg, exploratory=exploratory, nproc=nproc,
-        max_restarts=max_restarts, run_id=run_id, resume=resume, rendezvous=rdzv, say=err,
-    )
+    console = RunConsole()  # the spinner first: the checks below take seconds
+    try:
+        result, project = _launch(console, config, overrides, prereg, nproc, max_restarts, exploratory, run_id, resume,
+                         nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout, startup_timeout)
+    finally:
+        console.close()
     _summary(result, project.root)
     if as_json:
         print_json(result.to_dict())
@@ -68,7 +60,7 @@ MAX_STEPS_ENV = "LOGBOOK_MAX_STEPS"
 """Cut a new run to this many steps (a quick try of a config): passed as the override train.steps=N."""
 
 
-def _max_steps_override() -> list[str]:
+def _max_steps_override(say) -> list[str]:
     """`train.steps=N` when LOGBOOK_MAX_STEPS is set; recorded like any override (a deviation from the preregistration)."""
     import os
 
@@ -79,8 +71,38 @@ def _max_steps_override() -> list[str]:
         return []
     if not text.isdigit() or int(text) < 1:
         raise UsageError(f"{MAX_STEPS_ENV}={text!r} is not a positive whole number", hint=f"unset it, or e.g. {MAX_STEPS_ENV}=40")
-    err(f"{MAX_STEPS_ENV}={text}: the run is cut to {int(text)} steps (recorded as the override train.steps={int(text)})")
+    say(f"{MAX_STEPS_ENV}={text}: the run is cut to {int(text)} steps (recorded as the override train.steps={int(text)})")
     return [f"train.steps={int(text)}"]
+
+
+def _launch(console, config, overrides, prereg, nproc, max_restarts, exploratory, run_id, resume,
+            nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout, startup_timeout):
+    """Check, record and supervise the run, telling `console` each phase; (result, project)."""
+    console.phase("checking the repository and the preregistration")
+    project = open_for_writing()
+    if config is not None and resume is None:
+        from logbook.core.examples import resolve
+
+        found = resolve(project.root, config, "config", say=console.say)
+        config = str(found.path) if found else config
+    if resume is None:
+        overrides = [*(overrides or []), *_max_steps_override(console.say)]
+    from logbook.launch.launcher import Rendezvous, launch_run
+
+    console.phase("checking the config with the trainer, snapshotting the code")
+    rdzv = Rendezvous(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
+                      join_timeout_s=join_timeout, startup_timeout_s=startup_timeout)
+
+    def say(line: str) -> None:
+        console.say(line)
+        if line.startswith("  torchrun:"):  # the last line before torchrun starts
+            console.phase("starting torchrun and the workers")
+
+    result = launch_run(
+        project, config, list(overrides or []), prereg_id=prereg, exploratory=exploratory, nproc=nproc,
+        max_restarts=max_restarts, run_id=run_id, resume=resume, rendezvous=rdzv, say=say, console=console,
+    )
+    return result, project
 
 
 def _summary(result, root) -> None:
