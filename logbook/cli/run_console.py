@@ -63,13 +63,13 @@ class RunConsole:
 
     def tick(self, project: Any, run_id: str, new_events: list[dict[str, Any]]) -> None:
         """New events of the run as their summaries, then the progress line from the metrics stream."""
-        from logbook.launch.follow import _progress, _total_steps
+        from logbook.launch.follow import progress_of, total_steps_of
         from logbook.launch.watch import EventTail
         from logbook.runs.status import QUIET_KINDS, event_line, follow_files
 
         if self._tails is None:
             self._tails = EventTail(follow_files(project, run_id)[1], from_end=True)
-        self._total = _total_steps(new_events) or self._total
+        self._total = total_steps_of(new_events) or self._total
         for rec in new_events:
             kind = rec.get("kind")
             if kind == "run_started" and self._last_step is None:
@@ -78,9 +78,9 @@ class RunConsole:
                 self.say(_event_text(event_line(rec)))
         rows = [r for r in self._tails.new() if isinstance(r.get("step"), int) and "loss" in r]
         if rows:
-            self._progress(_progress(rows[-1], self._total))
+            self._show_progress(progress_of(rows[-1], self._total))
 
-    def _progress(self, p: Any) -> None:
+    def _show_progress(self, p: Any) -> None:
         from logbook.cli.console_cmd import progress_text
 
         self._last_step = p.step
