@@ -34,6 +34,10 @@ def run_cmd(
     config hashed into run.json (a config that differs from the preregistered
     one is recorded as a deviation). Each restart lands in the run's event log.
 
+    At a terminal: a spinner through start-up, then one progress line with
+    each event that matters printed above it; in a pipe, CI or Slurm, plain
+    lines. torchrun's own output goes to .logbook/torchrun/RUN/TIME/torchrun.log.
+
     LOGBOOK_MAX_STEPS=N cuts a new run to N steps, recorded as the override
     train.steps=N (so a deviation from its preregistration).
 
