@@ -22,6 +22,8 @@ def init_cmd(
     from logbook.records.init import init_logbook
 
     res = init_logbook(entries_dir=entries_dir)
+    if res.first_commit:
+        err("The repository had no commits: made an empty first one (preregistrations are bound to commits)")
     verb = "Created" if res.created else "Found existing"
     done = f" (committed as {res.committed[:10]})" if res.committed else ""
     err(f"{verb} {res.config_path.relative_to(res.root)}{done}; logbook folder: {res.entries.relative_to(res.root)}/")

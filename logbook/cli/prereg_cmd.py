@@ -30,11 +30,11 @@ def prereg_cmd(
     hypothesis: Optional[str] = typer.Option(None, "--hypothesis", metavar="TEXT", help="What you expect and why it matters."),
     predict: Optional[list[str]] = typer.Option(None, "--predict", metavar="EXPR", help=_PREDICT_HELP),
     contingency: Optional[list[str]] = typer.Option(None, "--contingency", metavar="RULE", help=_RULE_HELP),
-    config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Training config the run will use (its sha256 is stored)."),
+    config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Training config the run will use (its sha256 is stored); a bare name such as tiny-cpu is configs/tiny-cpu.yaml, copied from logbook's examples if missing."),
     budget: Optional[str] = typer.Option(None, "--budget", metavar="AMOUNT", help="Compute budget, e.g. '8 GPU-hours', '2B tokens', '5000 steps'."),
     rationale: Optional[str] = typer.Option(None, "--rationale", metavar="TEXT", help="Why you expect it: reasoning, prior evidence."),
     assume: Optional[list[str]] = typer.Option(None, "--assume", metavar="TEXT", help="An assumption the prediction rests on; repeatable."),
-    from_file: Optional[Path] = typer.Option(None, "--from-file", metavar="YAML", help="Read all of the above from a YAML file."),
+    from_file: Optional[Path] = typer.Option(None, "--from-file", metavar="YAML", help="Read all of the above from a YAML file; a bare name such as qknorm is prereg/qknorm.yaml, copied from logbook's example if missing."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Preregister a run before it starts: hypothesis, predictions, contingency plan, config hash.
@@ -51,8 +51,11 @@ def prereg_cmd(
     from logbook.records.prereg import create_prereg
 
     project = open_for_writing()
+    from_file = _example(project.root, from_file, "prereg")
     inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
                         config=config, budget=budget, rationale=rationale, assume=assume, from_file=from_file)
+    if inp.config:
+        inp.config = str(_example(project.root, inp.config, "config"))
     written = create_prereg(project, inp)
     _stamp(project, written.id, written.sha256)
     for w in written.warnings:
@@ -62,6 +65,16 @@ def prereg_cmd(
         return
     typer.echo(f"Preregistered {written.id}  (commit {written.commit[:7]}, sha256 {written.sha256[:8]}…)")
     _echo_plan(written.front)
+
+
+def _example(root, text, kind: str):
+    """A bare name (`qknorm`, `tiny-cpu`) as the repository's file of that name, copying logbook's example if needed."""
+    from logbook.core.examples import resolve
+
+    if text is None:
+        return None
+    found = resolve(root, str(text), kind, say=err)
+    return found.path if found else text
 
 
 def _stamp(project, prereg_id: str, digest: str, key: str = "") -> None:

@@ -11,7 +11,7 @@ from logbook.cli._app import JSON_OPTION, app, err, open_for_writing, print_json
 
 @app.command("run")
 def run_cmd(
-    config: Optional[str] = typer.Argument(None, help="Training config (YAML), e.g. configs/tiny-cpu.yaml.", show_default=False),
+    config: Optional[str] = typer.Argument(None, help="Training config (YAML), e.g. configs/tiny-cpu.yaml; a bare name such as tiny-cpu is configs/tiny-cpu.yaml, copied from logbook's examples if missing.", show_default=False),
     overrides: Optional[list[str]] = typer.Argument(None, help="Config overrides: key.sub=value ...", show_default=False),
     prereg: Optional[str] = typer.Option(None, "--prereg", help="Id of the preregistration this run answers to."),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Worker processes per node (default 1; on --resume, as before)."),
@@ -34,24 +34,79 @@ def run_cmd(
     config hashed into run.json (a config that differs from the preregistered
     one is recorded as a deviation). Each restart lands in the run's event log.
 
+    At a terminal: a spinner through start-up, then one progress line with
+    each event that matters printed above it; in a pipe, CI or Slurm, plain
+    lines. torchrun's own output goes to .logbook/torchrun/RUN/TIME/torchrun.log.
+
+    LOGBOOK_MAX_STEPS=N cuts a new run to N steps, recorded as the override
+    train.steps=N (so a deviation from its preregistration).
+
     Exit codes: 0 finished · 5 failed or aborted · 75 preempted (resume with
     --resume) · 2 usage · 3 refused · 4 preregistration tampered.
 
     Example: logbook run --prereg 2026-11-30-qknorm-removes-spikes-3f9a1c configs/tiny-cpu.yaml --nproc 2 --max-restarts 3
     """
-    from logbook.launch.launcher import Rendezvous, launch_run
+    from logbook.cli.run_console import RunConsole
 
-    project = open_for_writing()
-    rdzv = Rendezvous(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
-                      join_timeout_s=join_timeout, startup_timeout_s=startup_timeout)
-    result = launch_run(
-        project, config, list(overrides or []), prereg_id=prereg, exploratory=exploratory, nproc=nproc,
-        max_restarts=max_restarts, run_id=run_id, resume=resume, rendezvous=rdzv, say=err,
-    )
+    console = RunConsole()  # the spinner first: the checks below take seconds
+    try:
+        result, project = _launch(console, config, overrides, prereg, nproc, max_restarts, exploratory, run_id, resume,
+                         nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout, startup_timeout)
+    finally:
+        console.close()
     _summary(result, project.root)
     if as_json:
         print_json(result.to_dict())
     raise typer.Exit(result.exit_code)
+
+
+MAX_STEPS_ENV = "LOGBOOK_MAX_STEPS"
+"""Cut a new run to this many steps (a quick try of a config): passed as the override train.steps=N."""
+
+
+def _max_steps_override(say) -> list[str]:
+    """`train.steps=N` when LOGBOOK_MAX_STEPS is set; recorded like any override (a deviation from the preregistration)."""
+    import os
+
+    from logbook.core.errors import UsageError
+
+    text = os.environ.get(MAX_STEPS_ENV, "").strip()
+    if not text:
+        return []
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"{MAX_STEPS_ENV}={text!r} is not a positive whole number", hint=f"unset it, or e.g. {MAX_STEPS_ENV}=40")
+    say(f"{MAX_STEPS_ENV}={text}: the run is cut to {int(text)} steps (recorded as the override train.steps={int(text)})")
+    return [f"train.steps={int(text)}"]
+
+
+def _launch(console, config, overrides, prereg, nproc, max_restarts, exploratory, run_id, resume,
+            nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout, startup_timeout):
+    """Check, record and supervise the run, telling `console` each phase; (result, project)."""
+    console.phase("checking the repository and the preregistration")
+    project = open_for_writing()
+    if config is not None and resume is None:
+        from logbook.core.examples import resolve
+
+        found = resolve(project.root, config, "config", say=console.say)
+        config = str(found.path) if found else config
+    if resume is None:
+        overrides = [*(overrides or []), *_max_steps_override(console.say)]
+    from logbook.launch.launcher import Rendezvous, launch_run
+
+    console.phase("checking the config with the trainer, snapshotting the code")
+    rdzv = Rendezvous(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
+                      join_timeout_s=join_timeout, startup_timeout_s=startup_timeout)
+
+    def say(line: str) -> None:
+        console.say(line)
+        if line.startswith("  torchrun:"):  # the last line before torchrun starts
+            console.phase("starting torchrun and the workers")
+
+    result = launch_run(
+        project, config, list(overrides or []), prereg_id=prereg, exploratory=exploratory, nproc=nproc,
+        max_restarts=max_restarts, run_id=run_id, resume=resume, rendezvous=rdzv, say=say, console=console,
+    )
+    return result, project
 
 
 def _summary(result, root) -> None:

@@ -53,7 +53,7 @@ def follow(project: Project, run_id: str, *, until_end: bool, poll_s: float = 0.
     events_path, metrics_path = follow_files(project, run_id)  # every row, not the committed, thinned stream
     ev_tail, m_tail = EventTail(events_path, from_end=False), EventTail(metrics_path, from_end=True)
     first = ev_tail.new()
-    total = _total_steps(first)
+    total = total_steps_of(first)
     for rec in [r for r in first if _shown(r)][-last:] if last else []:
         yield event_line(rec)
     ended = _ending(first)
@@ -64,7 +64,7 @@ def follow(project: Project, run_id: str, *, until_end: bool, poll_s: float = 0.
     said_at, said_step = 0.0, None
     while True:
         new = ev_tail.new()
-        total = _total_steps(new) or total
+        total = total_steps_of(new) or total
         for rec in new:
             if _shown(rec):
                 yield event_line(rec)
@@ -75,7 +75,7 @@ def follow(project: Project, run_id: str, *, until_end: bool, poll_s: float = 0.
         rows = [r for r in m_tail.new() if isinstance(r.get("step"), int) and "loss" in r]
         if rows and time.monotonic() - said_at >= progress_every_s and rows[-1]["step"] != said_step:
             said_at, said_step = time.monotonic(), rows[-1]["step"]
-            yield _progress(rows[-1], total)
+            yield progress_of(rows[-1], total)
         gone = launcher_gone(project, run_id)
         if gone:
             yield Ended("gone", f"its launcher ({gone}) is gone without recording how the run ended")
@@ -87,7 +87,8 @@ def _shown(rec: dict[str, Any]) -> bool:
     return kind_of(rec) not in QUIET_KINDS or rec.get("drill") is True
 
 
-def _total_steps(records: list[dict[str, Any]]) -> int | None:
+def total_steps_of(records: list[dict[str, Any]]) -> int | None:
+    """The run's total steps as the last `run_started` among `records` says, if one does."""
     totals = [r["data"]["total_steps"] for r in records if is_kind(r, "run_started")
               and isinstance(r.get("data"), dict) and isinstance(r["data"].get("total_steps"), int)]
     return totals[-1] if totals else None
@@ -105,7 +106,8 @@ def _ending(records: list[dict[str, Any]]) -> Ended | None:
     return Ended(state, f"{state}{step}")
 
 
-def _progress(row: dict[str, Any], total: int | None) -> Progress:
+def progress_of(row: dict[str, Any], total: int | None) -> Progress:
+    """Where the training stands by one metric row (also `logbook run`'s live line)."""
     step = row["step"]
     step_s = row.get("step_s") if isinstance(row.get("step_s"), (int, float)) else None
     eta = (total - step) * step_s if total and step_s else None

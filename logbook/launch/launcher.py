@@ -109,6 +109,7 @@ def launch_run(
     entry: str = "trainer",
     say: Say = _quiet,
     poll_s: float = 1.0,
+    console: Any = None,
 ) -> RunResult:
     """Check, record and run one training run under torchrun; return how it ended.
 
@@ -116,7 +117,10 @@ def launch_run(
     path ending in `.py`; it is called as `ENTRY --project ROOT --run ID CONFIG
     OVERRIDES...` and must accept `--print-config CONFIG OVERRIDES...` (check
     the config, print it, exit 0; exit 2 with `error:`/`hint:` lines when bad).
-    `say` receives one plain line per thing the launcher does.
+    `say` receives one plain line per thing the launcher does. A `console`
+    (`logbook.cli.run_console.RunConsole`) gets every new event and the
+    trainer's `error:`/`hint:` lines; torchrun's own output then goes to its
+    log file only.
     Raises UsageError (bad config, override or option) or RefusedError (no
     preregistration, live or finished run id, ...) before anything starts.
     """
@@ -154,7 +158,7 @@ def launch_run(
                              nproc or 1, DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, rdzv, say,
                              config_seed=_config_seed(resolved))
         _announce(plan, project, say)
-        return _supervise(project, plan, rdzv, entry, say, poll_s, lock)
+        return _supervise(project, plan, rdzv, entry, say, poll_s, lock, console)
     finally:
         lock.release()
 
@@ -501,7 +505,7 @@ def torchrun_command(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str
 
 
 def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say: Say, poll_s: float,
-               lock: RunLock) -> RunResult:
+               lock: RunLock, console: Any = None) -> RunResult:
     rec = plan.record
     launch_dir = project.state_dir / "torchrun" / rec.run_id / time.strftime("%Y%m%dT%H%M%S")
     launch_dir.mkdir(parents=True, exist_ok=True)
@@ -520,8 +524,9 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
                             pass_fds=(lock.fileno(),), preexec_fn=_term_with_parent)
     # The log's chain head is stamped at every checkpoint, from a thread of the launcher: never the trainer's.
     heads = HeadStamper(project, rec.run_id) if rdzv.node_rank == 0 else None
-    watcher = Watcher(project, rec.run_id, proc, say, heads=heads)
-    pump = StderrPump(proc.stderr, launch_dir / "torchrun.log", muted=lambda: bool(watcher.signals))
+    watcher = Watcher(project, rec.run_id, proc, say, heads=heads, on_tick=console.tick if console else None)
+    pump = StderrPump(proc.stderr, launch_dir / "torchrun.log", muted=lambda: bool(watcher.signals),
+                      person_lines=console.say if console else None)
     torchrun_exit = watcher.wait(poll_s)
     pump.join()
     result = launch_ending(project, rec, torchrun_exit, watcher.signals, launch_dir, first_seq,

@@ -108,10 +108,15 @@ class StderrPump:
     `SignalException` traceback of some 25 lines although all went as designed;
     from then on the output goes to the log file only, and the person at the
     terminal sees the launcher's one line about the signal and how the run ended.
+
+    With `person_lines` (a run's console), only the lines the trainer writes
+    for a person (`error:`, `hint:`) go to it; torchrun's own lines, worker
+    tracebacks and progress go to the log file alone.
     """
 
     def __init__(self, stream: IO[bytes], log_path: Path, muted: Callable[[], bool],
-                 out: IO[bytes] | None = None) -> None:
+                 out: IO[bytes] | None = None, person_lines: Callable[[str], None] | None = None) -> None:
+        self._person_lines = person_lines
         self._stream = stream
         self._log_path = log_path
         self._muted = muted
@@ -122,15 +127,25 @@ class StderrPump:
     def _pump(self) -> None:
         with open(self._log_path, "ab") as log:
             # Chunks, not lines: a progress bar redraws with \r and never ends a line.
+            pending = b""
             while chunk := self._stream.read1(65536):
                 log.write(chunk)
                 log.flush()
-                if not self._muted():
+                if self._person_lines is not None:
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    self._to_person(lines)
+                elif not self._muted():
                     try:
                         self._out.write(chunk)
                         self._out.flush()
                     except (OSError, ValueError):
                         pass  # the terminal went away; the log file keeps everything
+
+    def _to_person(self, lines: list[bytes]) -> None:
+        for raw in lines:
+            text = raw.decode("utf-8", "replace").rstrip("\r")
+            if text.startswith(("error:", "hint:")) and not self._muted():
+                self._person_lines(text)
 
     def join(self, timeout: float = 5.0) -> None:
         self._thread.join(timeout)
@@ -140,7 +155,9 @@ class Watcher:
     """Follows one torchrun process until it exits."""
 
     def __init__(self, project: Project, run_id: str, proc: subprocess.Popen, say: Callable[[str], None],
-                 heads: Any = None) -> None:
+                 heads: Any = None, on_tick: Callable[[Project, str, list[dict[str, Any]]], None] | None = None) -> None:
+        self.on_tick = on_tick
+        """A run's console: it shows new events itself (the registry's summaries) instead of `event_line`'s."""
         self.project = project
         self.heads = heads  # a HeadStamper: told of each checkpoint, it stamps the log's head in its own thread
         self.run_id = run_id
@@ -165,7 +182,9 @@ class Watcher:
 
     def tick(self) -> None:
         new = [e for e in self.tail.new() if e.get("run") == self.run_id]
-        for ev in new:
+        if self.on_tick is not None:
+            self.on_tick(self.project, self.run_id, new)
+        for ev in new if self.on_tick is None else []:
             line = event_line(ev)
             if line:
                 self.say(line)

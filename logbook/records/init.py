@@ -10,7 +10,7 @@ from logbook.core.fsutil import atomic_write_text
 from logbook.core.project import Project, find_git_root
 from logbook.core.settings import CONFIG_FILE, LogbookConfig, load_config
 from logbook.records.clonesetup import SetupResult, set_up_clone
-from logbook.records.gitbind import check_repo_state, commit_file
+from logbook.records.gitbind import check_repo_state, commit_file, git
 
 
 @dataclass
@@ -23,6 +23,8 @@ class InitResult:
     """What was set up in this clone (hooks, git config) and the repository (entries/.gitattributes)."""
     committed: str | None = None
     """The commit that added logbook.yaml, when this call created it."""
+    first_commit: bool = False
+    """The repository had no commits yet: this call made an empty first one."""
 
 
 def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> InitResult:
@@ -37,11 +39,9 @@ def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> Ini
     import git  # deferred: GitPython costs start-up time
 
     with git.Repo(root) as repo:
-        if not repo.head.is_valid():
-            raise RefusedError(
-                f"the repository at {root} has no commits yet",
-                hint="preregistrations are bound to commits: make a first commit (`git commit --allow-empty -m init`), then `logbook init`",
-            )
+        unborn = not repo.head.is_valid()
+    if unborn:
+        _root_commit(root)
     cfg_path = root / CONFIG_FILE
     created = not cfg_path.exists()
     committed = None
@@ -67,4 +67,22 @@ def init_logbook(start: Path | None = None, entries_dir: str = "entries") -> Ini
         )
     setup = set_up_clone(Project(root=root, config=cfg))
     return InitResult(root=root, config_path=cfg_path, entries=entries, created=created, setup=setup,
-                      committed=committed)
+                      committed=committed, first_commit=unborn)
+
+
+_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+"""git's empty tree (sha1 repositories; a sha256 one gets its own from `mktree`)."""
+
+
+def _root_commit(root: Path) -> None:
+    """Give a repository with no commits yet its first, empty one, on the branch HEAD names.
+
+    Preregistrations are bound to commits, and `logbook.yaml` is committed on
+    top of HEAD: a fresh `git init` needs a first commit, which a newcomer
+    should not have to be told to make. The user's index is not touched.
+    """
+    branch = git(root, "symbolic-ref", "HEAD").strip()
+    tree = git(root, "mktree", input=b"").strip() or _EMPTY_TREE
+    commit = git(root, "commit-tree", tree, "-m", "Start the repository").strip()
+    # The old value 0{40} makes update-ref refuse if someone created the branch meanwhile.
+    git(root, "update-ref", "-m", "logbook init: first commit", branch, commit, "0" * len(commit))

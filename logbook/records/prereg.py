@@ -276,12 +276,13 @@ def list_preregs(project: Project) -> list[Prereg]:
 
 
 def resolve_prereg_id(project: Project, text: str) -> str | None:
-    """An exact id, or the one id that starts with `text`; None when nothing matches."""
+    """An exact id, or the one id that starts with `text`, or whose title part (after the date) does; None when nothing matches."""
     if ID_RE.match(text or "") and (project.prereg_dir / f"{text}.md").exists():
         return text
     if not re.match(r"^[a-z0-9-]+$", text or ""):
         return None
-    matches = [p.stem for p in _prereg_files(project) if p.stem.startswith(text)]
+    # The title part lets a person name a preregistration as they remember it (`--prereg qk-norm`).
+    matches = [p.stem for p in _prereg_files(project) if p.stem.startswith(text) or p.stem[11:].startswith(text)]
     if len(matches) > 1:
         raise UsageError(f"{text!r} matches {len(matches)} preregistrations",
                          hint=f"give more of the id: {', '.join(matches[:4])}")
