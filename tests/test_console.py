@@ -74,7 +74,7 @@ def lab(tmp_path_factory):
     assert short.returncode == 0, short.stderr
     lab.launcher = subprocess.Popen([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", LONG,
                                      "configs/micro-test.yaml", "train.steps=100000", "checkpoint.every=50",
-                                     "optim.lr=0.002"], cwd=root, env=env,
+                                     "optim.lr=0.0005"], cwd=root, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     metrics = root / ".logbook" / "metrics" / LONG / "metrics.jsonl"
@@ -117,7 +117,8 @@ def test_tail_ctrl_c_stops_following_quietly_with_130(lab):
 
 
 def test_stop_saves_records_run_stopped_and_tail_follows_to_the_end(lab):
-    tail = lab.spawn("tail", LONG, "--follow", "--interval", "0.2")
+    # -n 1000: from the run's first event, however many a fast machine has written by now
+    tail = lab.spawn("tail", LONG, "--follow", "--interval", "0.2", "-n", "1000")
     time.sleep(3)
     res = lab.logbook("stop", LONG, "--reason", "enough for this test", timeout=300)
     assert res.returncode == 0, res.stderr
@@ -180,7 +181,7 @@ def test_compare_a_finished_and_a_stopped_run(lab):
     sections = {s["title"]: {r["key"]: r["values"] for r in s["rows"]} for s in cmp["sections"]}
     config = sections["config"]
     assert config["train.steps"] == {SHORT: 8, LONG: 100_000}
-    assert config["optim.lr"] == {SHORT: 0.001, LONG: 0.002}  # an override, against the trainer's default
+    assert config["optim.lr"] == {SHORT: 0.001, LONG: 0.0005}  # an override, against the trainer's default
     assert config["checkpoint.every"] == {SHORT: 4, LONG: 50}
     assert "model.n_layer" not in config and cmp["same_config_keys"] > 20  # same everywhere: left out
     assert sections["final"]["state"] == {SHORT: "finished", LONG: "stopped"}

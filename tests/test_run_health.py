@@ -108,3 +108,14 @@ def test_no_runs_is_a_sentence_not_a_traceback(project, cli):
     res = cli("status")
     assert res.exit_code == 3  # NotFoundError is a refusal
     assert "error: no runs yet" in res.stderr and "logbook run" in res.stderr
+
+
+def test_a_run_that_rolled_back_and_then_ended_is_at_the_step_it_ended_not_the_furthest_it_reached(project):
+    sink = _run(project, "r9", total=100)
+    sink.emit("checkpoint_saved", step=50, path="ckpt/50", blocking_s=0.1)
+    sink.emit("divergence_detected", step=63, metric="loss", value=9.0)
+    sink.emit("rollback", step=50, from_step=63, to_step=50)
+    sink.emit("run_stopped", step=55, who="Ada", reason="enough", saved_step=55)
+    st = run_status(project, "r9")
+    assert (st.state, st.health, st.step) == ("stopped", "ended", 55)
+    assert st.how.startswith("stopped at step 55")

@@ -144,6 +144,10 @@ def run_status(project: Project, run_id: str, *, events: int = LAST_EVENTS, now:
     beat = read_heartbeat(project, run_id)
     last_seen = _last_seen(facts, beat)
     step = facts.last_step
+    ended_at = next((e["step"] for e in reversed(facts.run_events()) if run_state(e) and isinstance(e.get("step"), int)),
+                    None)
+    if facts.state != "running" and ended_at is not None:
+        step = ended_at  # where it ended: after a rollback, lower than the furthest step it reached
     if beat and isinstance(beat.get("step"), int) and facts.state == "running":
         step = max(step or 0, beat["step"])
     spp = facts.seconds_per_step()
