@@ -1,0 +1,116 @@
+"""DCP checkpoints: every rank writes its own shards with torch.distributed.checkpoint.
+
+Runs of more than one rank save this way (`checkpoint.format`: auto picks it
+there, or dcp asks for it); one process keeps the `torch.save` format of
+trainer/checkpoint.py, behind the same `Checkpointer`. The folder is the same
+`step_NNNNNN/` with a manifest and a COMPLETE marker written last by rank 0,
+so restore, retention, rollback and the drills read both alike:
+
+    step_000008/
+      __0_0.distcp, __1_0.distcp  each rank's shards (FSDP2 parameters and optimizer
+                                  state; a replicated tensor is written once)
+      .metadata                   DCP's index of every tensor's shards
+      state.pt                    step, data position, every rank's RNG, callbacks,
+                                  config (rank 0, `torch.save`, loaded weights_only)
+      manifest.json, COMPLETE     as for the torch format
+
+Every rank writes into `.tmp-step_NNNNNN-dcp`, a name each derives from the
+step, so the save path needs no broadcast. A kill of any rank at any moment
+before COMPLETE leaves a temp folder that the restart cleans and names as an
+unfinished save; the newest COMPLETE checkpoint is the one resumed.
+
+Asynchronous save: `dcp.async_save` copies the state into CPU memory on the
+calling thread (the part that blocks training) and writes from a thread, over
+a gloo group of its own so its collectives never interleave with training's.
+Rank 0's future resolves only after DCP's finish step, which runs once every
+rank's write results are gathered, and FileSystemWriter fsyncs each file: the
+write is durable on every rank. Only then does rank 0 add `state.pt`, the
+manifest and COMPLETE, and emit `checkpoint_saved`.
+
+Loading: each rank builds its state dict in its current layout (sharded or
+not, any world size) and `dcp.load` fills it from the layout that saved it,
+so 2 ranks' checkpoint loads into 1 rank, and the reverse.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+import torch.distributed.checkpoint as dcp
+
+from . import dist
+from .checkpoint import _write_part, checkpoint_name, file_entry, publish
+
+FORMATS = ("auto", "torch", "dcp")
+
+
+def resolve_format(asked: str, world_size: int) -> str:
+    """The format a run saves in: auto is dcp with more than one rank, torch alone."""
+    if asked == "auto":
+        return "dcp" if world_size > 1 else "torch"
+    return asked
+
+
+def save_group() -> Any:
+    """A gloo group for checkpoint collectives (a collective: every rank calls it); None alone.
+
+    An asynchronous save runs its collectives from a thread while training
+    runs its own: on one group their order could differ between ranks.
+    """
+    if not (tdist.is_available() and tdist.is_initialized()):
+        return None
+    return tdist.new_group(backend="gloo")
+
+
+def tmp_dir(directory: Path, step: int) -> Path:
+    """Where every rank writes the checkpoint of `step` before it is sealed."""
+    return directory / f".tmp-{checkpoint_name(step)}-dcp"
+
+
+def start_save(state: dict[str, Any], tmp: Path, group: Any, background: bool) -> Future | None:
+    """Write `state` (model and optimizer, as each rank holds them) into `tmp`; a future when in the background."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    if background:
+        return dcp.async_save(state, checkpoint_id=str(tmp), process_group=group)
+    dcp.save(state, checkpoint_id=str(tmp), process_group=group)
+    return None
+
+
+def seal(directory: Path, tmp: Path, step: int, small: dict[str, Any]) -> tuple[Path, int]:
+    """Rank 0, once every rank's shards are durable: add `state.pt`, the manifest and COMPLETE; (path, bytes)."""
+    _write_part(tmp / "state.pt", small)
+    files = {p.name: file_entry(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    final = publish(directory, tmp, step, files, fmt="dcp")
+    return final, sum(v["bytes"] for v in files.values())
+
+
+def load_into(model: torch.nn.Module, optimizer: Any, path: Path, group: Any) -> None:
+    """Load a DCP checkpoint's model and optimizer into this rank's tensors, resharding as needed."""
+    sd = dist.sharded_state(model, optimizer)
+    dcp.load(sd, checkpoint_id=str(path), process_group=group)
+    dist.load_sharded_state(model, optimizer, sd)
+
+
+def _metadata(path: Path) -> dict[str, Any]:
+    return dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+
+
+def saved_shapes(path: Path) -> dict[str, torch.Tensor]:
+    """The saved model's parameters as shape-only (meta) tensors, for `check_model_compatible`."""
+    return {k.removeprefix("model."): torch.empty(tuple(m.size), device="meta")
+            for k, m in _metadata(path).items() if k.startswith("model.") and hasattr(m, "size")}
+
+
+def read_model(path: Path) -> dict[str, torch.Tensor]:
+    """The whole model state of a DCP checkpoint in one process (no process group): for inspection and tests."""
+    if tdist.is_available() and tdist.is_initialized():
+        raise RuntimeError("read_model reads in one process; use load_into inside a process group")
+    sd = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype)
+          for k, m in _metadata(path).items() if k.startswith("model.") and hasattr(m, "size")}
+    dcp.load(sd, checkpoint_id=os.fspath(path))
+    return {k.removeprefix("model."): v for k, v in sd.items()}
