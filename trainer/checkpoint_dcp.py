@@ -35,6 +35,7 @@ so 2 ranks' checkpoint loads into 1 rank, and the reverse.
 from __future__ import annotations
 
 import os
+import warnings
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,14 @@ def seal(directory: Path, tmp: Path, step: int, small: dict[str, Any]) -> tuple[
 def load_into(model: torch.nn.Module, optimizer: Any, path: Path, group: Any) -> None:
     """Load a DCP checkpoint's model and optimizer into this rank's tensors, resharding as needed."""
     sd = dist.sharded_state(model, optimizer)
-    dcp.load(sd, checkpoint_id=str(path), process_group=group)
+    _load(sd, path, group)
     dist.load_sharded_state(model, optimizer, sd)
+
+
+def _load(sd: dict[str, Any], path: Path, group: Any) -> None:
+    with warnings.catch_warnings():  # alone, DCP warns "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
+        dcp.load(sd, checkpoint_id=os.fspath(path), process_group=group)
 
 
 def _metadata(path: Path) -> dict[str, Any]:
@@ -112,5 +119,5 @@ def read_model(path: Path) -> dict[str, torch.Tensor]:
         raise RuntimeError("read_model reads in one process; use load_into inside a process group")
     sd = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype)
           for k, m in _metadata(path).items() if k.startswith("model.") and hasattr(m, "size")}
-    dcp.load(sd, checkpoint_id=os.fspath(path))
+    _load(sd, path, None)
     return {k.removeprefix("model."): v for k, v in sd.items()}

@@ -1,0 +1,110 @@
+"""DCP checkpoints (torch.distributed.checkpoint) of two-rank FSDP2 runs on CPU (gloo).
+
+What the two-rank kill-and-exact-resume and the 2 -> 1 preemption resume
+pin is in tests/test_fsdp.py (auto picks DCP there); here: a DCP checkpoint
+written by 2 ranks loads into 1 process bit for bit, and an asynchronous save
+killed before its seal is never taken as complete.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from runhelpers import events, micro_config, of_kind
+
+from logbook.core.project import open_project
+from logbook.launch.launcher import launch_run
+from logbook.records.sink import read_metrics
+from trainer.checkpoint import list_checkpoints, read_checkpoint, verify_checkpoint
+from trainer.checkpoint_dcp import load_into
+from trainer.config import config_from_dict
+from trainer.dist import load_full_state
+from trainer.model import GPT
+from trainer.optim import build_optimizer
+
+pytestmark = pytest.mark.slow
+
+FSDP = ["train.parallel=fsdp"]
+
+
+def _ckpt_dir(repo, run_id: str):
+    return repo / ".logbook" / "checkpoints" / run_id
+
+
+def _fresh(parts: dict):
+    """A plain (unsharded) model and optimizer of the checkpoint's config, as one process builds them."""
+    cfg = config_from_dict(json.loads(parts["state"]["config_json"]))
+    model = GPT(cfg.model)
+    return model, build_optimizer(model, cfg.optim, "cpu")
+
+
+def _equal(a, b) -> bool:
+    """Nested state dicts equal, every tensor bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_a_checkpoint_two_ranks_wrote_as_shards_loads_into_one_process_bit_for_bit(logbook_repo):
+    cfg = micro_config(logbook_repo, steps=4, every=4)
+    project = open_project()
+    whole = launch_run(project, cfg, [*FSDP, "checkpoint.format=torch"], exploratory=True, nproc=2, max_restarts=0,
+                       run_id="whole")
+    sharded = launch_run(project, cfg, [*FSDP, "checkpoint.format=dcp"], exploratory=True, nproc=2, max_restarts=0,
+                         run_id="sharded")
+    assert (whole.status, sharded.status) == ("finished", "finished")
+
+    torch_parts = read_checkpoint(_ckpt_dir(logbook_repo, "whole") / "step_000004")
+    dcp_path = _ckpt_dir(logbook_repo, "sharded") / "step_000004"
+    manifest = verify_checkpoint(dcp_path)
+    assert manifest["checkpoint_format"] == "dcp"
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "state.pt"} <= set(manifest["files"])
+    dcp_parts = read_checkpoint(dcp_path)
+
+    # Resharded from 2 FSDP ranks onto 1 plain process: the same parameters and the same
+    # optimizer state (Adam's moments and step counters) as the whole tensors rank 0 gathered.
+    m1, o1 = _fresh(torch_parts)
+    load_full_state(m1, o1, torch_parts["model"], torch_parts["optim"])
+    m2, o2 = _fresh(dcp_parts)
+    load_into(m2, o2, dcp_parts["dcp"], None)
+    assert _equal(m1.state_dict(), m2.state_dict())
+    assert _equal(o1.state_dict(), o2.state_dict())
+    assert any(s for s in o2.state_dict()["adamw"]["state"].values())  # the optimizer state did load
+    # Every rank's torch RNG, in rank order (numpy's is not seeded by the run, so it differs between runs).
+    rngs = [[r["torch"] for r in p["state"]["rng"]] for p in (torch_parts, dcp_parts)]
+    assert len(rngs[1]) == 2 and _equal(*rngs)
+
+
+def test_an_async_dcp_save_killed_before_its_seal_is_not_resumed_and_the_run_stays_exact(logbook_repo):
+    cfg = micro_config(logbook_repo, steps=12, every=4)
+    project = open_project()
+    bg = [*FSDP, "checkpoint.background=true"]
+    ref = launch_run(project, cfg, bg, exploratory=True, nproc=2, max_restarts=0, run_id="ref")
+    # Rank 0 dies once every rank's shards of step 8 are written and before COMPLETE: the shards
+    # on disk must not count, and the restart resumes step 4's checkpoint.
+    res = launch_run(project, cfg, [*bg, "faults=[{kind: sigkill, step: 8, when: save, rank: 0}]"],
+                     exploratory=True, nproc=2, max_restarts=1, run_id="killed")
+
+    assert (ref.status, ref.restarts) == ("finished", 0)
+    assert (res.status, res.restarts) == ("finished", 1)
+    evs = events(logbook_repo, "killed")
+    assert [f["data"].get("when") for f in of_kind(evs, "fault_injected")] == ["save"]
+    (restart,) = of_kind(evs, "restart")
+    assert restart["data"]["resumed_from_step"] == 4
+    assert restart["data"]["unfinished_checkpoint_step"] == 8
+    saved = [e["step"] for e in of_kind(evs, "checkpoint_saved")]
+    assert saved == [4, 8, 12]  # step 8's first save never reported; the second attempt's did
+    assert all(s["data"]["checkpoint_format"] == "dcp" for s in of_kind(evs, "run_started"))
+
+    def losses(run_id):
+        return {r["step"]: r["loss"] for r in read_metrics(logbook_repo / "entries" / "runs" / run_id) if "loss" in r}
+
+    assert losses("killed") == losses("ref") and len(losses("ref")) == 12
+    assert [s for s, _ in list_checkpoints(_ckpt_dir(logbook_repo, "killed"))] == [8, 12]
+    assert not [p for p in _ckpt_dir(logbook_repo, "killed").iterdir() if p.name.startswith(".tmp-")]
