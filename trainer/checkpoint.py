@@ -13,6 +13,11 @@ CPU memory; a thread serializes and writes it. At most one save is in flight:
 a new save first waits for the previous one (that wait counts as blocking).
 A failed write (a full disk) cleans its temp folder, is reported, and leaves
 the previous good checkpoint as the one to resume from.
+
+That is the `torch` format, the one-process default. Runs of more than one
+rank save in the `dcp` format (trainer/checkpoint_dcp.py: every rank writes
+its shards with torch.distributed.checkpoint) behind this same `Checkpointer`,
+in the same folder layout, sealed by the same manifest and COMPLETE marker.
 """
 
 from __future__ import annotations

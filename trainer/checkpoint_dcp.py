@@ -114,7 +114,10 @@ def saved_shapes(path: Path) -> dict[str, torch.Tensor]:
 
 
 def read_model(path: Path) -> dict[str, torch.Tensor]:
-    """The whole model state of a DCP checkpoint in one process (no process group): for inspection and tests."""
+    """The whole model state of a checkpoint of either format, in one process: for inspection and tests."""
+    path = Path(path)
+    if (path / "model.pt").exists():
+        return torch.load(path / "model.pt", weights_only=True, map_location="cpu")
     if tdist.is_available() and tdist.is_initialized():
         raise RuntimeError("read_model reads in one process; use load_into inside a process group")
     sd = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype)
