@@ -17,16 +17,46 @@ from runhelpers import events, micro_config, of_kind
 from logbook.core.project import open_project
 from logbook.launch.launcher import launch_run
 from logbook.records.sink import read_metrics
-from trainer.checkpoint import list_checkpoints, read_checkpoint, verify_checkpoint
-from trainer.checkpoint_dcp import load_into
-from trainer.config import config_from_dict
+from logbook.core.errors import UsageError
+from trainer.checkpoint import Checkpointer, CorruptCheckpoint, list_checkpoints, read_checkpoint, verify_checkpoint
+from trainer.checkpoint_dcp import load_into, read_model, resolve_format
+from trainer.config import config_from_dict, load_train_config
 from trainer.dist import load_full_state
 from trainer.model import GPT
 from trainer.optim import build_optimizer
 
-pytestmark = pytest.mark.slow
-
 FSDP = ["train.parallel=fsdp"]
+
+
+def test_auto_saves_dcp_with_more_than_one_rank_and_an_unknown_format_is_refused():
+    assert [resolve_format("auto", n) for n in (1, 2)] == ["torch", "dcp"]
+    assert [resolve_format(f, 2) for f in ("torch", "dcp")] == ["torch", "dcp"]
+    with pytest.raises(UsageError, match="checkpoint.format"):
+        load_train_config(None, ["checkpoint.format=zip"])
+
+
+def test_a_dcp_checkpoint_is_sealed_like_a_torch_one_and_a_missing_index_fails_its_check(tmp_path):
+    """One process, no process group: the seal, the manifest check, a stale temp folder, reading it back."""
+    saved = []
+    ck = Checkpointer(tmp_path, background=True, format="dcp", emit=lambda kind, **kw: saved.append((kind, kw)))
+    weights = {"w": torch.arange(6.0).reshape(2, 3)}
+    state = {"model": weights, "optim": {"adamw": {"state": {}, "param_groups": []}}, "state": {"step": 3}}
+    ck.save(3, state)
+    ck.wait()
+    assert [k for k, _ in saved] == ["checkpoint_saved"] and [s for s, _ in list_checkpoints(tmp_path)] == [3]
+    path = tmp_path / "step_000003"
+    assert {".metadata", "state.pt", "__0_0.distcp"} <= set(verify_checkpoint(path)["files"])
+    assert _equal(read_model(path), weights) and read_checkpoint(path)["state"] == {"step": 3}
+    (tmp_path / ".tmp-step_000006-dcp").mkdir()  # a save whose process died before the seal
+    assert ck.clean_stale() == [6] and not (tmp_path / ".tmp-step_000006-dcp").exists()
+    (path / ".metadata").unlink()
+    with pytest.raises(CorruptCheckpoint, match=".metadata is missing"):
+        verify_checkpoint(path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    del manifest["files"][".metadata"]  # shards without DCP's index are no checkpoint either
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CorruptCheckpoint, match="manifest lacks .metadata"):
+        verify_checkpoint(path)
 
 
 def _ckpt_dir(repo, run_id: str):
@@ -51,6 +81,7 @@ def _equal(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.slow
 def test_a_checkpoint_two_ranks_wrote_as_shards_loads_into_one_process_bit_for_bit(logbook_repo):
     cfg = micro_config(logbook_repo, steps=4, every=4)
     project = open_project()
@@ -81,6 +112,7 @@ def test_a_checkpoint_two_ranks_wrote_as_shards_loads_into_one_process_bit_for_b
     assert len(rngs[1]) == 2 and _equal(*rngs)
 
 
+@pytest.mark.slow
 def test_an_async_dcp_save_killed_before_its_seal_is_not_resumed_and_the_run_stays_exact(logbook_repo):
     cfg = micro_config(logbook_repo, steps=12, every=4)
     project = open_project()

@@ -76,9 +76,11 @@ def tmp_dir(directory: Path, step: int) -> Path:
 def start_save(state: dict[str, Any], tmp: Path, group: Any, background: bool) -> Future | None:
     """Write `state` (model and optimizer, as each rank holds them) into `tmp`; a future when in the background."""
     tmp.mkdir(parents=True, exist_ok=True)
-    if background:
-        return dcp.async_save(state, checkpoint_id=str(tmp), process_group=group)
-    dcp.save(state, checkpoint_id=str(tmp), process_group=group)
+    with warnings.catch_warnings():  # format=dcp alone: DCP warns "assuming the intent is to save in a single process"
+        warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
+        if background:
+            return dcp.async_save(state, checkpoint_id=str(tmp), process_group=group)
+        dcp.save(state, checkpoint_id=str(tmp), process_group=group)
     return None
 
 
