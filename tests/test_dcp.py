@@ -19,7 +19,7 @@ from logbook.launch.launcher import launch_run
 from logbook.records.sink import read_metrics
 from logbook.core.errors import UsageError
 from trainer.checkpoint import Checkpointer, CorruptCheckpoint, list_checkpoints, read_checkpoint, verify_checkpoint
-from trainer.checkpoint_dcp import load_into, read_model, resolve_format
+from trainer.checkpoint_dcp import load_into, read_model, resolve_format, seal, start_save
 from trainer.config import config_from_dict, load_train_config
 from trainer.dist import load_full_state
 from trainer.model import GPT
@@ -35,7 +35,7 @@ def test_auto_saves_dcp_with_more_than_one_rank_and_an_unknown_format_is_refused
         load_train_config(None, ["checkpoint.format=zip"])
 
 
-def test_a_dcp_checkpoint_is_sealed_like_a_torch_one_and_a_missing_index_fails_its_check(tmp_path):
+def test_a_dcp_checkpoint_in_one_process_is_sealed_only_whole_and_checked_like_a_torch_one(tmp_path):
     """One process, no process group: the seal, the manifest check, a stale temp folder, reading it back."""
     saved = []
     ck = Checkpointer(tmp_path, background=True, format="dcp", emit=lambda kind, **kw: saved.append((kind, kw)))
@@ -49,6 +49,15 @@ def test_a_dcp_checkpoint_is_sealed_like_a_torch_one_and_a_missing_index_fails_i
     assert _equal(read_model(path), weights) and read_checkpoint(path)["state"] == {"step": 3}
     (tmp_path / ".tmp-step_000006-dcp").mkdir()  # a save whose process died before the seal
     assert ck.clean_stale() == [6] and not (tmp_path / ".tmp-step_000006-dcp").exists()
+    # Shards a rank wrote elsewhere (no shared filesystem): the save fails, it is not sealed.
+    ck.save(9, state, sync=True)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 9]
+    (tmp_path / ".tmp-step_000012-dcp").mkdir()
+    start_save({"model": weights}, tmp_path / ".tmp-step_000012-dcp", None, background=False)
+    (tmp_path / ".tmp-step_000012-dcp" / "__0_0.distcp").unlink()
+    with pytest.raises(OSError, match="__0_0.distcp are not in"):
+        seal(tmp_path, tmp_path / ".tmp-step_000012-dcp", 12, {"step": 12})
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 9]
     (path / ".metadata").unlink()
     with pytest.raises(CorruptCheckpoint, match=".metadata is missing"):
         verify_checkpoint(path)

@@ -34,6 +34,7 @@ so 2 ranks' checkpoint loads into 1 rank, and the reverse.
 
 from __future__ import annotations
 
+import errno
 import os
 import warnings
 from concurrent.futures import Future
@@ -85,7 +86,17 @@ def start_save(state: dict[str, Any], tmp: Path, group: Any, background: bool) -
 
 
 def seal(directory: Path, tmp: Path, step: int, small: dict[str, Any]) -> tuple[Path, int]:
-    """Rank 0, once every rank's shards are durable: add `state.pt`, the manifest and COMPLETE; (path, bytes)."""
+    """Rank 0, once every rank's shards are durable: add `state.pt`, the manifest and COMPLETE; (path, bytes).
+
+    Every shard file DCP's index names must be here: a rank on another node
+    whose checkpoint folder is not this one (no shared filesystem) wrote its
+    shards elsewhere, and a checkpoint without them would fail only on resume.
+    """
+    index = dcp.FileSystemReader(str(tmp)).read_metadata().storage_data or {}
+    missing = sorted({info.relative_path for info in index.values()} - {p.name for p in tmp.iterdir()})
+    if missing:
+        raise OSError(errno.ENOENT, f"shard files {', '.join(missing)} are not in {tmp.parent} (every rank must "
+                      "write into the same checkpoint folder: put checkpoint.dir on a filesystem all nodes share)")
     _write_part(tmp / "state.pt", small)
     files = {p.name: file_entry(p) for p in sorted(tmp.iterdir()) if p.is_file()}
     final = publish(directory, tmp, step, files, fmt="dcp")
