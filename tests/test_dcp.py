@@ -18,8 +18,9 @@ from logbook.core.project import open_project
 from logbook.launch.launcher import launch_run
 from logbook.records.sink import read_metrics
 from logbook.core.errors import UsageError
-from trainer.checkpoint import Checkpointer, CorruptCheckpoint, list_checkpoints, read_checkpoint, verify_checkpoint
-from trainer.checkpoint_dcp import load_into, read_model, resolve_format, seal, start_save
+from trainer.checkpoint import (Checkpointer, CorruptCheckpoint, list_checkpoints, read_checkpoint, seal_dcp,
+                                verify_checkpoint)
+from trainer.checkpoint_dcp import load_into, read_model, resolve_format, start_save
 from trainer.config import config_from_dict, load_train_config
 from trainer.dist import load_full_state
 from trainer.model import GPT
@@ -56,7 +57,7 @@ def test_a_dcp_checkpoint_in_one_process_is_sealed_only_whole_and_checked_like_a
     start_save({"model": weights}, tmp_path / ".tmp-step_000012-dcp", None, background=False)
     (tmp_path / ".tmp-step_000012-dcp" / "__0_0.distcp").unlink()
     with pytest.raises(OSError, match="__0_0.distcp are not in"):
-        seal(tmp_path, tmp_path / ".tmp-step_000012-dcp", 12, {"step": 12})
+        seal_dcp(tmp_path, tmp_path / ".tmp-step_000012-dcp", 12, {"step": 12})
     assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 9]
     (path / ".metadata").unlink()
     with pytest.raises(CorruptCheckpoint, match=".metadata is missing"):

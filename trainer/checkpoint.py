@@ -40,6 +40,8 @@ import torch
 
 from logbook.api import RefusedError, fsync_dir
 
+from . import checkpoint_dcp
+
 PARTS = ("model", "optim", "state")
 MANIFEST = "manifest.json"
 COMPLETE = "COMPLETE"
@@ -213,6 +215,15 @@ def file_entry(path: Path) -> dict[str, Any]:
     return {"sha256": _sha256(path), "bytes": path.stat().st_size}
 
 
+def seal_dcp(directory: Path, tmp: Path, step: int, small: dict[str, Any]) -> tuple[Path, int]:
+    """Rank 0, once every rank's shards are durable: add `state.pt`, the manifest and COMPLETE; (path, bytes)."""
+    checkpoint_dcp.check_shards(tmp)
+    _write_part(tmp / "state.pt", small)
+    files = {p.name: file_entry(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    final = publish(directory, tmp, step, files, fmt="dcp")
+    return final, sum(v["bytes"] for v in files.values())
+
+
 # --- reading -------------------------------------------------------------------
 
 
@@ -366,9 +377,7 @@ class Checkpointer:
 
     def _save_dcp(self, step: int, state: dict[str, Any], tokens: int | None, sync: bool, t0: float) -> float:
         """Every rank: start writing its shards; rank 0 seals the checkpoint once all are durable."""
-        from . import checkpoint_dcp
-
-        tmp = checkpoint_dcp.tmp_dir(self.directory, step)
+        tmp = self.directory / f".tmp-{checkpoint_name(step)}-dcp"  # every rank derives it: no broadcast
         small = to_cpu_copy(state["state"])  # rank 0 writes it with the seal, after training moved on
         shards = {"model": state["model"], "optim": state["optim"]}
         background = self.background and not sync
@@ -388,8 +397,6 @@ class Checkpointer:
     def _write_dcp(self, step: int, future: Any, small: dict[str, Any], tmp: Path, tokens: int | None, t0: float,
                    blocking: float | None) -> SaveResult | None:
         """Wait for the shards (if in the background), then seal and report on rank 0."""
-        from . import checkpoint_dcp
-
         try:
             if future is not None:
                 future.result()
@@ -399,8 +406,7 @@ class Checkpointer:
             return None
         if self._progress:
             self._progress("part_written", step)  # every shard is written, COMPLETE is not: a drill kills here
-        return self._write(step, small, tokens, t0, blocking,
-                           lambda: checkpoint_dcp.seal(self.directory, tmp, step, small))
+        return self._write(step, small, tokens, t0, blocking, lambda: seal_dcp(self.directory, tmp, step, small))
 
     def _dcp_failed(self, step: int, tokens: int | None, e: Exception, t0: float, blocking: float | None) -> float:
         """A shard write failed on some rank: reported like a full disk; the temp folder is left to clean_stale."""

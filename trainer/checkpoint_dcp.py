@@ -46,7 +46,6 @@ import torch.distributed as tdist
 import torch.distributed.checkpoint as dcp
 
 from . import dist
-from .checkpoint import _write_part, checkpoint_name, file_entry, publish
 
 FORMATS = ("auto", "torch", "dcp")
 
@@ -69,11 +68,6 @@ def save_group() -> Any:
     return tdist.new_group(backend="gloo")
 
 
-def tmp_dir(directory: Path, step: int) -> Path:
-    """Where every rank writes the checkpoint of `step` before it is sealed."""
-    return directory / f".tmp-{checkpoint_name(step)}-dcp"
-
-
 def start_save(state: dict[str, Any], tmp: Path, group: Any, background: bool) -> Future | None:
     """Write `state` (model and optimizer, as each rank holds them) into `tmp`; a future when in the background."""
     tmp.mkdir(parents=True, exist_ok=True)
@@ -85,22 +79,18 @@ def start_save(state: dict[str, Any], tmp: Path, group: Any, background: bool) -
     return None
 
 
-def seal(directory: Path, tmp: Path, step: int, small: dict[str, Any]) -> tuple[Path, int]:
-    """Rank 0, once every rank's shards are durable: add `state.pt`, the manifest and COMPLETE; (path, bytes).
+def check_shards(tmp: Path) -> None:
+    """Every shard file DCP's index names is in `tmp` (rank 0, before the seal), or OSError.
 
-    Every shard file DCP's index names must be here: a rank on another node
-    whose checkpoint folder is not this one (no shared filesystem) wrote its
-    shards elsewhere, and a checkpoint without them would fail only on resume.
+    A rank on another node whose checkpoint folder is not this one (no shared
+    filesystem) wrote its shards elsewhere: without this check the checkpoint
+    would be sealed and fail only on resume.
     """
     index = dcp.FileSystemReader(str(tmp)).read_metadata().storage_data or {}
     missing = sorted({info.relative_path for info in index.values()} - {p.name for p in tmp.iterdir()})
     if missing:
         raise OSError(errno.ENOENT, f"shard files {', '.join(missing)} are not in {tmp.parent} (every rank must "
                       "write into the same checkpoint folder: put checkpoint.dir on a filesystem all nodes share)")
-    _write_part(tmp / "state.pt", small)
-    files = {p.name: file_entry(p) for p in sorted(tmp.iterdir()) if p.is_file()}
-    final = publish(directory, tmp, step, files, fmt="dcp")
-    return final, sum(v["bytes"] for v in files.values())
 
 
 def load_into(model: torch.nn.Module, optimizer: Any, path: Path, group: Any) -> None:
