@@ -9,6 +9,10 @@ killed before its seal is never taken as complete.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +31,7 @@ from trainer.model import GPT
 from trainer.optim import build_optimizer
 
 FSDP = ["train.parallel=fsdp"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_auto_saves_dcp_with_more_than_one_rank_and_an_unknown_format_is_refused():
@@ -34,6 +39,14 @@ def test_auto_saves_dcp_with_more_than_one_rank_and_an_unknown_format_is_refused
     assert [resolve_format(f, 2) for f in ("torch", "dcp")] == ["torch", "dcp"]
     with pytest.raises(UsageError, match="checkpoint.format"):
         load_train_config(None, ["checkpoint.format=zip"])
+
+
+def test_a_one_process_start_does_not_import_dcp():
+    """About a second of imports every start and restart would pay for a format it does not write."""
+    code = "import sys, trainer.startup, trainer.loop, trainer.__main__; print('torch.distributed.checkpoint' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    assert out.strip() == "False"
 
 
 def test_a_dcp_checkpoint_in_one_process_is_sealed_only_whole_and_checked_like_a_torch_one(tmp_path):

@@ -43,9 +43,19 @@ from typing import Any
 
 import torch
 import torch.distributed as tdist
-import torch.distributed.checkpoint as dcp
 
 from . import dist
+
+
+def _dcp():
+    """torch.distributed.checkpoint, imported when a DCP checkpoint is first touched.
+
+    About a second of imports that a one-process run (the torch format)
+    would otherwise pay at every start and restart.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    return dcp
 
 FORMATS = ("auto", "torch", "dcp")
 
@@ -74,8 +84,8 @@ def start_save(state: dict[str, Any], tmp: Path, group: Any, background: bool) -
     with warnings.catch_warnings():  # format=dcp alone: DCP warns "assuming the intent is to save in a single process"
         warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
         if background:
-            return dcp.async_save(state, checkpoint_id=str(tmp), process_group=group)
-        dcp.save(state, checkpoint_id=str(tmp), process_group=group)
+            return _dcp().async_save(state, checkpoint_id=str(tmp), process_group=group)
+        _dcp().save(state, checkpoint_id=str(tmp), process_group=group)
     return None
 
 
@@ -86,7 +96,7 @@ def check_shards(tmp: Path) -> None:
     filesystem) wrote its shards elsewhere: without this check the checkpoint
     would be sealed and fail only on resume.
     """
-    index = dcp.FileSystemReader(str(tmp)).read_metadata().storage_data or {}
+    index = _dcp().FileSystemReader(str(tmp)).read_metadata().storage_data or {}
     missing = sorted({info.relative_path for info in index.values()} - {p.name for p in tmp.iterdir()})
     if missing:
         raise OSError(errno.ENOENT, f"shard files {', '.join(missing)} are not in {tmp.parent} (every rank must "
@@ -103,11 +113,11 @@ def load_into(model: torch.nn.Module, optimizer: Any, path: Path, group: Any) ->
 def _load(sd: dict[str, Any], path: Path, group: Any) -> None:
     with warnings.catch_warnings():  # alone, DCP warns "assuming the intent is to load in a single process": it is
         warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
-        dcp.load(sd, checkpoint_id=os.fspath(path), process_group=group)
+        _dcp().load(sd, checkpoint_id=os.fspath(path), process_group=group)
 
 
 def _metadata(path: Path) -> dict[str, Any]:
-    return dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    return _dcp().FileSystemReader(str(path)).read_metadata().state_dict_metadata
 
 
 def saved_shapes(path: Path) -> dict[str, torch.Tensor]:
