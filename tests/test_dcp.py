@@ -104,6 +104,19 @@ def _equal(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_a_dcp_write_that_fails_is_reported_and_leaves_no_checkpoint(tmp_path, background):
+    events_seen = []
+    ck = Checkpointer(tmp_path, background=background, format="dcp", emit=lambda kind, **kw: events_seen.append(kind))
+    # A folder where rank 0's shard file must go: its write fails (as a full disk would, even as root).
+    (tmp_path / ".tmp-step_000005-dcp" / "__0_0.distcp").mkdir(parents=True)
+    ck.save(5, {"model": {"w": torch.ones(3)}, "optim": {}, "state": {"step": 5}})
+    ck.wait()
+    assert events_seen == ["checkpoint_failed"] and list_checkpoints(tmp_path) == []
+    (result,) = ck.poll()
+    assert not result.ok and result.step == 5 and "step 5" in result.reason
+
+
 @pytest.mark.slow
 def test_a_checkpoint_two_ranks_wrote_as_shards_loads_into_one_process_bit_for_bit(logbook_repo):
     cfg = micro_config(logbook_repo, steps=4, every=4)

@@ -399,9 +399,10 @@ class Checkpointer:
         """Wait for the shards (if in the background), then seal and report on rank 0."""
         try:
             if future is not None:
-                future.result()
+                checkpoint_dcp.wait_shards(future)
         except Exception as e:
-            return self._dcp_failed(step, tokens, e, t0, blocking)
+            self._dcp_failed(step, tokens, e, t0, blocking)
+            return None
         if not self.writer:
             return None
         if self._progress:

@@ -34,6 +34,7 @@ so 2 ranks' checkpoint loads into 1 rank, and the reverse.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import warnings
@@ -81,12 +82,34 @@ def save_group() -> Any:
 def start_save(state: dict[str, Any], tmp: Path, group: Any, background: bool) -> Future | None:
     """Write `state` (model and optimizer, as each rank holds them) into `tmp`; a future when in the background."""
     tmp.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # format=dcp alone: DCP warns "assuming the intent is to save in a single process"
+    with warnings.catch_warnings(), _shard_errors():  # alone, DCP warns "assuming ... a single process": it is
         warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
         if background:
             return _dcp().async_save(state, checkpoint_id=str(tmp), process_group=group)
         _dcp().save(state, checkpoint_id=str(tmp), process_group=group)
     return None
+
+
+def wait_shards(future: Future) -> None:
+    """Block until this rank's part of an asynchronous save is written (on rank 0: every rank's, and the index)."""
+    with _shard_errors():
+        future.result()
+
+
+class ShardWriteFailed(Exception):
+    """Some rank could not write its shards (a full disk, a missing folder); the save failed on every rank."""
+
+
+@contextlib.contextmanager
+def _shard_errors():
+    """DCP's CheckpointException, a BaseException that names each failing rank, as a `ShardWriteFailed`."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        yield
+    except CheckpointException as e:
+        lines = str(e).strip().splitlines()
+        raise ShardWriteFailed(f"ranks {sorted(e.failures)} failed: {lines[-1] if lines else type(e).__name__}") from None
 
 
 def check_shards(tmp: Path) -> None:
