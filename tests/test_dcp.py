@@ -176,3 +176,24 @@ def test_an_async_dcp_save_killed_before_its_seal_is_not_resumed_and_the_run_sta
     assert losses("killed") == losses("ref") and len(losses("ref")) == 12
     assert [s for s, _ in list_checkpoints(_ckpt_dir(logbook_repo, "killed"))] == [8, 12]
     assert not [p for p in _ckpt_dir(logbook_repo, "killed").iterdir() if p.name.startswith(".tmp-")]
+
+
+@pytest.mark.slow
+def test_a_dcp_checkpoint_one_process_wrote_resumes_on_two_fsdp_ranks(logbook_repo):
+    cfg = micro_config(logbook_repo, steps=8, every=4)
+    project = open_project()
+    first = launch_run(project, cfg, [*FSDP, "checkpoint.format=dcp", "faults=[{kind: sigterm, step: 4}]"],
+                       exploratory=True, nproc=1, max_restarts=0, run_id="grow")
+    assert first.status == "preempted"
+    again = launch_run(project, None, [], resume="grow", nproc=2)
+
+    assert (again.status, again.attempts) == ("finished", 2)
+    evs = events(logbook_repo, "grow")
+    started = of_kind(evs, "run_started")
+    assert [(s["data"]["world_size"], s["data"]["checkpoint_format"]) for s in started] == [(1, "dcp"), (2, "dcp")]
+    assert started[1]["data"]["resumed_from_step"] == 4
+    # One process wrote one shard file; two ranks resharded it and wrote two.
+    ckpts = dict(list_checkpoints(_ckpt_dir(logbook_repo, "grow")))
+    assert sorted(p.name for p in ckpts[8].glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert sorted(r["step"] for r in read_metrics(logbook_repo / "entries" / "runs" / "grow") if "loss" in r) == \
+        list(range(1, 9))
