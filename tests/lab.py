@@ -119,10 +119,9 @@ class Lab:
         return {r["step"]: r["loss"] for r in read_metrics(self.run_dir(run)) if "loss" in r}
 
     def final_weights(self, run: str, step: int):
-        import torch
+        from trainer.checkpoint_dcp import read_model  # either format: DCP where more than one rank saved
 
-        path = self.ckpt_dir(run) / f"step_{step:06d}" / "model.pt"
-        return torch.load(path, weights_only=True, map_location="cpu")
+        return read_model(self.ckpt_dir(run) / f"step_{step:06d}")
 
 
 def complete_checkpoints(ckpt_dir: Path) -> dict[int, str]:

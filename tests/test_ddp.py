@@ -9,6 +9,7 @@ from runhelpers import events, micro_config, of_kind
 from logbook.core.project import open_project
 from logbook.launch.launcher import launch_run
 from logbook.records.sink import read_metrics
+from trainer.checkpoint_dcp import read_model
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +20,7 @@ def _run(repo, run_id: str, cfg, overrides: list[str]):
     res = launch_run(open_project(), cfg, overrides, exploratory=True, nproc=2, max_restarts=2, run_id=run_id)
     assert res.status == "finished", (res.status, res.reason, res.torchrun_exit)
     losses = {r["step"]: r["loss"] for r in read_metrics(repo / "entries" / "runs" / run_id) if "loss" in r}
-    weights = torch.load(repo / ".logbook" / "checkpoints" / run_id / "step_000012" / "model.pt", weights_only=True)
+    weights = read_model(repo / ".logbook" / "checkpoints" / run_id / "step_000012")  # DCP: two ranks
     return res, losses, weights
 
 

@@ -13,6 +13,11 @@ CPU memory; a thread serializes and writes it. At most one save is in flight:
 a new save first waits for the previous one (that wait counts as blocking).
 A failed write (a full disk) cleans its temp folder, is reported, and leaves
 the previous good checkpoint as the one to resume from.
+
+That is the `torch` format, the one-process default. Runs of more than one
+rank save in the `dcp` format (trainer/checkpoint_dcp.py: every rank writes
+its shards with torch.distributed.checkpoint) behind this same `Checkpointer`,
+in the same folder layout, sealed by the same manifest and COMPLETE marker.
 """
 
 from __future__ import annotations
@@ -35,10 +40,14 @@ import torch
 
 from logbook.api import RefusedError, fsync_dir
 
+from . import checkpoint_dcp
+
 PARTS = ("model", "optim", "state")
 MANIFEST = "manifest.json"
 COMPLETE = "COMPLETE"
 KEEP = "KEEP"
+DCP_FILES = ["state.pt", ".metadata"]
+"""What a DCP checkpoint's manifest must list beyond the ranks' shard files (`__<rank>_0.distcp`)."""
 _NAME = re.compile(r"^step_(\d+)$")
 _UNFINISHED = re.compile(r"^(?:\.tmp-)?step_(\d+)(?:-|$)")
 """A save still being written: its temp folder, or its folder before COMPLETE (not a retired `.trash-` one)."""
@@ -163,32 +172,56 @@ def write_checkpoint(directory: Path, step: int, snapshot: dict[str, Any],
         for part, obj in snapshot.items():
             path = tmp / f"{part}.pt"
             _write_part(path, obj)
-            files[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+            files[path.name] = file_entry(path)
             if progress:
                 progress("part_written", step)
-        manifest = {"format": 1, "step": step, "files": files}
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(tmp)
-        final = directory / checkpoint_name(step)
-        if final.exists():  # an earlier attempt's (or a rolled-back branch's) save of this step
-            aside = directory / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
-            os.rename(final, aside)
-            shutil.rmtree(aside, ignore_errors=True)
-        os.rename(tmp, final)
-        fsync_dir(directory)
-        with open(final / COMPLETE, "w") as f:
-            f.write(f"{step}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(final)
-        fsync_dir(directory)
+        final = publish(directory, tmp, step, files)
         return final, sum(v["bytes"] for v in files.values())
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def publish(directory: Path, tmp: Path, step: int, files: dict[str, dict], fmt: str = "torch") -> Path:
+    """Seal a fully written temp folder: manifest, fsync, rename to `step_NNNNNN`, then COMPLETE; the final path.
+
+    `files` maps each file's name to its sha256 and size. Shared by both
+    formats, so a DCP checkpoint is complete on the same terms as a torch one.
+    """
+    manifest = {"format": 1, "checkpoint_format": fmt, "step": step, "files": files}
+    with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(tmp)
+    final = directory / checkpoint_name(step)
+    if final.exists():  # an earlier attempt's (or a rolled-back branch's) save of this step
+        aside = directory / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
+        os.rename(final, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+    os.rename(tmp, final)
+    fsync_dir(directory)
+    with open(final / COMPLETE, "w") as f:
+        f.write(f"{step}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(final)
+    fsync_dir(directory)
+    return final
+
+
+def file_entry(path: Path) -> dict[str, Any]:
+    """A file's manifest entry: its sha256 and size."""
+    return {"sha256": _sha256(path), "bytes": path.stat().st_size}
+
+
+def seal_dcp(directory: Path, tmp: Path, step: int, small: dict[str, Any]) -> tuple[Path, int]:
+    """Rank 0, once every rank's shards are durable: add `state.pt`, the manifest and COMPLETE; (path, bytes)."""
+    checkpoint_dcp.check_shards(tmp)
+    _write_part(tmp / "state.pt", small)
+    files = {p.name: file_entry(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    final = publish(directory, tmp, step, files, fmt="dcp")
+    return final, sum(v["bytes"] for v in files.values())
 
 
 # --- reading -------------------------------------------------------------------
@@ -222,17 +255,26 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
             raise CorruptCheckpoint(f"{name} has {size} bytes, the manifest says {meta['bytes']} (truncated?)")
         if _sha256(f) != meta["sha256"]:
             raise CorruptCheckpoint(f"{name} does not match its sha256 in the manifest (corrupted)")
-    missing = [p for p in PARTS if f"{p}.pt" not in files]
+    needed = DCP_FILES if manifest.get("checkpoint_format") == "dcp" else [f"{p}.pt" for p in PARTS]
+    missing = [p for p in needed if p not in files]
     if missing:
         raise CorruptCheckpoint(f"manifest lacks {', '.join(missing)}")
     return manifest
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
-    """Verify, then load every part with weights_only=True onto the CPU."""
-    verify_checkpoint(path)
-    parts = {}
-    for part in PARTS:
+    """Verify, then load every part with weights_only=True onto the CPU.
+
+    A DCP checkpoint's model and optimizer are not read here: they load into
+    the run's own (maybe sharded) tensors (`checkpoint_dcp.load_into`), so the
+    parts hold `state` and `dcp`, the folder to load them from.
+    """
+    manifest = verify_checkpoint(path)
+    parts: dict[str, Any] = {}
+    dcp = manifest.get("checkpoint_format") == "dcp"
+    if dcp:
+        parts["dcp"] = path
+    for part in ("state",) if dcp else PARTS:
         try:
             parts[part] = torch.load(path / f"{part}.pt", map_location="cpu", weights_only=True)
         except Exception as e:  # verified bytes that still do not load: treat as corrupt
@@ -266,12 +308,19 @@ def check_model_compatible(saved: dict[str, torch.Tensor], model: torch.nn.Modul
 
 
 class Checkpointer:
-    """Saves (in the background or not), keeps the newest K, loads the newest good one."""
+    """Saves (in the background or not), keeps the newest K, loads the newest good one.
+
+    `format` "torch" (one process, or rank 0 alone with whole tensors gathered)
+    or "dcp" (every rank calls `save` and writes its shards: trainer/checkpoint_dcp.py).
+    Loading follows each checkpoint's own format, whatever the run saves in.
+    """
 
     def __init__(self, directory: Path, *, keep: int = 3, background: bool = True, emit: Emit | None = None,
-                 writer: bool = True) -> None:
+                 writer: bool = True, format: str = "torch", group: Any = None) -> None:
         self.directory = Path(directory)
         self.writer = writer  # only one process (rank 0) renames or deletes anything
+        self.format = format
+        self.group = group  # DCP's own process group (checkpoint_dcp.save_group), None alone
         self.keep = keep
         self.background = background
         self.emit = emit or (lambda kind, **kw: None)
@@ -308,6 +357,8 @@ class Checkpointer:
         """Snapshot `state` (part -> state dict) and write it; returns the seconds training was blocked."""
         t0 = time.perf_counter()
         self.wait()  # also frees the buffers the previous save was writing from
+        if self.format == "dcp":
+            return self._count(self._save_dcp(step, state, tokens, sync, t0))
         snapshot = to_cpu_copy(state, self._buffers)
         if self.background and not sync:
             blocking = time.perf_counter() - t0
@@ -317,15 +368,64 @@ class Checkpointer:
         else:
             result = self._write(step, snapshot, tokens, t0, None)
             blocking = result.blocking_s if result else time.perf_counter() - t0
+        return self._count(blocking)
+
+    def _count(self, blocking: float) -> float:
         self.blocking_s_total += blocking
         self.saves += 1
         return blocking
 
-    def _write(self, step: int, snapshot: dict[str, Any], tokens: int | None, t0: float,
-               blocking: float | None) -> SaveResult | None:
-        """Write and report; `blocking` None means a synchronous save (all of it blocked training)."""
+    def _save_dcp(self, step: int, state: dict[str, Any], tokens: int | None, sync: bool, t0: float) -> float:
+        """Every rank: start writing its shards; rank 0 seals the checkpoint once all are durable."""
+        tmp = self.directory / f".tmp-{checkpoint_name(step)}-dcp"  # every rank derives it: no broadcast
+        small = to_cpu_copy(state["state"])  # rank 0 writes it with the seal, after training moved on
+        shards = {"model": state["model"], "optim": state["optim"]}
+        background = self.background and not sync
         try:
-            path, nbytes = write_checkpoint(self.directory, step, snapshot, self._progress)
+            future = checkpoint_dcp.start_save(shards, tmp, self.group, background)
+        except Exception as e:  # a synchronous write that failed on some rank (DCP gathers the errors)
+            return self._dcp_failed(step, tokens, e, t0, None)
+        if not background:
+            result = self._write_dcp(step, None, small, tmp, tokens, t0, None)
+            return result.blocking_s if result else time.perf_counter() - t0
+        blocking = time.perf_counter() - t0
+        self._thread = threading.Thread(target=self._write_dcp, args=(step, future, small, tmp, tokens, t0, blocking),
+                                        name=f"checkpoint-{step}", daemon=True)
+        self._thread.start()
+        return blocking
+
+    def _write_dcp(self, step: int, future: Any, small: dict[str, Any], tmp: Path, tokens: int | None, t0: float,
+                   blocking: float | None) -> SaveResult | None:
+        """Wait for the shards (if in the background), then seal and report on rank 0."""
+        try:
+            if future is not None:
+                checkpoint_dcp.wait_shards(future)
+        except Exception as e:
+            self._dcp_failed(step, tokens, e, t0, blocking)
+            return None
+        if not self.writer:
+            return None
+        if self._progress:
+            self._progress("part_written", step)  # every shard is written, COMPLETE is not: a drill kills here
+        return self._write(step, small, tokens, t0, blocking, lambda: seal_dcp(self.directory, tmp, step, small))
+
+    def _dcp_failed(self, step: int, tokens: int | None, e: Exception, t0: float, blocking: float | None) -> float:
+        """A shard write failed on some rank: reported like a full disk; the temp folder is left to clean_stale."""
+        reason = f"{type(e).__name__} while writing checkpoint of step {step}: {e}"[:500]
+        total = time.perf_counter() - t0
+        if self.writer:
+            self.emit("checkpoint_failed", step=step, tokens=tokens, reason=reason, errno=None)
+            self._finish(SaveResult(step, None, False, total if blocking is None else blocking, total, reason=reason))
+        return total if blocking is None else blocking
+
+    def _write(self, step: int, snapshot: dict[str, Any], tokens: int | None, t0: float,
+               blocking: float | None, writer: Callable[[], tuple[Path, int]] | None = None) -> SaveResult | None:
+        """Write (with `writer`, or the torch format) and report; `blocking` None means a synchronous save."""
+        try:
+            if writer is not None:
+                path, nbytes = writer()
+            else:
+                path, nbytes = write_checkpoint(self.directory, step, snapshot, self._progress)
         except OSError as e:
             reason = f"{e.strerror or type(e).__name__} while writing checkpoint of step {step}"
             total = time.perf_counter() - t0

@@ -251,6 +251,9 @@ class CheckpointConfig:
     """Keep the newest this many checkpoints; ones marked `keep` are never deleted."""
     background: bool = True
     """Serialize and write in a background thread; training blocks only for the in-memory copy."""
+    format: str = "auto"
+    """auto | torch | dcp: one `torch.save` file per part written by rank 0 (whole tensors gathered), or
+    torch.distributed.checkpoint with every rank writing its own shards; auto is dcp with more than one rank."""
     dir: str | None = None
     """Checkpoint folder; default .logbook/checkpoints/<run> in the project."""
     adopt_advice: bool = False
@@ -260,6 +263,7 @@ class CheckpointConfig:
 
     def validate(self, where: str) -> None:
         _positive(self, where, "every", "keep")
+        _choice(self, where, "format", ("auto", "torch", "dcp"))
         _check(self.mtbf_s >= 0, f"{where}.mtbf_s", f"must be >= 0, got {self.mtbf_s}")
 
 

@@ -232,3 +232,26 @@ def load_full_state(model: torch.nn.Module, optimizer, model_sd: dict, optim_sd:
     for name, opt in parts:
         set_optimizer_state_dict(model, opt, named[name], options=opts)
 
+
+
+def sharded_state(model: torch.nn.Module, optimizer) -> dict:
+    """Model and optimizer state as each rank holds it (FSDP2's DTensor shards stay shards), keyed by name.
+
+    What torch.distributed.checkpoint saves and loads into: no gather to one
+    rank, and the names (not parameter ids) let a checkpoint load onto another
+    world size. The optimizer parts are keyed by role ("adamw", "muon"). A
+    collective under FSDP: every rank must call it.
+    """
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    optim = {name or "optim": get_optimizer_state_dict(model, opt) for name, opt in _optimizer_parts(optimizer)}
+    return {"model": get_model_state_dict(model), "optim": optim}
+
+
+def load_sharded_state(model: torch.nn.Module, optimizer, sd: dict) -> None:
+    """Put `sd` (as `sharded_state` made it, filled in by a DCP load) back into the model and its optimizer."""
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+    set_model_state_dict(model, sd["model"])
+    for name, opt in _optimizer_parts(optimizer):
+        set_optimizer_state_dict(model, opt, sd["optim"][name or "optim"])

@@ -83,7 +83,10 @@ class FaultInjector(Callback):
             ckpts = list_checkpoints(self.trainer.checkpointer.directory)
             if not ckpts:
                 return
-            path = ckpts[-1][1] / "model.pt"
+            # The model's bytes: the torch format's model.pt, or rank 0's shards in a DCP checkpoint.
+            path = next((p for p in (ckpts[-1][1] / "model.pt", ckpts[-1][1] / "__0_0.distcp") if p.exists()), None)
+            if path is None:
+                return
             self._announce(f, step, path=str(ckpts[-1][1]))
             _flip_bytes(path)
             return

@@ -193,7 +193,7 @@ class Trainer:
             flops_per_token=self.raw_model.flops_per_token(), data_fingerprints=self.data.fingerprints(),
             started_at=self.started_at, restore_s=round(self.restore_s, 6), compiled=self.cfg.train.compile,
             compile_s=round(self.compile_s, 6), compile_graphs=self.compile_graphs or None,
-            attention_backend=self.cfg.model.attention_backend, guard_from_plan=self._parts.guard_from_plan or None,
+            attention_backend=self.cfg.model.attention_backend, checkpoint_format=self.checkpointer.format, guard_from_plan=self._parts.guard_from_plan or None,
             deviations=list(rec.deviations) if rec and rec.deviations else None,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
             members=self.dist.members, group_id=self.dist.group_id or None, oom_kills=oom_kill_count(),
@@ -332,7 +332,7 @@ class Trainer:
         """Checkpoint the current step (in the background unless `sync`)."""
         self.metrics.flush(durable=True)  # every step up to a checkpoint is on disk before the checkpoint is
         state = checkpoint_parts(self)
-        if self.dist.rank == 0:
+        if self.dist.rank == 0 or self.checkpointer.format == "dcp":  # DCP: every rank writes its shards
             self.checkpointer.save(self.step, state, tokens=self.tokens, sync=sync)
             if sync:
                 self.poll_saves()

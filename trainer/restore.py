@@ -26,7 +26,7 @@ from .config import config_hash, config_to_dict
 from .guard_decision import complete_rollback
 from .optim import apply_hyperparams
 from .rng import get_rng_state, set_rng_state
-from . import dist
+from . import checkpoint_dcp, dist
 
 STATE_FORMAT = 1
 
@@ -51,9 +51,17 @@ class Trainer(TrainerView, Protocol):
 
 
 def checkpoint_parts(t: Trainer) -> dict[str, Any]:
-    """Everything a resume needs, by checkpoint part (every rank must call it: RNGs are gathered)."""
+    """Everything a resume needs, by checkpoint part (every rank must call it: RNGs are gathered).
+
+    For a DCP checkpoint the model and optimizer stay as each rank holds them
+    (shards); for the torch format they are gathered whole onto rank 0.
+    """
     rng = dist.gather_objects(get_rng_state(), t.dist)
-    model_sd, optim_sd = dist.full_state(t.raw_model, t.optimizer)  # whole, even when sharded
+    if t.checkpointer.format == "dcp":
+        shards = dist.sharded_state(t.raw_model, t.optimizer)
+        model_sd, optim_sd = shards["model"], shards["optim"]
+    else:
+        model_sd, optim_sd = dist.full_state(t.raw_model, t.optimizer)  # whole, even when sharded
     return {
         "model": model_sd,
         "optim": optim_sd,
@@ -152,9 +160,12 @@ def rollback(t: Trainer, action: LoopAction, failing_step: int) -> None:
 
 def _load_parts(t: Trainer, parts: dict[str, Any], *, callbacks: bool) -> None:
     """Put a checkpoint's parts into `t`; the callbacks' own state only if `callbacks`."""
-    check_model_compatible(parts["model"], t.raw_model)
+    check_model_compatible(checkpoint_dcp.saved_shapes(parts["dcp"]) if "dcp" in parts else parts["model"], t.raw_model)
     try:
-        dist.load_full_state(t.raw_model, t.optimizer, parts["model"], parts["optim"])
+        if "dcp" in parts:  # whatever this run saves in: the checkpoint's own format decides
+            checkpoint_dcp.load_into(t.raw_model, t.optimizer, parts["dcp"], t.checkpointer.group)
+        else:
+            dist.load_full_state(t.raw_model, t.optimizer, parts["model"], parts["optim"])
     except (ValueError, KeyError) as e:
         raise RefusedError(f"the checkpoint's optimizer state does not fit this run's optimizer: {e}",
                            hint="resume with the optim.name it was trained with, or start a new run") from None

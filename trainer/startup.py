@@ -32,6 +32,7 @@ from .advice_cb import AdviceCallback
 from .attempts import Heartbeat, RunHistory
 from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
+from .checkpoint_dcp import resolve_format, save_group
 from .compiling import CompileCache, compile_model, warm_up
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_to_dict
@@ -155,8 +156,10 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
     ckpt_dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else book.project.checkpoint_dir(run_id)
     if not ckpt_dir.is_absolute():
         ckpt_dir = book.project.root / ckpt_dir
+    fmt = resolve_format(cfg.checkpoint.format, info.world_size)
     checkpointer = Checkpointer(ckpt_dir, keep=cfg.checkpoint.keep, background=cfg.checkpoint.background,
-                                emit=_checkpoint_emitter(book, drills), writer=info.rank == 0)
+                                emit=_checkpoint_emitter(book, drills), writer=info.rank == 0, format=fmt,
+                                group=save_group() if fmt == "dcp" else None)
     rules = _contingency_rules(book)
     # The guard does what the plan promised (trainer/guard_plan.py); the same on every attempt, so the
     # config a checkpoint saved and this one agree.

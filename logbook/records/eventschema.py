@@ -350,6 +350,8 @@ _KINDS: tuple[Kind, ...] = (
                 " compiled (and saved) or traced (torch.compile)"),
              _f("attention_backend", "str", "what computes attention (model.attention_backend): sdpa"
                 " (F.scaled_dot_product_attention) or math (the softmax written out)"),
+             _f("checkpoint_format", "str", "how checkpoints are written (checkpoint.format resolved): torch (rank 0,"
+                " whole tensors) or dcp (torch.distributed.checkpoint, every rank its shards)"),
              _f("config_changed", "list", "config keys changed since the previous launch"),
              _f("deviations", "list", "deviations from the preregistration the launcher recorded (run.json)"),
              _f("guard_from_plan", "list", "guard settings the preregistered contingency rules set, one line each"
