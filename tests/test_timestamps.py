@@ -571,3 +571,27 @@ def test_an_authority_that_embeds_its_chain_is_asked_without_certreq_once_its_ce
     assert cli("stamp").exit_code == 0
     assert len(_stamp_files(logbook_repo)) == 1
     assert _verify(cli)[0] == 0
+
+
+def test_verify_full_checks_every_stamp_again_whatever_the_cache_says(logbook_repo, cli, local_tsa):
+    """A cache that vouches for a bad token (left by an older version, or written by hand) misleads a warm verify
+    only: `--full` reads every token again."""
+    from logbook.core.project import open_project
+    from logbook.trust.timestamps import _cache_key, authority_for
+
+    local_tsa.configure(logbook_repo)
+    run = _run(logbook_repo, "r1", None)
+    assert cli("stamp").exit_code == 0
+    assert _verify(cli)[0] == 0
+    stamp = next(p for p in _stamp_files(logbook_repo) if p.parent.name == bytes_digest(run / "run.json"))
+    data = bytearray(stamp.read_bytes())
+    data[-8] ^= 0x01
+    stamp.write_bytes(bytes(data))
+    project = open_project(logbook_repo)
+    cache_file = logbook_repo / ".logbook" / "verified-stamps.json"
+    cache = json.loads(cache_file.read_text())
+    cache[_cache_key(project, authority_for(project, stamp), stamp.parent.name, bytes(data))] = \
+        "2026-01-01T00:00:00+00:00"
+    cache_file.write_text(json.dumps(cache))
+    assert "stamp_invalid" not in _kinds(_verify(cli)[1])  # the cache vouched for it
+    assert "stamp_invalid" in _kinds(json.loads(cli("verify", "--full", "--json").stdout))

@@ -770,3 +770,22 @@ def test_verify_or_raise_returns_the_report_of_its_scope_and_raises_on_a_change(
     assert verify_or_raise(open_project(logbook_repo), a).preregs == [a]
     with pytest.raises(TamperedError):
         verify_or_raise(open_project(logbook_repo))
+
+
+def test_every_run_of_a_preregistration_is_ordered_even_after_an_uncommitted_one_and_one_in_order(logbook_repo, cli):
+    """The runs are checked one by one: a run not committed yet, or one in order, never ends the check early."""
+    from logbook.runs.record import RunRecord, write_run_record
+
+    pid = _prereg(cli)
+    made = _created(logbook_repo, pid)
+    project = open_project(logbook_repo)
+    for run, created in (("r-b-in-order", "2099-01-01T00:00:00Z"), ("r-c-backdated", "2000-01-01T00:00:00Z")):
+        write_run_record(project, RunRecord(run_id=run, created=created, config_path="c.yaml",
+                                            config_hash="0" * 64, prereg_id=pid))
+    _commit(logbook_repo, "two runs")
+    write_run_record(project, RunRecord(run_id="r-a-uncommitted", created="2099-01-01T00:00:00Z",
+                                        config_path="c.yaml", config_hash="0" * 64, prereg_id=pid))
+    report = verify_project(open_project(logbook_repo))
+    late = [p for p in report.problems if p.kind == "prereg_after_run"]
+    assert [p.path for p in late] == ["entries/runs/r-c-backdated/run.json"], report.problems
+    assert made > "2000-01-01" and "`created` is later than the run's" in late[0].message
