@@ -789,3 +789,21 @@ def test_every_run_of_a_preregistration_is_ordered_even_after_an_uncommitted_one
     late = [p for p in report.problems if p.kind == "prereg_after_run"]
     assert [p.path for p in late] == ["entries/runs/r-c-backdated/run.json"], report.problems
     assert made > "2000-01-01" and "`created` is later than the run's" in late[0].message
+
+
+def test_a_run_log_that_is_a_symlink_is_never_read_as_a_log_with_or_without_a_scope(logbook_repo, cli, tmp_path):
+    """A link can point anywhere: it is reported as a symlink, and its target is not checked as the run's log."""
+    from logbook.runs.record import RunRecord, write_run_record
+
+    pid = _prereg(cli)
+    project = open_project(logbook_repo)
+    write_run_record(project, RunRecord(run_id="r-linked", created="2099-01-01T00:00:00Z", config_path="c.yaml",
+                                        config_hash="0" * 64, prereg_id=pid))
+    elsewhere = tmp_path / "events.jsonl"
+    ChainedLog(elsewhere).append({"kind": "run_started", "step": 0})
+    (project.run_dir("r-linked") / "events.jsonl").symlink_to(elsewhere)
+    link = "entries/runs/r-linked/events.jsonl"
+    for scope in (None, pid):
+        report = verify_project(open_project(logbook_repo), scope, full=True)
+        assert link not in report.logs, (scope, report.logs)
+    assert any(p.kind == "symlink" and p.path == link for p in verify_project(open_project(logbook_repo)).problems)
