@@ -29,9 +29,9 @@ def _logbook(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def _in_terminal(cwd: Path, *args: str, **env: str) -> str:
-    """What a person sees: the command's stdout and stderr on a pseudo-terminal 140 columns wide."""
+    """What a person sees: the command's stdout and stderr on a pseudo-terminal (140 columns unless `COLUMNS`)."""
     e = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "CI", "FORCE_COLOR")}
-    e.update(PYTHONPATH=str(ROOT), TERM="xterm-256color", COLUMNS="140", LINES="40", **env)
+    e.update({"PYTHONPATH": str(ROOT), "TERM": "xterm-256color", "COLUMNS": "140", "LINES": "40", **env})
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-c", MAIN, *args], cwd=cwd, env=e, stdin=follower, stdout=follower,
                             stderr=follower, close_fds=True)
@@ -98,3 +98,94 @@ def test_help_at_a_terminal_and_output_in_a_pipe_hold_no_control_codes(with_prer
     assert "\x1b" not in _in_terminal(with_prereg, "--help")
     piped = _logbook(with_prereg, "ls")
     assert piped.returncode == 0 and TITLE in piped.stdout and "\x1b" not in piped.stdout + piped.stderr
+
+
+LONG_RUN = "qk-norm-removes-loss-spikes-even-at-the-largest-learning-rate-we-tried-7c1e"
+
+
+def _write_run(project, run: str, *, created: str, prereg: str | None, losses: list[float], restarts: int,
+               finish: bool) -> None:
+    """A run written as the trainer writes one: its record, its events through the sink, its metric rows."""
+    from logbook.records.sink import EventSink, MetricsWriter
+    from logbook.runs.record import RunRecord, write_run_record
+
+    write_run_record(project, RunRecord(run_id=run, created=created, config_path="c.yaml", config_hash="0" * 64,
+                                        prereg_id=prereg, exploratory=prereg is None))
+    sink = EventSink(project.run_dir(run), run, attempt=1)
+    sink.emit("run_started", step=0, total_steps=100)
+    metrics = MetricsWriter(project.run_dir(run))
+    for i, loss in enumerate(losses):
+        metrics.write({"step": (i + 1) * 10, "loss": loss, "attempt": 1, "time": 1000.0 + i})
+    metrics.close()
+    for _ in range(restarts):
+        sink.emit("restart", step=10, cause="unknown")
+    if finish:
+        sink.emit("run_finished", step=len(losses) * 10, final_loss=losses[-1])
+
+
+@pytest.fixture
+def with_runs(with_prereg):
+    from logbook.core.project import open_project
+    from logbook.records.prereg import list_preregs
+
+    project = open_project()
+    pid = list_preregs(project)[0].id
+    _write_run(project, LONG_RUN, created="2026-11-20T08:00:00Z", prereg=pid, losses=[3.0, 2.5, 2.25], restarts=2,
+               finish=True)
+    _write_run(project, "scratch-lr-sweep-a", created="2026-12-02T09:30:00Z", prereg=None, losses=[4.0], restarts=0,
+               finish=False)
+    return with_prereg, pid
+
+
+def test_ls_runs_json_has_every_column_from_the_facts(with_runs):
+    repo, pid = with_runs
+    res = _logbook(repo, "ls", "--runs", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["id"]: r for r in json.loads(res.stdout)}
+    done, open_ = rows[LONG_RUN], rows["scratch-lr-sweep-a"]
+    assert (done["state"], done["prereg"], done["steps"], done["total_steps"], done["final_loss"], done["restarts"]) \
+        == ("finished", pid, 30, 100, 2.25, 2)
+    assert (open_["state"], open_["prereg"], open_["steps"], open_["final_loss"], open_["restarts"]) \
+        == ("running", None, 10, 4.0, 0)
+    assert done["created"] == "2026-11-20T08:00:00Z" and "goodput" in done
+
+
+@pytest.mark.parametrize("args, ids", [
+    (["--state", "finished"], [LONG_RUN]),
+    (["--state", "running"], ["scratch-lr-sweep-a"]),
+    (["--prereg", "none"], ["scratch-lr-sweep-a"]),
+    (["--runs", "--since", "2026-12-01"], ["scratch-lr-sweep-a"]),
+    (["--runs", "--since", "2026-11-01T00:00"], [LONG_RUN, "scratch-lr-sweep-a"]),
+])
+def test_ls_runs_filters(with_runs, args, ids):
+    res = _logbook(with_runs[0], "ls", *args, "--json")
+    assert res.returncode == 0, res.stderr
+    assert [r["id"] for r in json.loads(res.stdout)] == ids
+
+
+def test_ls_runs_by_prereg_prefix_and_bad_filters(with_runs):
+    repo, pid = with_runs
+    res = _logbook(repo, "ls", "--prereg", pid[:14], "--json")
+    assert [r["id"] for r in json.loads(res.stdout)] == [LONG_RUN]
+    bad = _logbook(repo, "ls", "--state", "done", "--json")
+    assert bad.returncode == 2 and "finished" in json.loads(bad.stdout)["hint"]
+    bad = _logbook(repo, "ls", "--runs", "--since", "last tuesday")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --since")
+    bad = _logbook(repo, "ls", "--prereg", "no-such-thing")
+    assert bad.returncode == 3
+
+
+def test_ls_runs_never_cuts_an_id(with_runs):
+    repo, pid = with_runs
+    narrow = _in_terminal(repo, "ls", "--runs", COLUMNS="80", NO_COLOR="1").replace("\r", "")
+    assert LONG_RUN in narrow.splitlines() and "…" not in narrow  # at 80 columns: a block per run, the id on its own line
+    assert "2 restarts" in narrow and "30/100" in narrow
+    assert all(len(ln) <= 80 for ln in narrow.splitlines() if ln != LONG_RUN)  # details wrap between values
+    wide = _in_terminal(repo, "ls", "--runs", COLUMNS="300", NO_COLOR="1").replace("\r", "")
+    header = wide.splitlines()[0].split()
+    assert header[:3] == ["id", "state", "prereg"] and "goodput" in header  # the table, when it fits
+    line = next(ln for ln in wide.splitlines() if ln.startswith(LONG_RUN))
+    assert "finished" in line and pid in line and "30/100" in line and "2.25" in line
+    piped = _logbook(repo, "ls", "--runs", COLUMNS="40")
+    line = next(ln for ln in piped.stdout.splitlines() if ln.startswith(LONG_RUN))
+    assert pid in line and "2.25" in line and "\x1b" not in piped.stdout  # a pipe: one whole line per run
