@@ -189,3 +189,33 @@ def test_ls_runs_never_cuts_an_id(with_runs):
     piped = _logbook(repo, "ls", "--runs", COLUMNS="40")
     line = next(ln for ln in piped.stdout.splitlines() if ln.startswith(LONG_RUN))
     assert pid in line and "2.25" in line and "\x1b" not in piped.stdout  # a pipe: one whole line per run
+
+
+AS_LOGBOOK = 'import sys; sys.argv[0] = "logbook"; from logbook.cli import main; main()'
+"""The CLI under its installed name: the completion variable (`_LOGBOOK_COMPLETE`) is named after it."""
+
+
+def _complete(cwd: Path, words: str) -> list[str]:
+    """What bash completion offers for the last word of `words`, as the installed script asks for it."""
+    cword = str(len(words.split()) - (0 if words.endswith(" ") else 1))
+    e = {**os.environ, "PYTHONPATH": str(ROOT), "_LOGBOOK_COMPLETE": "complete_bash", "COMP_WORDS": words,
+         "COMP_CWORD": cword}
+    res = subprocess.run([sys.executable, "-c", AS_LOGBOOK], cwd=cwd, env=e, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and res.stderr == "", res.stderr  # a completion never prints an error
+    return res.stdout.split()
+
+
+def test_shell_completion_is_installable_and_completes_commands_and_run_ids(with_runs):
+    repo = with_runs[0]
+    script = subprocess.run([sys.executable, "-c", AS_LOGBOOK, "--show-completion", "bash"], cwd=repo,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert script.returncode == 0 and "_LOGBOOK_COMPLETE=complete_bash" in script.stdout
+    assert _complete(repo, "logbook sta") == ["stamp", "status"]
+    for command in ("status", "tail", "stop", "outcome", "report", "set"):
+        assert _complete(repo, f"logbook {command} qk") == [LONG_RUN], command
+    assert _complete(repo, "logbook compare scratch-lr-sweep-a ") == [LONG_RUN, "scratch-lr-sweep-a"]
+
+
+def test_run_id_completion_outside_a_logbook_offers_nothing_and_says_nothing(tmp_path):
+    assert _complete(tmp_path, "logbook status qk") == []

@@ -217,11 +217,22 @@ app = typer.Typer(
         "Example: logbook init && logbook prereg --from-file prereg.yaml"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def complete_run(incomplete: str) -> list[str]:
+    """Shell completion of a run id: the runs of the logbook here whose id starts with what was typed."""
+    try:
+        from logbook.core.project import open_project
+        from logbook.runs.record import list_run_ids
+
+        return [r for r in list_run_ids(open_project()) if r.startswith(incomplete)]
+    except (LogbookError, OSError):  # no logbook here: nothing to offer, and a completion never prints an error
+        return []
 
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON on stdout; a failure too, as "
