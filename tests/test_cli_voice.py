@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAIN = "from logbook.cli import main; main()"
+MAIN = 'import sys; sys.argv[0] = "logbook"; from logbook.cli import main; main()'
+"""The CLI under its installed name, as the console script runs it: messages and the completion variable
+(`_LOGBOOK_COMPLETE`) are named after it."""
 TITLE = "QK-norm removes spikes"
 
 
@@ -74,6 +76,16 @@ def test_json_failures_are_one_json_object_with_the_exit_code(logbook_repo, args
     assert set(obj) == {"error", "hint", "exit_code"} and obj["exit_code"] == code
     assert obj["error"] and obj["hint"]
     assert f"error: {obj['error']}" in res.stderr  # the person at the terminal still reads it
+
+
+@pytest.mark.parametrize("args", [["bogus"], ["status", "--bogus"], ["compare"], ["--bogus"], ["review", "approve"]])
+def test_argument_errors_speak_in_the_error_hint_form(logbook_repo, args):
+    res = _logbook(logbook_repo, *args)
+    assert res.returncode == 2 and res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith("error: ") and lines[1].startswith("hint: see `logbook") and len(lines) == 2
+    as_json = _logbook(logbook_repo, *args, "--json")
+    assert as_json.returncode == 2 and json.loads(as_json.stdout)["error"] == lines[0][len("error: "):]
 
 
 def test_without_json_a_failure_is_text_only(logbook_repo):
@@ -191,16 +203,12 @@ def test_ls_runs_never_cuts_an_id(with_runs):
     assert pid in line and "2.25" in line and "\x1b" not in piped.stdout  # a pipe: one whole line per run
 
 
-AS_LOGBOOK = 'import sys; sys.argv[0] = "logbook"; from logbook.cli import main; main()'
-"""The CLI under its installed name: the completion variable (`_LOGBOOK_COMPLETE`) is named after it."""
-
-
 def _complete(cwd: Path, words: str) -> list[str]:
     """What bash completion offers for the last word of `words`, as the installed script asks for it."""
     cword = str(len(words.split()) - (0 if words.endswith(" ") else 1))
     e = {**os.environ, "PYTHONPATH": str(ROOT), "_LOGBOOK_COMPLETE": "complete_bash", "COMP_WORDS": words,
          "COMP_CWORD": cword}
-    res = subprocess.run([sys.executable, "-c", AS_LOGBOOK], cwd=cwd, env=e, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", MAIN], cwd=cwd, env=e, capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0 and res.stderr == "", res.stderr  # a completion never prints an error
     return res.stdout.split()
@@ -208,7 +216,7 @@ def _complete(cwd: Path, words: str) -> list[str]:
 
 def test_shell_completion_is_installable_and_completes_commands_and_run_ids(with_runs):
     repo = with_runs[0]
-    script = subprocess.run([sys.executable, "-c", AS_LOGBOOK, "--show-completion", "bash"], cwd=repo,
+    script = subprocess.run([sys.executable, "-c", MAIN, "--show-completion", "bash"], cwd=repo,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
     assert script.returncode == 0 and "_LOGBOOK_COMPLETE=complete_bash" in script.stdout
     assert _complete(repo, "logbook sta") == ["stamp", "status"]

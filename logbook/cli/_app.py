@@ -166,6 +166,15 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.
 class LogbookGroup(TyperGroup):
     """Turns library errors into messages and exit codes, never tracebacks."""
 
+    def make_context(self, info_name: Any, args: Any, parent: Any = None, **extra: Any) -> Any:
+        """The root's own options (`logbook --bogus`) fail as every other usage error does."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except Exception as e:
+            if _is_click_usage_error(e):
+                raise _fail(e.format_message(), _usage_hint(e), EXIT_USAGE, "--json" in args) from None
+            raise
+
     def invoke(self, ctx: Any) -> Any:
         as_json = _asked_for_json(ctx)
         try:
@@ -179,7 +188,7 @@ class LogbookGroup(TyperGroup):
             raise typer.Exit(EXIT_OK) from None
         except Exception as e:  # a bug: say so plainly, show the trace only on request
             if _is_cli_control_flow(e):
-                if as_json and _is_click_usage_error(e):  # bad arguments: JSON like every other failure
+                if _is_click_usage_error(e):  # bad arguments: in the one voice of every other failure
                     raise _fail(e.format_message(), _usage_hint(e), EXIT_USAGE, as_json) from None
                 raise
             if os.environ.get("LOGBOOK_DEBUG"):
