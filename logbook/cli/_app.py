@@ -3,6 +3,9 @@
 Commands live one group per module and register themselves on `app`. They parse
 arguments, call the library, and print: data to stdout (`--json` for scripts),
 messages to stderr. A `LogbookError` becomes one clear message and its exit code.
+Every failure (a library error, bad arguments, a full disk, a bug) is said in
+one place, `LogbookGroup`, as `error:`/`hint:` lines; under `--json` it is
+also one object `{"error", "hint", "exit_code"}` on stdout, for scripts.
 """
 
 from __future__ import annotations
@@ -182,7 +185,10 @@ class LogbookGroup(TyperGroup):
         except LogbookError as e:
             raise _fail(e.message, e.hint, e.exit_code, as_json) from None
         except KeyboardInterrupt:
-            raise _fail("interrupted", None, EXIT_INTERRUPTED, as_json) from None
+            if as_json:
+                raise _fail("interrupted", None, EXIT_INTERRUPTED, as_json) from None
+            err("interrupted")  # a person's own Ctrl-C: no error of theirs to explain
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             _quiet_closed_stdout()
             raise typer.Exit(EXIT_OK) from None
