@@ -227,3 +227,21 @@ def test_shell_completion_is_installable_and_completes_commands_and_run_ids(with
 
 def test_run_id_completion_outside_a_logbook_offers_nothing_and_says_nothing(tmp_path):
     assert _complete(tmp_path, "logbook status qk") == []
+
+
+def test_ls_since_filters_preregistrations_too(with_prereg):
+    assert [p["title"] for p in json.loads(_logbook(with_prereg, "ls", "--since", "1d", "--json").stdout)] == [TITLE]
+    assert json.loads(_logbook(with_prereg, "ls", "--since", "2099-01-01", "--json").stdout) == []
+
+
+def test_since_reads_ages_and_dates_in_utc():
+    from datetime import datetime, timezone
+
+    from logbook.runs.runlist import parse_since
+
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
+    assert parse_since("12h", now) == datetime(2026, 12, 3, 0, 0, tzinfo=timezone.utc)
+    assert parse_since("3d", now) == datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+    assert parse_since("2w", now) == datetime(2026, 11, 19, 12, 0, tzinfo=timezone.utc)
+    assert parse_since("2026-12-01", now) == datetime(2026, 12, 1, tzinfo=timezone.utc)
+    assert parse_since("2026-12-01T09:00+01:00", now) == datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
