@@ -245,3 +245,24 @@ def test_since_reads_ages_and_dates_in_utc():
     assert parse_since("2w", now) == datetime(2026, 11, 19, 12, 0, tzinfo=timezone.utc)
     assert parse_since("2026-12-01", now) == datetime(2026, 12, 1, tzinfo=timezone.utc)
     assert parse_since("2026-12-01T09:00+01:00", now) == datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
+
+
+def test_every_placeholder_is_one_name_in_capitals():
+    """Usage lines and option values: `{RUN}`, `[RUN]`, `{RUN}...`, `--events EVENTS`; never `{run}`, `[[RUN]]`,
+    `{RUN RUN...}...` or a type such as `<int>` where a value goes."""
+    import re
+
+    reference = (ROOT / "docs" / "cli.md").read_text("utf-8")
+    from logbook.cli.docgen import reference as generate
+
+    text = generate()
+    assert text == reference  # what is checked is what the reader gets
+    usages = [ln for ln in text.splitlines() if ln.startswith("Usage: ")]
+    assert len(usages) > 25
+    for line in usages:
+        tokens = line.split()
+        for token in tokens[tokens.index("[OPTIONS]"):]:  # after the command's own name
+            assert re.fullmatch(r"\[OPTIONS\]|COMMAND|\[ARGS\]\.\.\.|\{[A-Z=_]+\}(\.\.\.)?|\[[A-Z=_]+\](\.\.\.)?",
+                                token), line
+    values = re.findall(r"^  (?:-\w, )?--[a-z-]+ (\S+)(?:  |$)", text, flags=re.M)  # an option's row, not prose
+    assert values and all(re.fullmatch(r"[A-Z_=:]+", v) for v in values), sorted(set(values))

@@ -158,6 +158,28 @@ def _quiet_closed_stdout() -> None:
     os.close(devnull)
 
 
+def _placeholder(text: str) -> str:
+    """`run`, `[RUN]`, `RUN RUN...`, `KEY=VALUE...` -> `RUN`, `KEY=VALUE`: the bare name, in capitals."""
+    return text.strip("[]{}<> ").split(" ")[0].removesuffix("...").upper()
+
+
+def _one_spelling(cmd: Any) -> None:
+    """Every placeholder in one spelling, whoever wrote the command: a NAME in capitals.
+
+    An option's value is named by what it is (`--events EVENTS`, `--out OUT`)
+    unless the command names it better (`--since WHEN`). The usage line then marks what is required (`{RUN}`), optional (`[RUN]`)
+    and repeated (`...`) itself, so a metavar never carries brackets or dots.
+    """
+    for param in getattr(cmd, "params", []):
+        if param.param_type_name == "argument":
+            param.metavar = _placeholder(param.metavar or param.name)
+        elif param.param_type_name == "option" and not (param.is_flag or param.count):
+            long = max(param.opts, key=len).lstrip("-").replace("-", "_")
+            param.metavar = _placeholder(param.metavar or long)  # not the type (`<int>`): what to give
+    for sub in (getattr(cmd, "commands", None) or {}).values():
+        _one_spelling(sub)
+
+
 RUNNING_AS_COMMAND = False
 """True once `logbook.cli.main` runs: the process is the `logbook` command and ends with it (commit then keeps
 Ctrl-C off to the end); in-process callers (tests, tools) keep their own handler."""
@@ -168,6 +190,10 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.
 
 class LogbookGroup(TyperGroup):
     """Turns library errors into messages and exit codes, never tracebacks."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _one_spelling(self)
 
     def make_context(self, info_name: Any, args: Any, parent: Any = None, **extra: Any) -> Any:
         """The root's own options (`logbook --bogus`) fail as every other usage error does."""
