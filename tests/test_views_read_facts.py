@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 VIEWS = sorted({*(p.relative_to(ROOT).as_posix() for p in (ROOT / "logbook" / "chronicle").glob("*.py")),
                 "logbook/scoring/outcome.py", "logbook/cli/outcome_cmd.py", "logbook/cli/prereg_cmd.py",
-                "logbook/cli/review_cmd.py"})
-"""The chronicle (Markdown and PDF), the report, the review queue, the scorecard, `ls`/`show`."""
+                "logbook/cli/review_cmd.py", "logbook/runs/runlist.py"})
+"""The chronicle (Markdown and PDF), the report, the review queue, the scorecard, `ls`/`show`, `ls --runs`."""
 
 ALLOWED: dict[tuple[str, str], str] = {
     ("logbook/chronicle/views.py", "_checkpoint_summary"):

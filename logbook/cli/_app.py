@@ -3,6 +3,9 @@
 Commands live one group per module and register themselves on `app`. They parse
 arguments, call the library, and print: data to stdout (`--json` for scripts),
 messages to stderr. A `LogbookError` becomes one clear message and its exit code.
+Every failure (a library error, bad arguments, a full disk, a bug) is said in
+one place, `LogbookGroup`, as `error:`/`hint:` lines; under `--json` it is
+also one object `{"error", "hint", "exit_code"}` on stdout, for scripts.
 """
 
 from __future__ import annotations
@@ -37,6 +40,15 @@ def print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str))
 
 
+def color_system() -> str | None:
+    """rich's colour system: none at all (no colour, no bold) when NO_COLOR is set and not empty (no-color.org).
+
+    rich's own NO_COLOR handling drops colours but keeps bold and dim; a
+    person who asks for no colour wants plain text.
+    """
+    return None if os.environ.get("NO_COLOR") else "auto"
+
+
 def stdout_console():
     from rich.console import Console
 
@@ -44,7 +56,7 @@ def stdout_console():
         def on_broken_pipe(self) -> None:  # rich would exit 1; a reader that left is no failure
             raise BrokenPipeError
 
-    return _Console(highlight=False, soft_wrap=False)
+    return _Console(highlight=False, soft_wrap=False, color_system=color_system())
 
 
 def checked_out_path(out: Path | None, option: str = "--out") -> Path | None:
@@ -102,6 +114,29 @@ def report_error(e: LogbookError) -> None:
         err(f"hint: {e.hint}")
 
 
+def _asked_for_json(ctx: Any) -> bool:
+    """Whether the command line holds `--json` (before a `--`): its failure is then a JSON object too.
+
+    Read from the arguments the group has not parsed yet, so that one place
+    answers for every command, including a failure while parsing its options.
+    """
+    args = [*getattr(ctx, "protected_args", []), *ctx.args]
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
+
+def _fail(message: str, hint: str | None, code: int, as_json: bool) -> typer.Exit:
+    """Say why the command failed (as a JSON object on stdout too, under `--json`); the exit to raise."""
+    err(f"error: {message}")
+    if hint:
+        err(f"hint: {hint}")
+    if as_json:
+        try:
+            print_json({"error": message, "hint": hint, "exit_code": code})
+        except BrokenPipeError:
+            _quiet_closed_stdout()
+    return typer.Exit(code)
+
+
 def _is_cli_control_flow(e: BaseException) -> bool:
     """Exit, Abort and usage errors of the CLI framework pass through untouched.
 
@@ -123,6 +158,28 @@ def _quiet_closed_stdout() -> None:
     os.close(devnull)
 
 
+def _placeholder(text: str) -> str:
+    """`run`, `[RUN]`, `RUN RUN...`, `KEY=VALUE...` -> `RUN`, `KEY=VALUE`: the bare name, in capitals."""
+    return text.strip("[]{}<> ").split(" ")[0].removesuffix("...").upper()
+
+
+def _one_spelling(cmd: Any) -> None:
+    """Every placeholder in one spelling, whoever wrote the command: a NAME in capitals.
+
+    An option's value is named by what it is (`--events EVENTS`, `--out OUT`)
+    unless the command names it better (`--since WHEN`). The usage line then marks what is required (`{RUN}`), optional (`[RUN]`)
+    and repeated (`...`) itself, so a metavar never carries brackets or dots.
+    """
+    for param in getattr(cmd, "params", []):
+        if param.param_type_name == "argument":
+            param.metavar = _placeholder(param.metavar or param.name)
+        elif param.param_type_name == "option" and not (param.is_flag or param.count):
+            long = max(param.opts, key=len).lstrip("-").replace("-", "_")
+            param.metavar = _placeholder(param.metavar or long)  # not the type (`<int>`): what to give
+    for sub in (getattr(cmd, "commands", None) or {}).values():
+        _one_spelling(sub)
+
+
 RUNNING_AS_COMMAND = False
 """True once `logbook.cli.main` runs: the process is the `logbook` command and ends with it (commit then keeps
 Ctrl-C off to the end); in-process callers (tests, tools) keep their own handler."""
@@ -134,32 +191,62 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.
 class LogbookGroup(TyperGroup):
     """Turns library errors into messages and exit codes, never tracebacks."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _one_spelling(self)
+
+    def make_context(self, info_name: Any, args: Any, parent: Any = None, **extra: Any) -> Any:
+        """The root's own options (`logbook --bogus`) fail as every other usage error does."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except Exception as e:
+            if _is_click_usage_error(e):
+                raise _fail(e.format_message(), _usage_hint(e), EXIT_USAGE, "--json" in args) from None
+            raise
+
     def invoke(self, ctx: Any) -> Any:
+        as_json = _asked_for_json(ctx)
         try:
             return super().invoke(ctx)
         except LogbookError as e:
-            report_error(e)
-            raise typer.Exit(e.exit_code) from None
+            raise _fail(e.message, e.hint, e.exit_code, as_json) from None
         except KeyboardInterrupt:
-            err("interrupted")
+            if as_json:
+                raise _fail("interrupted", None, EXIT_INTERRUPTED, as_json) from None
+            err("interrupted")  # a person's own Ctrl-C: no error of theirs to explain
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             _quiet_closed_stdout()
             raise typer.Exit(EXIT_OK) from None
         except Exception as e:  # a bug: say so plainly, show the trace only on request
             if _is_cli_control_flow(e):
+                if _is_click_usage_error(e):  # bad arguments: in the one voice of every other failure
+                    raise _fail(e.format_message(), _usage_hint(e), EXIT_USAGE, as_json) from None
                 raise
             if os.environ.get("LOGBOOK_DEBUG"):
                 raise
             if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
                 # The machine's doing, not a bug: every write is atomic, so nothing was left half-written.
                 where = f": {e.filename}" if e.filename else ""
-                err(f"error: {e.strerror or e}{where}")
-                err("hint: nothing was half-written; free some space or make the folder writable, then run it again")
-                raise typer.Exit(EXIT_REFUSED) from None
+                raise _fail(f"{e.strerror or e}{where}", "nothing was half-written; free some space or make the "
+                            "folder writable, then run it again", EXIT_REFUSED, as_json) from None
+            if as_json:
+                raise _fail(f"internal error: {type(e).__name__}: {e}", "rerun with LOGBOOK_DEBUG=1 for the "
+                            "traceback, and please report it", EXIT_INTERNAL, as_json) from None
             err(f"internal error: {type(e).__name__}: {e}")
             err("hint: rerun with LOGBOOK_DEBUG=1 for the traceback, and please report it")
             raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def _is_click_usage_error(e: BaseException) -> bool:
+    """Bad arguments, as the CLI framework reports them (by class name: typer vendors its own click)."""
+    return any(c.__name__ == "UsageError" for c in type(e).__mro__) and hasattr(e, "format_message")
+
+
+def _usage_hint(e: Any) -> str:
+    """Where the command's usage is written, as click's own message says."""
+    ctx = getattr(e, "ctx", None)
+    return f"see `{ctx.command_path} --help`" if ctx is not None else "see `logbook --help`"
 
 
 app = typer.Typer(
@@ -171,14 +258,26 @@ app = typer.Typer(
         "Example: logbook init && logbook prereg --from-file prereg.yaml"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
-JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
+def complete_run(incomplete: str) -> list[str]:
+    """Shell completion of a run id: the runs of the logbook here whose id starts with what was typed."""
+    try:
+        from logbook.core.project import open_project
+        from logbook.runs.record import list_run_ids
+
+        return [r for r in list_run_ids(open_project()) if r.startswith(incomplete)]
+    except (LogbookError, OSError):  # no logbook here: nothing to offer, and a completion never prints an error
+        return []
+
+
+JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON on stdout; a failure too, as "
+                           "{error, hint, exit_code}.")
 """The `--json` flag every command that prints data shares."""
 
 

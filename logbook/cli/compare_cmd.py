@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, print_json
+from logbook.cli._app import JSON_OPTION, app, complete_run, print_json
 from logbook.cli.console_cmd import wrap_line
 
 
@@ -84,7 +84,8 @@ def markdown(cmp) -> str:
 
 @app.command("compare")
 def compare_cmd(
-    runs: list[str] = typer.Argument(..., metavar="RUN RUN...", help="Two or more run ids.", show_default=False),
+    runs: list[str] = typer.Argument(..., metavar="RUN RUN...", help="Two or more run ids.", show_default=False,
+                                    autocompletion=complete_run),
     show_all: bool = typer.Option(False, "--all", help="Show every config key, not only those that differ."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print Markdown tables (for a note) instead of text."),
     as_json: bool = JSON_OPTION,

@@ -16,7 +16,7 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, err, print_json
+from logbook.cli._app import JSON_OPTION, app, complete_run, err, print_json
 from logbook.core.errors import EXIT_INTERRUPTED
 
 RUN_ARG_HELP = "Run id (default: the run launched last)."
@@ -81,7 +81,8 @@ def _resolve(project, run: Optional[str]) -> str:
 
 @app.command("status")
 def status_cmd(
-    run: Optional[str] = typer.Argument(None, metavar="[RUN]", help=RUN_ARG_HELP, show_default=False),
+    run: Optional[str] = typer.Argument(None, metavar="[RUN]", help=RUN_ARG_HELP, show_default=False,
+                                  autocompletion=complete_run),
     events: int = typer.Option(8, "--events", "-n", min=0, help="How many of the last events to show."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -133,7 +134,8 @@ def _status_lines(st, width: int | None) -> list[str]:
 
 @app.command("tail")
 def tail_cmd(
-    run: Optional[str] = typer.Argument(None, metavar="[RUN]", help=RUN_ARG_HELP, show_default=False),
+    run: Optional[str] = typer.Argument(None, metavar="[RUN]", help=RUN_ARG_HELP, show_default=False,
+                                  autocompletion=complete_run),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events and progress until the run ends."),
     lines: int = typer.Option(10, "--lines", "-n", min=0, help="How many of the last events to print first."),
     interval: float = typer.Option(2.0, "--interval", min=0.1, metavar="SECONDS", help="Seconds between progress lines with --follow."),
@@ -168,7 +170,8 @@ def tail_cmd(
 
 @app.command("stop")
 def stop_cmd(
-    run: str = typer.Argument(..., metavar="RUN", help="Id of the running run.", show_default=False),
+    run: str = typer.Argument(..., metavar="RUN", help="Id of the running run.", show_default=False,
+                          autocompletion=complete_run),
     reason: Optional[str] = typer.Option(None, "--reason", "-r", help="Why (goes into the run_stopped event and the chronicle)."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the run has saved and stopped."),
     timeout: float = typer.Option(600.0, "--timeout", metavar="SECONDS", help="Seconds --wait waits for the run's answer."),

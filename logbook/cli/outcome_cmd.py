@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, output_format, open_for_writing, print_json, stdout_console
+from logbook.cli._app import (JSON_OPTION, app, checked_out_path, complete_run, err, open_for_writing,
+                              output_format, print_json, stdout_console)
 from logbook.core.errors import UsageError
 
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
@@ -15,7 +16,7 @@ _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow
 
 @app.command("outcome")
 def outcome_cmd(
-    run: str = typer.Argument(..., help="The run to score."),
+    run: str = typer.Argument(..., help="The run to score.", autocompletion=complete_run),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score a run's preregistered predictions: confirmed, refuted or inconclusive, with the measured values.
@@ -262,7 +263,7 @@ def _rate(r: float | None) -> str:
 
 @app.command("report")
 def report_cmd(
-    run: str = typer.Argument(..., help="The run to report on."),
+    run: str = typer.Argument(..., help="The run to report on.", autocompletion=complete_run),
     fmt: Optional[str] = typer.Option(None, "--format", help="md or pdf; default: as --out's extension says, else md."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where to write (default: entries/reports/<run>.md or .pdf)."),
     as_json: bool = JSON_OPTION,

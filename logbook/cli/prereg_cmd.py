@@ -368,21 +368,45 @@ def _count(n: int, word: str) -> str:
 
 
 @app.command("ls")
-def ls_cmd(as_json: bool = JSON_OPTION) -> None:
-    """List preregistrations: id, date, author, title, predictions, amendments, runs.
+def ls_cmd(
+    runs: bool = typer.Option(False, "--runs", help="List runs instead: id, state, prereg, steps, final loss, "
+                              "restarts, goodput, created."),
+    state: Optional[str] = typer.Option(None, "--state", metavar="STATE", help="Only runs in this state: running, "
+                                        "finished, failed, aborted or preempted (implies --runs)."),
+    prereg: Optional[str] = typer.Option(None, "--prereg", metavar="PREREG", help="Only runs of this "
+                                         "preregistration (id or unique prefix; `none`: exploratory runs; implies --runs)."),
+    since: Optional[str] = typer.Option(None, "--since", metavar="WHEN", help="Only what was created since WHEN: a "
+                                        "UTC date or time (2026-12-01, 2026-12-01T09:00) or an age (12h, 3d, 2w)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """List preregistrations (id, date, author, title, predictions, amendments, runs), or runs with --runs.
 
-    Example: logbook ls --json
+    Ids are printed whole. A table that does not fit the terminal becomes one block per row; a pipe gets one
+    line per row.
+
+    Example: logbook ls --runs --state finished --since 7d
     """
-    from logbook.records.prereg import runs_referencing, scan_preregs
     from logbook.core.project import open_project
+    from logbook.runs.runlist import parse_since
 
+    cutoff = parse_since(since) if since is not None else None
     project = open_project()
+    if runs or state is not None or prereg is not None:
+        _ls_runs(project, state, prereg, cutoff, as_json)
+        return
+    _ls_preregs(project, cutoff, as_json)
+
+
+def _ls_preregs(project, cutoff, as_json: bool) -> None:
+    from logbook.records.prereg import runs_referencing, scan_preregs
+    from logbook.runs.runlist import created_since
+
     preregs, damaged = scan_preregs(project)
     runs = runs_referencing(project)
     rows = [{"id": p.id, "created": p.created, "author": p.author, "title": p.title,
              "predictions": len(p.all_predictions()), "amendments": len(p.amendments),
              "deviations": sum(1 for a in p.amendments if a.kind == "deviation"),
-             "runs": runs.get(p.id, [])} for p in preregs]
+             "runs": runs.get(p.id, [])} for p in preregs if created_since(p.created, cutoff)]
     for d in damaged:
         err(f"warning: {d} (run `logbook verify`)")
     if as_json:
@@ -410,6 +434,63 @@ def ls_cmd(as_json: bool = JSON_OPTION) -> None:
         table.add_row(r["id"], r["created"][:10], r["author"].split(" <")[0], r["title"],
                       str(r["predictions"]), _amend_text(r), ", ".join(r["runs"]) or "-")
     con.print(table)
+
+
+RUN_COLUMNS = ("id", "state", "prereg", "steps", "final loss", "restarts", "goodput", "created")
+
+
+def _ls_runs(project, state: Optional[str], prereg: Optional[str], cutoff, as_json: bool) -> None:
+    from logbook.runs.runlist import list_runs
+
+    rows = list_runs(project, state=state, prereg=prereg, since=cutoff)
+    if as_json:
+        print_json([r.to_dict() for r in rows])
+        return
+    if not rows:
+        err("No runs match." if state or prereg or cutoff else "No runs yet. Start one with `logbook run --help`.")
+        return
+    cells = [_run_cells(r) for r in rows]
+    con = stdout_console()
+    width = sum(max(len(c[i]) for c in [list(RUN_COLUMNS), *cells]) for i in range(len(RUN_COLUMNS)))
+    width += 2 * (len(RUN_COLUMNS) - 1)
+    if not con.is_terminal:
+        con.width = max(con.width, width)  # a pipe gets every row on one line, whatever its length
+    if width > con.width:  # the table would be cut: one block per run, every value whole
+        for r, c in zip(rows, cells):
+            con.print(c[0], soft_wrap=True)
+            parts = [c[1], f"prereg {c[2]}", f"step {c[3]}", f"loss {c[4]}", _count(r.restarts, "restart"),
+                     f"goodput {c[6]}", f"created {c[7]}"]
+            con.print(_wrap_parts(parts, "    ", con.width), soft_wrap=True)
+        return
+    from rich.table import Table
+
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for col in RUN_COLUMNS:
+        table.add_column(col, no_wrap=True, justify="right" if col in ("steps", "final loss", "restarts", "goodput")
+                         else "left")
+    for c in cells:
+        table.add_row(*c)
+    con.print(table)
+
+
+def _wrap_parts(parts: list[str], indent: str, width: int) -> str:
+    """`parts` joined by ` · `, a new line (indented) before a part that would pass `width`: no value is split."""
+    lines = [indent + parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 3 + len(part) > width:
+            lines.append(indent + part)
+        else:
+            lines[-1] += " · " + part
+    return "\n".join(lines)
+
+
+def _run_cells(r) -> list[str]:
+    from logbook.core.textfmt import fmt_num, fmt_pct
+
+    steps = "-" if r.steps is None else f"{r.steps:,}" + (f"/{r.total_steps:,}" if r.total_steps else "")
+    return [r.id, r.state, r.prereg or "exploratory", steps, "-" if r.final_loss is None else fmt_num(r.final_loss),
+            str(r.restarts), "-" if r.goodput is None else fmt_pct(r.goodput),
+            (r.created or "-")[:16].replace("T", " ")]
 
 
 def _amend_text(row: dict[str, Any]) -> str:

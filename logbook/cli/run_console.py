@@ -43,7 +43,9 @@ class RunConsole:
         if self.live:
             from rich.console import Console
 
-            self._console = Console(stderr=True, highlight=False)
+            from logbook.cli._app import color_system
+
+            self._console = Console(stderr=True, highlight=False, color_system=color_system())
             self._status = self._console.status("starting", spinner="dots")
             self._status.start()
 

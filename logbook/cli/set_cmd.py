@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, err, print_json
+from logbook.cli._app import JSON_OPTION, app, complete_run, err, print_json
 from logbook.launch.live_settings import SETTINGS
 
 
@@ -26,7 +26,8 @@ def _keys_help() -> str:
     "Example: logbook set qknorm-3f9a grad_clip=0.5 --reason 'grad norm creeping up since 47k' --wait"
 ))
 def set_cmd(
-    run: str = typer.Argument(..., metavar="RUN", help="Id of the running run.", show_default=False),
+    run: str = typer.Argument(..., metavar="RUN", help="Id of the running run.", show_default=False,
+                          autocompletion=complete_run),
     assignments: list[str] = typer.Argument(..., metavar="KEY=VALUE...", help="One or more changes, e.g. lr=3e-4.", show_default=False),
     reason: Optional[str] = typer.Option(None, "--reason", "-r", help="Why (required; it goes into the chronicle)."),
     wait: bool = typer.Option(False, "--wait", help="Wait for the run's answer and print it (as JSON with --json)."),
