@@ -181,6 +181,10 @@ def _one_spelling(cmd: Any) -> None:
 
 
 RUNNING_AS_COMMAND = False
+
+INTERRUPTED_SAYS: dict[str, str] = {}
+"""Command name -> what a Ctrl-C that reaches the app from it means, where the command knows better than
+"interrupted" (`commit`: any interrupt it did not answer itself came before anything was committed)."""
 """True once `logbook.cli.main` runs: the process is the `logbook` command and ends with it (commit then keeps
 Ctrl-C off to the end); in-process callers (tests, tools) keep their own handler."""
 
@@ -213,7 +217,7 @@ class LogbookGroup(TyperGroup):
         except KeyboardInterrupt:
             if as_json:
                 raise _fail("interrupted", None, EXIT_INTERRUPTED, as_json) from None
-            err("interrupted")  # a person's own Ctrl-C: no error of theirs to explain
+            err(INTERRUPTED_SAYS.get(ctx.invoked_subcommand or "", "interrupted"))  # a person's own Ctrl-C
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             _quiet_closed_stdout()

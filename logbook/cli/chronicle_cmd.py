@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, checked_out_path, err, output_format, open_for_writing, print_json
+from logbook.cli._app import INTERRUPTED_SAYS, JSON_OPTION, app, checked_out_path, err, output_format, open_for_writing, print_json
 from logbook.core.errors import EXIT_INTERRUPTED, EXIT_REFUSED, UsageError
 
 
@@ -129,6 +129,10 @@ def render_cmd(
     err(f"Wrote {len(res.written)} file(s), {len(res.unchanged)} unchanged"
         + (f", removed {len(res.removed)}" if res.removed else "")
         + f": {len(res.days)} day(s), {res.events} event(s), {res.notes} note(s).")
+
+
+# A Ctrl-C in the moment between the app starting the command and `_commit_or_say_interrupted` taking over.
+INTERRUPTED_SAYS["commit"] = "interrupted: nothing was committed"
 
 
 @app.command("commit")
