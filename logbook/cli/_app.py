@@ -35,9 +35,15 @@ def err(message: str) -> None:
     typer.echo(message, err=True)
 
 
+_json_printed = False
+"""Whether this invocation has printed its JSON document: a script reads exactly one."""
+
+
 def print_json(obj: Any) -> None:
     """Data for scripts, on stdout."""
+    global _json_printed
     typer.echo(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str))
+    _json_printed = True
 
 
 def color_system() -> str | None:
@@ -129,7 +135,7 @@ def _fail(message: str, hint: str | None, code: int, as_json: bool) -> typer.Exi
     err(f"error: {message}")
     if hint:
         err(f"hint: {hint}")
-    if as_json:
+    if as_json and not _json_printed:  # a report already printed (verify's, with its problems) stays the one document
         try:
             print_json({"error": message, "hint": hint, "exit_code": code})
         except BrokenPipeError:
@@ -209,6 +215,8 @@ class LogbookGroup(TyperGroup):
             raise
 
     def invoke(self, ctx: Any) -> Any:
+        global _json_printed
+        _json_printed = False  # in-process callers (tests, scripts) invoke the app more than once
         as_json = _asked_for_json(ctx)
         try:
             return super().invoke(ctx)
