@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.chronicle.build import Chronicle, DayPage, iter_pages, select_days
+from logbook.chronicle.glyphs import compile_pdf
 from logbook.chronicle.markdown import MarkdownRenderer, find_template_file
 from logbook.chronicle.mdconvert import Converter, ImageStore
 from logbook.core.errors import UsageError
@@ -94,8 +95,6 @@ def _timestamp(last_day: str | None) -> int | None:
 def render_pdf(project: Project, out: Path, *, run: str | None = None, since: str | None = None,
                until: str | None = None) -> PdfResult:
     """Render the selected days (and each run's lineage) into a PDF at `out`."""
-    import typst
-
     windows = select_days(project, run, since, until, None)
     chron = Chronicle(project, MarkdownRenderer(project), only_run=run, make_plots=True)
     runs = [run] if run else list_event_runs(project)
@@ -124,11 +123,11 @@ def render_pdf(project: Project, out: Path, *, run: str | None = None, since: st
         res.images = len(images._copied)
         try:
             # No PDF tags: tagging multiplies compile time tenfold on a long chronicle.
-            pdf = typst.compile(str(root / TEMPLATE), root=str(root), ignore_system_fonts=True, pdf_tags=False,
-                                timestamp=_timestamp(res.days[-1] if res.days else None))
+            pdf = compile_pdf(project, TEMPLATE, root, res.warnings, pdf_tags=False,
+                              timestamp=_timestamp(res.days[-1] if res.days else None))
         except Exception as e:  # typst raises its own error types; the message says where
             raise PdfError(f"Typst could not compile the chronicle: {str(e).strip()[:2000]}",
                            hint=f"if you restyled {TEMPLATE} in templates/, check it; otherwise please report this") from None
     atomic_write_bytes(Path(out), pdf)
-    res.warnings = chron.warnings
+    res.warnings = [*chron.warnings, *res.warnings]
     return res

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logbook.chronicle.glyphs import compile_pdf
 from logbook.chronicle.markdown import find_template_file, MarkdownRenderer
 from logbook.chronicle.mdconvert import Converter, ImageStore
 from logbook.chronicle.plots import write_progress_plot
@@ -432,7 +433,7 @@ def write_report(project: Project, run_id: str, *, fmt: str = "md", out: Path | 
     link = res.plot.relative_to(project.entries).as_posix() if res.plot else None
     data["calibration_plot"] = cal_plot.relative_to(project.entries).as_posix() if cal_plot else None
     md = render_markdown(project, data, plot_link=link, pdf=True)
-    atomic_write_bytes(out, _compile_pdf(project, data, md))
+    atomic_write_bytes(out, _compile_pdf(project, data, md, res.warnings))
     return res
 
 
@@ -455,11 +456,8 @@ def refresh_reports(project: Project, since: str) -> list[Path]:
     return written
 
 
-def _compile_pdf(project: Project, data: dict[str, Any], md: str) -> bytes:
+def _compile_pdf(project: Project, data: dict[str, Any], md: str, warnings: list[str]) -> bytes:
     """Typst in a temporary root holding only the template, data.json and allowed images."""
-    import typst
-
-
     with tempfile.TemporaryDirectory(prefix="logbook-report-") as tmp:
         root = Path(tmp)
         shutil.copyfile(find_template_file(project, TYP_TEMPLATE), root / TYP_TEMPLATE)
@@ -476,8 +474,7 @@ def _compile_pdf(project: Project, data: dict[str, Any], md: str) -> bytes:
                                                     ensure_ascii=False), "utf-8")
         stamp = parse_ts(data.get("last_ts"))
         try:
-            return typst.compile(str(root / TYP_TEMPLATE), root=str(root), ignore_system_fonts=True,
-                                 timestamp=int(stamp) if stamp else None)
+            return compile_pdf(project, TYP_TEMPLATE, root, warnings, timestamp=int(stamp) if stamp else None)
         except Exception as e:  # typst raises its own error types; the message says where
             raise ReportError(f"Typst could not lay out the report: {str(e).strip()[:2000]}",
                               hint=f"if you restyled {TYP_TEMPLATE} in templates/, check it; otherwise please report this") from None

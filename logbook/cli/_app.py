@@ -55,6 +55,22 @@ def color_system() -> str | None:
     return None if os.environ.get("NO_COLOR") else "auto"
 
 
+WIDE_WIDTH = 100_000
+"""The console width under `--wide`: no table is ever narrowed, folded or turned into blocks."""
+
+_wide = False
+
+
+def set_wide(wide: bool) -> None:
+    """`--wide` for this invocation: every table at its full width, one row per line."""
+    global _wide
+    _wide = wide
+
+
+def is_wide() -> bool:
+    return _wide
+
+
 def stdout_console():
     from rich.console import Console
 
@@ -62,7 +78,7 @@ def stdout_console():
         def on_broken_pipe(self) -> None:  # rich would exit 1; a reader that left is no failure
             raise BrokenPipeError
 
-    return _Console(highlight=False, soft_wrap=False, color_system=color_system())
+    return _Console(highlight=False, soft_wrap=False, color_system=color_system(), width=WIDE_WIDTH if _wide else None)
 
 
 def checked_out_path(out: Path | None, option: str = "--out") -> Path | None:
@@ -215,8 +231,8 @@ class LogbookGroup(TyperGroup):
             raise
 
     def invoke(self, ctx: Any) -> Any:
-        global _json_printed
-        _json_printed = False  # in-process callers (tests, scripts) invoke the app more than once
+        global _json_printed, _wide
+        _json_printed = _wide = False  # in-process callers (tests, scripts) invoke the app more than once
         as_json = _asked_for_json(ctx)
         try:
             return super().invoke(ctx)
@@ -291,6 +307,10 @@ def complete_run(incomplete: str) -> list[str]:
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON on stdout; a failure too, as "
                            "{error, hint, exit_code}.")
 """The `--json` flag every command that prints data shares."""
+
+WIDE_OPTION = typer.Option(False, "--wide", help="Print tables at their full width, one row per line, whatever the "
+                           "terminal's width (for `less -S` or a wide window).")
+"""The `--wide` flag every command that prints a table shares."""
 
 
 def command_group(name: str) -> typer.Typer:

@@ -2,7 +2,7 @@
 
 Text is plain (no colour, no control codes). Run ids and values are never
 cut: when the table is wider than the terminal, each row becomes a block of
-one line per run instead. In a pipe the table is printed at its full width.
+one line per run instead. In a pipe, and with --wide, the table is printed at its full width.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, complete_run, print_json
+from logbook.cli._app import JSON_OPTION, WIDE_OPTION, app, complete_run, print_json
 from logbook.cli.console_cmd import wrap_line
 
 
@@ -88,6 +88,7 @@ def compare_cmd(
                                     autocompletion=complete_run),
     show_all: bool = typer.Option(False, "--all", help="Show every config key, not only those that differ."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print Markdown tables (for a note) instead of text."),
+    wide: bool = WIDE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Compare runs side by side: config differences, final and per-milestone metrics, verdicts, incidents, goodput.
@@ -111,6 +112,6 @@ def compare_cmd(
     elif as_markdown:
         typer.echo(markdown(cmp), nl=False)
     else:
-        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not wide else None
         for line in text_lines(cmp, width):
             typer.echo(line)

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import (JSON_OPTION, app, checked_out_path, complete_run, err, open_for_writing,
-                              output_format, print_json, stdout_console)
+from logbook.cli._app import (JSON_OPTION, WIDE_OPTION, app, checked_out_path, complete_run, err, open_for_writing,
+                              output_format, print_json, set_wide, stdout_console)
 from logbook.core.errors import UsageError
 
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
@@ -17,6 +17,7 @@ _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow
 @app.command("outcome")
 def outcome_cmd(
     run: str = typer.Argument(..., help="The run to score.", autocompletion=complete_run),
+    wide: bool = WIDE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score a run's preregistered predictions: confirmed, refuted or inconclusive, with the measured values.
@@ -34,6 +35,7 @@ def outcome_cmd(
     from logbook.scoring.outcome import record_outcome
     from logbook.records.trust import require_intact
 
+    set_wide(wide)
     project = open_for_writing()
     require_intact(project, "outcome", run=run)
     card = record_outcome(project, run)

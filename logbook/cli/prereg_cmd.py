@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import typer
 
-from logbook.cli._app import (JSON_OPTION, app, command_group, err, is_interactive, open_for_writing, print_json,
-                   stdout_console)
+from logbook.cli._app import (JSON_OPTION, WIDE_OPTION, app, command_group, err, is_interactive, is_wide,
+                              open_for_writing, print_json, set_wide, stdout_console)
 
 prereg_app = command_group("prereg")
 
@@ -377,18 +377,20 @@ def ls_cmd(
                                          "preregistration (id or unique prefix; `none`: exploratory runs; implies --runs)."),
     since: Optional[str] = typer.Option(None, "--since", metavar="WHEN", help="Only what was created since WHEN: a "
                                         "UTC date or time (2026-12-01, 2026-12-01T09:00) or an age (12h, 3d, 2w)."),
+    wide: bool = WIDE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """List preregistrations (id, date, author, title, predictions, amendments, runs), or runs with --runs.
 
     Ids are printed whole. A table that does not fit the terminal becomes one block per row; a pipe gets one
-    line per row.
+    line per row, and so does --wide in a terminal.
 
     Example: logbook ls --runs --state finished --since 7d
     """
     from logbook.core.project import open_project
     from logbook.runs.runlist import parse_since
 
+    set_wide(wide)
     cutoff = parse_since(since) if since is not None else None
     project = open_project()
     if runs or state is not None or prereg is not None:
@@ -426,7 +428,7 @@ def _ls_preregs(project, cutoff, as_json: bool) -> None:
 
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col, kw in (("id", {"no_wrap": True}), ("date", {"no_wrap": True}),
-                    ("author", {"max_width": 20, "overflow": "ellipsis", "no_wrap": True}),
+                    ("author", {"no_wrap": True} if is_wide() else {"max_width": 20, "overflow": "ellipsis", "no_wrap": True}),
                     ("title", {"min_width": 16, "ratio": 1}), ("#pred", {"justify": "right", "no_wrap": True}),
                     ("amendments", {"no_wrap": True}), ("runs", {"min_width": 6})):
         table.add_column(col, **kw)

@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, command_group, err, open_for_writing, print_json, stdout_console
+from logbook.cli._app import (JSON_OPTION, WIDE_OPTION, command_group, err, is_wide, open_for_writing, print_json,
+                              set_wide, stdout_console)
 
 review_app = command_group("review")
 
@@ -17,6 +18,7 @@ def review_cmd(
     status: bool = typer.Option(False, "--status", help="One line per run: entries needing review, approved, changes requested, outcome."),
     all_: bool = typer.Option(False, "--all", help="List approved entries too."),
     run: Optional[str] = typer.Option(None, "--run", help="Only this run's entries."),
+    wide: bool = WIDE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """List what needs a reviewer: restarts, divergences, rollbacks, aborts, manual changes, progress notes, outcomes.
@@ -33,6 +35,7 @@ def review_cmd(
     """
     if ctx.invoked_subcommand is not None:
         return
+    set_wide(wide)
     from logbook.chronicle.review import identity_notes, review_queue, review_status
     from logbook.trust.ack import ANY as ACK_ANY
 
@@ -77,14 +80,16 @@ def _plain(*cells: str):
 def _print_queue(items) -> None:
     """One table per run (the run is the part of the id before the colon); the summary takes the rest of the width."""
     from rich.table import Table
+    from rich.text import Text
 
     con = stdout_console()
     runs = list(dict.fromkeys(i.run for i in items))
     for n, run in enumerate(runs):
         # Run names are long and every id in this table starts with one: the column shows the
         # part after the colon, and the title says how to spell a whole id.
+        title = f"run {run}  (entry ids are {run}:<n>)"
         table = Table(box=None, pad_edge=False, show_edge=False, title_justify="left", title_style="bold",
-                      title=f"run {run}  (entry ids are {run}:<n>)")
+                      title=None if is_wide() else title)
         table.add_column("n", no_wrap=True, justify="right")
         table.add_column("time (UTC)", no_wrap=True)
         table.add_column("kind", no_wrap=True)
@@ -96,6 +101,8 @@ def _print_queue(items) -> None:
             table.add_row(*_plain(i.id.rpartition(":")[2] if i.id.startswith(f"{run}:") else i.id, i.ts[:16].replace("T", " "), i.kind.replace("_", " "), marks, i.summary))
         if n:
             con.print()
+        if is_wide():  # the title on one line too, not folded to the table's width
+            con.print(Text(title, style="bold"), soft_wrap=True)
         con.print(table)
 
 

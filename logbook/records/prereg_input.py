@@ -71,7 +71,14 @@ def check_title(title: str) -> str:
 
 
 def slugify(title: str, limit: int = 48) -> str:
-    ascii_ = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode("ascii").lower()
+    """The id's readable part: the title in ASCII, any script transliterated ("Нормализация" -> "normalizatsiia").
+
+    The title itself keeps its own script wherever it is shown; only the id,
+    which names files and branches and is typed at a shell, is ASCII.
+    """
+    from anyascii import anyascii  # a maintained table for every script, emoji included
+
+    ascii_ = anyascii(unicodedata.normalize("NFC", title)).lower()
     slug = re.sub(r"[^a-z0-9]+", "-", ascii_).strip("-")
     if len(slug) > limit:
         slug = slug[:limit].rsplit("-", 1)[0] if "-" in slug[:limit] else slug[:limit]
