@@ -29,7 +29,8 @@ LONG, SHORT = "console-long-run-with-a-name-longer-than-a-column-4f2a", "console
 def _env(home: Path) -> dict[str, str]:
     env = dict(os.environ, HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=str(home / ".gitconfig"),
                CI="true", PYTHONPATH=str(ROOT), NO_COLOR="1")
-    env.pop("LOGBOOK_DEBUG", None)
+    for name in ("LOGBOOK_DEBUG", "COLUMNS", "LINES"):  # the pane's own size, not a size set for another test
+        env.pop(name, None)
     return env
 
 

@@ -24,13 +24,20 @@ def _walk(cmd, path: tuple[str, ...] = ()):
 
 def reference() -> str:
     """The whole reference as Markdown."""
-    os.environ["COLUMNS"] = "100"  # stable wrapping, whatever the terminal
     runner = CliRunner()
     out = ["# Command reference", "", "Generated from `logbook --help`; do not edit by hand.", ""]
-    for path, _ in _walk(typer.main.get_command(app)):
-        res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100", "TERM": "dumb"})
-        title = " ".join(("logbook", *path))
-        out += [f"## {title}", "", "```", res.stdout.rstrip().replace("Usage: root", "Usage: logbook"), "```", ""]
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # stable wrapping, whatever the terminal; given back after, as a caller had it
+    try:
+        for path, _ in _walk(typer.main.get_command(app)):
+            res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100", "TERM": "dumb"})
+            title = " ".join(("logbook", *path))
+            out += [f"## {title}", "", "```", res.stdout.rstrip().replace("Usage: root", "Usage: logbook"), "```", ""]
+    finally:
+        if before is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = before
     return "\n".join(out)
 
 
