@@ -98,7 +98,7 @@ def test_status_of_a_running_run_is_alive_with_attempt_step_and_eta(lab):
     assert st["step"] >= 5 and st["total_steps"] == 100_000
     assert st["eta_s"] > 0 and st["seconds_per_step"] > 0
     started = [e for e in st["last_events"] if e["kind"] == "run_started"]
-    assert started and started[0]["summary"] == "an attempt of a run began (config hash, world size, code snapshot)"
+    assert started and started[0]["summary"] == "attempt 1 began, from step 0, 1 worker on cpu"
     text = lab.logbook("status")  # no RUN: the run launched last
     assert text.returncode == 0, text.stderr
     assert f"run      {LONG}\n" in text.stdout  # the whole id, never cut
@@ -128,7 +128,7 @@ def test_stop_saves_records_run_stopped_and_tail_follows_to_the_end(lab):
     out, errs = tail.communicate(timeout=120)
     assert tail.returncode == 0, errs
     lines = out.splitlines()
-    assert any("run started: an attempt of a run began" in ln for ln in lines)
+    assert any("run started: attempt 1 began" in ln for ln in lines)
     assert any(ln.startswith("step ") and "/100,000 · loss " in ln for ln in lines), out  # progress as it goes
     assert any("run stopped: stopped by Ada Tester <ada@example.org>, saved at step" in ln
                and "enough for this test" in ln for ln in lines), out

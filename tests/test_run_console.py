@@ -75,3 +75,41 @@ def test_in_a_terminal_a_spinner_names_the_phase_then_the_progress_line_is_drawn
         print(f"spinner after {spinner_at:.2f} s, progress line after {progress_at:.2f} s")
     finally:
         subprocess.run([*tmux, "kill-server"], check=False)
+
+
+GUARD_DRILLS = ("train.steps=40", "checkpoint.every=5", "checkpoint.background=false", "guard.warmup=8",
+                "guard.cooldown=3", "guard.skip_batches=4",
+                "faults=[{kind: spike, step: 12}, {kind: spike, step: 18}, {kind: sigkill, step: 30}]")
+
+
+def test_an_80_column_pane_shows_a_rollback_and_a_restart_wrapped_at_spaces_never_by_the_terminal(logbook_repo):
+    """Every line the run prints fits the pane or is wrapped by the logbook under its own text: tmux's joined
+    capture (-J undoes the terminal's own wraps) is the same as what the pane shows."""
+    sock, session = f"logbook-test80-{os.getpid()}", "run80"
+    env = _env(TERM="xterm-256color")
+    for name in ("COLUMNS", "LINES"):
+        env.pop(name, None)
+    overrides = " ".join(f"'{o}'" for o in GUARD_DRILLS)
+    cmd = (f"cd {logbook_repo} && {sys.executable} -m logbook run --exploratory micro-test {overrides} "
+           f"--run-id drill-in-a-pane; echo __done__ $?; sleep 60")
+    tmux = ["tmux", "-L", sock]
+    subprocess.run([*tmux, "-f", "/dev/null", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd],
+                   env=env, check=True)
+    try:
+        deadline, pane = time.monotonic() + 240, ""
+        while "__done__" not in pane and time.monotonic() < deadline:
+            time.sleep(0.5)
+            pane = subprocess.run([*tmux, "capture-pane", "-p", "-S", "-1000", "-t", session],
+                                  capture_output=True, text=True).stdout
+        joined = subprocess.run([*tmux, "capture-pane", "-p", "-J", "-S", "-1000", "-t", session],
+                                capture_output=True, text=True).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)
+    assert "__done__ 0" in pane, pane
+    rows = [r.rstrip() for r in pane.split("__done__")[0].splitlines() if r.strip()]
+    assert [r.rstrip() for r in joined.split("__done__")[0].splitlines() if r.strip()] == rows
+    assert all(len(r) <= 80 for r in rows)
+    text = "\n".join(rows)
+    assert re.search(r"rollback: rolled back from step 17 to 10, batches\s+12–18 skipped", text), text
+    assert re.search(r"restart: attempt 1 → 2: killed by SIGKILL, resumed\s+from step 25", text), text
+    assert "finished: 2 attempt(s), 1 restart." in text

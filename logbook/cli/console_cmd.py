@@ -27,6 +27,19 @@ def _width() -> int | None:
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
+def stderr_width() -> int | None:
+    """The width of the terminal stderr shows in, or None when stderr is a pipe or a file."""
+    return shutil.get_terminal_size().columns if sys.stderr.isatty() else None
+
+
+def wrap_said(line: str, width: int | None) -> str:
+    """A message line wrapped at spaces, its continuation under its own indent plus two (never mid-word)."""
+    text = line.lstrip(" ")
+    head = line[:len(line) - len(text)]
+    wrapped = wrap_line(head, text, width)
+    return wrapped.replace("\n" + " " * len(head), "\n" + " " * (len(head) + 2)) if width else wrapped
+
+
 def wrap_line(head: str, text: str, width: int | None) -> str:
     """`head` then `text`, wrapped at spaces under `text`'s column when a terminal is narrower than the line."""
     line = f"{head}{text}"

@@ -110,17 +110,22 @@ def _launch(console, config, overrides, prereg, nproc, max_restarts, exploratory
 
 
 def _summary(result, root) -> None:
+    from logbook.cli.console_cmd import stderr_width, wrap_said
+
+    def say(line: str) -> None:  # wrapped at spaces in a terminal: a word is never cut at its edge
+        err(wrap_said(line, stderr_width()))
+
     label = " (exploratory)" if result.exploratory else ""
     restarts = f"{result.restarts} restart" + ("" if result.restarts == 1 else "s")
-    err(f"Run {result.run_id}{label} {result.status}: {result.attempts} attempt(s), {restarts}.")
+    say(f"Run {result.run_id}{label} {result.status}: {result.attempts} attempt(s), {restarts}.")
     for line in result.restart_lines:
-        err(f"  {line}")
+        say(f"  {line}")
     if result.reason:
-        err(f"  {result.reason}")
+        say(f"  {result.reason}")
     for d in result.deviations:
-        err(f"  deviation: {d}")
+        say(f"  deviation: {d}")
     try:
         events = result.events_path.relative_to(root)
     except ValueError:
         events = result.events_path
-    err(f"  events: {events}")
+    say(f"  events: {events}")

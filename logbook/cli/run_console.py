@@ -56,10 +56,14 @@ class RunConsole:
         else:
             self.say(f"{text} ...")
 
-    def say(self, line: str) -> None:
-        """One line above the live line (or a plain line)."""
+    def say(self, line: str, wrapped: bool = False) -> None:
+        """One line above the live line (or a plain line), wrapped at spaces to the terminal (never mid-word)."""
+        from logbook.cli.console_cmd import stderr_width, wrap_said
+
+        if not wrapped:
+            line = wrap_said(line, stderr_width())
         if self.live:
-            self._console.print(line, markup=False, highlight=False)
+            self._console.print(line, markup=False, highlight=False, soft_wrap=True)
         else:
             print(line, file=sys.stderr, flush=True)
 
@@ -78,7 +82,7 @@ class RunConsole:
             if is_kind(rec, "run_started") and self._last_step is None:
                 self.phase(f"attempt {rec.get('attempt')}: loading data and model, waiting for the first step")
             if kind not in QUIET_KINDS or kind in SHOWN_ROUTINE or rec.get("drill") is True:
-                self.say(_event_text(event_line(rec)))
+                self.say(_event_text(event_line(rec)), wrapped=True)
         rows = [r for r in self._tails.new() if isinstance(r.get("step"), int) and "loss" in r]
         if rows:
             self._show_progress(progress_of(rows[-1], self._total))
@@ -102,6 +106,7 @@ class RunConsole:
 
 
 def _event_text(ev: Any) -> str:
-    from logbook.cli.console_cmd import event_text
+    """The event's line, wrapped under its summary at the terminal's width (a pipe or a log gets one line)."""
+    from logbook.cli.console_cmd import event_text, stderr_width
 
-    return event_text(ev, None)
+    return event_text(ev, stderr_width())

@@ -57,7 +57,7 @@ from datetime import datetime
 from typing import Any
 
 from logbook.records.plan import plan_words
-from logbook.core.textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, signal_name
+from logbook.core.textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, is_number, signal_name
 
 STRICT_ENV = "LOGBOOK_STRICT_EVENTS"
 """Set to 1 to have `EventSink` check every event it writes (the test suite does)."""
@@ -287,6 +287,37 @@ def _sum_milestone(e: Event) -> str:
     return s
 
 
+def _sum_started(e: Event) -> str:
+    d = e.data
+    step = d.get("resumed_from_step")
+    s = f"attempt {e.rec.get('attempt', '?')} began" + (f", resuming at step {fmt_int(step)}" if step else ", from step 0")
+    workers = d.get("world_size")
+    on = f" on {d['device']}" if d.get("device") else ""
+    return s + (f", {fmt_int(workers)} worker{'' if workers == 1 else 's'}{on}" if isinstance(workers, int) else on)
+
+
+def _sum_checkpoint(e: Event) -> str:
+    d = e.data
+    s = f"step {fmt_int(e.rec.get('step'))} saved"
+    if is_number(d.get("blocking_s")):
+        s += f", training waited {fmt_duration(d['blocking_s'])}"
+    return s
+
+
+def _sum_lr_scaled(e: Event) -> str:
+    d = e.data
+    s = f"learning-rate multiplier {fmt_num(d.get('old'))} → {fmt_num(d.get('new'))}"
+    reason = str(d.get("reason") or "")
+    # The guard's reason is its whole deliberation, said by the divergence line before it: a short one only.
+    return s + (f": {reason}" if reason and len(reason) <= 60 else "") + _plan_tag(d)
+
+
+def _sum_fault(e: Event) -> str:
+    d = e.data
+    s = f"{d.get('fault', '?')} drill fired at step {fmt_int(d.get('at_step', e.rec.get('step')))}"
+    return s + (f" (x{fmt_num(d['factor'])})" if is_number(d.get("factor")) and d.get("fault") == "spike" else "")
+
+
 def _sum_outcome(e: Event) -> str:
     d = e.data
     c = d.get("counts") if isinstance(d.get("counts"), dict) else {}
@@ -324,7 +355,7 @@ _RANKS = "[{rank, node, host, pid}]"
 
 _KINDS: tuple[Kind, ...] = (
     Kind("run_started", "an attempt of a run began (config hash, world size, code snapshot)", "run started",
-         starts_attempt=True, reopens=True, run_state="running", fields=(
+         starts_attempt=True, reopens=True, run_state="running", summary=_sum_started, fields=(
              _f("config_hash", "str", "hash of the resolved config"),
              _f("config_path", "str", "the config file the run was launched with"),
              _f("world_size", "int", "number of workers"),
@@ -396,7 +427,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("traceback", "str", "the last lines of the traceback"),
          )),
     Kind("checkpoint_saved", "a checkpoint was written completely (step, path, blocking seconds)", "checkpoint saved",
-         routine=True, keeps_incident=True, goodput="checkpoint_save", fields=(
+         routine=True, keeps_incident=True, goodput="checkpoint_save", summary=_sum_checkpoint, fields=(
              _f("path", "str", "the checkpoint folder"),
              _f("blocking_s", "number", "seconds training waited"),
              _f("total_s", "number", "seconds until it was complete"),
@@ -477,7 +508,7 @@ _KINDS: tuple[Kind, ...] = (
              _PLAN,
          )),
     Kind("lr_scaled", "the learning-rate multiplier changed", "learning rate scaled",
-         lr_change=True, setting_change=True, guard="action", fields=(
+         lr_change=True, setting_change=True, guard="action", summary=_sum_lr_scaled, fields=(
              _f("old", "number", "the multiplier before", required=True),
              _f("new", "number", "the multiplier after", required=True),
              _f("factor", "number", "new / old"),
@@ -539,7 +570,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("floor_s", "number", "the timeout's floor"),
              _f("median_step_s", "number", "the median step seconds the timeout scales with"),
          )),
-    Kind("fault_injected", "a fault drill fired", "fault drill", fields=(
+    Kind("fault_injected", "a fault drill fired", "fault drill", summary=_sum_fault, fields=(
         _f("fault", "str", "the fault's kind", required=True),
         _f("at_step", "int", "the step it fired at"),
         _f("batch_id", "int", "the batch it hit"),
