@@ -83,7 +83,15 @@ _LAZY: dict[str, str] = {
 """Public name -> the module that owns it (`module:attr` where the owner's name differs)."""
 
 __all__ = ["API_VERSION", "EXIT_HANG", "EXIT_PREEMPTED", "LogbookError", "NotFoundError", "RefusedError",
-           "RunFailedError", "UsageError", "did_you_mean", "Run", "open_run", "checkpoint_advice", *_LAZY]
+           "RunFailedError", "UsageError", "did_you_mean", "Run", "open_run", "run_from_env", "checkpoint_advice",
+           "PROJECT_ENV", "RUN_ENV", "ATTEMPT_ENV", *_LAZY]
+
+PROJECT_ENV = "LOGBOOK_PROJECT"
+"""Set by `logbook run -- CMD` for the command: the logbook's repository root."""
+RUN_ENV = "LOGBOOK_RUN_ID"
+"""Set by `logbook run -- CMD`: the run the command's process belongs to."""
+ATTEMPT_ENV = "LOGBOOK_ATTEMPT"
+"""Set by `logbook run -- CMD`: the attempt (1, 2, ... across restarts) this process is."""
 
 
 def __getattr__(name: str) -> Any:
@@ -121,6 +129,8 @@ class Run:
     """Per-step scalars: every row outside git, a thinned copy committed (`log_metrics`)."""
     rank_mark: RankMark
     """This rank's mark under `.logbook/ranks/`: how a restart tells a lost rank from a stopped one."""
+    launched: bool = False
+    """True under `logbook run -- CMD`: the launcher records attempts, restarts and the end from outside."""
     _closed: bool = field(default=False, repr=False)
 
     @property
@@ -189,6 +199,37 @@ def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: i
                             keep=_keep_rule(project, record, total_steps))
     return Run(project, run_id, run_dir, record, attempt, rank, sink, metrics,
                RankMark(project.state_dir / "ranks" / run_id, rank))
+
+
+def run_from_env(run_id: str | None = None, *, project_root: Path | str | None = None,
+                 total_steps: int | None = None) -> Run:
+    """The run this process trains for: the one `logbook run -- CMD` launched it in, or one it starts itself.
+
+    Under `logbook run -- CMD`, LOGBOOK_PROJECT, LOGBOOK_RUN_ID and
+    LOGBOOK_ATTEMPT name the run and attempt (the launcher records the
+    attempts, restarts and the end from outside: `Run.launched` is True and a
+    loop emits only what happens inside training). Otherwise the run is
+    `run_id` (default: the script's name and the UTC time) in the logbook of
+    `project_root` (default: the current directory), an exploratory run whose
+    loop emits its own `run_started` and end. The rank is torchrun's (RANK),
+    so every process of a distributed job may call this and only rank 0 writes.
+    """
+    import os
+    import sys
+    import time
+
+    rank = int(os.environ.get("RANK", "0") or 0)
+    if os.environ.get(RUN_ENV):
+        attempt = int(os.environ.get(ATTEMPT_ENV, "0") or 0) or None
+        run = open_run(os.environ.get(PROJECT_ENV) or project_root or ".", os.environ[RUN_ENV], rank=rank,
+                       attempt=attempt, total_steps=total_steps)
+        run.launched = True
+        return run
+    if run_id is None:
+        script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else "run"
+        run_id = f"{''.join(c if c.isalnum() else '-' for c in script.lower()).strip('-') or 'run'}-" \
+                 f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    return open_run(project_root or ".", run_id, rank=rank, total_steps=total_steps)
 
 
 def _keep_rule(project: Project, record: RunRecord | None, total: int | None) -> Any:
