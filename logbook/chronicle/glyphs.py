@@ -88,16 +88,40 @@ def compile_pdf(project: Any, template: str, root: Path, warnings: list[str], **
     """Typst's PDF of `root/template` (beside its data.json), set in the fonts above.
 
     Each character of data.json that no font covers is named in `warnings` and,
-    through `undrawable.json` beside it, on the PDF's first page.
+    as data.json's own `undrawable` (added as its last key), on the PDF's first
+    page. The fonts sit in a folder of their own, outside the root that the
+    template can read.
     """
-    import json
+    import tempfile
 
     import typst
 
     sources = font_sources(project)
-    missing = undrawable((root / "data.json").read_text("utf-8"), sources)
+    data = root / "data.json"
+    missing = undrawable(data.read_text("utf-8"), sources)
     if missing:
         warnings.append(warning(missing))
-    (root / "undrawable.json").write_text(json.dumps(describe(missing) if missing else "", ensure_ascii=False), "utf-8")
-    return typst.compile(str(root / template), root=str(root), ignore_system_fonts=True,
-                         font_paths=[str(font_dir(sources, root / ".fonts"))], **kwargs)
+    _add_last_key(data, "undrawable", describe(missing) if missing else "")
+    with tempfile.TemporaryDirectory(prefix="logbook-fonts-") as tmp:
+        return typst.compile(str(root / template), root=str(root), ignore_system_fonts=True,
+                             font_paths=[str(font_dir(sources, Path(tmp) / "fonts"))], **kwargs)
+
+
+def _add_last_key(path: Path, key: str, value: Any) -> None:
+    """Append `"key": value` to the JSON object in `path` in place (a chronicle's data can be large: no rewrite)."""
+    import json
+
+    with open(path, "r+b") as f:
+        f.seek(0, 2)
+        end = f.tell()
+        while end > 0:
+            f.seek(end - 1)
+            last = f.read(1)
+            if not last.isspace():
+                break
+            end -= 1
+        if last != b"}":
+            raise ValueError(f"{path} does not hold a JSON object")
+        f.seek(end - 1)
+        f.truncate()
+        f.write(f', {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}}}'.encode("utf-8"))
