@@ -26,7 +26,7 @@ from trainer.checkpoint import (Checkpointer, CorruptCheckpoint, list_checkpoint
                                 verify_checkpoint)
 from trainer.checkpoint_dcp import load_into, read_model, resolve_format, start_save
 from trainer.config import config_from_dict, load_train_config
-from trainer.dist import load_full_state
+from trainer.job.dist import load_full_state
 from trainer.model import GPT
 from trainer.optim import build_optimizer
 

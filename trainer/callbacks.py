@@ -73,7 +73,7 @@ class TrainerView(Protocol):
     run_record: Any
     """The run's record (`logbook.runs.record.RunRecord`), or None when launched directly."""
     history: Any
-    """What earlier attempts left (`trainer.attempts.RunHistory`)."""
+    """What earlier attempts left (`trainer.job.attempts.RunHistory`)."""
     started_at: float
     attempt: int
     step: int

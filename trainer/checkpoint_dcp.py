@@ -45,7 +45,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
-from . import dist
+from .job import dist
 
 
 def _dcp():

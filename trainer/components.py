@@ -24,10 +24,10 @@ import torch
 
 from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunRecord
 
-from .attempts import Heartbeat, RunHistory
+from .job.attempts import Heartbeat, RunHistory
 from .callbacks import CallbackList
 from .checkpoint import Checkpointer
-from . import dist
+from .job import dist
 
 
 @dataclass

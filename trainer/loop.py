@@ -35,15 +35,15 @@ import torch
 
 from logbook.api import RunFailedError, oom_kill_count
 
-from .attempts import classify_restart
+from .job.attempts import classify_restart
 from .callbacks import LoopAction
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_hash, config_to_dict
 from .faults import InjectedFault
 from .optim import apply_hyperparams, lr_factor, qk_clip
 from .restore import checkpoint_parts, resume, rollback
-from .slurm import slurm_info
-from . import dist
+from .job.slurm import slurm_info
+from .job import dist
 from logbook.api import is_kind
 
 

@@ -26,7 +26,8 @@ from .config import config_hash, config_to_dict
 from .guard_decision import complete_rollback
 from .optim import apply_hyperparams
 from .rng import get_rng_state, set_rng_state
-from . import checkpoint_dcp, dist
+from . import checkpoint_dcp
+from .job import dist
 
 STATE_FORMAT = 1
 

@@ -29,7 +29,7 @@ import torch
 from logbook.api import RunFailedError, full_metrics_path, open_project, open_run
 
 from .advice_cb import AdviceCallback
-from .attempts import Heartbeat, RunHistory
+from .job.attempts import Heartbeat, RunHistory
 from .callbacks import Callback, CallbackList
 from .checkpoint import Checkpointer
 from .checkpoint_dcp import resolve_format, save_group
@@ -50,7 +50,7 @@ from .straggler import StragglerMonitor
 from .telemetry import Telemetry
 from .wandb_sink import WandbSink
 from .watchdog import HangWatchdog
-from . import dist
+from .job import dist
 from logbook.api import is_kind
 
 
