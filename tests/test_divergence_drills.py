@@ -17,7 +17,7 @@ from logbook.core.textfmt import fmt_num
 from logbook.records.events import iter_events
 from logbook.records.sink import read_metrics
 from trainer.callbacks import Callback
-from trainer.checkpoint import list_checkpoints
+from trainer.checkpoints.checkpoint import list_checkpoints
 from trainer.config import FaultConfig, load_train_config
 from trainer.loop import Trainer
 from trainer.startup import build_trainer

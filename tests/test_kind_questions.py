@@ -52,7 +52,7 @@ NOT_EVENT_EXPRS: dict[tuple[str, str], str] = {
     ("logbook/trust/ack.py", "f"): "a verify finding's kind, which an acknowledgement names",
     ("logbook/cli/ack_cmd.py", "f"): "a verify finding's kind, which an acknowledgement names",
     ("logbook/cli/prereg_cmd.py", "written.front"): "a preregistration file's front matter",
-    ("trainer/rng.py", "npy"): "NumPy's generator state (`kind`: the bit generator's name)",
+    ("trainer/checkpoints/rng.py", "npy"): "NumPy's generator state (`kind`: the bit generator's name)",
     ("trainer/config.py", "fault"): "a fault drill's kind (sigkill | hang | nan ...)",
 }
 

@@ -13,7 +13,7 @@ from conftest import ROOT
 from logbook.core.errors import RefusedError, RunFailedError, UsageError
 from logbook.records.events import iter_events
 from logbook.records.sink import EventSink, read_metrics
-from trainer import checkpoint as ck
+from trainer.checkpoints import checkpoint as ck
 from trainer.callbacks import Callback, LoopAction
 from trainer.config import load_train_config
 from trainer.loop import Trainer

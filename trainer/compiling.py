@@ -53,7 +53,7 @@ import torch
 from logbook.api import atomic_write_json
 
 from .precompile import PrecompiledModel, identity, precompiled_folder
-from .rng import get_rng_state, set_rng_state
+from .checkpoints.rng import get_rng_state, set_rng_state
 
 if TYPE_CHECKING:
     from .loop import Trainer

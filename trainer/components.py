@@ -26,7 +26,7 @@ from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunRec
 
 from .job.attempts import Heartbeat, RunHistory
 from .callbacks import CallbackList
-from .checkpoint import Checkpointer
+from .checkpoints.checkpoint import Checkpointer
 from .job import dist
 
 

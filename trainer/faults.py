@@ -31,7 +31,7 @@ import time
 import torch
 
 from .callbacks import Callback
-from .checkpoint import list_checkpoints
+from .checkpoints.checkpoint import list_checkpoints
 from .config import FaultConfig
 
 

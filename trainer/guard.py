@@ -25,12 +25,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .callbacks import Callback, LoopAction
-from .checkpoint import list_checkpoints, mark_keep
+from .checkpoints.checkpoint import list_checkpoints, mark_keep
 from .guard_config import GuardConfig
 from .guard_decision import Decision, Verdict
 from .guard_ladder import Guard
 from .guard_replay import label_replay, replay_check
-from .rng import get_rng_state, set_rng_state
+from .checkpoints.rng import get_rng_state, set_rng_state
 
 if TYPE_CHECKING:
     import torch

@@ -21,12 +21,12 @@ from typing import Any, Protocol
 from logbook.api import RefusedError, RunFailedError
 
 from .callbacks import LoopAction, TrainerView
-from .checkpoint import check_model_compatible
+from .checkpoints.checkpoint import check_model_compatible
 from .config import config_hash, config_to_dict
 from .guard_decision import complete_rollback
 from .optim import apply_hyperparams
-from .rng import get_rng_state, set_rng_state
-from . import checkpoint_dcp
+from .checkpoints.rng import get_rng_state, set_rng_state
+from .checkpoints import checkpoint_dcp
 from .job import dist
 
 STATE_FORMAT = 1

@@ -31,8 +31,8 @@ from logbook.api import RunFailedError, full_metrics_path, open_project, open_ru
 from .advice_cb import AdviceCallback
 from .job.attempts import Heartbeat, RunHistory
 from .callbacks import Callback, CallbackList
-from .checkpoint import Checkpointer
-from .checkpoint_dcp import resolve_format, save_group
+from .checkpoints.checkpoint import Checkpointer
+from .checkpoints.checkpoint_dcp import resolve_format, save_group
 from .compiling import CompileCache, compile_model, warm_up
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_to_dict
