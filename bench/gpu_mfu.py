@@ -31,7 +31,7 @@ from bench._result import result  # noqa: E402
 from logbook.core.accelerators import mfu, resolve_peak  # noqa: E402
 from trainer.config import load_train_config  # noqa: E402
 from trainer.model import GPT  # noqa: E402
-from trainer.telemetry import device_name  # noqa: E402
+from trainer.observe.telemetry import device_name  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:

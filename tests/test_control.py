@@ -409,7 +409,7 @@ def test_only_rank_zero_reads_files_and_writes_events(run):
 def test_live_changes_in_a_real_run_survive_a_crash_and_restart(logbook_repo):
     """Real loop: a change applied after the last checkpoint is lost with attempt 1 and applied again in attempt 2."""
     from conftest import ROOT
-    from trainer.callbacks import Callback
+    from trainer.observe.callbacks import Callback
     from trainer.config import load_train_config
     from trainer.live_control import ControlCallback
     from trainer.startup import build_trainer

@@ -16,7 +16,7 @@ from logbook.core.project import open_project
 from logbook.core.textfmt import fmt_num
 from logbook.records.events import iter_events
 from logbook.records.sink import read_metrics
-from trainer.callbacks import Callback
+from trainer.observe.callbacks import Callback
 from trainer.checkpoints.checkpoint import list_checkpoints
 from trainer.config import FaultConfig, load_train_config
 from trainer.loop import Trainer

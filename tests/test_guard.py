@@ -434,7 +434,7 @@ def test_an_abort_that_the_rule_does_not_ask_for_is_written_as_a_deviation(logbo
 @pytest.mark.slow
 def test_guard_in_a_real_training_run_skips_rolls_back_and_aborts(logbook_repo):
     """The real loop: injected spikes are caught on their step; skip, rollback (checkpoints kept), abort."""
-    from trainer.callbacks import Callback
+    from trainer.observe.callbacks import Callback
     from trainer.config import load_train_config
     from trainer.guard import GuardCallback
     from trainer.startup import build_trainer

@@ -6,12 +6,12 @@ import pytest
 from conftest import ROOT
 
 from logbook.core.errors import UsageError
-from trainer.advice_cb import advised_steps
+from trainer.observe.advice_cb import advised_steps
 from trainer.job.attempts import peer_lost
 from trainer.config import load_train_config
 from trainer.job.slurm import slurm_info
-from trainer.straggler import slowest_rank
-from trainer.watchdog import derived_timeout
+from trainer.observe.straggler import slowest_rank
+from trainer.observe.watchdog import derived_timeout
 
 
 def test_hang_timeout_follows_the_median_step_time_above_its_floor():

@@ -25,7 +25,7 @@ import torch
 from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunRecord
 
 from .job.attempts import Heartbeat, RunHistory
-from .callbacks import CallbackList
+from .observe.callbacks import CallbackList
 from .checkpoints.checkpoint import Checkpointer
 from .job import dist
 

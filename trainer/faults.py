@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from .callbacks import Callback
+from .observe.callbacks import Callback
 from .checkpoints.checkpoint import list_checkpoints
 from .config import FaultConfig
 

@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .callbacks import Callback, LoopAction
+from .observe.callbacks import Callback, LoopAction
 from .checkpoints.checkpoint import list_checkpoints, mark_keep
 from .guard_config import GuardConfig
 from .guard_decision import Decision, Verdict

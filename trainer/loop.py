@@ -36,7 +36,7 @@ import torch
 from logbook.api import RunFailedError, oom_kill_count
 
 from .job.attempts import classify_restart
-from .callbacks import LoopAction
+from .observe.callbacks import LoopAction
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_hash, config_to_dict
 from .faults import InjectedFault
@@ -70,7 +70,7 @@ class Trainer:
 
     Built by `trainer.startup.build_trainer`, which makes its components; from
     then on the trainer owns them and closes them when the attempt ends. It is
-    the `TrainerView` its callbacks see (trainer/callbacks.py): they read its
+    the `TrainerView` its callbacks see (trainer/observe/callbacks.py): they read its
     fields and act through its methods (`set_lr_scale`, `apply_optimizer_config`,
     `forward_backward`, `mark_drill`, `note_synced`, `emit`).
     """

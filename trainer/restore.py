@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from logbook.api import RefusedError, RunFailedError
 
-from .callbacks import LoopAction, TrainerView
+from .observe.callbacks import LoopAction, TrainerView
 from .checkpoints.checkpoint import check_model_compatible
 from .config import config_hash, config_to_dict
 from .guard_decision import complete_rollback

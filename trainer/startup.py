@@ -28,9 +28,9 @@ import torch
 
 from logbook.api import RunFailedError, full_metrics_path, open_project, open_run
 
-from .advice_cb import AdviceCallback
+from .observe.advice_cb import AdviceCallback
 from .job.attempts import Heartbeat, RunHistory
-from .callbacks import Callback, CallbackList
+from .observe.callbacks import Callback, CallbackList
 from .checkpoints.checkpoint import Checkpointer
 from .checkpoints.checkpoint_dcp import resolve_format, save_group
 from .compiling import CompileCache, compile_model, warm_up
@@ -42,14 +42,14 @@ from .guard import GuardCallback
 from .guard_plan import guard_from_plan
 from .live_control import ControlCallback
 from .loop import Trainer
-from .milestones_cb import MilestoneNotes
+from .observe.milestones_cb import MilestoneNotes
 from .model import GPT
 from .optim import build_optimizer
-from .progress import ProgressReporter
-from .straggler import StragglerMonitor
-from .telemetry import Telemetry
-from .wandb_sink import WandbSink
-from .watchdog import HangWatchdog
+from .observe.progress import ProgressReporter
+from .observe.straggler import StragglerMonitor
+from .observe.telemetry import Telemetry
+from .observe.wandb_sink import WandbSink
+from .observe.watchdog import HangWatchdog
 from .job import dist
 from logbook.api import is_kind
 

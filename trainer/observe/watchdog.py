@@ -17,7 +17,7 @@ import time
 from collections import deque
 
 from .callbacks import Callback
-from . import EXIT_HANG
+from .. import EXIT_HANG
 
 _WINDOW = 64  # recent step times the median is taken over
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from .checkpoints.checkpoint import Checkpointer, SaveResult
+    from ..checkpoints.checkpoint import Checkpointer, SaveResult
 
 
 @dataclass

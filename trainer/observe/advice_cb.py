@@ -22,7 +22,7 @@ from typing import Any
 from logbook.api import checkpoint_advice, format_duration
 
 from .callbacks import Callback
-from .job import dist
+from ..job import dist
 
 _MIN_STEPS_MEASURED = 5
 _HYSTERESIS = 0.2
