@@ -35,9 +35,9 @@ from bench._result import result  # noqa: E402
 from trainer.config import ModelConfig, OptimConfig, ScheduleConfig  # noqa: E402
 from trainer.live_control import ControlChannel  # noqa: E402
 from trainer.data import stdlib_files  # noqa: E402
-from trainer.guard import metrics_to_floats  # noqa: E402
-from trainer.guard_config import GuardConfig  # noqa: E402
-from trainer.guard_ladder import Guard  # noqa: E402
+from trainer.guard.callback import metrics_to_floats  # noqa: E402
+from trainer.guard.config import GuardConfig  # noqa: E402
+from trainer.guard.ladder import Guard  # noqa: E402
 from trainer.model import GPT  # noqa: E402
 from trainer.optim import build_optimizer, lr_factor  # noqa: E402
 

@@ -18,8 +18,8 @@ from logbook.records.events import iter_events
 from logbook.records.sink import EventSink
 from trainer.config import TrainConfig
 from trainer.live_control import ControlChannel
-from trainer.guard_config import GuardConfig
-from trainer.guard_ladder import Guard
+from trainer.guard.config import GuardConfig
+from trainer.guard.ladder import Guard
 
 
 @dataclass

@@ -33,7 +33,7 @@ REGISTRY = "logbook/records/eventschema.py"
 NOT_EVENTS: dict[str, str] = {
     "logbook/records/plan.py": "guard and contingency actions ({kind: skip | rollback | lr_scale ...}), not events",
     "logbook/records/contingency.py": "contingency rules' triggers and actions, not events",
-    "trainer/guard_plan.py": "contingency triggers and actions, keyed by the action's kind",
+    "trainer/guard/plan.py": "contingency triggers and actions, keyed by the action's kind",
     "trainer/faults.py": "fault drills (`Fault.kind`: sigkill | hang | nan ...), not events",
 }
 

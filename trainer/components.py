@@ -134,7 +134,7 @@ class TrainParts:
     progress: Any = None
     """The `ProgressReporter` among the callbacks, told of evaluations (None off rank 0)."""
     guard_from_plan: list[str] = field(default_factory=list)
-    """Guard settings the contingency plan set (trainer/guard_plan.py), as `run_started` records them."""
+    """Guard settings the contingency plan set (trainer/guard/plan.py), as `run_started` records them."""
 
     def close(self) -> None:
         try:

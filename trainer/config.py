@@ -26,7 +26,7 @@ from logbook.api import UsageError, did_you_mean, load_training_config, load_yam
 
 # These sections are defined beside the components they configure; the
 # modules keep torch imports inside functions, so this file stays torch-free.
-from .guard_config import GuardConfig
+from .guard.config import GuardConfig
 from .observe.straggler import StragglerConfig
 from .observe.telemetry import TelemetryConfig
 from .observe.wandb_sink import WandbConfig

@@ -38,8 +38,8 @@ from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_to_dict
 from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
-from .guard import GuardCallback
-from .guard_plan import guard_from_plan
+from .guard.callback import GuardCallback
+from .guard.plan import guard_from_plan
 from .live_control import ControlCallback
 from .loop import Trainer
 from .observe.milestones_cb import MilestoneNotes
@@ -161,7 +161,7 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
                                 emit=_checkpoint_emitter(book, drills), writer=info.rank == 0, format=fmt,
                                 group=save_group() if fmt == "dcp" else None)
     rules = _contingency_rules(book)
-    # The guard does what the plan promised (trainer/guard_plan.py); the same on every attempt, so the
+    # The guard does what the plan promised (trainer/guard/plan.py); the same on every attempt, so the
     # config a checkpoint saved and this one agree.
     cfg.guard, planned = guard_from_plan(cfg.guard, rules)
     cfg.guard.validate("guard (as the contingency plan sets it)")
