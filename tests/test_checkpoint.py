@@ -12,7 +12,7 @@ from logbook.core.errors import RefusedError
 from trainer.checkpoints import checkpoint as ck
 from trainer.checkpoints.checkpoint import Checkpointer, check_model_compatible, list_checkpoints, mark_keep, read_checkpoint
 from trainer.config import ModelConfig
-from trainer.model import GPT
+from trainer.nn.model import GPT
 
 
 @pytest.fixture(autouse=True)

@@ -384,8 +384,8 @@ def test_mixture_weights_change_through_the_data_hook(run):
 
 def test_applying_the_optimizer_config_pushes_live_values_into_the_parameter_groups():
     from trainer.config import ModelConfig
-    from trainer.model import GPT
-    from trainer.optim import apply_hyperparams, build_optimizer
+    from trainer.nn.model import GPT
+    from trainer.nn.optim import apply_hyperparams, build_optimizer
 
     cfg = Config()
     cfg.model = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8)

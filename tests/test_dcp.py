@@ -27,8 +27,8 @@ from trainer.checkpoints.checkpoint import (Checkpointer, CorruptCheckpoint, lis
 from trainer.checkpoints.checkpoint_dcp import load_into, read_model, resolve_format, start_save
 from trainer.config import config_from_dict, load_train_config
 from trainer.job.dist import load_full_state
-from trainer.model import GPT
-from trainer.optim import build_optimizer
+from trainer.nn.model import GPT
+from trainer.nn.optim import build_optimizer
 
 FSDP = ["train.parallel=fsdp"]
 ROOT = Path(__file__).resolve().parents[1]

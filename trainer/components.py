@@ -120,13 +120,13 @@ class TrainParts:
     """What the attempt trains with."""
 
     data: Any
-    """The `DataStream` (trainer/data.py)."""
+    """The `DataStream` (trainer/nn/data.py)."""
     raw_model: Any
-    """The `GPT` itself (trainer/model.py), for state dicts, QK-clip and evaluation."""
+    """The `GPT` itself (trainer/nn/model.py), for state dicts, QK-clip and evaluation."""
     model: Any
     """What the step calls: `raw_model`, compiled and/or wrapped for DDP."""
     optimizer: Any
-    """The `CombinedOptimizer` (trainer/optim.py)."""
+    """The `CombinedOptimizer` (trainer/nn/optim.py)."""
     checkpointer: Checkpointer
     callbacks: CallbackList
     compile_cache: Any = None

@@ -40,7 +40,7 @@ from .observe.callbacks import LoopAction
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_hash, config_to_dict
 from .faults import InjectedFault
-from .optim import apply_hyperparams, lr_factor, qk_clip
+from .nn.optim import apply_hyperparams, lr_factor, qk_clip
 from .restore import checkpoint_parts, resume, rollback
 from .job.slurm import slurm_info
 from .job import dist
@@ -119,7 +119,7 @@ class Trainer:
         self.compile_s = 0.0
         """Seconds spent compiling the training step before the first step (train.compile)."""
         self.compile_graphs: dict[str, str] = {}
-        """How the warm-up readied each graph of the step: loaded, compiled or traced (trainer/precompile.py)."""
+        """How the warm-up readied each graph of the step: loaded, compiled or traced (trainer/nn/precompile.py)."""
         self._log_mark = (time.perf_counter(), 0)
         self.callbacks.attach(self)
 

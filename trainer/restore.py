@@ -24,7 +24,7 @@ from .observe.callbacks import LoopAction, TrainerView
 from .checkpoints.checkpoint import check_model_compatible
 from .config import config_hash, config_to_dict
 from .guard.decision import complete_rollback
-from .optim import apply_hyperparams
+from .nn.optim import apply_hyperparams
 from .checkpoints.rng import get_rng_state, set_rng_state
 from .checkpoints import checkpoint_dcp
 from .job import dist

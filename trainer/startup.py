@@ -36,15 +36,15 @@ from .checkpoints.checkpoint_dcp import resolve_format, save_group
 from .compiling import CompileCache, compile_model, warm_up
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_to_dict
-from .data import DataStream, load_corpus
+from .nn.data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard.callback import GuardCallback
 from .guard.plan import guard_from_plan
 from .live_control import ControlCallback
 from .loop import Trainer
 from .observe.milestones_cb import MilestoneNotes
-from .model import GPT
-from .optim import build_optimizer
+from .nn.model import GPT
+from .nn.optim import build_optimizer
 from .observe.progress import ProgressReporter
 from .observe.straggler import StragglerMonitor
 from .observe.telemetry import Telemetry
