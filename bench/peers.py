@@ -398,7 +398,7 @@ def profile_step(checkout: Path, compiled: bool = False, steps: int = 10, rows: 
                         opt.step(), opt.zero_grad(set_to_none=True))
         for _ in range(3):
             step()
-        # As the trainer does once it has started (trainer/prewarm.py): else a full collection of the
+        # As the trainer does once it has started (trainer/launch/prewarm.py): else a full collection of the
         # compiler's objects lands inside one operator of the profile, a fifth of a second.
         gc.collect()
         gc.freeze()

@@ -3,7 +3,7 @@
 A compiled run that is killed would otherwise compile again on every restart
 (tens of seconds on a CPU, minutes for a large model on a GPU), in the
 middle of the downtime the run is trying to keep short. These keep it to
-once per run (and `trainer/prewarm.py` does the imports and start-up checks
+once per run (and `trainer/launch/prewarm.py` does the imports and start-up checks
 once per launch, in the fork server the workers come from):
 
 - `compile_model` wraps the model in a `PrecompiledModel`

@@ -489,9 +489,9 @@ def torchrun_command(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str
     rec = plan.record
     endpoint = rdzv.endpoint or f"127.0.0.1:{_free_port()}"
     return [
-        # The trainer's module runs under trainer.agent (torchrun with workers forked
+        # The trainer's module runs under trainer.launch.agent (torchrun with workers forked
         # warm from a fork server, see there); a script runs under torchrun itself.
-        sys.executable, "-m", "torch.distributed.run" if entry.endswith(".py") else "trainer.agent",
+        sys.executable, "-m", "torch.distributed.run" if entry.endswith(".py") else "trainer.launch.agent",
         "--nproc-per-node", str(rec.nproc), "--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
         "--max-restarts", str(rec.max_restarts),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv.rdzv_id or rec.run_id,
