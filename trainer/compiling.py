@@ -52,8 +52,8 @@ import torch
 
 from logbook.api import atomic_write_json
 
-from .nn.precompile import PrecompiledModel, identity, precompiled_folder
 from .checkpoints.rng import get_rng_state, set_rng_state
+from .nn.precompile import PrecompiledModel, identity, precompiled_folder
 
 if TYPE_CHECKING:
     from .loop import Trainer

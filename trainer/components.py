@@ -24,10 +24,10 @@ import torch
 
 from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunRecord
 
-from .job.attempts import Heartbeat, RunHistory
-from .observe.callbacks import CallbackList
 from .checkpoints.checkpoint import Checkpointer
 from .job import dist
+from .job.attempts import Heartbeat, RunHistory
+from .observe.callbacks import CallbackList
 
 
 @dataclass

@@ -35,15 +35,15 @@ import torch
 
 from logbook.api import RunFailedError, oom_kill_count
 
-from .job.attempts import classify_restart
-from .observe.callbacks import LoopAction
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_hash, config_to_dict
 from .faults import InjectedFault
-from .nn.optim import apply_hyperparams, lr_factor, qk_clip
-from .restore import checkpoint_parts, resume, rollback
-from .job.slurm import slurm_info
 from .job import dist
+from .job.attempts import classify_restart
+from .job.slurm import slurm_info
+from .nn.optim import apply_hyperparams, lr_factor, qk_clip
+from .observe.callbacks import LoopAction
+from .restore import checkpoint_parts, resume, rollback
 from logbook.api import is_kind
 
 

@@ -20,14 +20,14 @@ from typing import Any, Protocol
 
 from logbook.api import RefusedError, RunFailedError
 
-from .observe.callbacks import LoopAction, TrainerView
+from .checkpoints import checkpoint_dcp
 from .checkpoints.checkpoint import check_model_compatible
+from .checkpoints.rng import get_rng_state, set_rng_state
 from .config import config_hash, config_to_dict
 from .guard.decision import complete_rollback
-from .nn.optim import apply_hyperparams
-from .checkpoints.rng import get_rng_state, set_rng_state
-from .checkpoints import checkpoint_dcp
 from .job import dist
+from .nn.optim import apply_hyperparams
+from .observe.callbacks import LoopAction, TrainerView
 
 STATE_FORMAT = 1
 

@@ -28,29 +28,29 @@ import torch
 
 from logbook.api import RunFailedError, full_metrics_path, open_project, open_run
 
-from .observe.advice_cb import AdviceCallback
-from .job.attempts import Heartbeat, RunHistory
-from .observe.callbacks import Callback, CallbackList
 from .checkpoints.checkpoint import Checkpointer
 from .checkpoints.checkpoint_dcp import resolve_format, save_group
 from .compiling import CompileCache, compile_model, warm_up
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_to_dict
-from .nn.data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard.callback import GuardCallback
 from .guard.plan import guard_from_plan
+from .job import dist
+from .job.attempts import Heartbeat, RunHistory
 from .live_control import ControlCallback
 from .loop import Trainer
-from .observe.milestones_cb import MilestoneNotes
+from .nn.data import DataStream, load_corpus
 from .nn.model import GPT
 from .nn.optim import build_optimizer
+from .observe.advice_cb import AdviceCallback
+from .observe.callbacks import Callback, CallbackList
+from .observe.milestones_cb import MilestoneNotes
 from .observe.progress import ProgressReporter
 from .observe.straggler import StragglerMonitor
 from .observe.telemetry import Telemetry
 from .observe.wandb_sink import WandbSink
 from .observe.watchdog import HangWatchdog
-from .job import dist
 from logbook.api import is_kind
 
 

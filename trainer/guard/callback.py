@@ -24,13 +24,13 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..observe.callbacks import Callback, LoopAction
 from ..checkpoints.checkpoint import list_checkpoints, mark_keep
+from ..checkpoints.rng import get_rng_state, set_rng_state
+from ..observe.callbacks import Callback, LoopAction
 from .config import GuardConfig
 from .decision import Decision, Verdict
 from .ladder import Guard
 from .replay import label_replay, replay_check
-from ..checkpoints.rng import get_rng_state, set_rng_state
 
 if TYPE_CHECKING:
     import torch

@@ -16,8 +16,8 @@ import threading
 import time
 from collections import deque
 
-from .callbacks import Callback
 from .. import EXIT_HANG
+from .callbacks import Callback
 
 _WINDOW = 64  # recent step times the median is taken over
 
