@@ -10,7 +10,8 @@ import torch
 
 from logbook.core.errors import RefusedError
 from trainer.checkpoints import checkpoint as ck
-from trainer.checkpoints.checkpoint import Checkpointer, check_model_compatible, list_checkpoints, mark_keep, read_checkpoint
+from trainer.checkpoints.checkpoint import (Checkpointer, check_model_compatible, list_checkpoints, mark_keep,
+                                            read_checkpoint)
 from trainer.config import ModelConfig
 from trainer.nn.model import GPT
 

@@ -22,8 +22,8 @@ from logbook.core.project import open_project
 from logbook.launch.launcher import launch_run
 from logbook.records.sink import read_metrics
 from logbook.core.errors import UsageError
-from trainer.checkpoints.checkpoint import (Checkpointer, CorruptCheckpoint, list_checkpoints, read_checkpoint, seal_dcp,
-                                verify_checkpoint)
+from trainer.checkpoints.checkpoint import (Checkpointer, CorruptCheckpoint, list_checkpoints, read_checkpoint,
+                                            seal_dcp, verify_checkpoint)
 from trainer.checkpoints.checkpoint_dcp import load_into, read_model, resolve_format, start_save
 from trainer.config import config_from_dict, load_train_config
 from trainer.job.dist import load_full_state
