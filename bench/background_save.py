@@ -30,11 +30,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._result import result  # noqa: E402
-from trainer.checkpoint import Checkpointer  # noqa: E402
+from trainer.checkpoints.checkpoint import Checkpointer  # noqa: E402
 from trainer.config import ModelConfig, OptimConfig  # noqa: E402
-from trainer.model import GPT  # noqa: E402
-from trainer.optim import build_optimizer  # noqa: E402
-from trainer.rng import get_rng_state  # noqa: E402
+from trainer.nn.model import GPT  # noqa: E402
+from trainer.nn.optim import build_optimizer  # noqa: E402
+from trainer.checkpoints.rng import get_rng_state  # noqa: E402
 
 GOAL = 0.2
 

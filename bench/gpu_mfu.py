@@ -6,7 +6,7 @@ and the output says plainly that it measured the CPU. Tokens are uniform
 random ids, so nothing is downloaded and the data path costs nothing: this is
 the model and optimizer alone, an upper bound on what the trainer can reach.
 
-MFU = tokens/s x flops-per-token (6N + 12 L T d, trainer.model) / peak, the
+MFU = tokens/s x flops-per-token (6N + 12 L T d, trainer.nn.model) / peak, the
 peak from logbook/core/accelerators.py for the device, or `--peak-tflops`. The
 CPU has no entry in that table, so its MFU is reported as unknown unless a
 peak is given.
@@ -30,8 +30,8 @@ import torch  # noqa: E402
 from bench._result import result  # noqa: E402
 from logbook.core.accelerators import mfu, resolve_peak  # noqa: E402
 from trainer.config import load_train_config  # noqa: E402
-from trainer.model import GPT  # noqa: E402
-from trainer.telemetry import device_name  # noqa: E402
+from trainer.nn.model import GPT  # noqa: E402
+from trainer.observe.telemetry import device_name  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:

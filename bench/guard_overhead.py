@@ -1,6 +1,6 @@
 """Cost of the divergence guard and live control per training step, and how fast a spike is caught.
 
-A small GPT (trainer.model) trains on bytes of the Python standard library
+A small GPT (trainer.nn.model) trains on bytes of the Python standard library
 with the schedule of configs/tiny-cpu.yaml (peak 3e-3, 20 warm-up steps, cosine).
 Steps alternate between "off" (forward, backward, clip, update: no host sync
 at all) and "on" (the same, plus the guard's single host sync for loss and
@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._result import result  # noqa: E402
 from trainer.config import ModelConfig, OptimConfig, ScheduleConfig  # noqa: E402
 from trainer.live_control import ControlChannel  # noqa: E402
-from trainer.data import stdlib_files  # noqa: E402
-from trainer.guard import metrics_to_floats  # noqa: E402
-from trainer.guard_config import GuardConfig  # noqa: E402
-from trainer.guard_ladder import Guard  # noqa: E402
-from trainer.model import GPT  # noqa: E402
-from trainer.optim import build_optimizer, lr_factor  # noqa: E402
+from trainer.nn.data import stdlib_files  # noqa: E402
+from trainer.guard.callback import metrics_to_floats  # noqa: E402
+from trainer.guard.config import GuardConfig  # noqa: E402
+from trainer.guard.ladder import Guard  # noqa: E402
+from trainer.nn.model import GPT  # noqa: E402
+from trainer.nn.optim import build_optimizer, lr_factor  # noqa: E402
 
 GOAL_OVERHEAD = 0.01
 

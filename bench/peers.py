@@ -68,7 +68,7 @@ GOALS = {("nanogpt", False, False): 1.0, ("nanogpt", True, False): 1.2, ("nanogp
 def stdlib_bytes() -> np.ndarray:
     """The training bytes the project's stdlib source yields (8 MB, the tiny config's)."""
     from trainer.config import load_train_config
-    from trainer.data import load_corpus
+    from trainer.nn.data import load_corpus
 
     cfg = load_train_config(ROOT / "configs" / "tiny-cpu.yaml", [])
     return load_corpus(cfg.data.sources[0], ROOT, cfg.data).train
@@ -335,8 +335,8 @@ def project_step_parts(stabilisers: bool = True):
     import torch
 
     from trainer.config import load_train_config
-    from trainer.model import GPT
-    from trainer.optim import build_optimizer
+    from trainer.nn.model import GPT
+    from trainer.nn.optim import build_optimizer
 
     s = SHAPE
     shape = [f"model.n_layer={s['layers']}", f"model.n_head={s['heads']}", f"model.n_embd={s['width']}",
@@ -398,7 +398,7 @@ def profile_step(checkout: Path, compiled: bool = False, steps: int = 10, rows: 
                         opt.step(), opt.zero_grad(set_to_none=True))
         for _ in range(3):
             step()
-        # As the trainer does once it has started (trainer/prewarm.py): else a full collection of the
+        # As the trainer does once it has started (trainer/launch/prewarm.py): else a full collection of the
         # compiler's objects lands inside one operator of the profile, a fifth of a second.
         gc.collect()
         gc.freeze()

@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._result import result  # noqa: E402
-from trainer.callbacks import Callback  # noqa: E402
+from trainer.observe.callbacks import Callback  # noqa: E402
 from trainer.config import load_train_config  # noqa: E402
 from trainer.startup import build_trainer  # noqa: E402
-from trainer.telemetry import Telemetry, TelemetryConfig  # noqa: E402
+from trainer.observe.telemetry import Telemetry, TelemetryConfig  # noqa: E402
 
 GOAL = 0.01
 clock = time.perf_counter

@@ -35,10 +35,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._result import result  # noqa: E402
-from trainer.callbacks import Callback  # noqa: E402
+from trainer.observe.callbacks import Callback  # noqa: E402
 from trainer.config import TrainConfig, load_train_config  # noqa: E402
-from trainer.model import GPT  # noqa: E402
-from trainer.optim import build_optimizer, lr_factor  # noqa: E402
+from trainer.nn.model import GPT  # noqa: E402
+from trainer.nn.optim import build_optimizer, lr_factor  # noqa: E402
 from trainer.startup import build_trainer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -96,7 +96,7 @@ def _signal_at_step(lab: Lab, run: str, proc: subprocess.Popen, attempt: int, st
     machine a step can be reached before the save behind it is done; waiting
     for it keeps "what must survive" well defined.
     """
-    from trainer.checkpoint import list_checkpoints
+    from trainer.checkpoints.checkpoint import list_checkpoints
 
     def newest() -> int:
         found = list_checkpoints(lab.ckpt_dir(run))

@@ -119,14 +119,14 @@ class Lab:
         return {r["step"]: r["loss"] for r in read_metrics(self.run_dir(run)) if "loss" in r}
 
     def final_weights(self, run: str, step: int):
-        from trainer.checkpoint_dcp import read_model  # either format: DCP where more than one rank saved
+        from trainer.checkpoints.checkpoint_dcp import read_model  # either format: DCP where more than one rank saved
 
         return read_model(self.ckpt_dir(run) / f"step_{step:06d}")
 
 
 def complete_checkpoints(ckpt_dir: Path) -> dict[int, str]:
     """step -> "ok" or the reason it fails its manifest, for every folder with a COMPLETE marker."""
-    from trainer.checkpoint import CorruptCheckpoint, list_checkpoints, verify_checkpoint
+    from trainer.checkpoints.checkpoint import CorruptCheckpoint, list_checkpoints, verify_checkpoint
 
     out = {}
     for step, path in list_checkpoints(ckpt_dir):

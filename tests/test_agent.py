@@ -1,4 +1,4 @@
-"""`trainer.agent`: torchrun whose trainer workers are forked from one warm fork server.
+"""`trainer.launch.agent`: torchrun whose trainer workers are forked from one warm fork server.
 
 A real `logbook run` with a SIGKILL drill: the restarted attempt's worker is
 a new process forked by the same server as the first, named for its rank,
@@ -82,13 +82,13 @@ def test_a_restarted_attempt_is_forked_by_the_same_warm_server_and_resumes(tmp_p
                if b"multiprocessing.forkserver" in parent[1] and parent[0] not in seen}
     assert len(workers) == 2, seen
     ((server, cmdline),) = set(workers.values())
-    assert b"trainer.prewarm" in cmdline
+    assert b"trainer.launch.prewarm" in cmdline
 
 
 def test_the_fork_server_leaves_no_thread_gpu_context_or_setting_behind_and_keeps_the_cpu_checks(tmp_path):
     probe = (
         "import os, threading, json\n"
-        "import trainer.prewarm\n"
+        "import trainer.launch.prewarm\n"
         "import torch, torch._inductor.config as c\n"
         "from torch._inductor import cpu_vec_isa\n"
         "import gc\n"
@@ -111,7 +111,7 @@ def test_the_fork_server_leaves_no_thread_gpu_context_or_setting_behind_and_keep
 
 def test_a_worker_exits_with_the_trainers_exit_code(tmp_path):
     missing = tmp_path / "missing.yaml"
-    res = subprocess.run([sys.executable, "-c", "import sys; from trainer.agent import train_worker; "
+    res = subprocess.run([sys.executable, "-c", "import sys; from trainer.launch.agent import train_worker; "
                           "train_worker('--print-config', sys.argv[1])", str(missing)],
                          env=Lab(tmp_path, tmp_path).env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
@@ -130,7 +130,7 @@ def test_a_worker_whose_agent_is_killed_outright_saves_and_stops_instead_of_trai
             assert time.monotonic() < deadline and launcher.poll() is None, "the run never started"
             time.sleep(0.2)
         procs = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in descendants(launcher.pid)}
-        (agent,) = [pid for pid, cmd in procs.items() if b"trainer.agent" in cmd.split(b"\0")]
+        (agent,) = [pid for pid, cmd in procs.items() if b"trainer.launch.agent" in cmd.split(b"\0")]
         (worker,) = [pid for pid in procs if Path(f"/proc/{pid}/comm").read_text().strip() == "trainer-r0"]
         os.kill(agent, signal.SIGKILL)  # the agent alone, as an OOM killer might pick it
         deadline = time.monotonic() + 120

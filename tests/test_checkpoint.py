@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from logbook.core.errors import RefusedError
-from trainer import checkpoint as ck
-from trainer.checkpoint import Checkpointer, check_model_compatible, list_checkpoints, mark_keep, read_checkpoint
+from trainer.checkpoints import checkpoint as ck
+from trainer.checkpoints.checkpoint import (Checkpointer, check_model_compatible, list_checkpoints, mark_keep,
+                                            read_checkpoint)
 from trainer.config import ModelConfig
-from trainer.model import GPT
+from trainer.nn.model import GPT
 
 
 @pytest.fixture(autouse=True)

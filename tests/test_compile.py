@@ -167,7 +167,7 @@ def test_a_stored_torch_key_is_used_only_while_the_installed_torch_is_unchanged(
 @pytest.mark.parametrize("z_loss", [0.0, 1e-4])
 def test_the_compiled_model_gives_the_eager_gradients_with_and_without_a_z_loss(z_loss):
     from trainer.config import load_train_config
-    from trainer.model import GPT
+    from trainer.nn.model import GPT
 
     cfg = load_train_config(MICRO, [f"model.z_loss={z_loss}"]).model
     torch.manual_seed(0)

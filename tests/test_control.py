@@ -18,8 +18,8 @@ from logbook.records.events import iter_events
 from logbook.records.sink import EventSink
 from trainer.config import TrainConfig
 from trainer.live_control import ControlChannel
-from trainer.guard_config import GuardConfig
-from trainer.guard_ladder import Guard
+from trainer.guard.config import GuardConfig
+from trainer.guard.ladder import Guard
 
 
 @dataclass
@@ -384,8 +384,8 @@ def test_mixture_weights_change_through_the_data_hook(run):
 
 def test_applying_the_optimizer_config_pushes_live_values_into_the_parameter_groups():
     from trainer.config import ModelConfig
-    from trainer.model import GPT
-    from trainer.optim import apply_hyperparams, build_optimizer
+    from trainer.nn.model import GPT
+    from trainer.nn.optim import apply_hyperparams, build_optimizer
 
     cfg = Config()
     cfg.model = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8)
@@ -409,7 +409,7 @@ def test_only_rank_zero_reads_files_and_writes_events(run):
 def test_live_changes_in_a_real_run_survive_a_crash_and_restart(logbook_repo):
     """Real loop: a change applied after the last checkpoint is lost with attempt 1 and applied again in attempt 2."""
     from conftest import ROOT
-    from trainer.callbacks import Callback
+    from trainer.observe.callbacks import Callback
     from trainer.config import load_train_config
     from trainer.live_control import ControlCallback
     from trainer.startup import build_trainer

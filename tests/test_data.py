@@ -8,7 +8,7 @@ import torch
 
 from logbook.core.errors import RefusedError, UsageError
 from trainer.config import DataConfig, PhaseConfig, SourceConfig
-from trainer.data import Corpus, DataStream, load_corpus, stdlib_files
+from trainer.nn.data import Corpus, DataStream, load_corpus, stdlib_files
 
 
 def _corpus(name: str, fill: int, n: int = 4000) -> Corpus:

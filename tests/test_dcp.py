@@ -22,13 +22,13 @@ from logbook.core.project import open_project
 from logbook.launch.launcher import launch_run
 from logbook.records.sink import read_metrics
 from logbook.core.errors import UsageError
-from trainer.checkpoint import (Checkpointer, CorruptCheckpoint, list_checkpoints, read_checkpoint, seal_dcp,
-                                verify_checkpoint)
-from trainer.checkpoint_dcp import load_into, read_model, resolve_format, start_save
+from trainer.checkpoints.checkpoint import (Checkpointer, CorruptCheckpoint, list_checkpoints, read_checkpoint,
+                                            seal_dcp, verify_checkpoint)
+from trainer.checkpoints.checkpoint_dcp import load_into, read_model, resolve_format, start_save
 from trainer.config import config_from_dict, load_train_config
-from trainer.dist import load_full_state
-from trainer.model import GPT
-from trainer.optim import build_optimizer
+from trainer.job.dist import load_full_state
+from trainer.nn.model import GPT
+from trainer.nn.optim import build_optimizer
 
 FSDP = ["train.parallel=fsdp"]
 ROOT = Path(__file__).resolve().parents[1]

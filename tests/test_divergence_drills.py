@@ -16,8 +16,8 @@ from logbook.core.project import open_project
 from logbook.core.textfmt import fmt_num
 from logbook.records.events import iter_events
 from logbook.records.sink import read_metrics
-from trainer.callbacks import Callback
-from trainer.checkpoint import list_checkpoints
+from trainer.observe.callbacks import Callback
+from trainer.checkpoints.checkpoint import list_checkpoints
 from trainer.config import FaultConfig, load_train_config
 from trainer.loop import Trainer
 from trainer.startup import build_trainer
@@ -188,7 +188,7 @@ def test_a_live_lr_scale_from_logbook_set_survives_a_sigkill_and_a_rejected_requ
     from logbook.launch.change_requests import processed_dir, submit_change
     from logbook.core.project import open_project
     from trainer.config import ScheduleConfig
-    from trainer.optim import lr_factor
+    from trainer.nn.optim import lr_factor
 
     cfg_path = micro_config(logbook_repo, steps=40, every=4, faults=[{"kind": "sigkill", "step": 6}])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

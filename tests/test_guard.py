@@ -19,12 +19,12 @@ from logbook.core.errors import RunFailedError, UsageError
 from logbook.records.contingency import ACTION_KINDS, parse_rule
 from logbook.records.events import iter_events
 from trainer.config import load_train_config
-from trainer.guard import GuardCallback, checkpoints_to_keep, metrics_to_floats
-from trainer.guard_config import GuardConfig
-from trainer.guard_decision import Verdict
-from trainer.guard_detector import MAD_TO_SIGMA, judged_form, robust_stats, spike_signal
-from trainer.guard_ladder import Guard, agree
-from trainer.guard_replay import replay_check
+from trainer.guard.callback import GuardCallback, checkpoints_to_keep, metrics_to_floats
+from trainer.guard.config import GuardConfig
+from trainer.guard.decision import Verdict
+from trainer.guard.detector import MAD_TO_SIGMA, judged_form, robust_stats, spike_signal
+from trainer.guard.ladder import Guard, agree
+from trainer.guard.replay import replay_check
 
 MICRO = ROOT / "configs" / "micro-test.yaml"
 GUARD_KINDS = ("divergence_detected", "step_skipped", "rollback", "lr_scaled", "run_aborted")
@@ -434,9 +434,9 @@ def test_an_abort_that_the_rule_does_not_ask_for_is_written_as_a_deviation(logbo
 @pytest.mark.slow
 def test_guard_in_a_real_training_run_skips_rolls_back_and_aborts(logbook_repo):
     """The real loop: injected spikes are caught on their step; skip, rollback (checkpoints kept), abort."""
-    from trainer.callbacks import Callback
+    from trainer.observe.callbacks import Callback
     from trainer.config import load_train_config
-    from trainer.guard import GuardCallback
+    from trainer.guard.callback import GuardCallback
     from trainer.startup import build_trainer
 
     class InjectSpikes(Callback):

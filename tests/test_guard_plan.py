@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from logbook.records.contingency import parse_rule
-from trainer.guard_config import GuardConfig
-from trainer.guard_plan import guard_from_plan
+from trainer.guard.config import GuardConfig
+from trainer.guard.plan import guard_from_plan
 
 
 def _rules(*texts: str) -> list[dict]:

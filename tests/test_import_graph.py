@@ -4,8 +4,8 @@ trainer/ reaches the logbook through one seam, `logbook.api`, and nothing else.
 
 Every import counts: at module level, inside functions, and under
 `if TYPE_CHECKING` (a type-only cycle still means two modules that cannot be
-read, or moved, one without the other). logbook/ is also layered by folder:
-each subpackage imports only those below it, as docs/architecture.md draws.
+read, or moved, one without the other). logbook/ and trainer/ are also layered
+by folder: each subpackage imports only those below it, as docs/architecture.md draws.
 """
 
 from __future__ import annotations
@@ -80,6 +80,33 @@ def _layer(module: str) -> int:
     return LOGBOOK_LAYERS.index(sub) if sub in LOGBOOK_LAYERS else len(LOGBOOK_LAYERS)
 
 
+TRAINER_LAYERS = ("job", "checkpoints", "observe", "guard", "config", "nn", "core", "launch")
+"""trainer/'s parts, lowest first: its rooms (subpackages), `config` for trainer/config.py and `core` for the other
+modules at its top. config.py gathers every room's config section (the guard's, the observers') into one
+`TrainConfig`, and the model, data and optimizer read theirs from it, so it sits between guard/ and nn/; the rest
+of the core puts the rooms together into an attempt, and launch/ runs that attempt (`python -m trainer`).
+The package's own `__init__.py` (exit codes, imported from logbook.api) sits below them all."""
+TRAINER_CORE = ("__init__.py", "__main__.py", "config.py", "loop.py", "restore.py", "components.py", "faults.py",
+                "live_control.py", "compiling.py", "startup.py")
+"""The modules at trainer/'s top: the attempt itself, which reads every room. restore.py puts a checkpoint back
+into the loop's trainer (model, optimizer, RNG, data, callbacks, the guard's rollback), and compiling.py's warm-up
+runs the trainer's first step ahead of time, so both need the loop and stay beside it."""
+
+
+def _trainer_rooms() -> set[str]:
+    return {p.parent.name for p in (ROOT / "trainer").glob("*/__init__.py")}
+
+
+def _trainer_layer(module: str) -> int:
+    """A trainer module's layer: its room's, or config's or the core's place in TRAINER_LAYERS; -1 for the package."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1
+    if parts[1] in _trainer_rooms():
+        return TRAINER_LAYERS.index(parts[1])
+    return TRAINER_LAYERS.index("config" if parts[1] == "config" else "core")
+
+
 def test_find_cycle_names_the_modules_of_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
@@ -118,6 +145,22 @@ def test_every_logbook_module_sits_in_a_layer():
     loose = sorted(p.name for p in (ROOT / "logbook").glob("*.py")
                    if p.name not in ("__init__.py", "__main__.py", "demo.py", "api.py"))
     assert loose == [], "put these in the layer they belong to (see docs/architecture.md)"
+
+
+def test_every_trainer_module_outside_the_core_sits_in_a_room():
+    loose = sorted(p.name for p in (ROOT / "trainer").glob("*.py") if p.name not in TRAINER_CORE)
+    assert loose == [], "put these in the room they belong to (see docs/architecture.md), or name them in TRAINER_CORE"
+
+
+def test_every_trainer_room_has_its_place_among_the_layers():
+    placed = set(TRAINER_LAYERS) - {"config", "core"}
+    assert sorted(_trainer_rooms() ^ placed) == [], "give each room of trainer/ its place in TRAINER_LAYERS"
+
+
+def test_each_trainer_layer_imports_only_the_layers_below_it():
+    upward = [f"{a} imports {b}" for a, deps in sorted(import_graph(ROOT / "trainer").items()) for b in sorted(deps)
+              if _trainer_layer(b) > _trainer_layer(a)]
+    assert upward == [], "a lower part of trainer/ reaches up (move the shared piece down; see docs/architecture.md)"
 
 
 SEAM = "logbook.api"

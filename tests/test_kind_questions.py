@@ -33,7 +33,7 @@ REGISTRY = "logbook/records/eventschema.py"
 NOT_EVENTS: dict[str, str] = {
     "logbook/records/plan.py": "guard and contingency actions ({kind: skip | rollback | lr_scale ...}), not events",
     "logbook/records/contingency.py": "contingency rules' triggers and actions, not events",
-    "trainer/guard_plan.py": "contingency triggers and actions, keyed by the action's kind",
+    "trainer/guard/plan.py": "contingency triggers and actions, keyed by the action's kind",
     "trainer/faults.py": "fault drills (`Fault.kind`: sigkill | hang | nan ...), not events",
 }
 
@@ -52,7 +52,7 @@ NOT_EVENT_EXPRS: dict[tuple[str, str], str] = {
     ("logbook/trust/ack.py", "f"): "a verify finding's kind, which an acknowledgement names",
     ("logbook/cli/ack_cmd.py", "f"): "a verify finding's kind, which an acknowledgement names",
     ("logbook/cli/prereg_cmd.py", "written.front"): "a preregistration file's front matter",
-    ("trainer/rng.py", "npy"): "NumPy's generator state (`kind`: the bit generator's name)",
+    ("trainer/checkpoints/rng.py", "npy"): "NumPy's generator state (`kind`: the bit generator's name)",
     ("trainer/config.py", "fault"): "a fault drill's kind (sigkill | hang | nan ...)",
 }
 

@@ -91,7 +91,7 @@ def test_torchrun_gets_the_rendezvous_and_the_trainer_its_arguments_after_a_sepa
     rdzv = Rendezvous(nnodes=2, node_rank=1, endpoint="node0:29400", rdzv_id="job7")
     cmd = torchrun_command(project, plan, rdzv, "trainer", tmp_path)
     flags = dict(zip(cmd[3:21:2], cmd[4:21:2]))
-    assert cmd[1:3] == ["-m", "trainer.agent"]  # torchrun's options, the trainer's workers forked warm
+    assert cmd[1:3] == ["-m", "trainer.launch.agent"]  # torchrun's options, the trainer's workers forked warm
     assert flags["--nproc-per-node"] == "2" and flags["--max-restarts"] == "4"
     assert flags["--nnodes"] == "2" and flags["--node-rank"] == "1"
     assert flags["--rdzv-endpoint"] == "node0:29400" and flags["--rdzv-id"] == "job7"

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from trainer.config import ModelConfig, OptimConfig, ScheduleConfig
-from trainer.model import GPT, flops_per_token
-from trainer.optim import CombinedOptimizer, apply_hyperparams, build_optimizer, learning_rate, lr_factor, qk_clip
+from trainer.nn.model import GPT, flops_per_token
+from trainer.nn.optim import CombinedOptimizer, apply_hyperparams, build_optimizer, learning_rate, lr_factor, qk_clip
 
 @pytest.fixture(autouse=True)
 def _one_thread():

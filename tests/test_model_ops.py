@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from logbook.core.errors import UsageError
 from trainer.config import ModelConfig, load_train_config
-from trainer.model import GPT, causal_attention, cross_entropy_z
+from trainer.nn.model import GPT, causal_attention, cross_entropy_z
 
 BACKENDS = ("sdpa", "math")
 

@@ -26,7 +26,7 @@ from logbook.records.sink import EventSink
 from logbook.runs.facts import RunFacts
 from logbook.runs.goodput import goodput_report
 from logbook.runs.lineage import run_lineage
-from trainer.attempts import RunHistory, classify_restart
+from trainer.job.attempts import RunHistory, classify_restart
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
 

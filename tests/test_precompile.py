@@ -1,4 +1,4 @@
-"""`trainer.precompile`: a saved graph is loaded by a later process, and never once its source has changed.
+"""`trainer.nn.precompile`: a saved graph is loaded by a later process, and never once its source has changed.
 
 Each step is a fresh Python process, as each attempt of a run is: it wraps a
 small module in `PrecompiledModel`, prepares it on one batch and reports how
@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 sys.path.insert(0, sys.argv[1])
 from tiny_model import Tiny
-from trainer.precompile import PrecompiledModel
+from trainer.nn.precompile import PrecompiledModel
 
 model = Tiny()
 wrapped = PrecompiledModel(model, Path(sys.argv[2]), {"test": "tiny"})

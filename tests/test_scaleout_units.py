@@ -6,12 +6,12 @@ import pytest
 from conftest import ROOT
 
 from logbook.core.errors import UsageError
-from trainer.advice_cb import advised_steps
-from trainer.attempts import peer_lost
+from trainer.observe.advice_cb import advised_steps
+from trainer.job.attempts import peer_lost
 from trainer.config import load_train_config
-from trainer.slurm import slurm_info
-from trainer.straggler import slowest_rank
-from trainer.watchdog import derived_timeout
+from trainer.job.slurm import slurm_info
+from trainer.observe.straggler import slowest_rank
+from trainer.observe.watchdog import derived_timeout
 
 
 def test_hang_timeout_follows_the_median_step_time_above_its_floor():
@@ -61,7 +61,7 @@ def test_fsdp_with_gradient_accumulation_is_refused_with_the_reason():
 
 def test_a_hang_that_broke_rank_0s_collective_is_a_hang_not_a_lost_peer():
     """Rank 0's watchdog fired, then its collective broke as the rank that hung exited: the hang is the cause."""
-    from trainer.attempts import RunHistory, classify_restart
+    from trainer.job.attempts import RunHistory, classify_restart
 
     ts = "2026-11-30T00:00:0{}.000000Z"
     events = [{"kind": "run_started", "attempt": 1, "step": 0, "ts": ts.format(0), "data": {}},

@@ -209,7 +209,7 @@ def _forge_checkpoint(directory: Path, step: int, marker: Path, how: str) -> Pat
 def test_a_checkpoint_carrying_code_is_rejected_and_never_run(tmp_path, how):
     import torch
 
-    from trainer.checkpoint import Checkpointer
+    from trainer.checkpoints.checkpoint import Checkpointer
 
     marker = tmp_path / "pwned"
     events: list[tuple[str, dict]] = []

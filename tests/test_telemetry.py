@@ -27,9 +27,9 @@ def _telemetry_rows(rows):
 
 @pytest.mark.slow
 def test_log_steps_get_a_step_time_split_that_adds_up(logbook_repo):
-    from trainer.telemetry import Telemetry, TelemetryConfig
+    from trainer.observe.telemetry import Telemetry, TelemetryConfig
 
-    from trainer.callbacks import Callback
+    from trainer.observe.callbacks import Callback
 
     blocked: dict[int, float] = {}
 
@@ -66,7 +66,7 @@ def test_log_steps_get_a_step_time_split_that_adds_up(logbook_repo):
 @pytest.mark.slow
 @pytest.mark.parametrize("peak", ["fast", 1e15])
 def test_a_bad_peak_warns_once_and_training_goes_on_without_mfu(logbook_repo, peak):
-    from trainer.telemetry import Telemetry, TelemetryConfig
+    from trainer.observe.telemetry import Telemetry, TelemetryConfig
 
     said: list[str] = []
     tele = Telemetry(TelemetryConfig(peak_tflops=peak), say=said.append)
@@ -79,7 +79,7 @@ def test_a_bad_peak_warns_once_and_training_goes_on_without_mfu(logbook_repo, pe
 
 @pytest.mark.slow
 def test_an_unknown_device_without_a_peak_leaves_mfu_out_and_says_how_to_fix_it(logbook_repo):
-    from trainer.telemetry import Telemetry
+    from trainer.observe.telemetry import Telemetry
 
     said: list[str] = []
     _, rows = _train(logbook_repo, "cpu", Telemetry(say=said.append))
@@ -90,7 +90,7 @@ def test_an_unknown_device_without_a_peak_leaves_mfu_out_and_says_how_to_fix_it(
 
 @pytest.mark.slow
 def test_mode_off_measures_nothing_and_wraps_nothing(logbook_repo):
-    from trainer.telemetry import Telemetry, TelemetryConfig
+    from trainer.observe.telemetry import Telemetry, TelemetryConfig
 
     tele = Telemetry(TelemetryConfig(mode="off"), say=lambda line: pytest.fail(line))
     trainer, rows = _train(logbook_repo, "off", tele)
@@ -99,7 +99,7 @@ def test_mode_off_measures_nothing_and_wraps_nothing(logbook_repo):
 
 
 def test_unknown_mode_is_a_config_error_naming_the_key():
-    from trainer.telemetry import TelemetryConfig
+    from trainer.observe.telemetry import TelemetryConfig
 
     with pytest.raises(UsageError) as e:
         TelemetryConfig(mode="verbose").validate("telemetry")
@@ -110,7 +110,7 @@ def test_unknown_mode_is_a_config_error_naming_the_key():
 def test_peak_memory_on_the_host_is_the_process_max_rss():
     import resource
 
-    from trainer.telemetry import peak_memory_mb
+    from trainer.observe.telemetry import peak_memory_mb
 
     class Cpu:
         type = "cpu"

@@ -13,8 +13,8 @@ from conftest import ROOT
 from logbook.core.errors import RefusedError, RunFailedError, UsageError
 from logbook.records.events import iter_events
 from logbook.records.sink import EventSink, read_metrics
-from trainer import checkpoint as ck
-from trainer.callbacks import Callback, LoopAction
+from trainer.checkpoints import checkpoint as ck
+from trainer.observe.callbacks import Callback, LoopAction
 from trainer.config import load_train_config
 from trainer.loop import Trainer
 from trainer.startup import build_trainer
@@ -217,7 +217,7 @@ def test_a_checkpoint_carries_the_resolved_config_and_every_rng(logbook_repo):
 
 
 def test_callbacks_are_called_for_the_hooks_they_have_in_priority_order():
-    from trainer.callbacks import CallbackList
+    from trainer.observe.callbacks import CallbackList
 
     calls = []
 

@@ -15,7 +15,7 @@ import torch
 from lab import Lab, run_config
 from nodes import free_port, kill_node, node_command, start_node, start_nodes, worker_pids
 
-from trainer.rendezvous import StartupTimeout, join_group
+from trainer.job.rendezvous import StartupTimeout, join_group
 
 pytestmark = pytest.mark.slow
 

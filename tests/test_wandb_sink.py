@@ -100,7 +100,7 @@ def _fit(repo, cfg, sink, run_id="wb"):
 def test_offline_run_resumed_across_a_restart_keeps_one_id_and_both_attempts_rows(logbook_repo, tmp_path, monkeypatch):
     from logbook.records.events import iter_events
     from trainer.faults import InjectedFault
-    from trainer.wandb_sink import WandbConfig, WandbSink
+    from trainer.observe.wandb_sink import WandbConfig, WandbSink
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
@@ -136,7 +136,7 @@ def test_offline_run_resumed_across_a_restart_keeps_one_id_and_both_attempts_row
 
 @pytest.mark.slow
 def test_training_goes_on_when_wandb_cannot_be_imported(logbook_repo, monkeypatch):
-    from trainer.wandb_sink import WandbConfig, WandbSink
+    from trainer.observe.wandb_sink import WandbConfig, WandbSink
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
     said: list[str] = []
@@ -148,7 +148,7 @@ def test_training_goes_on_when_wandb_cannot_be_imported(logbook_repo, monkeypatc
 
 @pytest.mark.slow
 def test_training_goes_on_when_wandb_init_fails(logbook_repo, monkeypatch, tmp_path):
-    from trainer.wandb_sink import WandbConfig, WandbSink
+    from trainer.observe.wandb_sink import WandbConfig, WandbSink
 
     # Online mode without credentials: wandb.init itself refuses (no network is touched).
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -162,7 +162,7 @@ def test_training_goes_on_when_wandb_init_fails(logbook_repo, monkeypatch, tmp_p
 
 
 def test_disabled_by_default_it_does_nothing(logbook_repo, monkeypatch):
-    from trainer.wandb_sink import WandbConfig, WandbSink
+    from trainer.observe.wandb_sink import WandbConfig, WandbSink
 
     monkeypatch.setitem(sys.modules, "wandb", None)
     sink = WandbSink(WandbConfig(), say=lambda line: pytest.fail(line))
@@ -183,13 +183,13 @@ def test_disabled_by_default_it_does_nothing(logbook_repo, monkeypatch):
     [("qknorm-3f9a", "qknorm-3f9a"), ("a.b_c-1", "a.b_c-1"), ("x" * 64, "x" * 64)],
 )
 def test_wandb_run_ids_are_the_run_id_when_w_and_b_accepts_it(run_id, expected):
-    from trainer.wandb_sink import wandb_run_id
+    from trainer.observe.wandb_sink import wandb_run_id
 
     assert wandb_run_id(run_id) == expected
 
 
 def test_long_run_ids_get_a_stable_distinct_w_and_b_id():
-    from trainer.wandb_sink import wandb_run_id
+    from trainer.observe.wandb_sink import wandb_run_id
 
     a, b = wandb_run_id("y" * 100 + "a"), wandb_run_id("y" * 100 + "b")
     assert a != b and len(a) == len(b) == 64 and a == wandb_run_id("y" * 100 + "a")
@@ -198,7 +198,7 @@ def test_long_run_ids_get_a_stable_distinct_w_and_b_id():
 @pytest.mark.parametrize(("field", "value", "key"), [("mode", "cloud", "wandb.mode"), ("project", "a/b", "wandb.project"),
                                                      ("init_timeout_s", 0, "wandb.init_timeout_s")])
 def test_bad_wandb_config_names_the_key(field, value, key):
-    from trainer.wandb_sink import WandbConfig
+    from trainer.observe.wandb_sink import WandbConfig
 
     with pytest.raises(UsageError) as e:
         WandbConfig(**{field: value}).validate("wandb")

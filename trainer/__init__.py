@@ -7,4 +7,5 @@
 from logbook.api import EXIT_HANG, EXIT_PREEMPTED  # noqa: F401  (re-exported)
 
 WARM_COMPILE_CACHE = "LOGBOOK_WARM_COMPILE_CACHE"
-"""Set by the agent for its fork server (trainer/agent.py, trainer/prewarm.py): a compiled run's state folder."""
+"""Set by the agent for its fork server (trainer/launch/agent.py, trainer/launch/prewarm.py): a compiled run's
+state folder."""

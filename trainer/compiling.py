@@ -3,11 +3,11 @@
 A compiled run that is killed would otherwise compile again on every restart
 (tens of seconds on a CPU, minutes for a large model on a GPU), in the
 middle of the downtime the run is trying to keep short. These keep it to
-once per run (and `trainer/prewarm.py` does the imports and start-up checks
+once per run (and `trainer/launch/prewarm.py` does the imports and start-up checks
 once per launch, in the fork server the workers come from):
 
 - `compile_model` wraps the model in a `PrecompiledModel`
-  (trainer/precompile.py): the first attempt compiles the whole forward and
+  (trainer/nn/precompile.py): the first attempt compiles the whole forward and
   backward ahead of time and saves it; later attempts load it (about a tenth
   of a second here) instead of tracing the model again. FSDP2's per-block
   hooks keep plain torch.compile, whose kernels the caches below still keep.
@@ -52,8 +52,8 @@ import torch
 
 from logbook.api import atomic_write_json
 
-from .precompile import PrecompiledModel, identity, precompiled_folder
-from .rng import get_rng_state, set_rng_state
+from .checkpoints.rng import get_rng_state, set_rng_state
+from .nn.precompile import PrecompiledModel, identity, precompiled_folder
 
 if TYPE_CHECKING:
     from .loop import Trainer
@@ -85,7 +85,7 @@ class CompileCache:
         for obj, name, value in settings:
             setattr(obj, name, value)
         self.torch_stamp = torch_files_stamp()
-        """Names the saved graphs too (trainer/precompile.py)."""
+        """Names the saved graphs too (trainer/nn/precompile.py)."""
         reuse_torch_key(self.path.parent, self.torch_stamp)
         self._isa_probe = _probe_cpu_isa_in_background() if device_type == "cpu" else None
 
@@ -224,7 +224,7 @@ def compile_model(model: torch.nn.Module, cache: CompileCache, device: torch.dev
                   key: dict[str, Any], whole: bool = True) -> torch.nn.Module:
     """The model under torch.compile (inductor, static shapes: every training batch has one shape).
 
-    `whole`: as one saved graph a restart loads (trainer/precompile.py), named
+    `whole`: as one saved graph a restart loads (trainer/nn/precompile.py), named
     by `key` (what of the config shapes the graph); otherwise (FSDP2's hooks
     around each block) plain torch.compile, whose kernels the cache still keeps.
     """

@@ -24,10 +24,10 @@ import torch
 
 from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunRecord
 
-from .attempts import Heartbeat, RunHistory
-from .callbacks import CallbackList
-from .checkpoint import Checkpointer
-from . import dist
+from .checkpoints.checkpoint import Checkpointer
+from .job import dist
+from .job.attempts import Heartbeat, RunHistory
+from .observe.callbacks import CallbackList
 
 
 @dataclass
@@ -120,13 +120,13 @@ class TrainParts:
     """What the attempt trains with."""
 
     data: Any
-    """The `DataStream` (trainer/data.py)."""
+    """The `DataStream` (trainer/nn/data.py)."""
     raw_model: Any
-    """The `GPT` itself (trainer/model.py), for state dicts, QK-clip and evaluation."""
+    """The `GPT` itself (trainer/nn/model.py), for state dicts, QK-clip and evaluation."""
     model: Any
     """What the step calls: `raw_model`, compiled and/or wrapped for DDP."""
     optimizer: Any
-    """The `CombinedOptimizer` (trainer/optim.py)."""
+    """The `CombinedOptimizer` (trainer/nn/optim.py)."""
     checkpointer: Checkpointer
     callbacks: CallbackList
     compile_cache: Any = None
@@ -134,7 +134,7 @@ class TrainParts:
     progress: Any = None
     """The `ProgressReporter` among the callbacks, told of evaluations (None off rank 0)."""
     guard_from_plan: list[str] = field(default_factory=list)
-    """Guard settings the contingency plan set (trainer/guard_plan.py), as `run_started` records them."""
+    """Guard settings the contingency plan set (trainer/guard/plan.py), as `run_started` records them."""
 
     def close(self) -> None:
         try:

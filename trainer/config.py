@@ -26,10 +26,10 @@ from logbook.api import UsageError, did_you_mean, load_training_config, load_yam
 
 # These sections are defined beside the components they configure; the
 # modules keep torch imports inside functions, so this file stays torch-free.
-from .guard_config import GuardConfig
-from .straggler import StragglerConfig
-from .telemetry import TelemetryConfig
-from .wandb_sink import WandbConfig
+from .guard.config import GuardConfig
+from .observe.straggler import StragglerConfig
+from .observe.telemetry import TelemetryConfig
+from .observe.wandb_sink import WandbConfig
 
 
 ATTENTION_BACKENDS = ("sdpa", "math")

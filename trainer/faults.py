@@ -30,9 +30,9 @@ import time
 
 import torch
 
-from .callbacks import Callback
-from .checkpoint import list_checkpoints
+from .checkpoints.checkpoint import list_checkpoints
 from .config import FaultConfig
+from .observe.callbacks import Callback
 
 
 class InjectedFault(RuntimeError):

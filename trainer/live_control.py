@@ -52,8 +52,8 @@ from logbook.api import (REPLY_KEY, SETTINGS, PendingWatch, Project, UsageError,
                          finish_request, is_stop, iter_answers, judge_against_plan, processed_dir, validate_changes)
 from logbook.api import live_config_path as config_path
 
-from .callbacks import Callback
 from .loop import Preempted
+from .observe.callbacks import Callback
 
 STATE_VERSION = 1
 MAX_RAW_KEPT = 4096

@@ -35,15 +35,15 @@ import torch
 
 from logbook.api import RunFailedError, oom_kill_count
 
-from .attempts import classify_restart
-from .callbacks import LoopAction
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_hash, config_to_dict
 from .faults import InjectedFault
-from .optim import apply_hyperparams, lr_factor, qk_clip
+from .job import dist
+from .job.attempts import classify_restart
+from .job.slurm import slurm_info
+from .nn.optim import apply_hyperparams, lr_factor, qk_clip
+from .observe.callbacks import LoopAction
 from .restore import checkpoint_parts, resume, rollback
-from .slurm import slurm_info
-from . import dist
 from logbook.api import is_kind
 
 
@@ -70,7 +70,7 @@ class Trainer:
 
     Built by `trainer.startup.build_trainer`, which makes its components; from
     then on the trainer owns them and closes them when the attempt ends. It is
-    the `TrainerView` its callbacks see (trainer/callbacks.py): they read its
+    the `TrainerView` its callbacks see (trainer/observe/callbacks.py): they read its
     fields and act through its methods (`set_lr_scale`, `apply_optimizer_config`,
     `forward_backward`, `mark_drill`, `note_synced`, `emit`).
     """
@@ -119,7 +119,7 @@ class Trainer:
         self.compile_s = 0.0
         """Seconds spent compiling the training step before the first step (train.compile)."""
         self.compile_graphs: dict[str, str] = {}
-        """How the warm-up readied each graph of the step: loaded, compiled or traced (trainer/precompile.py)."""
+        """How the warm-up readied each graph of the step: loaded, compiled or traced (trainer/nn/precompile.py)."""
         self._log_mark = (time.perf_counter(), 0)
         self.callbacks.attach(self)
 

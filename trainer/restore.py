@@ -7,7 +7,7 @@ the newest good checkpoint when an attempt starts; `rollback` goes back to an
 older one when the guard asks, keeping what the deciders remember and the
 live learning-rate multiplier, and saves the new branch at once. The events a
 rollback writes are the ones the action carries (the guard's decision
-describes them, trainer/guard_decision.py); the restore only completes the
+describes them, trainer/guard/decision.py); the restore only completes the
 rollback event with what it alone knows (`complete_rollback`).
 """
 
@@ -20,13 +20,14 @@ from typing import Any, Protocol
 
 from logbook.api import RefusedError, RunFailedError
 
-from .callbacks import LoopAction, TrainerView
-from .checkpoint import check_model_compatible
+from .checkpoints import checkpoint_dcp
+from .checkpoints.checkpoint import check_model_compatible
+from .checkpoints.rng import get_rng_state, set_rng_state
 from .config import config_hash, config_to_dict
-from .guard_decision import complete_rollback
-from .optim import apply_hyperparams
-from .rng import get_rng_state, set_rng_state
-from . import checkpoint_dcp, dist
+from .guard.decision import complete_rollback
+from .job import dist
+from .nn.optim import apply_hyperparams
+from .observe.callbacks import LoopAction, TrainerView
 
 STATE_FORMAT = 1
 

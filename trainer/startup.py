@@ -28,29 +28,29 @@ import torch
 
 from logbook.api import RunFailedError, full_metrics_path, open_project, open_run
 
-from .advice_cb import AdviceCallback
-from .attempts import Heartbeat, RunHistory
-from .callbacks import Callback, CallbackList
-from .checkpoint import Checkpointer
-from .checkpoint_dcp import resolve_format, save_group
+from .checkpoints.checkpoint import Checkpointer
+from .checkpoints.checkpoint_dcp import resolve_format, save_group
 from .compiling import CompileCache, compile_model, warm_up
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_to_dict
-from .data import DataStream, load_corpus
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
-from .guard import GuardCallback
-from .guard_plan import guard_from_plan
+from .guard.callback import GuardCallback
+from .guard.plan import guard_from_plan
+from .job import dist
+from .job.attempts import Heartbeat, RunHistory
 from .live_control import ControlCallback
 from .loop import Trainer
-from .milestones_cb import MilestoneNotes
-from .model import GPT
-from .optim import build_optimizer
-from .progress import ProgressReporter
-from .straggler import StragglerMonitor
-from .telemetry import Telemetry
-from .wandb_sink import WandbSink
-from .watchdog import HangWatchdog
-from . import dist
+from .nn.data import DataStream, load_corpus
+from .nn.model import GPT
+from .nn.optim import build_optimizer
+from .observe.advice_cb import AdviceCallback
+from .observe.callbacks import Callback, CallbackList
+from .observe.milestones_cb import MilestoneNotes
+from .observe.progress import ProgressReporter
+from .observe.straggler import StragglerMonitor
+from .observe.telemetry import Telemetry
+from .observe.wandb_sink import WandbSink
+from .observe.watchdog import HangWatchdog
 from logbook.api import is_kind
 
 
@@ -161,7 +161,7 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
                                 emit=_checkpoint_emitter(book, drills), writer=info.rank == 0, format=fmt,
                                 group=save_group() if fmt == "dcp" else None)
     rules = _contingency_rules(book)
-    # The guard does what the plan promised (trainer/guard_plan.py); the same on every attempt, so the
+    # The guard does what the plan promised (trainer/guard/plan.py); the same on every attempt, so the
     # config a checkpoint saved and this one agree.
     cfg.guard, planned = guard_from_plan(cfg.guard, rules)
     cfg.guard.validate("guard (as the contingency plan sets it)")

@@ -14,7 +14,7 @@ Exit codes (documented in the README and in `logbook --help`):
 The trainer process exits with 75 when it saved and stopped on a signal, and
 with 124 (EXIT_HANG, as timeout(1) does) when its watchdog saw no progress;
 torchrun restarts it on either. Its 5 (the guard aborted the run) is final:
-the agent (trainer/agent.py) stops instead of restarting, and exits 5 itself.
+the agent (trainer/launch/agent.py) stops instead of restarting, and exits 5 itself.
 """
 
 from __future__ import annotations

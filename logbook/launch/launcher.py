@@ -8,7 +8,7 @@ restart, preempted, run_finished...) while the launcher re-renders the
 chronicle as events arrive and forwards SIGINT/SIGTERM (and Slurm's SIGUSR1)
 so the trainer's preemption path saves a checkpoint. On several nodes each
 node runs its own launcher; the workers agree on each attempt through a fresh
-store per rendezvous round (see trainer/rendezvous.py). When torchrun exits without a
+store per rendezvous round (see trainer/job/rendezvous.py). When torchrun exits without a
 `run_finished`, the launcher records `run_failed` itself, unless the last
 attempt was preempted (exit code 75, so a Slurm requeue resumes it).
 
@@ -489,9 +489,9 @@ def torchrun_command(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str
     rec = plan.record
     endpoint = rdzv.endpoint or f"127.0.0.1:{_free_port()}"
     return [
-        # The trainer's module runs under trainer.agent (torchrun with workers forked
+        # The trainer's module runs under trainer.launch.agent (torchrun with workers forked
         # warm from a fork server, see there); a script runs under torchrun itself.
-        sys.executable, "-m", "torch.distributed.run" if entry.endswith(".py") else "trainer.agent",
+        sys.executable, "-m", "torch.distributed.run" if entry.endswith(".py") else "trainer.launch.agent",
         "--nproc-per-node", str(rec.nproc), "--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
         "--max-restarts", str(rec.max_restarts),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv.rdzv_id or rec.run_id,
@@ -537,7 +537,7 @@ def _supervise(project: Project, plan: _Plan, rdzv: Rendezvous, entry: str, say:
 
 
 def _rendezvous_env(rdzv: Rendezvous) -> dict[str, str]:
-    """What the workers need to agree on an attempt (see trainer/rendezvous.py)."""
+    """What the workers need to agree on an attempt (see trainer/job/rendezvous.py)."""
     return {
         # A fresh store for each rendezvous round: torchrun's shared one outlives attempts, and its
         # agents do not agree on the restart count that used to tell attempts apart.

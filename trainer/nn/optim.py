@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .config import OptimConfig, ScheduleConfig
+from ..config import OptimConfig, ScheduleConfig
 from .model import GPT
 
 

@@ -2,14 +2,14 @@
 
 After the backward pass and before `optimizer.step()`, `GuardCallback` hands
 each step's loss and gradient norm to the guard (`Guard` in
-trainer/guard_ladder.py), which judges them with robust rolling statistics
-(trainer/guard_detector.py) and answers with a `Decision`
-(trainer/guard_decision.py): carry on, skip the update, roll back to a
+trainer/guard/ladder.py), which judges them with robust rolling statistics
+(trainer/guard/detector.py) and answers with a `Decision`
+(trainer/guard/decision.py): carry on, skip the update, roll back to a
 checkpoint, or abort. The callback writes `divergence_detected`, sets the
 checkpoints around a rolled-back spike aside for study, optionally replays the
-flagged step (trainer/guard_replay.py), and hands the rest to the loop as a
+flagged step (trainer/guard/replay.py), and hands the rest to the loop as a
 `LoopAction` carrying the decision's event payloads, which the loop writes as
-they are. The guard's config is `GuardConfig` (trainer/guard_config.py).
+they are. The guard's config is `GuardConfig` (trainer/guard/config.py).
 
 Syncs. `observe` takes Python floats. `metrics_to_floats` turns the loss and
 gradient-norm tensors into floats with one host sync for both; when the loop
@@ -24,13 +24,13 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .callbacks import Callback, LoopAction
-from .checkpoint import list_checkpoints, mark_keep
-from .guard_config import GuardConfig
-from .guard_decision import Decision, Verdict
-from .guard_ladder import Guard
-from .guard_replay import label_replay, replay_check
-from .rng import get_rng_state, set_rng_state
+from ..checkpoints.checkpoint import list_checkpoints, mark_keep
+from ..checkpoints.rng import get_rng_state, set_rng_state
+from ..observe.callbacks import Callback, LoopAction
+from .config import GuardConfig
+from .decision import Decision, Verdict
+from .ladder import Guard
+from .replay import label_replay, replay_check
 
 if TYPE_CHECKING:
     import torch

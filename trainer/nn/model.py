@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ModelConfig
+from ..config import ModelConfig
 
 # Caps the transient logits tensor of the max-logit probe at 16M elements.
 _PROBE_ELEMS = 1 << 24

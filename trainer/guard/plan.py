@@ -29,7 +29,7 @@ from typing import Any
 
 from logbook.api import structured_rules
 
-from .guard_config import GuardConfig
+from .config import GuardConfig
 
 
 def guard_from_plan(cfg: GuardConfig, rules: Iterable[Any] | None) -> tuple[GuardConfig, list[str]]:

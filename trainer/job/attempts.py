@@ -213,7 +213,7 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     else:
         out.update(cause="signal", signal=None, detail="killed by a signal with no record left")
     lost = history.lost_ranks(prev)
-    # The agent saw the exit status of a worker a signal killed (trainer/agent.py): its mark names it.
+    # The agent saw the exit status of a worker a signal killed (trainer/launch/agent.py): its mark names it.
     killed = sorted({str(m["killed_by"]) for m in lost if m.get("killed_by")})
     if out["cause"] == "signal" and killed and out.get("signal") is None:
         out["signal"] = killed[0] if len(killed) == 1 else ", ".join(killed)

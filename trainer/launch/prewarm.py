@@ -1,4 +1,4 @@
-"""What the agent's fork server does once, before it forks any worker (trainer/agent.py).
+"""What the agent's fork server does once, before it forks any worker (trainer/launch/agent.py).
 
 Importing this module is its whole job: the fork server imports it, and
 every worker forked from the server starts with its work done.

@@ -109,7 +109,7 @@ class StragglerMonitor(Callback):
         t = self.trainer
         if not t.dist.enabled or not self.cfg.every or step % self.cfg.every:
             return
-        from . import dist  # here, not at the top: trainer/config.py imports this module and stays torch-free
+        from ..job import dist  # here, not at the top: trainer/config.py imports this module and stays torch-free
 
         rows = dist.gather_floats([self._busy, float(max(self._n, 1))], t.dist)
         self._busy, self._n = 0.0, 0

@@ -15,7 +15,7 @@ A failed write (a full disk) cleans its temp folder, is reported, and leaves
 the previous good checkpoint as the one to resume from.
 
 That is the `torch` format, the one-process default. Runs of more than one
-rank save in the `dcp` format (trainer/checkpoint_dcp.py: every rank writes
+rank save in the `dcp` format (trainer/checkpoints/checkpoint_dcp.py: every rank writes
 its shards with torch.distributed.checkpoint) behind this same `Checkpointer`,
 in the same folder layout, sealed by the same manifest and COMPLETE marker.
 """
@@ -311,7 +311,7 @@ class Checkpointer:
     """Saves (in the background or not), keeps the newest K, loads the newest good one.
 
     `format` "torch" (one process, or rank 0 alone with whole tensors gathered)
-    or "dcp" (every rank calls `save` and writes its shards: trainer/checkpoint_dcp.py).
+    or "dcp" (every rank calls `save` and writes its shards: trainer/checkpoints/checkpoint_dcp.py).
     Loading follows each checkpoint's own format, whatever the run saves in.
     """
 

@@ -2,7 +2,7 @@
 
 Runs of more than one rank save this way (`checkpoint.format`: auto picks it
 there, or dcp asks for it); one process keeps the `torch.save` format of
-trainer/checkpoint.py, behind the same `Checkpointer`. The folder is the same
+trainer/checkpoints/checkpoint.py, behind the same `Checkpointer`. The folder is the same
 `step_NNNNNN/` with a manifest and a COMPLETE marker written last by rank 0,
 so restore, retention, rollback and the drills read both alike:
 
@@ -45,7 +45,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
-from . import dist
+from ..job import dist
 
 
 def _dcp():

@@ -27,8 +27,8 @@ from typing import Any
 
 from logbook.api import ACTION_KINDS, judge_against_plan
 
-from .guard_config import GuardConfig
-from .guard_detector import Signal
+from .config import GuardConfig
+from .detector import Signal
 
 
 class Verdict(enum.IntEnum):

@@ -29,7 +29,7 @@ import torch
 
 from logbook.api import RefusedError, UsageError
 
-from .config import DataConfig, SourceConfig
+from ..config import DataConfig, SourceConfig
 
 _BIN_SAMPLE = 1 << 20  # bytes hashed at each end of a .bin file for its fingerprint
 

@@ -16,8 +16,8 @@ import threading
 import time
 from collections import deque
 
+from .. import EXIT_HANG
 from .callbacks import Callback
-from . import EXIT_HANG
 
 _WINDOW = 64  # recent step times the median is taken over
 

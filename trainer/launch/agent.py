@@ -1,4 +1,4 @@
-"""torchrun with warm workers: `python -m trainer.agent [torchrun options] -m trainer -- [trainer arguments]`.
+"""torchrun with warm workers: `python -m trainer.launch.agent [torchrun options] -m trainer -- [trainer arguments]`.
 
 torchrun starts each attempt's workers as new Python processes, and each
 pays for its imports before it can resume: torch and dynamo (which torch's
@@ -9,7 +9,7 @@ the first resumed step, paid again on every restart.
 This agent is torchrun, with the same options, parser, rendezvous and restart
 logic (`torch.distributed.run`), except that the trainer's workers are forked
 from a fork server that did all of that once, when the run was launched
-(trainer/prewarm.py). A restart then costs a fork and the attempt's own
+(trainer/launch/prewarm.py). A restart then costs a fork and the attempt's own
 start-up: SIGKILL to the first resumed step went from 2.0 to 0.7 s here.
 
 Everything a worker reads from its environment (rank, restart count,
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 TRAINER_MODULE = "trainer"
-PREWARM_MODULE = "trainer.prewarm"
+PREWARM_MODULE = "trainer.launch.prewarm"
 """What the fork server imports before it forks a worker (see there)."""
 AGENT_PID = "LOGBOOK_AGENT_PID"
 """The agent's pid, in each worker's environment: a worker left without its agent saves and stops."""
@@ -194,7 +194,7 @@ def _start_fork_server(compile_state_dir: Path | None) -> None:
     """Start the fork server now: it does its imports and checks while this process goes on with its own."""
     from multiprocessing import forkserver
 
-    # From the package, not trainer.prewarm: importing that module is the server's own start-up.
+    # From the package, not trainer.launch.prewarm: importing that module is the server's own start-up.
     from trainer import WARM_COMPILE_CACHE
     if compile_state_dir is not None:
         os.environ[WARM_COMPILE_CACHE] = str(compile_state_dir)  # read by the server as it starts

@@ -9,7 +9,7 @@ against `grad_norm_sigma`: its noise is multiplicative and heavy-tailed, so
 "eight sigmas" means "far more times larger than usual than it ever is by
 chance". Spikes are judged only after `warmup` finite values of that metric.
 Non-finite values never enter the history; finite spikes do (the ladder in
-trainer/guard_ladder.py keeps the histories), so a genuine change of level (a
+trainer/guard/ladder.py keeps the histories), so a genuine change of level (a
 new data stage) is absorbed instead of flagged forever, and the median and MAD
 barely move for a handful of outliers.
 """
@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .guard_config import GuardConfig
+from .config import GuardConfig
 
 MIN_HISTORY = 8
 MAD_TO_SIGMA = 1.4826  # sigma of a normal distribution from its median absolute deviation

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .guard_decision import Decision
+from .decision import Decision
 
 @dataclass
 class ReplayVerdict:

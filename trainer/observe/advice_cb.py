@@ -21,8 +21,8 @@ from typing import Any
 
 from logbook.api import checkpoint_advice, format_duration
 
+from ..job import dist
 from .callbacks import Callback
-from . import dist
 
 _MIN_STEPS_MEASURED = 5
 _HYSTERESIS = 0.2

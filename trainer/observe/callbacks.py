@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from .checkpoint import Checkpointer, SaveResult
+    from ..checkpoints.checkpoint import Checkpointer, SaveResult
 
 
 @dataclass
@@ -34,7 +34,7 @@ class LoopAction:
     """A request from `post_backward` that changes what the loop does with the step.
 
     Loop control, not the guard's vocabulary: the guard's own actions, in the
-    words preregistrations use, are `Decision.actions()` (trainer/guard_decision.py).
+    words preregistrations use, are `Decision.actions()` (trainer/guard/decision.py).
     """
 
     kind: Literal["skip", "rollback", "abort"]
@@ -73,7 +73,7 @@ class TrainerView(Protocol):
     run_record: Any
     """The run's record (`logbook.runs.record.RunRecord`), or None when launched directly."""
     history: Any
-    """What earlier attempts left (`trainer.attempts.RunHistory`)."""
+    """What earlier attempts left (`trainer.job.attempts.RunHistory`)."""
     started_at: float
     attempt: int
     step: int
