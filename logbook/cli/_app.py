@@ -35,6 +35,15 @@ def err(message: str) -> None:
     typer.echo(message, err=True)
 
 
+_raw_args: list[str] = []
+"""The command line after `logbook`, as typed: where a `--` stood, which click's parsing drops."""
+
+
+def after_separator() -> list[str] | None:
+    """What followed the first `--` on the command line (`logbook run -- python train.py`), None without one."""
+    return _raw_args[_raw_args.index("--") + 1:] if "--" in _raw_args else None
+
+
 _json_printed = False
 """Whether this invocation has printed its JSON document: a script reads exactly one."""
 
@@ -231,8 +240,9 @@ class LogbookGroup(TyperGroup):
             raise
 
     def invoke(self, ctx: Any) -> Any:
-        global _json_printed, _wide
+        global _json_printed, _wide, _raw_args
         _json_printed = _wide = False  # in-process callers (tests, scripts) invoke the app more than once
+        _raw_args = [*getattr(ctx, "protected_args", []), *ctx.args]
         as_json = _asked_for_json(ctx)
         try:
             return super().invoke(ctx)

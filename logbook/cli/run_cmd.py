@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, err, open_for_writing, print_json
+from logbook.cli._app import JSON_OPTION, after_separator, app, err, open_for_writing, print_json
 
 
 @app.command("run")
@@ -25,6 +25,8 @@ def run_cmd(
     rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Rendezvous id (default: the run id)."),
     join_timeout: float = typer.Option(600.0, "--join-timeout", metavar="SECONDS", help="How long the rendezvous waits for every node (at the start, and for a lost node to rejoin) before the run fails."),
     startup_timeout: float = typer.Option(300.0, "--startup-timeout", metavar="SECONDS", help="How long a worker waits for the other workers of its attempt before it fails, naming those missing."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="With `-- CMD`: the run's length in steps (milestone notes and progress need it)."),
+    metrics_regex: Optional[str] = typer.Option(None, "--metrics-regex", metavar="REGEX", help="With `-- CMD`: a regular expression over the command's output lines whose named groups (step, loss, ...) are its metrics."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Run training under torchrun: check, snapshot the code, record, restart on failure.
@@ -44,8 +46,24 @@ def run_cmd(
     Exit codes: 0 finished · 5 failed or aborted · 75 preempted (resume with
     --resume) · 2 usage · 3 refused · 4 preregistration tampered.
 
+    Any other training command runs after `--`, unchanged: the same record,
+    preregistration check and code snapshot; each attempt, exit code or
+    signal, restart and the end written from outside; metrics from the
+    command's own use of logbook.api or from --metrics-regex over its output
+    (docs/integrations.md).
+
     Example: logbook run --prereg 2026-11-30-qknorm-removes-spikes-3f9a1c configs/tiny-cpu.yaml --nproc 2 --max-restarts 3
     """
+    command = after_separator()
+    if command is not None:
+        _run_command(command, [c for c in (config, *(overrides or [])) if c is not None], prereg, exploratory, run_id,
+                     max_restarts, steps, metrics_regex, nproc, resume, nnodes, as_json)
+        return
+    if steps is not None or metrics_regex is not None:
+        from logbook.core.errors import UsageError
+
+        raise UsageError("--steps and --metrics-regex are for a command run after `--`",
+                         hint="the bundled trainer's length is train.steps in its config")
     from logbook.cli.run_console import RunConsole
 
     console = RunConsole()  # the spinner first: the checks below take seconds
@@ -54,6 +72,28 @@ def run_cmd(
                          nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout, startup_timeout)
     finally:
         console.close()
+    _summary(result, project.root)
+    if as_json:
+        print_json(result.to_dict())
+    raise typer.Exit(result.exit_code)
+
+
+def _run_command(command, positional, prereg, exploratory, run_id, max_restarts, steps, metrics_regex, nproc, resume,
+                 nnodes, as_json) -> None:
+    """`logbook run [OPTIONS] -- CMD ...`: the command supervised and recorded from outside."""
+    from logbook.core.errors import UsageError
+    from logbook.launch.wrapped import WrappedOptions, launch_command
+
+    if positional != command:
+        raise UsageError("a config before `--` and a command after it exclude each other",
+                         hint="the command after `--` is the whole run: logbook run --exploratory -- python train.py")
+    if nproc is not None or resume is not None or nnodes != 1:
+        raise UsageError("--nproc, --nnodes and --resume are for the bundled trainer, not a command after `--`",
+                         hint="a command that starts its own workers (torchrun ...) goes after `--` whole")
+    project = open_for_writing()
+    opts = WrappedOptions(command=list(command), max_restarts=3 if max_restarts is None else max_restarts,
+                          steps=steps, metrics_regex=metrics_regex)
+    result = launch_command(project, opts, prereg_id=prereg, exploratory=exploratory, run_id=run_id, say=err)
     _summary(result, project.root)
     if as_json:
         print_json(result.to_dict())

@@ -153,6 +153,7 @@ RESTART_CAUSES: dict[str, str] = {
     "preempted": "preempted",
     "stopped": "stopped on request (logbook stop)",
     "hang": "hung past its step timeout",
+    "exit": "exited with code {exit_code}",
 }
 """A `restart`'s cause, in the words every reader uses: lineage, review queue, report, chronicle, terminal.
 
@@ -188,7 +189,8 @@ def restart_cause(data: dict[str, Any], *, name: Callable[[str], str] = str,
     words = RESTART_CAUSES.get(data.get("cause"), UNKNOWN_CAUSE)  # type: ignore[arg-type]
     exc = data.get("exception_type")
     return words.format(signal=name(signal_name(data.get("signal"))),
-                        exception=code(exc) if isinstance(exc, str) and exc else "an exception")
+                        exception=code(exc) if isinstance(exc, str) and exc else "an exception",
+                        exit_code=data.get("exit_code", "?"))
 
 
 def signal_evidence(data: dict[str, Any]) -> str:
@@ -414,6 +416,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("exception_message", "str", "its message"),
              _f("signal", "any", "the signal that ended it (number or name)"),
              _f("peer_lost", "bool", "rank 0 lost a peer that left no record"),
+             _f("exit_code", "int", "the exit code a command under `logbook run -- CMD` ended with"),
              _f("oom_kills", "int", "OOM kills the kernel counted in the memory cgroup while the ended attempt ran"
                 " (absent: it keeps no count)"),
              _f("lost_ranks", "list", f"{_RANKS}: the workers that vanished without a record"),

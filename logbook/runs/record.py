@@ -65,12 +65,18 @@ class RunRecord:
     seed: int | None = None
     """The seed the run trains with (initialisation and data order): drawn from its preregistration's earliest
     timestamp token when there is one (`seed_source`), else its config's own; None in older records."""
+    command: list[str] | None = None
+    """The command `logbook run -- CMD` supervised (its config_path/config_hash are its script's); None for the
+    bundled trainer."""
     seed_source: str | None = None
     """That token's path relative to the entries folder (logbook/trust/replay.py); None: the config's seed, which
     nothing anchors in time."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["command"] is None:  # the bundled trainer's records keep the shape they always had
+            del d["command"]
+        return d
 
 
 def run_record_path(project: Project, run_id: str) -> Path:

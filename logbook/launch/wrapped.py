@@ -1,0 +1,243 @@
+"""`logbook run -- CMD`: any training command, recorded from outside, restarted when it fails.
+
+The command is not the logbook's, so everything about its attempts is seen
+from this process: each attempt's start (`run_started`), how it ended (exit
+code or signal), the restart that follows (cause, the step it had reached,
+the step it resumed from, steps and seconds lost, downtime), and the end
+(`run_finished`, `run_failed`). Its metrics come from the command itself when
+it uses the API (`logbook.api.run_from_env`: the environment names the run
+and attempt), or from its output lines, matched by a regular expression with
+named groups (`step`, `loss`, any other number). Milestone notes follow from
+those metrics when the run's length is known (`--steps`, or the API's).
+
+What it cannot do, unlike the bundled trainer: roll back or skip a batch (the
+loop is not ours), resume by itself (the command resumes from its own
+checkpoints), or save before a preemption. The record is the same: run.json
+with the code snapshot and the preregistration's promise, and the one
+hash-chained event log every view reads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from logbook.core.errors import EXIT_INTERRUPTED, UsageError
+from logbook.core.project import Project
+from logbook.launch.launcher import Rendezvous, _checked_prereg, _new_plan, new_run_id
+from logbook.launch.watch import RunResult
+from logbook.records.sink import EventSink, MetricsWriter, full_metrics_path
+from logbook.runs.milestones import due_milestones
+from logbook.runs.record import check_run_id
+
+Say = Callable[[str], None]
+ENV_PROJECT, ENV_RUN, ENV_ATTEMPT = "LOGBOOK_PROJECT", "LOGBOOK_RUN_ID", "LOGBOOK_ATTEMPT"  # logbook.api reads them
+
+
+@dataclass
+class WrappedOptions:
+    """How `logbook run -- CMD` supervises the command."""
+
+    command: list[str]
+    """The command and its arguments, as typed after `--`."""
+    max_restarts: int = 3
+    """Restarts after a failed attempt before the run fails."""
+    steps: int | None = None
+    """The run's length in steps, when known: milestones and progress need it."""
+    metrics_regex: str | None = None
+    """A regular expression over the command's output lines; its named groups `step`, `loss`, ... are metrics."""
+
+
+@dataclass
+class _Attempt:
+    """What this process saw of one attempt."""
+
+    number: int
+    started: float = field(default_factory=time.time)
+    first_step: int | None = None
+    last_step: int | None = None
+    last_loss: float | None = None
+
+
+def checked_regex(text: str | None) -> re.Pattern[str] | None:
+    if text is None:
+        return None
+    try:
+        pattern = re.compile(text)
+    except re.error as e:
+        raise UsageError(f"--metrics-regex {text!r} is not a regular expression: {e}") from None
+    if "step" not in pattern.groupindex:
+        raise UsageError("--metrics-regex needs a named group `step`",
+                         hint=r"e.g. --metrics-regex 'step (?P<step>\d+) loss (?P<loss>[\d.]+)'")
+    return pattern
+
+
+def _script(project: Project, command: list[str]) -> Path | None:
+    """The command's script (the first argument that is a file in the repository), for the record's hash."""
+    for arg in command[1:] if len(command) > 1 else command:
+        path = (project.root / arg).resolve() if not os.path.isabs(arg) else Path(arg)
+        if path.is_file() and path.is_relative_to(project.root):
+            return path
+    return None
+
+
+def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | None = None,
+                   exploratory: bool = False, run_id: str | None = None, say: Say = lambda _: None) -> RunResult:
+    """Record the run, then run the command until it succeeds or its restarts run out; how it ended."""
+    if not opts.command:
+        raise UsageError("nothing after `--`", hint="e.g. logbook run --exploratory -- python train.py")
+    if opts.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be 0 or more, got {opts.max_restarts}")
+    pattern = checked_regex(opts.metrics_regex)
+    prereg = _checked_prereg(project, prereg_id, exploratory)
+    script = _script(project, opts.command)
+    if script is None:
+        raise UsageError(f"no file of this repository in the command {shlex.join(opts.command)!r}",
+                         hint="the run's record hashes the script it runs: give its path, e.g. python train.py")
+    run_id = check_run_id(run_id) if run_id else new_run_id(project, prereg.id if prereg else None, script)
+    plan = _new_plan(project, run_id, script, [], prereg, prereg.id if prereg else None, exploratory, 1,
+                     opts.max_restarts, Rendezvous(), say, command=list(opts.command))
+    say(f"Starting run {run_id}: " + ("EXPLORATORY run (no preregistration)" if exploratory
+                                       else f"preregistration {plan.record.prereg_id}"))
+    say(f"  command {shlex.join(opts.command)} (script sha256 {plan.record.config_hash[:12]}), "
+        f"up to {opts.max_restarts} restart(s)")
+    return _Supervisor(project, plan.record, opts, pattern, say).run()
+
+
+class _Supervisor:
+    """Runs the attempts and writes what they did."""
+
+    def __init__(self, project: Project, record: Any, opts: WrappedOptions, pattern: re.Pattern[str] | None,
+                 say: Say) -> None:
+        self.project, self.record, self.opts, self.pattern, self.say = project, record, opts, pattern, say
+        self.run_dir = project.run_dir(record.run_id)
+        self.milestones: set[float] = set()
+        self.metrics = MetricsWriter(self.run_dir, 0, flush_every=1,
+                                     full_path=full_metrics_path(project.state_dir, record.run_id))
+
+    def run(self) -> RunResult:
+        restarts, prev, reason = 0, None, ""
+        for number in range(1, self.opts.max_restarts + 2):
+            attempt = _Attempt(number)
+            code = self._attempt(attempt, prev)
+            if code == 0:
+                self._sink(number).emit("run_finished", step=attempt.last_step, final_loss=attempt.last_loss,
+                                        attempt_wall_s=round(time.time() - attempt.started, 3))
+                return self._result("finished", number, restarts, 0)
+            if code == -signal.SIGINT or code == EXIT_INTERRUPTED:
+                reason = "interrupted by Ctrl-C"
+                self._sink(number).emit("run_failed", step=attempt.last_step, reason=reason, exit_code=EXIT_INTERRUPTED,
+                                        attempts=number, status="failed")
+                return self._result("failed", number, restarts, EXIT_INTERRUPTED, reason)
+            prev = (attempt, code, time.time())
+            if number <= self.opts.max_restarts:
+                restarts += 1
+                self.say(f"  attempt {number} {_ended(code)}; restarting")
+        attempt, code, _ = prev
+        reason = f"attempt {attempt.number} {_ended(code)}, and no restart was left ({self.opts.max_restarts} allowed)"
+        self._sink(attempt.number).emit("run_failed", step=attempt.last_step, reason=reason,
+                                        exit_code=code if code > 0 else 1, attempts=attempt.number, status="failed")
+        return self._result("failed", attempt.number, restarts, 5, reason)
+
+    def _sink(self, attempt: int) -> EventSink:
+        return EventSink(self.run_dir, self.record.run_id, attempt, 0, root=self.project.root)
+
+    def _attempt(self, attempt: _Attempt, prev: tuple[_Attempt, int, float] | None) -> int:
+        """One attempt: its start is written once its first step is seen (that is when the resume step is known)."""
+        env = {**os.environ, ENV_PROJECT: str(self.project.root), ENV_RUN: self.record.run_id,
+               ENV_ATTEMPT: str(attempt.number), "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen(self.opts.command, cwd=self.project.root, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
+        started = False
+        try:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                sys.stderr.write(line)
+                step = self._metrics(attempt, line)
+                if step is not None and not started:
+                    self._start(attempt, prev)
+                    started = True
+                if step is not None:
+                    self._milestones(attempt)
+            code = proc.wait()
+        except KeyboardInterrupt:
+            os.killpg(proc.pid, signal.SIGINT)  # the command's own Ctrl-C path, then its end
+            proc.wait()
+            code = -signal.SIGINT
+        if not started:
+            self._start(attempt, prev)
+        return code
+
+    def _metrics(self, attempt: _Attempt, line: str) -> int | None:
+        m = self.pattern.search(line) if self.pattern else None
+        if m is None:
+            return None
+        row: dict[str, Any] = {}
+        for name, value in m.groupdict().items():
+            try:
+                row[name] = int(value) if name == "step" else float(value)
+            except (TypeError, ValueError):
+                continue
+        if "step" not in row:
+            return None
+        step = row.pop("step")
+        attempt.first_step = step if attempt.first_step is None else attempt.first_step
+        attempt.last_step, attempt.last_loss = step, row.get("loss", attempt.last_loss)
+        self.metrics.write({"step": step, "attempt": attempt.number, **row})
+        return step
+
+    def _start(self, attempt: _Attempt, prev: tuple[_Attempt, int, float] | None) -> None:
+        """`restart` (for every attempt after the first), then `run_started`, as the bundled trainer writes them."""
+        sink = self._sink(attempt.number)
+        resumed = attempt.first_step - 1 if attempt.first_step else None
+        if prev is not None:
+            before, code, ended_at = prev
+            cause = {"cause": "signal", "signal": -code} if code < 0 else {"cause": "exit", "exit_code": code}
+            lost = (before.last_step - resumed) if before.last_step is not None and resumed is not None else None
+            sink.emit("restart", step=resumed, prev_attempt=before.number, next_attempt=attempt.number,
+                      failed_at_step=before.last_step, resumed_from_step=resumed,
+                      steps_lost=max(lost, 0) if lost is not None else None,
+                      downtime_s=round(attempt.started - ended_at, 3), **cause)
+        rec = self.record
+        sink.emit("run_started", step=resumed or 0, config_hash=rec.config_hash, config_path=rec.config_path,
+                  world_size=1, prereg_id=rec.prereg_id, exploratory=rec.exploratory,
+                  snapshot_commit=(rec.snapshot or {}).get("commit"), total_steps=self.opts.steps,
+                  resumed_from_step=resumed or 0)
+
+    def _milestones(self, attempt: _Attempt) -> None:
+        total = self.opts.steps
+        if not total or attempt.last_step is None:
+            return
+        for f in due_milestones(self.project.config.milestones, total, attempt.last_step, self.milestones):
+            self.milestones.add(f)
+            self._sink(attempt.number).emit("milestone", step=attempt.last_step, fraction=f, total_steps=total,
+                                            loss=attempt.last_loss, loss_step=attempt.last_step)
+
+    def _result(self, status: str, attempts: int, restarts: int, code: int, reason: str = "") -> RunResult:
+        self.metrics.close()
+        from logbook.launch.watch import restart_line
+        from logbook.records.events import iter_events
+        from logbook.records.eventschema import is_kind
+
+        events = self.run_dir / "events.jsonl"
+        lines = [restart_line(e) for e in iter_events(events) if is_kind(e, "restart")]
+        return RunResult(run_id=self.record.run_id, status=status, attempts=attempts, restarts=restarts,
+                         exit_code=code, run_dir=self.run_dir, events_path=events, reason=reason,
+                         exploratory=self.record.exploratory, deviations=list(self.record.deviations),
+                         restart_lines=lines)
+
+
+def _ended(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"

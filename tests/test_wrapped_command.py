@@ -1,0 +1,134 @@
+"""`logbook run -- CMD`: a plain PyTorch script the logbook did not write, unmodified, chronicled from outside.
+
+The script trains a tiny model, saves a checkpoint every 5 steps, resumes
+from it when it finds one, and prints `step N loss X`. The test SIGKILLs it
+mid-run; the logbook restarts it, and the record says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT, git
+
+from logbook.records.chain import verify_log
+from logbook.records.events import iter_events
+
+SCRIPT = '''\
+import os, sys, time
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+start = 0
+if os.path.exists("ckpt.pt"):
+    state = torch.load("ckpt.pt")
+    model.load_state_dict(state["model"]); opt.load_state_dict(state["opt"]); start = state["step"]
+with open("train.pid", "w") as f:
+    f.write(str(os.getpid()))
+x, y = torch.randn(64, 8), torch.randn(64, 1)
+for step in range(start + 1, 41):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    print(f"step {step} loss {loss.item():.4f}", flush=True)
+    if step % 5 == 0:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, "ckpt.tmp")
+        os.replace("ckpt.tmp", "ckpt.pt")
+    time.sleep(0.15)
+'''
+REGEX = r"step (?P<step>\d+) loss (?P<loss>[\d.]+)"
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": "true"}
+    env.pop("LOGBOOK_DEBUG", None)
+    return env
+
+
+def _steps_seen(repo: Path, run: str) -> int:
+    path = repo / ".logbook" / "metrics" / run / "metrics.jsonl"
+    try:
+        rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    except (OSError, ValueError):
+        return 0
+    return max((r["step"] for r in rows), default=0)
+
+
+def test_an_unmodified_script_killed_mid_run_is_restarted_and_chronicled(logbook_repo, cli):
+    (logbook_repo / "train.py").write_text(SCRIPT)
+    (logbook_repo / ".gitignore").write_text("ckpt.pt\nckpt.tmp\ntrain.pid\n")
+    git(logbook_repo, "add", "train.py", ".gitignore")
+    git(logbook_repo, "commit", "-q", "-m", "a training script of our own")
+    run = "plain-script"
+    proc = subprocess.Popen([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", run,
+                             "--steps", "40", "--metrics-regex", REGEX, "--max-restarts", "2", "--json",
+                             "--", sys.executable, "train.py"],
+                            cwd=logbook_repo, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while _steps_seen(logbook_repo, run) < 12:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(int((logbook_repo / "train.pid").read_text()), signal.SIGKILL)  # the kill -9 of a lost node
+    out, errs = proc.communicate(timeout=120)
+    assert proc.returncode == 0, errs
+    result = json.loads(out)
+    assert (result["status"], result["attempts"], result["restarts"]) == ("finished", 2, 1)
+    assert "step 40 loss" in errs  # the command's own output reaches the person
+
+    log = logbook_repo / "entries" / "runs" / run / "events.jsonl"
+    assert verify_log(log) == []
+    events = list(iter_events(log))
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("run_started") == 2 and kinds[-1] == "run_finished"
+    restart = next(e for e in events if e["kind"] == "restart")
+    d = restart["data"]
+    assert d["cause"] == "signal" and d["signal"] == signal.SIGKILL and d["prev_attempt"] == 1
+    assert d["resumed_from_step"] % 5 == 0 and d["failed_at_step"] >= 12
+    assert d["steps_lost"] == d["failed_at_step"] - d["resumed_from_step"]
+    second = [e for e in events if e["kind"] == "run_started"][1]
+    assert second["attempt"] == 2 and second["data"]["resumed_from_step"] == d["resumed_from_step"]
+    fractions = [e["data"]["fraction"] for e in events if e["kind"] == "milestone"]
+    assert sorted(fractions) == sorted(set(fractions)) and 1.0 in fractions
+    record = json.loads((logbook_repo / "entries" / "runs" / run / "run.json").read_text())
+    assert record["command"] == [sys.executable, "train.py"] and record["config_path"] == "train.py"
+
+    assert cli("verify").exit_code == 0
+    assert cli("render").exit_code == 0
+    day = "".join(p.read_text() for p in (logbook_repo / "entries").glob("20*/*/*.md"))
+    assert "Attempt 1 was killed by signal 9 (SIGKILL)" in day  # the restart entry, from outside
+    assert f"Resumed from the checkpoint at step {d['resumed_from_step']}: {d['steps_lost']} steps lost" in day
+    assert "**100% of the run**: step 40 of 40." in day  # milestone notes from the command's own output
+    status = json.loads(cli("status", run, "--json").stdout)
+    assert (status["state"], status["attempt"], status["step"]) == ("finished", 2, 40)
+
+
+def test_a_command_that_keeps_failing_ends_the_run_failed_with_its_exit_code(logbook_repo, cli):
+    (logbook_repo / "bad.py").write_text("import sys\nprint('step 1 loss 1.0')\nsys.exit(3)\n")
+    git(logbook_repo, "add", "bad.py")
+    git(logbook_repo, "commit", "-q", "-m", "a script that fails")
+    res = subprocess.run([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "bad", "--max-restarts",
+                          "1", "--metrics-regex", REGEX, "--", sys.executable, "bad.py"],
+                         cwd=logbook_repo, env=_env(), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 5, res.stderr
+    events = list(iter_events(logbook_repo / "entries" / "runs" / "bad" / "events.jsonl"))
+    restart = next(e for e in events if e["kind"] == "restart")
+    assert (restart["data"]["cause"], restart["data"]["exit_code"]) == ("exit", 3)
+    assert events[-1]["kind"] == "run_failed" and "exited with code 3" in events[-1]["data"]["reason"]
+    assert "restart: attempt 1 -> 2, exited with code 3" in res.stderr
+
+
+def test_a_command_is_checked_before_anything_is_recorded(logbook_repo, cli):
+    res = cli("run", "--exploratory", "--", sys.executable, "missing.py")
+    assert res.exit_code == 2 and "no file of this repository" in res.output
+    res = cli("run", "--exploratory", "--metrics-regex", "loss (?P<loss>", "--", sys.executable, "x.py")
+    assert res.exit_code == 2 and "not a regular expression" in res.output
+    res = cli("run", "configs/tiny.yaml", "--exploratory", "--", "python", "x.py")
+    assert res.exit_code == 2 and "exclude each other" in res.output
+    assert not (logbook_repo / "entries" / "runs").exists() or not any((logbook_repo / "entries" / "runs").iterdir())
