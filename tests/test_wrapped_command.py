@@ -132,3 +132,68 @@ def test_a_command_is_checked_before_anything_is_recorded(logbook_repo, cli):
     res = cli("run", "configs/tiny.yaml", "--exploratory", "--", "python", "x.py")
     assert res.exit_code == 2 and "exclude each other" in res.output
     assert not (logbook_repo / "entries" / "runs").exists() or not any((logbook_repo / "entries" / "runs").iterdir())
+
+
+HANGS_ONCE = '''\
+import os, time
+print("step 1 loss 2.0", flush=True)
+if not os.path.exists("hung-once"):
+    open("hung-once", "w").close()
+    time.sleep(600)  # a collective that never returns
+print("step 2 loss 1.5", flush=True)
+'''
+
+
+def test_a_silent_command_is_killed_as_hung_and_restarted(logbook_repo):
+    (logbook_repo / "hangs.py").write_text(HANGS_ONCE)
+    git(logbook_repo, "add", "hangs.py")
+    git(logbook_repo, "commit", "-q", "-m", "a script that hangs once")
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "hangs", "--hang-timeout",
+                          "2", "--metrics-regex", REGEX, "--", sys.executable, "hangs.py"],
+                         cwd=logbook_repo, env=_env(), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - t0 < 60  # killed after its timeout, not after its sleep
+    events = list(iter_events(logbook_repo / "entries" / "runs" / "hangs" / "events.jsonl"))
+    hang = next(e for e in events if e["kind"] == "hang")
+    assert hang["attempt"] == 1 and hang["data"]["timeout_s"] == 2 and hang["data"]["elapsed_s"] > 2
+    restart = next(e for e in events if e["kind"] == "restart")
+    assert restart["data"]["cause"] == "hang" and events[-1]["kind"] == "run_finished"
+
+
+LONG = '''\
+import os, time
+start = int(open("progress").read()) if os.path.exists("progress") else 0
+for step in range(start + 1, 31):
+    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
+    open("progress", "w").write(str(step))
+    time.sleep(0.1)
+'''
+
+
+def test_a_preempted_command_ends_with_75_and_resumes_where_it_stopped(logbook_repo, cli):
+    (logbook_repo / "long.py").write_text(LONG)
+    git(logbook_repo, "add", "long.py")
+    git(logbook_repo, "commit", "-q", "-m", "a script that resumes")
+    proc = subprocess.Popen([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "pre", "--steps", "30",
+                             "--metrics-regex", REGEX, "--", sys.executable, "long.py"],
+                            cwd=logbook_repo, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while _steps_seen(logbook_repo, "pre") < 5:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # the scheduler's preemption
+    out, errs = proc.communicate(timeout=60)
+    assert proc.returncode == 75, errs
+    assert "logbook run --resume pre" in errs
+    res = subprocess.run([sys.executable, "-m", "logbook", "run", "--resume", "pre"], cwd=logbook_repo, env=_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    events = list(iter_events(logbook_repo / "entries" / "runs" / "pre" / "events.jsonl"))
+    kinds = [e["kind"] for e in events]
+    assert "preempted" in kinds and kinds[-1] == "run_finished"
+    restart = next(e for e in events if e["kind"] == "restart")
+    assert restart["data"]["cause"] == "preempted" and restart["attempt"] == 2
+    fractions = [e["data"]["fraction"] for e in events if e["kind"] == "milestone"]
+    assert len(fractions) == len(set(fractions)) and 1.0 in fractions  # the resume kept --steps and the regex
+    assert json.loads(cli("status", "pre", "--json").stdout)["state"] == "finished"

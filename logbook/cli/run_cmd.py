@@ -27,6 +27,7 @@ def run_cmd(
     startup_timeout: float = typer.Option(300.0, "--startup-timeout", metavar="SECONDS", help="How long a worker waits for the other workers of its attempt before it fails, naming those missing."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1, help="With `-- CMD`: the run's length in steps (milestone notes and progress need it)."),
     metrics_regex: Optional[str] = typer.Option(None, "--metrics-regex", metavar="REGEX", help="With `-- CMD`: a regular expression over the command's output lines whose named groups (step, loss, ...) are its metrics."),
+    hang_timeout: Optional[float] = typer.Option(None, "--hang-timeout", metavar="SECONDS", help="With `-- CMD`: a command silent for this long is hung: killed, recorded, restarted."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Run training under torchrun: check, snapshot the code, record, restart on failure.
@@ -55,14 +56,14 @@ def run_cmd(
     Example: logbook run --prereg 2026-11-30-qknorm-removes-spikes-3f9a1c configs/tiny-cpu.yaml --nproc 2 --max-restarts 3
     """
     command = after_separator()
-    if command is not None:
-        _run_command(command, [c for c in (config, *(overrides or [])) if c is not None], prereg, exploratory, run_id,
-                     max_restarts, steps, metrics_regex, nproc, resume, nnodes, as_json)
+    if command is not None or (resume is not None and _is_command_run(resume)):
+        _run_command(command or [], [c for c in (config, *(overrides or [])) if c is not None], prereg, exploratory,
+                     run_id, max_restarts, steps, metrics_regex, hang_timeout, nproc, resume, nnodes, as_json)
         return
-    if steps is not None or metrics_regex is not None:
+    if steps is not None or metrics_regex is not None or hang_timeout is not None:
         from logbook.core.errors import UsageError
 
-        raise UsageError("--steps and --metrics-regex are for a command run after `--`",
+        raise UsageError("--steps, --metrics-regex and --hang-timeout are for a command run after `--`",
                          hint="the bundled trainer's length is train.steps in its config")
     from logbook.cli.run_console import RunConsole
 
@@ -78,22 +79,39 @@ def run_cmd(
     raise typer.Exit(result.exit_code)
 
 
-def _run_command(command, positional, prereg, exploratory, run_id, max_restarts, steps, metrics_regex, nproc, resume,
-                 nnodes, as_json) -> None:
+def _is_command_run(run_id: str) -> bool:
+    """Whether RUN's record is of a command run after `--` (its resume is the supervisor's, not torchrun's)."""
+    from logbook.core.errors import LogbookError
+    from logbook.core.project import open_project
+    from logbook.runs.record import load_run_record
+
+    try:
+        return bool(load_run_record(open_project(), run_id).command)
+    except LogbookError:
+        return False  # the launcher's own checks say what is wrong with it
+
+
+def _run_command(command, positional, prereg, exploratory, run_id, max_restarts, steps, metrics_regex, hang_timeout,
+                 nproc, resume, nnodes, as_json) -> None:
     """`logbook run [OPTIONS] -- CMD ...`: the command supervised and recorded from outside."""
     from logbook.core.errors import UsageError
-    from logbook.launch.wrapped import WrappedOptions, launch_command
+    from logbook.launch.wrapped import WrappedOptions, launch_command, resume_command
 
     if positional != command:
         raise UsageError("a config before `--` and a command after it exclude each other",
                          hint="the command after `--` is the whole run: logbook run --exploratory -- python train.py")
-    if nproc is not None or resume is not None or nnodes != 1:
-        raise UsageError("--nproc, --nnodes and --resume are for the bundled trainer, not a command after `--`",
+    if nproc is not None or nnodes != 1:
+        raise UsageError("--nproc and --nnodes are for the bundled trainer, not a command after `--`",
                          hint="a command that starts its own workers (torchrun ...) goes after `--` whole")
     project = open_for_writing()
     opts = WrappedOptions(command=list(command), max_restarts=3 if max_restarts is None else max_restarts,
-                          steps=steps, metrics_regex=metrics_regex)
-    result = launch_command(project, opts, prereg_id=prereg, exploratory=exploratory, run_id=run_id, say=err)
+                          steps=steps, metrics_regex=metrics_regex, hang_timeout_s=hang_timeout)
+    if resume is not None:
+        if prereg is not None or exploratory or run_id is not None:
+            raise UsageError("--resume continues a run as it was recorded: no --prereg, --exploratory or --run-id")
+        result = resume_command(project, resume, opts, say=err)
+    else:
+        result = launch_command(project, opts, prereg_id=prereg, exploratory=exploratory, run_id=run_id, say=err)
     _summary(result, project.root)
     if as_json:
         print_json(result.to_dict())

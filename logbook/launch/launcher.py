@@ -345,7 +345,8 @@ def _resume_args(project: Project, resume: str, config_path, overrides, prereg_i
 
 
 def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory, nproc, max_restarts, rdzv, say,
-              *, config_seed: int | None = None, command: list[str] | None = None) -> _Plan:
+              *, config_seed: int | None = None, command: list[str] | None = None,
+              command_options: dict[str, Any] | None = None) -> _Plan:
     check_run_id(run_id)
     if run_record_path(project, run_id).exists():
         status = run_status(project, run_id, load_run_record(project, run_id))
@@ -358,7 +359,7 @@ def _new_plan(project, run_id, config, overrides, prereg, prereg_id, exploratory
         run_id=run_id, created=utc_now(), config_path=_rel(project, config), config_hash=digest,
         prereg_id=prereg_id, exploratory=exploratory, snapshot=dict(snapshot), overrides=list(overrides),
         nproc=nproc, nnodes=rdzv.nnodes, max_restarts=max_restarts, author=str(git_identity(project.root)),
-        status="running", command=command,
+        status="running", command=command, command_options=command_options,
     )
     if prereg is not None:
         rec.amendments = [a.key for a in prereg.amendments]  # the promise as it stands at the start

@@ -10,9 +10,16 @@ and attempt), or from its output lines, matched by a regular expression with
 named groups (`step`, `loss`, any other number). Milestone notes follow from
 those metrics when the run's length is known (`--steps`, or the API's).
 
+A command silent for longer than `--hang-timeout` is killed and restarted (a
+`hang`, then a restart whose cause is the hang). A SIGTERM to `logbook run`
+(a scheduler's preemption) goes on to the command, which has the time it
+takes to stop; the run is then `preempted` (exit 75) and `logbook run
+--resume RUN` starts its next attempt.
+
 What it cannot do, unlike the bundled trainer: roll back or skip a batch (the
 loop is not ours), resume by itself (the command resumes from its own
-checkpoints), or save before a preemption. The record is the same: run.json
+checkpoints), or save before a preemption (the command's own SIGTERM handler
+may). The record is the same: run.json
 with the code snapshot and the preregistration's promise, and the one
 hash-chained event log every view reads.
 """
@@ -25,17 +32,18 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from logbook.core.errors import EXIT_INTERRUPTED, UsageError
+from logbook.core.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, RefusedError, UsageError
 from logbook.core.project import Project
 from logbook.launch.launcher import Rendezvous, _checked_prereg, _new_plan, new_run_id
 from logbook.launch.watch import RunResult
 from logbook.records.sink import EventSink, MetricsWriter, full_metrics_path
-from logbook.runs.milestones import due_milestones
+from logbook.runs.milestones import due_milestones, emitted_milestones
 from logbook.runs.record import check_run_id
 
 Say = Callable[[str], None]
@@ -54,6 +62,8 @@ class WrappedOptions:
     """The run's length in steps, when known: milestones and progress need it."""
     metrics_regex: str | None = None
     """A regular expression over the command's output lines; its named groups `step`, `loss`, ... are metrics."""
+    hang_timeout_s: float | None = None
+    """Seconds without a line of output after which the command counts as hung, is killed and restarted."""
 
 
 @dataclass
@@ -65,6 +75,24 @@ class _Attempt:
     first_step: int | None = None
     last_step: int | None = None
     last_loss: float | None = None
+    hung: bool = False
+    preempted: bool = False
+
+
+@dataclass
+class _Ended:
+    """How an attempt ended, as the next attempt's `restart` says it."""
+
+    number: int
+    last_step: int | None
+    cause: dict[str, Any]
+    at: float
+
+
+def _cause(attempt: _Attempt, code: int) -> dict[str, Any]:
+    if attempt.hung:
+        return {"cause": "hang"}
+    return {"cause": "signal", "signal": -code} if code < 0 else {"cause": "exit", "exit_code": code}
 
 
 def checked_regex(text: str | None) -> re.Pattern[str] | None:
@@ -96,6 +124,8 @@ def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | N
         raise UsageError("nothing after `--`", hint="e.g. logbook run --exploratory -- python train.py")
     if opts.max_restarts < 0:
         raise UsageError(f"--max-restarts must be 0 or more, got {opts.max_restarts}")
+    if opts.hang_timeout_s is not None and not opts.hang_timeout_s > 0:
+        raise UsageError(f"--hang-timeout must be a positive number of seconds, got {opts.hang_timeout_s:g}")
     pattern = checked_regex(opts.metrics_regex)
     prereg = _checked_prereg(project, prereg_id, exploratory)
     script = _script(project, opts.command)
@@ -104,7 +134,9 @@ def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | N
                          hint="the run's record hashes the script it runs: give its path, e.g. python train.py")
     run_id = check_run_id(run_id) if run_id else new_run_id(project, prereg.id if prereg else None, script)
     plan = _new_plan(project, run_id, script, [], prereg, prereg.id if prereg else None, exploratory, 1,
-                     opts.max_restarts, Rendezvous(), say, command=list(opts.command))
+                     opts.max_restarts, Rendezvous(), say, command=list(opts.command),
+                     command_options={"steps": opts.steps, "metrics_regex": opts.metrics_regex,
+                                      "hang_timeout_s": opts.hang_timeout_s})
     say(f"Starting run {run_id}: " + ("EXPLORATORY run (no preregistration)" if exploratory
                                        else f"preregistration {plan.record.prereg_id}"))
     say(f"  command {shlex.join(opts.command)} (script sha256 {plan.record.config_hash[:12]}), "
@@ -112,22 +144,82 @@ def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | N
     return _Supervisor(project, plan.record, opts, pattern, say).run()
 
 
+def resume_command(project: Project, run_id: str, opts: WrappedOptions, say: Say = lambda _: None) -> RunResult:
+    """The next attempts of a run of a command that did not finish (preempted, failed, interrupted)."""
+    from logbook.records.events import iter_events
+    from logbook.records.eventschema import is_kind
+    from logbook.runs.record import load_run_record, run_status
+
+    record = load_run_record(project, check_run_id(run_id))
+    if not record.command:
+        raise UsageError(f"run {run_id} trained with the bundled trainer, not a command",
+                         hint=f"resume it without `--`: logbook run --resume {run_id}")
+    if opts.command and opts.command != record.command:
+        raise RefusedError(f"run {run_id} ran `{shlex.join(record.command)}`; a resumed run runs the same command",
+                           hint=f"logbook run --resume {run_id} (the command comes from its record)")
+    if run_status(project, run_id, record) == "finished":
+        raise RefusedError(f"run {run_id} already finished", hint="start a new run instead of resuming this one")
+    opts.command = list(record.command)
+    kept = record.command_options or {}  # what the first launch said, unless this one says otherwise
+    opts.steps = opts.steps if opts.steps is not None else kept.get("steps")
+    opts.metrics_regex = opts.metrics_regex if opts.metrics_regex is not None else kept.get("metrics_regex")
+    opts.hang_timeout_s = opts.hang_timeout_s if opts.hang_timeout_s is not None else kept.get("hang_timeout_s")
+    events = list(iter_events(project.run_dir(run_id) / "events.jsonl"))
+    first = max((e["attempt"] for e in events if isinstance(e.get("attempt"), int)), default=0) + 1
+    say(f"Resuming run {run_id}: attempt {first}, command {shlex.join(record.command)}")
+    sup = _Supervisor(project, record, opts, checked_regex(opts.metrics_regex), say, first=first)
+    if events:
+        last = events[-1]
+        steps = [e["step"] for e in events if isinstance(e.get("step"), int)]
+        cause = {"cause": "preempted"} if is_kind(last, "preempted") else {"cause": "unknown"}
+        sup.resumed_after = _Ended(first - 1, max(steps, default=None), cause,
+                                   project.run_dir(run_id).joinpath("events.jsonl").stat().st_mtime)
+    return sup.run()
+
+
 class _Supervisor:
     """Runs the attempts and writes what they did."""
 
     def __init__(self, project: Project, record: Any, opts: WrappedOptions, pattern: re.Pattern[str] | None,
-                 say: Say) -> None:
+                 say: Say, first: int = 1) -> None:
         self.project, self.record, self.opts, self.pattern, self.say = project, record, opts, pattern, say
+        self.first = first
+        self.resumed_after: _Ended | None = None
+        """How the attempt before a `--resume` ended (its `restart` opens the resumed attempt)."""
+        self.proc: subprocess.Popen[str] | None = None
+        self.attempt: _Attempt | None = None
         self.run_dir = project.run_dir(record.run_id)
-        self.milestones: set[float] = set()
+        self.milestones: set[float] = emitted_milestones(self.run_dir)
         self.metrics = MetricsWriter(self.run_dir, 0, flush_every=1,
                                      full_path=full_metrics_path(project.state_dir, record.run_id))
 
     def run(self) -> RunResult:
-        restarts, prev, reason = 0, None, ""
-        for number in range(1, self.opts.max_restarts + 2):
+        previous = signal.signal(signal.SIGTERM, self._on_sigterm) if threading.current_thread() is threading.main_thread() else None
+        try:
+            return self._run()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        """A scheduler's preemption: the command gets the SIGTERM and the time it takes to stop."""
+        if self.attempt is not None:
+            self.attempt.preempted = True
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+
+    def _run(self) -> RunResult:
+        restarts, prev, reason = 0, self.resumed_after, ""
+        last = self.first + self.opts.max_restarts
+        for number in range(self.first, last + 1):
             attempt = _Attempt(number)
             code = self._attempt(attempt, prev)
+            if attempt.preempted:
+                self._sink(number).emit("preempted", step=attempt.last_step, signal="SIGTERM",
+                                        saved_step=attempt.last_step)
+                return self._result("preempted", number, restarts, EXIT_PREEMPTED,
+                                    f"preempted (SIGTERM) at step {attempt.last_step}; resume with "
+                                    f"`logbook run --resume {self.record.run_id}`")
             if code == 0:
                 self._sink(number).emit("run_finished", step=attempt.last_step, final_loss=attempt.last_loss,
                                         attempt_wall_s=round(time.time() - attempt.started, 3))
@@ -137,12 +229,12 @@ class _Supervisor:
                 self._sink(number).emit("run_failed", step=attempt.last_step, reason=reason, exit_code=EXIT_INTERRUPTED,
                                         attempts=number, status="failed")
                 return self._result("failed", number, restarts, EXIT_INTERRUPTED, reason)
-            prev = (attempt, code, time.time())
-            if number <= self.opts.max_restarts:
+            prev = _Ended(attempt.number, attempt.last_step, _cause(attempt, code), time.time())
+            if number < last:
                 restarts += 1
-                self.say(f"  attempt {number} {_ended(code)}; restarting")
-        attempt, code, _ = prev
-        reason = f"attempt {attempt.number} {_ended(code)}, and no restart was left ({self.opts.max_restarts} allowed)"
+                self.say(f"  attempt {number} {'hung' if attempt.hung else _ended(code)}; restarting")
+        how = "hung" if attempt.hung else _ended(code)
+        reason = f"attempt {attempt.number} {how}, and no restart was left ({self.opts.max_restarts} allowed)"
         self._sink(attempt.number).emit("run_failed", step=attempt.last_step, reason=reason,
                                         exit_code=code if code > 0 else 1, attempts=attempt.number, status="failed")
         return self._result("failed", attempt.number, restarts, 5, reason)
@@ -150,15 +242,20 @@ class _Supervisor:
     def _sink(self, attempt: int) -> EventSink:
         return EventSink(self.run_dir, self.record.run_id, attempt, 0, root=self.project.root)
 
-    def _attempt(self, attempt: _Attempt, prev: tuple[_Attempt, int, float] | None) -> int:
+    def _attempt(self, attempt: _Attempt, prev: _Ended | None) -> int:
         """One attempt: its start is written once its first step is seen (that is when the resume step is known)."""
         env = {**os.environ, ENV_PROJECT: str(self.project.root), ENV_RUN: self.record.run_id,
                ENV_ATTEMPT: str(attempt.number), "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(self.opts.command, cwd=self.project.root, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
+        self.proc, self.attempt = proc, attempt
+        heard = [time.monotonic()]
+        if self.opts.hang_timeout_s:
+            threading.Thread(target=self._watch, args=(proc, attempt, heard), daemon=True).start()
         started = False
         try:
             for line in proc.stdout:  # type: ignore[union-attr]
+                heard[0] = time.monotonic()
                 sys.stderr.write(line)
                 step = self._metrics(attempt, line)
                 if step is not None and not started:
@@ -174,6 +271,19 @@ class _Supervisor:
         if not started:
             self._start(attempt, prev)
         return code
+
+    def _watch(self, proc: subprocess.Popen[str], attempt: _Attempt, heard: list[float]) -> None:
+        """The hang watchdog: silence past the timeout is a `hang`; the command is killed, to be restarted."""
+        timeout = float(self.opts.hang_timeout_s or 0)
+        while proc.poll() is None:
+            silent = time.monotonic() - heard[0]
+            if silent > timeout:
+                attempt.hung = True
+                self._sink(attempt.number).emit("hang", step=attempt.last_step, timeout_s=timeout,
+                                                elapsed_s=round(silent, 3))
+                os.killpg(proc.pid, signal.SIGKILL)
+                return
+            time.sleep(min(0.5, timeout / 4))
 
     def _metrics(self, attempt: _Attempt, line: str) -> int | None:
         m = self.pattern.search(line) if self.pattern else None
@@ -193,18 +303,16 @@ class _Supervisor:
         self.metrics.write({"step": step, "attempt": attempt.number, **row})
         return step
 
-    def _start(self, attempt: _Attempt, prev: tuple[_Attempt, int, float] | None) -> None:
+    def _start(self, attempt: _Attempt, prev: _Ended | None) -> None:
         """`restart` (for every attempt after the first), then `run_started`, as the bundled trainer writes them."""
         sink = self._sink(attempt.number)
         resumed = attempt.first_step - 1 if attempt.first_step else None
         if prev is not None:
-            before, code, ended_at = prev
-            cause = {"cause": "signal", "signal": -code} if code < 0 else {"cause": "exit", "exit_code": code}
-            lost = (before.last_step - resumed) if before.last_step is not None and resumed is not None else None
-            sink.emit("restart", step=resumed, prev_attempt=before.number, next_attempt=attempt.number,
-                      failed_at_step=before.last_step, resumed_from_step=resumed,
+            lost = (prev.last_step - resumed) if prev.last_step is not None and resumed is not None else None
+            sink.emit("restart", step=resumed, prev_attempt=prev.number, next_attempt=attempt.number,
+                      failed_at_step=prev.last_step, resumed_from_step=resumed,
                       steps_lost=max(lost, 0) if lost is not None else None,
-                      downtime_s=round(attempt.started - ended_at, 3), **cause)
+                      downtime_s=round(attempt.started - prev.at, 3), **prev.cause)
         rec = self.record
         sink.emit("run_started", step=resumed or 0, config_hash=rec.config_hash, config_path=rec.config_path,
                   world_size=1, prereg_id=rec.prereg_id, exploratory=rec.exploratory,

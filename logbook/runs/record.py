@@ -68,14 +68,17 @@ class RunRecord:
     command: list[str] | None = None
     """The command `logbook run -- CMD` supervised (its config_path/config_hash are its script's); None for the
     bundled trainer."""
+    command_options: dict[str, Any] | None = None
+    """How that command is watched: `steps`, `metrics_regex`, `hang_timeout_s` (a resume keeps them)."""
     seed_source: str | None = None
     """That token's path relative to the entries folder (logbook/trust/replay.py); None: the config's seed, which
     nothing anchors in time."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        if d["command"] is None:  # the bundled trainer's records keep the shape they always had
-            del d["command"]
+        for key in ("command", "command_options"):
+            if d[key] is None:  # the bundled trainer's records keep the shape they always had
+                del d[key]
         return d
 
 
