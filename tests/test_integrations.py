@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from logbook.core.errors import UsageError
 from logbook.core.project import open_project
+from logbook.integrations.recorder import Recorder, SpikeDetector
 from logbook.records.eventschema import is_kind
 from logbook.records.events import iter_events
 from logbook.records.sink import full_metrics_path
@@ -84,6 +86,10 @@ class Tiny(L.LightningModule):
     def training_step(self, batch, i):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.net(x), y)
+        if self.global_step >= int(os.environ.get("NAN_FROM_STEP", "1000000")):
+            loss = loss * float("nan")  # a diverged step
+        if self.global_step == int(os.environ.get("RAISE_AT_STEP", "-1")):
+            raise RuntimeError("the data loader lost its file")
         self.log("train_loss", loss)
         time.sleep(float(os.environ.get("SLOW_STEP_S", "0")))  # gives the test time to kill the first attempt
         return loss
@@ -109,7 +115,8 @@ trainer = L.Trainer(max_steps=36, accelerator="cpu", devices=1, default_root_dir
                     enable_model_summary=False, logger=CSVLogger(out, name="csv"),
                     callbacks=[ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), save_last=True, save_top_k=-1,
                                                every_n_train_steps=6),
-                               LogbookCallback(run_id="pl-tiny")])
+                               LogbookCallback(run_id=os.environ.get("RUN_ID", "pl-tiny"),
+                                               stop_on_divergence=os.environ.get("STOP") == "1")])
 trainer.fit(Tiny(), data(512), data(32), ckpt_path="last" if sys.argv[2:] == ["resume"] else None)
 '''
 
@@ -141,9 +148,9 @@ def _kill_mid_run(cmd: list[str], cwd: Path, metrics: Path, at_step: int) -> Non
     proc.communicate()
 
 
-def _run(cmd: list[str], cwd: Path) -> None:
-    res = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=180)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+def _run(cmd: list[str], cwd: Path, fails: bool = False, **env: str) -> None:
+    res = subprocess.run(cmd, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=180)
+    assert (res.returncode != 0) == fails, res.stdout[-3000:] + res.stderr[-3000:]
 
 
 def _events(repo: Path, run_id: str) -> list[dict]:
@@ -201,8 +208,9 @@ def _final_attempt_losses(repo: Path, run_id: str) -> dict[int, float]:
 def test_hf_trainer_run_killed_and_resumed_is_chronicled_with_its_restart(logbook_repo, tmp_path, cli):
     events = _run_killed_then_resumed(logbook_repo, tmp_path, HF_SCRIPT, "hf-tiny")
     story = _check_the_story(events, cli, logbook_repo)
-    assert any(is_kind(e, "checkpoint_saved") and e["data"]["path"].endswith(f"checkpoint-{story['resumed']}")
-               for e in events)
+    saves = [e["data"] for e in events if is_kind(e, "checkpoint_saved")]
+    assert any(d["path"].endswith(f"checkpoint-{story['resumed']}") for d in saves)
+    assert all(0 < d["blocking_s"] < 30 for d in saves)  # the save's own seconds
     history = json.loads((tmp_path / "out" / "log_history.json").read_text())
     logged = {h["step"]: h["loss"] for h in history if "loss" in h}
     ours = _final_attempt_losses(logbook_repo, "hf-tiny")
@@ -233,3 +241,65 @@ def test_importing_the_cli_loads_no_framework_adapter():
     mods = set(subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True,
                               text=True).stdout.split())
     assert not {"transformers", "lightning", "torch", "logbook.integrations.hf", "logbook.integrations.lightning"} & mods
+
+
+def _lightning(tmp_path: Path) -> list[str]:
+    path = tmp_path / "train.py"
+    path.write_text(LIGHTNING_SCRIPT)
+    return [sys.executable, str(path), str(tmp_path / "out")]
+
+
+def test_a_nan_loss_stops_lightning_when_asked_and_the_run_ends_aborted(logbook_repo, tmp_path, cli):
+    _run(_lightning(tmp_path), logbook_repo, RUN_ID="pl-nan", NAN_FROM_STEP="20", STOP="1")
+    events = _events(logbook_repo, "pl-nan")
+    spike, = [e for e in events if is_kind(e, "divergence_detected")]
+    assert spike["step"] == 21 and spike["data"]["nonfinite"] and spike["data"]["action"] == "abort"
+    assert "training stopped" in spike["data"]["reason"]
+    assert is_kind(events[-1], "run_aborted") and events[-1]["step"] == 21  # stopped, not finished
+    assert not any(is_kind(e, "run_finished") for e in events)
+    assert [e["data"]["fraction"] for e in events if is_kind(e, "milestone")] == [0.1, 0.25, 0.5]
+    assert cli("verify").exit_code == 0
+
+
+def test_an_exception_in_lightning_ends_the_run_failed_and_the_rerun_records_the_restart(logbook_repo, tmp_path, cli):
+    _run(_lightning(tmp_path), logbook_repo, fails=True, RUN_ID="pl-raise", RAISE_AT_STEP="15")
+    failed = _events(logbook_repo, "pl-raise")[-1]
+    assert is_kind(failed, "run_failed") and "RuntimeError: the data loader lost its file" in failed["data"]["reason"]
+    _run(_lightning(tmp_path) + ["resume"], logbook_repo, RUN_ID="pl-raise")
+    events = _events(logbook_repo, "pl-raise")
+    restart, = [e for e in events if is_kind(e, "restart")]
+    assert restart["data"]["cause"] == "exception" and restart["data"]["resumed_from_step"] == 12
+    assert is_kind(events[-1], "run_finished")
+    assert cli("verify").exit_code == 0
+    assert cli("render").exit_code == 0
+    days = "\n".join(p.read_text() for p in sorted(open_project(logbook_repo).entries.glob("2*/*/*.md")))
+    assert "Attempt 1 raised `RuntimeError`: “the data loader lost its file”." in days
+
+
+def test_under_logbook_run_the_callback_leaves_starts_and_ends_to_the_launcher(logbook_repo, tmp_path):
+    _run(_lightning(tmp_path), logbook_repo, LOGBOOK_PROJECT=str(logbook_repo), LOGBOOK_RUN_ID="pl-launched",
+         LOGBOOK_ATTEMPT="1")
+    events = _events(logbook_repo, "pl-launched")
+    assert not any(is_kind(e, "run_started", "restart", "run_finished") for e in events)
+    assert [e["data"]["fraction"] for e in events if is_kind(e, "milestone")] == [0.1, 0.25, 0.5, 0.75, 1.0]
+    assert any(is_kind(e, "checkpoint_saved") for e in events)
+
+
+def test_the_spike_check_flags_non_finite_and_outlying_losses_and_absorbs_a_new_level():
+    det = SpikeDetector(sigma=6.0, window=64, warmup=16)
+    assert all(det.check(2.0 + 0.01 * (i % 5)) is None for i in range(40))
+    nan = det.check(float("nan"))
+    assert nan["nonfinite"] and nan["baseline"] == pytest.approx(2.02)
+    spike = det.check(3.0)
+    assert spike["z"] > 6 and spike["baseline"] == pytest.approx(2.02) and not spike["nonfinite"]
+    flagged = [det.check(1.0) for _ in range(64)]  # a new, lower level: flagged never, absorbed
+    assert flagged == [None] * 64
+
+
+def test_bad_callback_arguments_are_refused_with_a_message_before_training():
+    with pytest.raises(UsageError, match="run id"):
+        Recorder("lightning", run_id="../elsewhere")
+    with pytest.raises(UsageError, match="spike_sigma must be a positive number"):
+        Recorder("lightning", spike_sigma=0)
+    with pytest.raises(UsageError, match="milestones must be fractions"):
+        Recorder("lightning", milestones="0.5")

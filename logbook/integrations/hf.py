@@ -13,7 +13,8 @@ What each hook records (the recording itself is `recorder.Recorder`'s):
 - `on_log`: the metrics row (`loss`, `learning_rate` as `lr`, `grad_norm`;
   `eval_loss` as `val_loss`), the loss-spike check and the milestones due;
   with `stop_on_divergence=True` a spike sets `control.should_training_stop`.
-- `on_save`: `checkpoint_saved` with the `checkpoint-<step>` folder.
+- `on_save`: `checkpoint_saved` with the `checkpoint-<step>` folder and the
+  seconds since the step's last hook (the save's cost: the Trainer saves last).
 - `on_train_end`: `run_finished`, or `run_aborted` after a stop on divergence.
 
 The Trainer has no hook for an exception: a run that raises leaves no end, and
@@ -23,6 +24,7 @@ its next start records a `restart` whose cause is unknown.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from transformers import TrainerCallback
@@ -47,6 +49,7 @@ class LogbookCallback(TrainerCallback):
                  spike_sigma: float = 6.0, milestones: Any = None) -> None:
         self.recorder = Recorder("transformers.Trainer", run_id=run_id, project_root=project_root,
                                  stop_on_divergence=stop_on_divergence, spike_sigma=spike_sigma, milestones=milestones)
+        self._last_hook: float | None = None  # when the Trainer last called us: a save follows the step's last hook
 
     def on_train_begin(self, args, state, control, **kwargs):
         step = int(state.global_step)
@@ -56,10 +59,12 @@ class LogbookCallback(TrainerCallback):
                             device=str(args.device))
 
     def on_step_end(self, args, state, control, **kwargs):
+        self._last_hook = time.perf_counter()
         if self.recorder.milestone_due(int(state.global_step)):
             control.should_log = True  # the note reports this step's loss, not the last logged one
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        self._last_hook = time.perf_counter()
         logs = logs or {}
         step = int(state.global_step)
         if "eval_loss" in logs:
@@ -68,9 +73,14 @@ class LogbookCallback(TrainerCallback):
                                                  grad_norm=logs.get("grad_norm")):
             control.should_training_stop = True
 
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._last_hook = time.perf_counter()
+
     def on_save(self, args, state, control, **kwargs):
+        # The Trainer saves right after the step's last hook (on_step_end, on_log, on_evaluate): the rest is the save.
         step = int(state.global_step)
-        self.recorder.checkpoint(step, os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"))
+        blocking = time.perf_counter() - self._last_hook if self._last_hook is not None else None
+        self.recorder.checkpoint(step, os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"), blocking)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.recorder.end(int(state.global_step))

@@ -172,8 +172,10 @@ class Recorder:
                                "downtime_s": round(max(0.0, time.time() - last_alive), 3) if last_alive else None}
         if how is None:
             out.update(cause="unknown", detail=NO_RECORD)
-        elif how == "failed":  # our own run_failed: an exception the framework reported
-            out.update(cause="exception", exception_message=data.get("reason"))
+        elif how == "failed":  # our own run_failed: "<ExceptionType>: <message>", as `fail` wrote it
+            kind, _, message = str(data.get("reason") or "").partition(": ")
+            out.update(cause="exception", exception_type=kind if kind.isidentifier() else None,
+                       exception_message=message if kind.isidentifier() else data.get("reason"))
         else:
             out.update(cause=how if how in RESTART_CAUSES else "unknown", detail=f"attempt {prev} ended: {how}")
         return out
@@ -265,13 +267,14 @@ class Recorder:
         t0, s0 = self._mark
         return round((self.total_steps - step) * (time.time() - t0) / (step - s0), 3) if step > s0 else None
 
-    def checkpoint(self, step: int, path: str | None) -> None:
-        """The framework wrote a checkpoint (complete, as far as it tells)."""
+    def checkpoint(self, step: int, path: str | None, blocking_s: float | None = None) -> None:
+        """The framework wrote a checkpoint (complete, as far as it tells); `blocking_s`: what it cost, when known."""
         if self.run is None:
             return
         self.run.metrics.flush()
         self._flushed_at = time.time()
-        self.run.emit("checkpoint_saved", step=step, path=path)
+        self.run.emit("checkpoint_saved", step=step, path=path,
+                      blocking_s=round(blocking_s, 6) if blocking_s is not None else None)
 
     def _maybe_flush(self) -> None:
         if time.time() - self._flushed_at >= FLUSH_EVERY_S:
@@ -308,8 +311,7 @@ class Recorder:
                 self.run.emit("attempt_failed", step=step, exception_type=type(exc).__name__,
                               exception_message=str(exc)[:2000], traceback="".join(tb[-3:])[-4000:])
             else:
-                self.run.emit("run_failed", step=step, reason=f"{self.framework} training raised {words}",
-                              attempts=self.run.attempt, status="failed")
+                self.run.emit("run_failed", step=step, reason=words, attempts=self.run.attempt, status="failed")
         finally:
             self.close()
 
