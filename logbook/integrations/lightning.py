@@ -117,7 +117,8 @@ def _newest_checkpoint(trainer, since: float) -> str | None:
     """The file the `ModelCheckpoint` callbacks wrote last (one named by step before `last.ckpt`), or None."""
     named = []
     for cb in trainer.checkpoint_callbacks:
-        named += [getattr(cb, "best_model_path", ""), *getattr(cb, "best_k_models", {}), getattr(cb, "last_model_path", "")]
+        named += [getattr(cb, "best_model_path", ""), *getattr(cb, "best_k_models", {}),
+                  getattr(cb, "last_model_path", "")]
     fresh = []
     for p in dict.fromkeys(p for p in named if p):
         try:

@@ -284,7 +284,7 @@ class Recorder:
     # --- the end -------------------------------------------------------------------------------
 
     def end(self, step: int) -> None:
-        """Training returned: `run_aborted` if the spike check stopped it, else `run_finished` (outside the launcher)."""
+        """Training returned: `run_aborted` after a stop on divergence, else (unlaunched) `run_finished`."""
         if self.run is None:
             return
         try:
