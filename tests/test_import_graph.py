@@ -17,6 +17,12 @@ from conftest import ROOT
 
 LOGBOOK_LAYERS = ("core", "records", "runs", "scoring", "chronicle", "launch")
 """logbook/'s subpackages, lowest first; the CLI, the demo and the package root sit above them all."""
+TOP_LAYER = ("cli", "integrations")
+"""Subpackages at the top, beside `api.py` and the demo: they may import the API and anything below.
+
+`integrations/` holds the framework adapters; nothing else imports them (see
+`test_no_logbook_module_outside_the_adapters_imports_them`).
+"""
 SAME_LAYER = {"trust": "records"}
 """trust/ holds the records' proofs (third-party time, signatures): verify calls them, and they read records."""
 
@@ -141,10 +147,21 @@ def test_each_logbook_layer_imports_only_the_layers_below_it():
     assert upward == [], "a lower layer reaches up (move the shared piece down; see docs/architecture.md)"
 
 
+def test_no_logbook_module_outside_the_adapters_imports_them():
+    # The adapters import transformers or Lightning at their top: a module that
+    # imported one would drag a framework into the CLI, or fail where none is installed.
+    reach = [f"{a} imports {b}" for a, deps in sorted(import_graph(ROOT / "logbook").items()) for b in sorted(deps)
+             if b.startswith("logbook.integrations") and not a.startswith("logbook.integrations")]
+    assert reach == [], "only a user's script imports logbook.integrations.<framework>"
+
+
 def test_every_logbook_module_sits_in_a_layer():
     loose = sorted(p.name for p in (ROOT / "logbook").glob("*.py")
                    if p.name not in ("__init__.py", "__main__.py", "demo.py", "api.py"))
     assert loose == [], "put these in the layer they belong to (see docs/architecture.md)"
+    known = set(LOGBOOK_LAYERS) | set(TOP_LAYER) | set(SAME_LAYER)
+    unplaced = sorted(p.parent.name for p in (ROOT / "logbook").glob("*/__init__.py") if p.parent.name not in known)
+    assert unplaced == [], "name these subpackages' layer here and in docs/architecture.md"
 
 
 def test_every_trainer_module_outside_the_core_sits_in_a_room():

@@ -38,6 +38,13 @@ def test_the_wheel_holds_every_template_and_example_config(wheel):
     assert templates and configs
     assert {f"logbook/templates/{t}" for t in templates} <= names
     assert {f"logbook/configs/{c}" for c in configs} <= names
+
+
+def test_the_wheel_holds_every_logbook_module(wheel):
+    # A subpackage missing from pyproject's `packages` (the framework adapters were nearly one) installs nothing.
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "logbook").rglob("*.py")}
+    assert modules - names == set()
     assert not [n for n in names if n.endswith((".c", ".h"))]  # nothing is built where it trains
 
 

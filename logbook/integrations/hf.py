@@ -1,0 +1,86 @@
+"""Chronicle a Hugging Face `transformers.Trainer` run: `callbacks=[LogbookCallback()]`.
+
+    from logbook.integrations.hf import LogbookCallback
+    trainer = Trainer(model, args, train_dataset=ds, callbacks=[LogbookCallback()])
+
+What each hook records (the recording itself is `recorder.Recorder`'s):
+
+- `on_train_begin`: opens the run with `run_from_env(total_steps=state.max_steps)`;
+  outside `logbook run`, a `restart` owed by a killed attempt and `run_started`
+  (world size, and the step `resume_from_checkpoint` restored).
+- `on_step_end`: when a milestone falls due, asks the Trainer to log this step,
+  so the note carries this step's loss.
+- `on_log`: the metrics row (`loss`, `learning_rate` as `lr`, `grad_norm`;
+  `eval_loss` as `val_loss`), the loss-spike check and the milestones due;
+  with `stop_on_divergence=True` a spike sets `control.should_training_stop`.
+- `on_save`: `checkpoint_saved` with the `checkpoint-<step>` folder and the
+  seconds since the step's last hook (the save's cost: the Trainer saves last).
+- `on_train_end`: `run_finished`, or `run_aborted` after a stop on divergence.
+
+The Trainer has no hook for an exception: a run that raises leaves no end, and
+its next start records a `restart` whose cause is unknown.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from logbook.integrations.recorder import Recorder
+
+
+class LogbookCallback(TrainerCallback):
+    """Records the Trainer's run in the logbook: events, per-step metrics, milestones, checkpoints, spikes.
+
+    `run_id`: the run to record (default: the script's name and the time; under
+    `logbook run -- CMD`, the launcher's run). Pass the same id to every
+    relaunch of a run that resumes outside `logbook run`. `project_root`: the
+    logbook's repository (default: the current directory).
+    `stop_on_divergence`: stop training on a non-finite loss or a spike of more
+    than `spike_sigma` robust sigmas (default: record it only). `milestones`:
+    the fractions of the run to write progress notes at (default: logbook.yaml's).
+    """
+
+    def __init__(self, run_id: str | None = None, *, project_root: Any = None, stop_on_divergence: bool = False,
+                 spike_sigma: float = 6.0, milestones: Any = None) -> None:
+        self.recorder = Recorder("transformers.Trainer", run_id=run_id, project_root=project_root,
+                                 stop_on_divergence=stop_on_divergence, spike_sigma=spike_sigma, milestones=milestones)
+        self._last_hook: float | None = None  # when the Trainer last called us: a save follows the step's last hook
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        step = int(state.global_step)
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
+        self.recorder.begin(total_steps=int(state.max_steps or 0), step=step, world_size=int(args.world_size),
+                            resumed_from=folder if step > 0 and os.path.isdir(folder) else None,
+                            device=str(args.device))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._last_hook = time.perf_counter()
+        if self.recorder.milestone_due(int(state.global_step)):
+            control.should_log = True  # the note reports this step's loss, not the last logged one
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self._last_hook = time.perf_counter()
+        logs = logs or {}
+        step = int(state.global_step)
+        if "eval_loss" in logs:
+            self.recorder.validation(step, logs["eval_loss"])
+        if "loss" in logs and self.recorder.step(step, logs["loss"], lr=logs.get("learning_rate"),
+                                                 grad_norm=logs.get("grad_norm")):
+            control.should_training_stop = True
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._last_hook = time.perf_counter()
+
+    def on_save(self, args, state, control, **kwargs):
+        # The Trainer saves right after the step's last hook (on_step_end, on_log, on_evaluate): the rest is the save.
+        step = int(state.global_step)
+        blocking = time.perf_counter() - self._last_hook if self._last_hook is not None else None
+        self.recorder.checkpoint(step, os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"), blocking)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.recorder.end(int(state.global_step))

@@ -1,0 +1,129 @@
+"""Chronicle a PyTorch Lightning run: `Trainer(callbacks=[LogbookCallback()])`.
+
+    from logbook.integrations.lightning import LogbookCallback
+    trainer = L.Trainer(max_steps=1000, callbacks=[LogbookCallback()])
+
+What each hook records (the recording itself is `recorder.Recorder`'s):
+
+- `on_train_start` (after Lightning restored `ckpt_path`): opens the run with
+  `run_from_env(total_steps=max_steps or estimated_stepping_batches)`; outside
+  `logbook run`, a `restart` owed by a killed attempt and `run_started`
+  (world size, the step resumed from and the checkpoint file).
+- `on_before_optimizer_step`: the gradients' global L2 norm (after AMP's unscale).
+- `on_train_batch_end`, once per optimizer step: the metrics row (the loss
+  `training_step` returned, the first optimizer's `lr`, `grad_norm`), the
+  loss-spike check and the milestones due; with `stop_on_divergence=True` a
+  spike sets `trainer.should_stop`.
+- `on_validation_end`: the logged `val_loss` (or `val/loss`, `eval_loss`).
+- `on_save_checkpoint`: Lightning calls it before it writes the file, so
+  `checkpoint_saved` is recorded at the next hook, when the file is complete,
+  with the newest file the `ModelCheckpoint` callbacks name.
+- `on_train_end`: `run_finished`, or `run_aborted` after a stop on divergence;
+  `on_exception`: `run_failed` with the exception as its reason.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from lightning.pytorch import Callback
+
+from logbook.integrations.recorder import Recorder
+
+VAL_KEYS = ("val_loss", "val/loss", "eval_loss")
+"""The names under which a LightningModule usually logs its validation loss, in the order they are looked for."""
+
+
+class LogbookCallback(Callback):
+    """Records the Lightning run in the logbook: events, per-step metrics, milestones, checkpoints, spikes.
+
+    `run_id`: the run to record (default: the script's name and the time; under
+    `logbook run -- CMD`, the launcher's run). Pass the same id to every
+    relaunch of a run that resumes outside `logbook run`. `project_root`: the
+    logbook's repository (default: the current directory).
+    `stop_on_divergence`: stop training on a non-finite loss or a spike of more
+    than `spike_sigma` robust sigmas (default: record it only). `milestones`:
+    the fractions of the run to write progress notes at (default: logbook.yaml's).
+    """
+
+    def __init__(self, run_id: str | None = None, *, project_root: Any = None, stop_on_divergence: bool = False,
+                 spike_sigma: float = 6.0, milestones: Any = None) -> None:
+        self.recorder = Recorder("lightning", run_id=run_id, project_root=project_root,
+                                 stop_on_divergence=stop_on_divergence, spike_sigma=spike_sigma, milestones=milestones)
+        self._step = -1  # the last optimizer step recorded (gradient accumulation calls batch hooks more often)
+        self._grad_norm: Any = None
+        self._save: tuple[int, float] | None = None  # (step, time) of a save Lightning has begun
+
+    def on_train_start(self, trainer, pl_module):
+        step = int(trainer.global_step)
+        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else trainer.estimated_stepping_batches
+        self._step = step
+        self.recorder.begin(total_steps=int(total) if math.isfinite(total) else 0, step=step,
+                            world_size=int(trainer.world_size), device=str(pl_module.device),
+                            resumed_from=str(trainer.ckpt_path) if step > 0 and trainer.ckpt_path else None)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        grads = [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
+        self._grad_norm = sum(g.float().norm() ** 2 for g in grads) ** 0.5 if grads else None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._record_save(trainer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = int(trainer.global_step)
+        if step == self._step:
+            return  # no optimizer step yet (accumulating gradients)
+        self._step = step
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        lr = trainer.optimizers[0].param_groups[0].get("lr") if trainer.optimizers else None
+        if self.recorder.step(step, loss, lr=lr, grad_norm=self._grad_norm):
+            trainer.should_stop = True
+        self._grad_norm = None
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        metrics = trainer.callback_metrics
+        key = next((k for k in VAL_KEYS if k in metrics), None)
+        if key is not None:
+            self.recorder.validation(int(trainer.global_step), metrics[key])
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        if self._save is None or self._save[0] != trainer.global_step:  # `save_last` writes a second file
+            self._record_save(trainer)
+            self._save = (int(trainer.global_step), time.time())
+
+    def on_train_end(self, trainer, pl_module):
+        self._record_save(trainer)
+        self.recorder.end(int(trainer.global_step))
+
+    def on_exception(self, trainer, pl_module, exception):
+        self.recorder.fail(int(trainer.global_step), exception)
+
+    def _record_save(self, trainer) -> None:
+        """`checkpoint_saved` for the save begun earlier, now that Lightning has written it."""
+        if self._save is None or self._save[0] < 0:
+            return
+        step, began = self._save
+        self._save = (-1, began)  # recorded once
+        self.recorder.checkpoint(step, _newest_checkpoint(trainer, since=began - 1.0))
+
+
+def _newest_checkpoint(trainer, since: float) -> str | None:
+    """The file the `ModelCheckpoint` callbacks wrote last (one named by step before `last.ckpt`), or None."""
+    named = []
+    for cb in trainer.checkpoint_callbacks:
+        named += [getattr(cb, "best_model_path", ""), *getattr(cb, "best_k_models", {}),
+                  getattr(cb, "last_model_path", "")]
+    fresh = []
+    for p in dict.fromkeys(p for p in named if p):
+        try:
+            if os.path.getmtime(p) >= since:
+                fresh.append(p)
+        except OSError:
+            continue
+    return next((p for p in fresh if not os.path.basename(p).startswith("last")), fresh[0] if fresh else None)

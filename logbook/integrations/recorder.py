@@ -1,0 +1,322 @@
+"""What a framework adapter records, with no framework in sight: the adapters hand it plain numbers.
+
+One `Recorder` per training run, driven by an adapter's hooks:
+
+- `begin` at train start opens the run through `run_from_env`. Outside
+  `logbook run` (`Run.launched` False) it records what the launcher would
+  have: a `restart` owed by an earlier attempt that left no end (killed), then
+  `run_started`. Under `logbook run -- CMD` the launcher records attempts,
+  restarts and the end, so `begin`, `end` and `fail` say nothing of those.
+- `step` writes a metrics row, runs the loss-spike check (`SpikeDetector`) and
+  writes the milestones that are due; `validation`, `checkpoint` likewise.
+- `end` writes `run_finished` (or `run_aborted` when the spike check stopped
+  training); `fail` writes `run_failed` (`attempt_failed` under the launcher).
+
+Values reach the log as plain floats (`as_float` turns tensors into numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import traceback
+from collections import deque
+from typing import Any
+
+from logbook.api import (Run, UsageError, check_run_id, due_milestones, emitted_milestones, ending, full_metrics_path,
+                         is_kind, iter_events, milestone_step, run_from_env)
+from logbook.records.eventschema import RESTART_CAUSES, parse_ts
+
+FLUSH_EVERY_S = 1.0
+"""Metrics rows reach the disk at least this often, so a kill loses seconds of rows, not a run's worth."""
+NO_RECORD = ("the process was killed (SIGKILL, the OOM killer, a lost node) or exited without closing the run, "
+             "and left no record of how it ended")
+"""A restart's detail when the previous attempt left a `run_started` and nothing that ends it."""
+
+
+def as_float(value: Any) -> float | None:
+    """A loss, a learning rate or a norm as a Python float: tensors and numpy scalars included; None if not a number."""
+    if value is None or isinstance(value, bool):
+        return None
+    if hasattr(value, "item"):  # a one-element tensor or a numpy scalar
+        try:
+            value = (value.detach() if hasattr(value, "detach") else value).item()
+        except (RuntimeError, ValueError):
+            return None  # more than one number
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class SpikeDetector:
+    """Is this loss a spike? The divergence guard's test (trainer/guard_detector.py) on plain floats.
+
+    A NaN or infinite loss always is. A finite loss is a spike when it lies more
+    than `sigma` robust sigmas above the median of the last `window` finite
+    losses, one robust sigma being 1.4826 x their median absolute deviation,
+    floored at `min_rel_sigma` x |median| so a flat curve cannot turn every
+    wobble into a spike. Nothing finite is judged before `warmup` losses.
+    Finite spikes enter the history (a real change of level is absorbed rather
+    than flagged forever); non-finite values never do. The trainer's guard
+    lives in trainer/ with torch, so logbook/ carries this small copy of its
+    rule; sorting a window of 128 floats per logged loss costs microseconds.
+    """
+
+    MAD_TO_SIGMA = 1.4826
+
+    def __init__(self, sigma: float = 6.0, window: int = 128, warmup: int = 32, min_rel_sigma: float = 0.005) -> None:
+        for name, v in (("spike_sigma", sigma), ("window", window), ("warmup", warmup)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise UsageError(f"LogbookCallback: {name} must be a positive number, got {v!r}")
+        self.sigma, self.warmup, self.min_rel_sigma = float(sigma), int(warmup), float(min_rel_sigma)
+        self.history: deque[float] = deque(maxlen=int(window))
+
+    def check(self, value: float) -> dict[str, Any] | None:
+        """The `divergence_detected` fields when `value` is a spike, else None; `value` joins the history."""
+        s = sorted(self.history)
+        med = _median(s) if s else None
+        if not math.isfinite(value):
+            return {"metric": "loss", "value": value, "baseline": med, "nonfinite": True, "threshold": self.sigma}
+        self.history.append(value)
+        if len(s) < self.warmup:
+            return None
+        scale = max(self.MAD_TO_SIGMA * _median(sorted(abs(v - med) for v in s)), self.min_rel_sigma * abs(med), 1e-12)
+        z = (value - med) / scale
+        if z <= self.sigma:
+            return None
+        return {"metric": "loss", "value": value, "baseline": med, "scale": scale, "threshold": self.sigma,
+                "z": round(z, 3), "nonfinite": False}
+
+
+def _median(s: list[float]) -> float:
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+class Recorder:
+    """One run as an adapter records it (see the module's docstring); rank 0 writes, other ranks are no-ops."""
+
+    def __init__(self, framework: str, *, run_id: str | None = None, project_root: Any = None,
+                 stop_on_divergence: bool = False, spike_sigma: float = 6.0, milestones: Any = None) -> None:
+        if run_id is not None:
+            if not isinstance(run_id, str):
+                raise UsageError(f"LogbookCallback: run_id must be text, got {run_id!r}")
+            check_run_id(run_id)
+        if milestones is not None and (isinstance(milestones, (str, bytes)) or not all(
+                isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f <= 1 for f in milestones)):
+            raise UsageError(f"LogbookCallback: milestones must be fractions in (0, 1], got {milestones!r}")
+        self.framework = framework
+        self.run_id, self.project_root = run_id, project_root
+        self.stop_on_divergence = bool(stop_on_divergence)
+        self.detector = SpikeDetector(spike_sigma)
+        self.fractions = None if milestones is None else [float(f) for f in milestones]
+        self.run: Run | None = None
+        self.total_steps = 0
+        self.stopped: dict[str, Any] | None = None  # the spike that stopped training
+        self.last_loss: float | None = None
+        self.last_val: tuple[int, float] | None = None
+        self._emitted: set[float] = set()
+        self._first_started: float | None = None
+        self._mark = (time.time(), 0)  # (time, step) this attempt began training
+        self._flushed_at = time.time()
+
+    # --- start -------------------------------------------------------------------------------
+
+    def begin(self, *, total_steps: int, step: int, world_size: int, resumed_from: str | None = None,
+              device: str | None = None) -> Run:
+        """Open the run and, outside `logbook run`, record the restart owed and `run_started`."""
+        if self.run is not None:
+            return self.run  # a second `train()` call on the same callback continues the same attempt
+        self.run = run = run_from_env(self.run_id, project_root=self.project_root, total_steps=total_steps or None)
+        self.total_steps, self._mark = int(total_steps or 0), (time.time(), step)
+        if self.fractions is None:
+            self.fractions = list(run.project.config.milestones)
+        if not run.writes:
+            return run
+        events = list(iter_events(run.run_dir / "events.jsonl"))
+        self._emitted = emitted_milestones(run.run_dir)
+        self._first_started = min((t for e in events if is_kind(e, "run_started") and (t := parse_ts(e.get("ts")))),
+                                  default=None)
+        if not run.launched:
+            self._refuse_finished(events)
+            if (owed := self._owed_restart(events, step)) is not None:
+                run.emit("restart", step=step, **owed)
+            run.emit("run_started", step=step, total_steps=self.total_steps or None, world_size=world_size,
+                     resumed_from_step=step, resumed_from=resumed_from, device=device, exploratory=run.record is None,
+                     started_at=round(time.time(), 3))
+        self._emit_due(step)  # a resume may land past a milestone the killed attempt never wrote
+        return run
+
+    def _refuse_finished(self, events: list[dict[str, Any]]) -> None:
+        if any(ending(e) == "finished" for e in events):
+            raise UsageError(f"run {self.run.run_id!r} has already finished (its log ends with run_finished); "
+                             "pass LogbookCallback(run_id=...) a new id to train again")
+
+    def _owed_restart(self, events: list[dict[str, Any]], step: int) -> dict[str, Any] | None:
+        """The `restart` the previous attempt is owed: it started and nobody recorded a restart after it."""
+        prev = self.run.attempt - 1
+        mine = [e for e in events if e.get("attempt") == prev]
+        if prev < 1 or not any(is_kind(e, "run_started") for e in mine):
+            return None
+        if any(is_kind(e, "restart") and (e.get("data") or {}).get("prev_attempt") == prev for e in events):
+            return None
+        ends = [(ending(e), e.get("data") or {}) for e in mine if ending(e)]
+        how, data = ends[-1] if ends else (None, {})
+        failed_at, last_alive = self._last_signs(prev)
+        out: dict[str, Any] = {"prev_attempt": prev, "next_attempt": prev + 1, "resumed_from_step": step,
+                               "failed_at_step": failed_at,
+                               "steps_lost": max(0, failed_at - step) if failed_at is not None else None,
+                               "downtime_s": round(max(0.0, time.time() - last_alive), 3) if last_alive else None}
+        if how is None:
+            out.update(cause="unknown", detail=NO_RECORD)
+        elif how == "failed":  # our own run_failed: "<ExceptionType>: <message>", as `fail` wrote it
+            kind, _, message = str(data.get("reason") or "").partition(": ")
+            out.update(cause="exception", exception_type=kind if kind.isidentifier() else None,
+                       exception_message=message if kind.isidentifier() else data.get("reason"))
+        else:
+            out.update(cause=how if how in RESTART_CAUSES else "unknown", detail=f"attempt {prev} ended: {how}")
+        return out
+
+    def _last_signs(self, attempt: int) -> tuple[int | None, float | None]:
+        """(last step, its time) in the metrics `attempt` left on disk (the rows after its last flush are lost)."""
+        path = full_metrics_path(self.run.project.state_dir, self.run.run_id)
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - (1 << 20)))  # the tail is enough for the last attempt
+                lines = f.read().split(b"\n")
+        except OSError:
+            return None, None
+        rows = []
+        for raw in lines:
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                continue  # the cut first line, a torn last one
+            if isinstance(row, dict) and row.get("attempt") == attempt and isinstance(row.get("step"), int):
+                rows.append(row)
+        if not rows:
+            return None, None
+        last = max(rows, key=lambda r: r["step"])
+        return last["step"], last.get("time") if isinstance(last.get("time"), (int, float)) else None
+
+    # --- during training ---------------------------------------------------------------------
+
+    def step(self, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None) -> bool:
+        """One training step's figures: a metrics row, the spike check, the milestones due; True: stop training."""
+        if self.run is None:
+            return False
+        row = {k: v for k, v in (("loss", as_float(loss)), ("lr", as_float(lr)), ("grad_norm", as_float(grad_norm)))
+               if v is not None}
+        if not row:
+            return False
+        self.run.log_metrics(step, {**row, "time": round(time.time(), 3)})
+        stop = False
+        if "loss" in row:
+            self.last_loss = row["loss"]
+            stop = self._check_spike(step, row["loss"])
+        self._emit_due(step)
+        self._maybe_flush()
+        return stop
+
+    def validation(self, step: int, val_loss: Any) -> None:
+        """An evaluation's loss (HF `eval_loss`, Lightning `val_loss`), recorded as `val_loss`."""
+        v = as_float(val_loss)
+        if self.run is None or v is None:
+            return
+        self.last_val = (step, v)
+        self.run.log_metrics(step, {"val_loss": v, "time": round(time.time(), 3)})
+
+    def _check_spike(self, step: int, loss: float) -> bool:
+        spike = self.detector.check(loss)
+        if spike is None:
+            return False
+        stop = self.stop_on_divergence and self.stopped is None
+        what = "a non-finite loss" if spike["nonfinite"] else f"a loss {spike['z']:g} robust sigmas above its median"
+        reason = f"{what} at step {step}: " + (f"training stopped ({self.framework}, stop_on_divergence)" if stop
+                                                else "recorded only (stop_on_divergence is off)")
+        self.run.emit("divergence_detected", step=step, action="abort" if stop else "none",
+                      actions=["abort"] if stop else [], reason=reason, **spike)
+        if stop:
+            self.stopped = {"step": step, "reason": reason}
+        return stop
+
+    def milestone_due(self, step: int) -> bool:
+        """Whether a milestone falls due at `step` (HF asks, to have this step's loss logged for the note)."""
+        return bool(self.run and self.total_steps and
+                    due_milestones(self.fractions or [], self.total_steps, step, self._emitted))
+
+    def _emit_due(self, step: int) -> None:
+        if not (self.run and self.run.writes and self.total_steps):
+            return
+        due = due_milestones(self.fractions or [], self.total_steps, step, self._emitted)
+        if not due:
+            return
+        self.run.metrics.flush()  # the rows up to this step are what the note is scored against
+        for f in due:
+            self.run.emit("milestone", step=step, fraction=f, total_steps=self.total_steps,
+                          elapsed_s=round(time.time() - (self._first_started or self._mark[0]), 3),
+                          eta_s=self._eta(step), loss=self.last_loss,
+                          val_loss=self.last_val[1] if self.last_val else None,
+                          val_step=self.last_val[0] if self.last_val else None)
+            self._emitted.add(f)
+
+    def _eta(self, step: int) -> float | None:
+        t0, s0 = self._mark
+        return round((self.total_steps - step) * (time.time() - t0) / (step - s0), 3) if step > s0 else None
+
+    def checkpoint(self, step: int, path: str | None, blocking_s: float | None = None) -> None:
+        """The framework wrote a checkpoint (complete, as far as it tells); `blocking_s`: what it cost, when known."""
+        if self.run is None:
+            return
+        self.run.metrics.flush()
+        self._flushed_at = time.time()
+        self.run.emit("checkpoint_saved", step=step, path=path,
+                      blocking_s=round(blocking_s, 6) if blocking_s is not None else None)
+
+    def _maybe_flush(self) -> None:
+        if time.time() - self._flushed_at >= FLUSH_EVERY_S:
+            self.run.metrics.flush()
+            self._flushed_at = time.time()
+
+    # --- the end -------------------------------------------------------------------------------
+
+    def end(self, step: int) -> None:
+        """Training returned: `run_aborted` after a stop on divergence, else (unlaunched) `run_finished`."""
+        if self.run is None:
+            return
+        try:
+            self._emit_due(step)
+            if self.stopped is not None:
+                self.run.emit("run_aborted", step=step, reason=self.stopped["reason"])
+            elif not self.run.launched:
+                now = time.time()
+                self.run.emit("run_finished", step=step, final_loss=self.last_loss,
+                              val_loss=self.last_val[1] if self.last_val else None,
+                              wall_s=round(now - (self._first_started or self._mark[0]), 3),
+                              attempt_wall_s=round(now - self._mark[0], 3))
+        finally:
+            self.close()
+
+    def fail(self, step: int, exc: BaseException) -> None:
+        """Training raised: `run_failed` with the reason (`attempt_failed` under the launcher, which decides)."""
+        if self.run is None:
+            return
+        try:
+            words = f"{type(exc).__name__}: {exc}"[:2000]
+            if self.run.launched:
+                tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+                self.run.emit("attempt_failed", step=step, exception_type=type(exc).__name__,
+                              exception_message=str(exc)[:2000], traceback="".join(tb[-3:])[-4000:])
+            else:
+                self.run.emit("run_failed", step=step, reason=words, attempts=self.run.attempt, status="failed")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Flush the metrics and let go of the run; a later `begin` opens the next attempt."""
+        if self.run is not None:
+            self.run.close()
+            self.run = None

@@ -1,0 +1,305 @@
+"""The Hugging Face and Lightning callbacks chronicle real runs, killed and resumed by the frameworks' own resume.
+
+Each framework's test writes a user's script (the callback is its only
+logbook line), runs it on CPU with a tiny model built from a config (no
+downloads), SIGKILLs it once mid-run, runs it again resuming from the
+framework's last checkpoint with the same run id, and then reads what the
+logbook made of it: the event log, `logbook verify`, and the chronicle.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from logbook.core.errors import UsageError
+from logbook.core.project import open_project
+from logbook.integrations.recorder import Recorder, SpikeDetector
+from logbook.records.eventschema import is_kind
+from logbook.records.events import iter_events
+from logbook.records.sink import full_metrics_path
+
+pytestmark = pytest.mark.slow
+
+HF_SCRIPT = '''
+import json, os, sys, time
+import torch
+from torch.utils.data import Dataset
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+from logbook.integrations.hf import LogbookCallback
+
+
+class RandomTokens(Dataset):
+    def __init__(self, n):
+        self.ids = torch.randint(0, 64, (n, 16), generator=torch.Generator().manual_seed(n))
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+class Slow(TrainerCallback):  # gives the test time to kill the first attempt mid-run
+    def on_step_end(self, args, state, control, **kwargs):
+        time.sleep(float(os.environ.get("SLOW_STEP_S", "0")))
+
+
+out = sys.argv[1]
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32,
+                                   bos_token_id=0, eos_token_id=0))
+args = TrainingArguments(output_dir=out, max_steps=36, per_device_train_batch_size=8, learning_rate=1e-3,
+                         logging_steps=1, save_strategy="steps", save_steps=6, eval_strategy="steps", eval_steps=12,
+                         report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
+trainer = Trainer(model=model, args=args, train_dataset=RandomTokens(512), eval_dataset=RandomTokens(32),
+                  callbacks=[Slow(), LogbookCallback(run_id="hf-tiny")])
+trainer.train(resume_from_checkpoint=sys.argv[2:] == ["resume"] or None)
+with open(os.path.join(out, "log_history.json"), "w") as f:
+    json.dump(trainer.state.log_history, f)
+'''
+
+LIGHTNING_SCRIPT = '''
+import os, sys, time
+import torch
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, TensorDataset
+from logbook.integrations.lightning import LogbookCallback
+
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+    def training_step(self, batch, i):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        if self.global_step >= int(os.environ.get("NAN_FROM_STEP", "1000000")):
+            loss = loss * float("nan")  # a diverged step
+        if self.global_step == int(os.environ.get("RAISE_AT_STEP", "-1")):
+            raise RuntimeError("the data loader lost its file")
+        self.log("train_loss", loss)
+        time.sleep(float(os.environ.get("SLOW_STEP_S", "0")))  # gives the test time to kill the first attempt
+        return loss
+
+    def validation_step(self, batch, i):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+def data(n):
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, 8, generator=g)
+    return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+
+
+out = sys.argv[1]
+torch.manual_seed(0)
+trainer = L.Trainer(max_steps=36, accelerator="cpu", devices=1, default_root_dir=out, val_check_interval=12,
+                    limit_val_batches=2, num_sanity_val_steps=0, log_every_n_steps=1, enable_progress_bar=False,
+                    enable_model_summary=False, logger=CSVLogger(out, name="csv"),
+                    callbacks=[ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), save_last=True, save_top_k=-1,
+                                               every_n_train_steps=6),
+                               LogbookCallback(run_id=os.environ.get("RUN_ID", "pl-tiny"),
+                                               stop_on_divergence=os.environ.get("STOP") == "1")])
+trainer.fit(Tiny(), data(512), data(32), ckpt_path="last" if sys.argv[2:] == ["resume"] else None)
+'''
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1", **extra}
+
+
+def _last_metrics_step(path: Path) -> int:
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return -1  # not written yet, or a line caught half-written
+    return max((r["step"] for r in rows if "loss" in r), default=-1)
+
+
+def _kill_mid_run(cmd: list[str], cwd: Path, metrics: Path, at_step: int) -> None:
+    """Start the script and SIGKILL it once its metrics show `at_step`: no chance to record its end."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=_env(SLOW_STEP_S="0.15"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 90
+    while _last_metrics_step(metrics) < at_step:
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            pytest.fail(f"the first attempt ended before step {at_step}: {proc.communicate()[0][-3000:]}")
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
+def _run(cmd: list[str], cwd: Path, fails: bool = False, **env: str) -> None:
+    res = subprocess.run(cmd, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=180)
+    assert (res.returncode != 0) == fails, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+def _events(repo: Path, run_id: str) -> list[dict]:
+    return list(iter_events(open_project(repo).run_dir(run_id) / "events.jsonl"))
+
+
+def _run_killed_then_resumed(repo: Path, tmp_path: Path, script: str, run_id: str) -> list[dict]:
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    out = tmp_path / "out"
+    metrics = full_metrics_path(open_project(repo).state_dir, run_id)
+    _kill_mid_run([sys.executable, str(path), str(out)], repo, metrics, at_step=14)
+    _run([sys.executable, str(path), str(out), "resume"], repo)
+    return _events(repo, run_id)
+
+
+def _check_the_story(events: list[dict], cli, repo: Path) -> dict:
+    """What both frameworks' runs must show: two starts, a restart, checkpoints, milestones, an end; verify, render."""
+    starts = [e for e in events if is_kind(e, "run_started")]
+    assert [(s["attempt"], s["data"]["total_steps"]) for s in starts] == [(1, 36), (2, 36)]
+    assert starts[0]["data"]["resumed_from_step"] == 0
+    resumed = starts[1]["data"]["resumed_from_step"]
+    assert resumed > 0 and resumed % 6 == 0  # the framework's own checkpoint cadence
+
+    restart, = [e for e in events if is_kind(e, "restart")]
+    assert events.index(restart) == events.index(starts[1]) - 1
+    assert restart["data"]["cause"] == "unknown" and restart["data"]["prev_attempt"] == 1
+    assert restart["data"]["resumed_from_step"] == resumed
+    assert restart["data"]["failed_at_step"] >= 14
+    assert restart["data"]["steps_lost"] == restart["data"]["failed_at_step"] - resumed
+
+    saved = [e["step"] for e in events if is_kind(e, "checkpoint_saved")]
+    assert saved and all(s % 6 == 0 for s in saved) and 36 in saved
+    notes = [e["data"]["fraction"] for e in events if is_kind(e, "milestone")]
+    assert notes == [0.1, 0.25, 0.5, 0.75, 1.0]  # logbook.yaml's, each once across the kill
+    assert all(isinstance(e["data"]["loss"], float) for e in events if is_kind(e, "milestone"))
+    assert is_kind(events[-1], "run_finished") and events[-1]["step"] == 36
+
+    res = cli("verify")
+    assert res.exit_code == 0, res.output
+    assert cli("render").exit_code == 0
+    days = "\n".join(p.read_text() for p in sorted(open_project(repo).entries.glob("2*/*/*.md")))
+    assert "Attempt 1 ended without a record of why" in days
+    assert f"Resumed from the checkpoint at step {resumed}" in days
+    for pct in ("10%", "25%", "50%", "75%", "100%"):
+        assert f"**{pct} of the run**" in days
+    return {"restart": restart, "resumed": resumed, "days": days}
+
+
+def _final_attempt_losses(repo: Path, run_id: str) -> dict[int, float]:
+    rows = [json.loads(line) for line in full_metrics_path(open_project(repo).state_dir, run_id).read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if r.get("attempt") == 2 and "loss" in r}
+
+
+def test_hf_trainer_run_killed_and_resumed_is_chronicled_with_its_restart(logbook_repo, tmp_path, cli):
+    events = _run_killed_then_resumed(logbook_repo, tmp_path, HF_SCRIPT, "hf-tiny")
+    story = _check_the_story(events, cli, logbook_repo)
+    saves = [e["data"] for e in events if is_kind(e, "checkpoint_saved")]
+    assert any(d["path"].endswith(f"checkpoint-{story['resumed']}") for d in saves)
+    assert all(0 < d["blocking_s"] < 30 for d in saves)  # the save's own seconds
+    history = json.loads((tmp_path / "out" / "log_history.json").read_text())
+    logged = {h["step"]: h["loss"] for h in history if "loss" in h}
+    ours = _final_attempt_losses(logbook_repo, "hf-tiny")
+    assert sorted(ours) == list(range(story["resumed"] + 1, 37))
+    assert all(ours[s] == pytest.approx(logged[s], rel=1e-6) for s in ours)  # the Trainer's own logged losses
+    vals = [e["data"]["val_loss"] for e in events if is_kind(e, "milestone")]
+    assert isinstance(vals[-1], float)  # evaluated every 12 steps: eval_loss reached the notes
+
+
+def test_lightning_run_killed_and_resumed_is_chronicled_with_its_restart(logbook_repo, tmp_path, cli):
+    events = _run_killed_then_resumed(logbook_repo, tmp_path, LIGHTNING_SCRIPT, "pl-tiny")
+    story = _check_the_story(events, cli, logbook_repo)
+    paths = [e["data"]["path"] for e in events if is_kind(e, "checkpoint_saved")]
+    assert all(p and p.endswith(".ckpt") for p in paths)
+    assert story["restart"]["data"]["resumed_from_step"] == story["resumed"]
+    logged: dict[int, float] = {}
+    for f in sorted((tmp_path / "out" / "csv").glob("version_*/metrics.csv")):  # one version per attempt
+        with open(f) as fh:
+            logged.update({int(r["step"]) + 1: float(r["train_loss"]) for r in csv.DictReader(fh) if r.get("train_loss")})
+    ours = _final_attempt_losses(logbook_repo, "pl-tiny")
+    assert sorted(ours) == list(range(story["resumed"] + 1, 37))
+    # CSVLogger logs at the step before the optimizer step counted it; the callback records after.
+    assert all(ours[s] == pytest.approx(logged[s], rel=1e-6) for s in ours)
+
+
+def test_importing_the_cli_loads_no_framework_adapter():
+    code = "import logbook, logbook.cli, logbook.api, sys; print('\\n'.join(sys.modules))"
+    mods = set(subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True,
+                              text=True).stdout.split())
+    assert not {"transformers", "lightning", "torch", "logbook.integrations.hf", "logbook.integrations.lightning"} & mods
+
+
+def _lightning(tmp_path: Path) -> list[str]:
+    path = tmp_path / "train.py"
+    path.write_text(LIGHTNING_SCRIPT)
+    return [sys.executable, str(path), str(tmp_path / "out")]
+
+
+def test_a_nan_loss_stops_lightning_when_asked_and_the_run_ends_aborted(logbook_repo, tmp_path, cli):
+    _run(_lightning(tmp_path), logbook_repo, RUN_ID="pl-nan", NAN_FROM_STEP="20", STOP="1")
+    events = _events(logbook_repo, "pl-nan")
+    spike, = [e for e in events if is_kind(e, "divergence_detected")]
+    assert spike["step"] == 21 and spike["data"]["nonfinite"] and spike["data"]["action"] == "abort"
+    assert "training stopped" in spike["data"]["reason"]
+    assert is_kind(events[-1], "run_aborted") and events[-1]["step"] == 21  # stopped, not finished
+    assert not any(is_kind(e, "run_finished") for e in events)
+    assert [e["data"]["fraction"] for e in events if is_kind(e, "milestone")] == [0.1, 0.25, 0.5]
+    assert cli("verify").exit_code == 0
+
+
+def test_an_exception_in_lightning_ends_the_run_failed_and_the_rerun_records_the_restart(logbook_repo, tmp_path, cli):
+    _run(_lightning(tmp_path), logbook_repo, fails=True, RUN_ID="pl-raise", RAISE_AT_STEP="15")
+    failed = _events(logbook_repo, "pl-raise")[-1]
+    assert is_kind(failed, "run_failed") and "RuntimeError: the data loader lost its file" in failed["data"]["reason"]
+    _run(_lightning(tmp_path) + ["resume"], logbook_repo, RUN_ID="pl-raise")
+    events = _events(logbook_repo, "pl-raise")
+    restart, = [e for e in events if is_kind(e, "restart")]
+    assert restart["data"]["cause"] == "exception" and restart["data"]["resumed_from_step"] == 12
+    assert is_kind(events[-1], "run_finished")
+    assert cli("verify").exit_code == 0
+    assert cli("render").exit_code == 0
+    days = "\n".join(p.read_text() for p in sorted(open_project(logbook_repo).entries.glob("2*/*/*.md")))
+    assert "Attempt 1 raised `RuntimeError`: “the data loader lost its file”." in days
+
+
+def test_under_logbook_run_the_callback_leaves_starts_and_ends_to_the_launcher(logbook_repo, tmp_path):
+    _run(_lightning(tmp_path), logbook_repo, LOGBOOK_PROJECT=str(logbook_repo), LOGBOOK_RUN_ID="pl-launched",
+         LOGBOOK_ATTEMPT="1")
+    events = _events(logbook_repo, "pl-launched")
+    assert not any(is_kind(e, "run_started", "restart", "run_finished") for e in events)
+    assert [e["data"]["fraction"] for e in events if is_kind(e, "milestone")] == [0.1, 0.25, 0.5, 0.75, 1.0]
+    assert any(is_kind(e, "checkpoint_saved") for e in events)
+
+
+def test_the_spike_check_flags_non_finite_and_outlying_losses_and_absorbs_a_new_level():
+    det = SpikeDetector(sigma=6.0, window=64, warmup=16)
+    assert all(det.check(2.0 + 0.01 * (i % 5)) is None for i in range(40))
+    nan = det.check(float("nan"))
+    assert nan["nonfinite"] and nan["baseline"] == pytest.approx(2.02)
+    spike = det.check(3.0)
+    assert spike["z"] > 6 and spike["baseline"] == pytest.approx(2.02) and not spike["nonfinite"]
+    flagged = [det.check(1.0) for _ in range(64)]  # a new, lower level: flagged never, absorbed
+    assert flagged == [None] * 64
+
+
+def test_bad_callback_arguments_are_refused_with_a_message_before_training():
+    with pytest.raises(UsageError, match="run id"):
+        Recorder("lightning", run_id="../elsewhere")
+    with pytest.raises(UsageError, match="spike_sigma must be a positive number"):
+        Recorder("lightning", spike_sigma=0)
+    with pytest.raises(UsageError, match="milestones must be fractions"):
+        Recorder("lightning", milestones="0.5")
