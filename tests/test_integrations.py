@@ -49,8 +49,10 @@ class RandomTokens(Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-class Slow(TrainerCallback):  # gives the test time to kill the first attempt mid-run
+class Slow(TrainerCallback):  # gives the test time to kill the first attempt mid-run, and says where it is
     def on_step_end(self, args, state, control, **kwargs):
+        with open(os.path.join(args.output_dir, "progress"), "w") as f:
+            f.write(str(state.global_step))
         time.sleep(float(os.environ.get("SLOW_STEP_S", "0")))
 
 
@@ -91,6 +93,9 @@ class Tiny(L.LightningModule):
         if self.global_step == int(os.environ.get("RAISE_AT_STEP", "-1")):
             raise RuntimeError("the data loader lost its file")
         self.log("train_loss", loss)
+        os.makedirs(sys.argv[1], exist_ok=True)
+        with open(os.path.join(sys.argv[1], "progress"), "w") as f:  # the step being trained, for the test's kill
+            f.write(str(self.global_step + 1))
         time.sleep(float(os.environ.get("SLOW_STEP_S", "0")))  # gives the test time to kill the first attempt
         return loss
 
@@ -134,16 +139,27 @@ def _last_metrics_step(path: Path) -> int:
     return max((r["step"] for r in rows if "loss" in r), default=-1)
 
 
-def _kill_mid_run(cmd: list[str], cwd: Path, metrics: Path, at_step: int) -> None:
-    """Start the script and SIGKILL it once its metrics show `at_step`: no chance to record its end."""
+def _progress(out: Path) -> int:
+    try:
+        return int((out / "progress").read_text() or -1)
+    except (OSError, ValueError):
+        return -1
+
+
+def _kill_mid_run(cmd: list[str], cwd: Path, metrics: Path, at_step: int, out: Path) -> None:
+    """Start the script and SIGKILL it once its metrics show `at_step`: no chance to record its end.
+
+    Never on a step whose checkpoint is about to be written (every 6th): neither framework writes a
+    checkpoint atomically, and resuming from a half-written one is the framework's failure, not the logbook's.
+    """
     proc = subprocess.Popen(cmd, cwd=cwd, env=_env(SLOW_STEP_S="0.15"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 90
-    while _last_metrics_step(metrics) < at_step:
+    while _last_metrics_step(metrics) < at_step or _progress(out) % 6 in (0, 5):
         if proc.poll() is not None or time.time() > deadline:
             proc.kill()
             pytest.fail(f"the first attempt ended before step {at_step}: {proc.communicate()[0][-3000:]}")
-        time.sleep(0.05)
+        time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
 
@@ -162,7 +178,7 @@ def _run_killed_then_resumed(repo: Path, tmp_path: Path, script: str, run_id: st
     path.write_text(script)
     out = tmp_path / "out"
     metrics = full_metrics_path(open_project(repo).state_dir, run_id)
-    _kill_mid_run([sys.executable, str(path), str(out)], repo, metrics, at_step=14)
+    _kill_mid_run([sys.executable, str(path), str(out)], repo, metrics, at_step=14, out=out)
     _run([sys.executable, str(path), str(out), "resume"], repo)
     return _events(repo, run_id)
 
