@@ -243,7 +243,8 @@ class _Supervisor:
         return EventSink(self.run_dir, self.record.run_id, attempt, 0, root=self.project.root)
 
     def _attempt(self, attempt: _Attempt, prev: _Ended | None) -> int:
-        """One attempt: its start is written once its first step is seen (that is when the resume step is known)."""
+        """One attempt: its start is written once its first step is seen (that is when the resume step is known),
+        or at once when no --metrics-regex reads steps (a command on the API writes its own metrics after it)."""
         env = {**os.environ, ENV_PROJECT: str(self.project.root), ENV_RUN: self.record.run_id,
                ENV_ATTEMPT: str(attempt.number), "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(self.opts.command, cwd=self.project.root, env=env, stdout=subprocess.PIPE,
@@ -252,7 +253,9 @@ class _Supervisor:
         heard = [time.monotonic()]
         if self.opts.hang_timeout_s:
             threading.Thread(target=self._watch, args=(proc, attempt, heard), daemon=True).start()
-        started = False
+        started = self.pattern is None  # no step to wait for: the start is written as the command starts
+        if started:
+            self._start(attempt, prev)
         try:
             for line in proc.stdout:  # type: ignore[union-attr]
                 heard[0] = time.monotonic()
