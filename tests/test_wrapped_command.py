@@ -197,3 +197,32 @@ def test_a_preempted_command_ends_with_75_and_resumes_where_it_stopped(logbook_r
     fractions = [e["data"]["fraction"] for e in events if e["kind"] == "milestone"]
     assert len(fractions) == len(set(fractions)) and 1.0 in fractions  # the resume kept --steps and the regex
     assert json.loads(cli("status", "pre", "--json").stdout)["state"] == "finished"
+
+
+ON_THE_API = '''\
+from logbook.api import run_from_env
+
+run = run_from_env(total_steps=20)
+assert run.launched, "under logbook run -- the environment names the run"
+for step in range(1, 21):
+    run.log_metrics(step, {"loss": 2.0 / step})
+    if step % 10 == 0:
+        run.emit("checkpoint_saved", step=step, path=f"ckpt/{step}", blocking_s=0.01)
+run.close()
+'''
+
+
+def test_a_command_on_the_api_writes_into_the_run_that_logbook_run_launched(logbook_repo, cli):
+    (logbook_repo / "api_loop.py").write_text(ON_THE_API)
+    git(logbook_repo, "add", "api_loop.py")
+    git(logbook_repo, "commit", "-q", "-m", "a loop on the API")
+    res = subprocess.run([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "on-api", "--",
+                          sys.executable, "api_loop.py"], cwd=logbook_repo, env=_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    log = logbook_repo / "entries" / "runs" / "on-api" / "events.jsonl"
+    events = list(iter_events(log))
+    assert [e["kind"] for e in events] == ["run_started", "checkpoint_saved", "checkpoint_saved", "run_finished"]
+    assert {e["attempt"] for e in events} == {1} and verify_log(log) == []
+    status = json.loads(cli("status", "on-api", "--json").stdout)
+    assert (status["state"], status["step"]) == ("finished", 20)

@@ -273,7 +273,20 @@ class _Supervisor:
             code = -signal.SIGINT
         if not started:
             self._start(attempt, prev)
+        if self.pattern is None:
+            self._progress_from_api(attempt)
         return code
+
+    def _progress_from_api(self, attempt: _Attempt) -> None:
+        """The steps a command on the API logged itself (the run's full metrics), for its end's step and loss."""
+        from logbook.records.sink import read_metrics
+
+        rows = [r for r in read_metrics(full_metrics_path(self.project.state_dir, self.record.run_id).parent)
+                if r.get("attempt") == attempt.number and isinstance(r.get("step"), int)]
+        if rows:
+            attempt.first_step, attempt.last_step = rows[0]["step"], rows[-1]["step"]
+            attempt.last_loss = next((r["loss"] for r in reversed(rows) if isinstance(r.get("loss"), (int, float))),
+                                     None)
 
     def _watch(self, proc: subprocess.Popen[str], attempt: _Attempt, heard: list[float]) -> None:
         """The hang watchdog: silence past the timeout is a `hang`; the command is killed, to be restarted."""
