@@ -226,3 +226,17 @@ def test_a_command_on_the_api_writes_into_the_run_that_logbook_run_launched(logb
     assert {e["attempt"] for e in events} == {1} and verify_log(log) == []
     status = json.loads(cli("status", "on-api", "--json").stdout)
     assert (status["state"], status["step"]) == ("finished", 20)
+
+
+def test_resume_args_are_added_on_every_restart_and_kept_for_a_later_resume(logbook_repo):
+    (logbook_repo / "told.py").write_text("import sys\nprint('step 1 loss 1.0', sys.argv[1:], flush=True)\n"
+                                          "sys.exit(0 if '--resume' in sys.argv else 3)\n")
+    git(logbook_repo, "add", "told.py")
+    git(logbook_repo, "commit", "-q", "-m", "a script that resumes when told")
+    res = subprocess.run([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "told", "--max-restarts",
+                          "1", "--resume-arg=--resume", "--metrics-regex", REGEX, "--", sys.executable, "told.py"],
+                         cwd=logbook_repo, env=_env(), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "step 1 loss 1.0 []" in res.stderr and "step 1 loss 1.0 ['--resume']" in res.stderr
+    record = json.loads((logbook_repo / "entries" / "runs" / "told" / "run.json").read_text())
+    assert record["command"] == [sys.executable, "told.py"] and record["command_options"]["resume_args"] == ["--resume"]

@@ -64,6 +64,9 @@ class WrappedOptions:
     """A regular expression over the command's output lines; its named groups `step`, `loss`, ... are metrics."""
     hang_timeout_s: float | None = None
     """Seconds without a line of output after which the command counts as hung, is killed and restarted."""
+    resume_args: list[str] = field(default_factory=list)
+    """Arguments appended to the command on every attempt after the first (`--init_from=resume`): how a script
+    that resumes only when told to is told."""
 
 
 @dataclass
@@ -77,6 +80,8 @@ class _Attempt:
     last_loss: float | None = None
     hung: bool = False
     preempted: bool = False
+    last_heard: float = field(default_factory=time.time)
+    """Wall time of the command's last line: its last sign of life, where a restart's downtime starts."""
 
 
 @dataclass
@@ -87,6 +92,7 @@ class _Ended:
     last_step: int | None
     cause: dict[str, Any]
     at: float
+    """Its last sign of life (wall time)."""
 
 
 def _cause(attempt: _Attempt, code: int) -> dict[str, Any]:
@@ -136,7 +142,7 @@ def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | N
     plan = _new_plan(project, run_id, script, [], prereg, prereg.id if prereg else None, exploratory, 1,
                      opts.max_restarts, Rendezvous(), say, command=list(opts.command),
                      command_options={"steps": opts.steps, "metrics_regex": opts.metrics_regex,
-                                      "hang_timeout_s": opts.hang_timeout_s})
+                                      "hang_timeout_s": opts.hang_timeout_s, "resume_args": opts.resume_args})
     say(f"Starting run {run_id}: " + ("EXPLORATORY run (no preregistration)" if exploratory
                                        else f"preregistration {plan.record.prereg_id}"))
     say(f"  command {shlex.join(opts.command)} (script sha256 {plan.record.config_hash[:12]}), "
@@ -164,6 +170,7 @@ def resume_command(project: Project, run_id: str, opts: WrappedOptions, say: Say
     opts.steps = opts.steps if opts.steps is not None else kept.get("steps")
     opts.metrics_regex = opts.metrics_regex if opts.metrics_regex is not None else kept.get("metrics_regex")
     opts.hang_timeout_s = opts.hang_timeout_s if opts.hang_timeout_s is not None else kept.get("hang_timeout_s")
+    opts.resume_args = opts.resume_args or list(kept.get("resume_args") or [])
     events = list(iter_events(project.run_dir(run_id) / "events.jsonl"))
     first = max((e["attempt"] for e in events if isinstance(e.get("attempt"), int)), default=0) + 1
     say(f"Resuming run {run_id}: attempt {first}, command {shlex.join(record.command)}")
@@ -229,7 +236,7 @@ class _Supervisor:
                 self._sink(number).emit("run_failed", step=attempt.last_step, reason=reason, exit_code=EXIT_INTERRUPTED,
                                         attempts=number, status="failed")
                 return self._result("failed", number, restarts, EXIT_INTERRUPTED, reason)
-            prev = _Ended(attempt.number, attempt.last_step, _cause(attempt, code), time.time())
+            prev = _Ended(attempt.number, attempt.last_step, _cause(attempt, code), attempt.last_heard)
             if number < last:
                 restarts += 1
                 self.say(f"  attempt {number} {'hung' if attempt.hung else _ended(code)}; restarting")
@@ -247,7 +254,8 @@ class _Supervisor:
         or at once when no --metrics-regex reads steps (a command on the API writes its own metrics after it)."""
         env = {**os.environ, ENV_PROJECT: str(self.project.root), ENV_RUN: self.record.run_id,
                ENV_ATTEMPT: str(attempt.number), "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(self.opts.command, cwd=self.project.root, env=env, stdout=subprocess.PIPE,
+        command = [*self.opts.command, *(self.opts.resume_args if attempt.number > 1 else [])]
+        proc = subprocess.Popen(command, cwd=self.project.root, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
         self.proc, self.attempt = proc, attempt
         heard = [time.monotonic()]
@@ -258,7 +266,7 @@ class _Supervisor:
             self._start(attempt, prev)
         try:
             for line in proc.stdout:  # type: ignore[union-attr]
-                heard[0] = time.monotonic()
+                heard[0], attempt.last_heard = time.monotonic(), time.time()
                 sys.stderr.write(line)
                 step = self._metrics(attempt, line)
                 if step is not None and not started:
@@ -328,7 +336,7 @@ class _Supervisor:
             sink.emit("restart", step=resumed, prev_attempt=prev.number, next_attempt=attempt.number,
                       failed_at_step=prev.last_step, resumed_from_step=resumed,
                       steps_lost=max(lost, 0) if lost is not None else None,
-                      downtime_s=round(attempt.started - prev.at, 3), **prev.cause)
+                      downtime_s=round(time.time() - prev.at, 3), **prev.cause)  # last sign of life to resumed
         rec = self.record
         sink.emit("run_started", step=resumed or 0, config_hash=rec.config_hash, config_path=rec.config_path,
                   world_size=1, prereg_id=rec.prereg_id, exploratory=rec.exploratory,
