@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from logbook.cli._app import app
+from logbook.cli._app import after_separator, app
 
 
 @app.command("slurm-script")
@@ -27,6 +27,10 @@ def slurm_script_cmd(
     join_timeout: float = typer.Option(600.0, "--join-timeout", metavar="SECONDS", help="How long the rendezvous waits for a lost node."),
     output: Optional[str] = typer.Option(None, "--output", help="The job's output file (appended to across requeues)."),
     logbook_cmd: str = typer.Option("logbook", "--logbook-cmd", help="How the nodes call the logbook CLI."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="With `-- CMD`: as `logbook run --steps`."),
+    metrics_regex: Optional[str] = typer.Option(None, "--metrics-regex", metavar="REGEX", help="With `-- CMD`: as `logbook run --metrics-regex`."),
+    hang_timeout: Optional[float] = typer.Option(None, "--hang-timeout", metavar="SECONDS", help="With `-- CMD`: as `logbook run --hang-timeout`."),
+    resume_arg: Optional[list[str]] = typer.Option(None, "--resume-arg", metavar="ARG", help="With `-- CMD`: as `logbook run --resume-arg` (repeatable)."),
 ) -> None:
     """Print a Slurm batch script for a run: resumed when requeued, saved and requeued on Slurm's signals.
 
@@ -35,6 +39,10 @@ def slurm_script_cmd(
     sent to the batch shell only) and SIGTERM on to the run, and requeues its
     own job when the run saved and exited 75: Slurm never requeues a job that
     ends by itself. A failed run (exit 5) is not requeued. See docs/slurm.md.
+
+    A training command of your own goes after `--` instead of a config, with
+    the options `logbook run -- CMD` takes (one process on one node; the
+    command gets a SIGTERM on Slurm's signals).
 
     Example: logbook slurm-script configs/1b.yaml --prereg 2026-11-30-qknorm-removes-spikes-3f9a --run-id qknorm-1 --nodes 2 --nproc 8 --gpus-per-node 8 > qknorm.sbatch
     """
@@ -46,13 +54,32 @@ def slurm_script_cmd(
 
     if bool(prereg) == exploratory:
         raise UsageError("give --prereg ID or --exploratory (one of them)")
+    command = after_separator()
+    options = _command_options(steps, metrics_regex, hang_timeout, resume_arg)
+    if command is None and options:
+        raise UsageError("--steps, --metrics-regex, --hang-timeout and --resume-arg are for a command after `--`")
+    if command is not None and [config, *(overrides or [])] != command:
+        raise UsageError("a config before `--` and a command after it exclude each other")
     project = open_project()
     spec = SbatchSpec(
         run_id=check_run_id(run_id), config=config, project=Path(project.root), overrides=list(overrides or []),
         prereg=prereg, nodes=nodes, nproc=nproc, gpus_per_node=gpus_per_node, time=time_limit, warn_s=warn,
         max_restarts=max_restarts, rdzv_port=rdzv_port, join_timeout_s=join_timeout, output=output,
-        logbook_cmd=logbook_cmd,
+        logbook_cmd=logbook_cmd, command=command, command_options=options,
     )
     spec.validate()  # the script's own options first: they cost nothing to check
-    check_elsewhere(project, config, spec.overrides, prereg)
+    if command is not None:
+        from logbook.launch.wrapped import check_command_elsewhere
+
+        check_command_elsewhere(project, command, metrics_regex, prereg)
+    else:
+        check_elsewhere(project, config, spec.overrides, prereg)
     typer.echo(sbatch_script(spec), nl=False)
+
+
+def _command_options(steps, metrics_regex, hang_timeout, resume_args) -> list[str]:
+    """`logbook run`'s options for a command after `--`, as the batch script passes them on."""
+    out = [*(["--steps", str(steps)] if steps is not None else []),
+           *(["--metrics-regex", metrics_regex] if metrics_regex is not None else []),
+           *(["--hang-timeout", f"{hang_timeout:g}"] if hang_timeout is not None else [])]
+    return out + [f"--resume-arg={a}" for a in resume_args or []]

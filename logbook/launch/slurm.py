@@ -67,6 +67,11 @@ class SbatchSpec:
     """The job's output file (Slurm's `--output`); appended to across requeues."""
     logbook_cmd: str = "logbook"
     """How to call the logbook CLI on the nodes."""
+    command: list[str] | None = None
+    """A training command of the user's own (`logbook run -- CMD`) instead of the bundled trainer; `config` and
+    `overrides` are then unused."""
+    command_options: list[str] = field(default_factory=list)
+    """`logbook run`'s options for that command (--steps, --metrics-regex, --hang-timeout, --resume-arg)."""
 
     def validate(self) -> None:
         if self.nodes < 1 or self.nproc < 1 or self.gpus_per_node < 0 or self.max_restarts < 0:
@@ -80,6 +85,9 @@ class SbatchSpec:
                              hint="the warning must come while the job still runs: a few minutes before its end")
         if not 1 <= self.rdzv_port <= 65535:
             raise UsageError(f"--rdzv-port must be a TCP port (1-65535), got {self.rdzv_port}")
+        if self.command is not None and (self.nodes != 1 or self.nproc != 1):
+            raise UsageError("a command after `--` runs as one process on one node (--nodes 1 --nproc 1)",
+                             hint="a command that starts its own workers (torchrun ...) goes after `--` whole")
         if not self.logbook_cmd.strip():
             raise UsageError("--logbook-cmd is empty", hint="the command the nodes run, e.g. `logbook` or `python3 -m logbook`")
         from logbook.launch.launcher import check_join_timeout
@@ -105,9 +113,13 @@ def sbatch_script(spec: SbatchSpec) -> str:
     """The batch script's text; `sbatch` it from anywhere."""
     spec.validate()
     q = shlex.quote
-    new_args = [spec.config, *spec.overrides]
+    new_args = [*spec.command_options] if spec.command is not None else [spec.config, *spec.overrides]
     new_args += ["--prereg", spec.prereg] if spec.prereg else ["--exploratory"]
-    launch = f"exec {spec.logbook_cmd} run \"$@\" --nproc {spec.nproc} --max-restarts {spec.max_restarts}"
+    after = ["--", *spec.command] if spec.command is not None else []  # the command ends the command line
+    if spec.command is not None:  # `logbook run`'s own options before the arguments, which end with the command
+        launch = f"exec {spec.logbook_cmd} run --max-restarts {spec.max_restarts} \"$@\""
+    else:
+        launch = f"exec {spec.logbook_cmd} run \"$@\" --nproc {spec.nproc} --max-restarts {spec.max_restarts}"
     if spec.nodes > 1:
         launch += (f" --nnodes \"$SLURM_NNODES\" --node-rank \"$SLURM_NODEID\" --rdzv-endpoint \"$0:{spec.rdzv_port}\""
                    f" --join-timeout {int(spec.join_timeout_s)}")
@@ -131,7 +143,7 @@ head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then
   args=(--resume "$run")
 else
-  args=({" ".join(q(a) for a in new_args)} --run-id "$run")
+  args=({" ".join(q(a) for a in new_args)} --run-id "$run"{"".join(" " + q(a) for a in after)})
 fi
 
 srun --kill-on-bad-exit=0 bash -c {q(launch)} "$head" "${{args[@]}}" &

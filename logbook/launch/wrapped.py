@@ -79,7 +79,8 @@ class _Attempt:
     last_step: int | None = None
     last_loss: float | None = None
     hung: bool = False
-    preempted: bool = False
+    preempted: str | None = None
+    """The signal that stopped it for a scheduler (SIGTERM, SIGUSR1), when one did."""
     last_heard: float = field(default_factory=time.time)
     """Wall time of the command's last line: its last sign of life, where a restart's downtime starts."""
 
@@ -121,6 +122,19 @@ def _script(project: Project, command: list[str]) -> Path | None:
         if path.is_file() and path.is_relative_to(project.root):
             return path
     return None
+
+
+def check_command_elsewhere(project: Project, command: list[str], metrics_regex: str | None,
+                            prereg_id: str | None) -> None:
+    """What `logbook run -- CMD` would refuse, for a run started elsewhere (a Slurm batch script)."""
+    from logbook.records.prereg import load_prereg, resolve_prereg_id
+
+    checked_regex(metrics_regex)
+    if _script(project, command) is None:
+        raise UsageError(f"no file of this repository in the command {shlex.join(command)!r}",
+                         hint="the run's record hashes the script it runs: give its path, e.g. python train.py")
+    if prereg_id:
+        load_prereg(project, resolve_prereg_id(project, prereg_id) or prereg_id)  # unknown: NotFoundError
 
 
 def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | None = None,
@@ -201,17 +215,20 @@ class _Supervisor:
                                      full_path=full_metrics_path(project.state_dir, record.run_id))
 
     def run(self) -> RunResult:
-        previous = signal.signal(signal.SIGTERM, self._on_sigterm) if threading.current_thread() is threading.main_thread() else None
+        # A scheduler's stop: SIGTERM (preemption, scancel) or Slurm's time-limit warning (SIGUSR1, passed on by
+        # `logbook slurm-script`'s batch shell).
+        main = threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.signal(sig, self._on_sigterm) for sig in (signal.SIGTERM, signal.SIGUSR1)} if main else {}
         try:
             return self._run()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        """A scheduler's preemption: the command gets the SIGTERM and the time it takes to stop."""
+        """A scheduler's preemption: the command gets a SIGTERM (what a script stops on) and the time it takes."""
         if self.attempt is not None:
-            self.attempt.preempted = True
+            self.attempt.preempted = signal.Signals(signum).name
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
 
@@ -222,8 +239,8 @@ class _Supervisor:
             attempt = _Attempt(number)
             code = self._attempt(attempt, prev)
             if attempt.preempted:
-                self._sink(number).emit("preempted", step=attempt.last_step, signal="SIGTERM",
-                                        saved_step=attempt.last_step)
+                # No saved_step: whether and where the command saved is its own business, not known from here.
+                self._sink(number).emit("preempted", step=attempt.last_step, signal=attempt.preempted, **_slurm())
                 return self._result("preempted", number, restarts, EXIT_PREEMPTED,
                                     f"preempted (SIGTERM) at step {attempt.last_step}; resume with "
                                     f"`logbook run --resume {self.record.run_id}`")
@@ -336,12 +353,13 @@ class _Supervisor:
             sink.emit("restart", step=resumed, prev_attempt=prev.number, next_attempt=attempt.number,
                       failed_at_step=prev.last_step, resumed_from_step=resumed,
                       steps_lost=max(lost, 0) if lost is not None else None,
-                      downtime_s=round(time.time() - prev.at, 3), **prev.cause)  # last sign of life to resumed
+                      downtime_s=round(time.time() - prev.at, 3), **prev.cause,  # last sign of life to resumed
+                      **_slurm())
         rec = self.record
         sink.emit("run_started", step=resumed or 0, config_hash=rec.config_hash, config_path=rec.config_path,
                   world_size=1, prereg_id=rec.prereg_id, exploratory=rec.exploratory,
                   snapshot_commit=(rec.snapshot or {}).get("commit"), total_steps=self.opts.steps,
-                  resumed_from_step=resumed or 0)
+                  resumed_from_step=resumed or 0, **_slurm())
 
     def _milestones(self, attempt: _Attempt) -> None:
         total = self.opts.steps
@@ -364,6 +382,18 @@ class _Supervisor:
                          exit_code=code, run_dir=self.run_dir, events_path=events, reason=reason,
                          exploratory=self.record.exploratory, deviations=list(self.record.deviations),
                          restart_lines=lines)
+
+
+def _slurm() -> dict[str, Any]:
+    """The Slurm job a preempted attempt ran in (the bundled trainer records the same), when it ran in one."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job or not job.isdigit():
+        return {}
+    info: dict[str, Any] = {"job_id": int(job)}
+    count = os.environ.get("SLURM_RESTART_COUNT")
+    if count and count.isdigit() and int(count) > 0:
+        info["restart_count"] = int(count)
+    return {"slurm": info}
 
 
 def _ended(code: int) -> str:
