@@ -178,3 +178,16 @@ def _stop_pid(pid: int, grace: float = 10) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def cluster_or_skip(base: Path):
+    """A started cluster for a test module's fixture (yield it, then stop it), or pytest's skip saying why not."""
+    import pytest
+
+    cluster = SlurmCluster(base)
+    try:
+        cluster.start()
+    except SlurmUnavailable as e:
+        cluster.stop()
+        pytest.skip(f"no Slurm cluster here: {e}")
+    return cluster

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from lab import Lab, run_config
-from slurm_cluster import SlurmCluster, SlurmUnavailable
+from slurm_cluster import SlurmCluster, cluster_or_skip
 
 pytestmark = pytest.mark.slow
 
@@ -29,12 +29,7 @@ SLOW = ["straggler.drill_rank=0", "straggler.drill_sleep_s=0.2"]
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
-    try:
-        cluster.start()
-    except SlurmUnavailable as e:
-        cluster.stop()
-        pytest.skip(f"no Slurm cluster here: {e}")
+    cluster = cluster_or_skip(tmp_path_factory.mktemp("slurm"))
     yield cluster
     cluster.stop()
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 from lab import Lab
-from slurm_cluster import SlurmCluster, SlurmUnavailable
+from slurm_cluster import cluster_or_skip
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +32,7 @@ REGEX = r"step (?P<step>\d+) loss (?P<loss>[\d.]+)"
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm-wrapped"))
-    try:
-        cluster.start()
-    except SlurmUnavailable as e:
-        cluster.stop()
-        pytest.skip(f"no Slurm cluster here: {e}")
+    cluster = cluster_or_skip(tmp_path_factory.mktemp("slurm-wrapped"))
     yield cluster
     cluster.stop()
 
