@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, git
 
 from logbook.records.chain import verify_log
@@ -240,3 +242,46 @@ def test_resume_args_are_added_on_every_restart_and_kept_for_a_later_resume(logb
     assert "step 1 loss 1.0 []" in res.stderr and "step 1 loss 1.0 ['--resume']" in res.stderr
     record = json.loads((logbook_repo / "entries" / "runs" / "told" / "run.json").read_text())
     assert record["command"] == [sys.executable, "told.py"] and record["command_options"]["resume_args"] == ["--resume"]
+
+
+ON_TENSORBOARD = '''\
+import os, sys
+from torch.utils.tensorboard import SummaryWriter
+
+start = int(open("progress").read()) if os.path.exists("progress") else 0
+writer = SummaryWriter("runs/tb")
+for step in range(start + 1, 31):
+    writer.add_scalar("train/loss", 3.0 / step, step)
+    if step % 10 == 0:
+        writer.add_scalar("eval/loss", 3.3 / step, step)
+        writer.flush()
+        open("progress", "w").write(str(step))  # the script's own checkpoint
+    if step == 15 and start == 0:
+        writer.flush()
+        sys.exit(3)  # the first attempt fails after step 15; the next resumes from step 10
+writer.close()
+'''
+
+
+def test_a_command_writing_tensorboard_files_gets_its_metrics_and_milestones_from_them(logbook_repo, cli):
+    pytest.importorskip("tensorboard", reason="TensorBoard is in the test extra; the tensorboard source needs it")
+    (logbook_repo / "tb.py").write_text(ON_TENSORBOARD)
+    (logbook_repo / ".gitignore").write_text("runs/\nprogress\n")
+    git(logbook_repo, "add", "tb.py", ".gitignore")
+    git(logbook_repo, "commit", "-q", "-m", "a script that writes TensorBoard files")
+    res = subprocess.run([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "tb", "--steps", "30",
+                          "--metrics-from", "tensorboard:runs", "--", sys.executable, "tb.py"],
+                         cwd=logbook_repo, env=_env(), capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(ln) for ln in (logbook_repo / ".logbook" / "metrics" / "tb" / "metrics.jsonl").read_text()
+            .splitlines()]
+    final = {r["step"]: r for r in rows if r["attempt"] == 2}
+    assert sorted(final) == list(range(11, 31)) and final[30]["loss"] == pytest.approx(0.1)
+    assert final[20]["val_loss"] == pytest.approx(3.3 / 20)  # eval/loss is the logbook's val_loss
+    events = list(iter_events(logbook_repo / "entries" / "runs" / "tb" / "events.jsonl"))
+    restart = next(e for e in events if e["kind"] == "restart")
+    assert (restart["data"]["cause"], restart["data"]["exit_code"]) == ("exit", 3)
+    assert (restart["data"]["failed_at_step"], restart["data"]["resumed_from_step"]) == (15, 10)
+    fractions = sorted(e["data"]["fraction"] for e in events if e["kind"] == "milestone")
+    assert fractions == sorted(set(fractions)) and 1.0 in fractions
+    assert json.loads(cli("status", "tb", "--json").stdout)["step"] == 30

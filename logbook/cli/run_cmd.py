@@ -27,6 +27,8 @@ def run_cmd(
     startup_timeout: float = typer.Option(300.0, "--startup-timeout", metavar="SECONDS", help="How long a worker waits for the other workers of its attempt before it fails, naming those missing."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1, help="With `-- CMD`: the run's length in steps (milestone notes and progress need it)."),
     metrics_regex: Optional[str] = typer.Option(None, "--metrics-regex", metavar="REGEX", help="With `-- CMD`: a regular expression over the command's output lines whose named groups (step, loss, ...) are its metrics."),
+    metrics_from: Optional[str] = typer.Option(None, "--metrics-from", metavar="SOURCE", help="With `-- CMD`: tensorboard:DIR, the TensorBoard event files the command writes there are its metrics."),
+    metrics_tag: Optional[list[str]] = typer.Option(None, "--metrics-tag", metavar="TAG=NAME", help="With --metrics-from: a TensorBoard tag's metric name (repeatable), e.g. train/loss=loss."),
     hang_timeout: Optional[float] = typer.Option(None, "--hang-timeout", metavar="SECONDS", help="With `-- CMD`: a command silent for this long is hung: killed, recorded, restarted."),
     resume_arg: Optional[list[str]] = typer.Option(None, "--resume-arg", metavar="ARG", help="With `-- CMD`: an argument added to the command on every restart, for a script that resumes only when told (repeatable), e.g. --resume-arg=--init_from=resume."),
     as_json: bool = JSON_OPTION,
@@ -59,12 +61,15 @@ def run_cmd(
     command = after_separator()
     if command is not None or (resume is not None and _is_command_run(resume)):
         _run_command(command or [], [c for c in (config, *(overrides or [])) if c is not None], prereg, exploratory,
-                     run_id, max_restarts, steps, metrics_regex, hang_timeout, resume_arg, nproc, resume, nnodes, as_json)
+                     run_id, max_restarts, steps, metrics_regex, hang_timeout, resume_arg, nproc, resume, nnodes, as_json,
+                     metrics_from=metrics_from, metrics_tags=metrics_tag)
         return
-    if steps is not None or metrics_regex is not None or hang_timeout is not None or resume_arg:
+    if steps is not None or metrics_regex is not None or hang_timeout is not None or resume_arg or metrics_from \
+            or metrics_tag:
         from logbook.core.errors import UsageError
 
-        raise UsageError("--steps, --metrics-regex, --hang-timeout and --resume-arg are for a command run after `--`",
+        raise UsageError("--steps, --metrics-regex, --metrics-from, --metrics-tag, --hang-timeout and --resume-arg are "
+                         "for a command run after `--`",
                          hint="the bundled trainer's length is train.steps in its config")
     from logbook.cli.run_console import RunConsole
 
@@ -93,7 +98,7 @@ def _is_command_run(run_id: str) -> bool:
 
 
 def _run_command(command, positional, prereg, exploratory, run_id, max_restarts, steps, metrics_regex, hang_timeout,
-                 resume_args, nproc, resume, nnodes, as_json) -> None:
+                 resume_args, nproc, resume, nnodes, as_json, *, metrics_from=None, metrics_tags=None) -> None:
     """`logbook run [OPTIONS] -- CMD ...`: the command supervised and recorded from outside."""
     from logbook.core.errors import UsageError
     from logbook.launch.wrapped import WrappedOptions, launch_command, resume_command
@@ -107,7 +112,8 @@ def _run_command(command, positional, prereg, exploratory, run_id, max_restarts,
     project = open_for_writing()
     opts = WrappedOptions(command=list(command), max_restarts=3 if max_restarts is None else max_restarts,
                           steps=steps, metrics_regex=metrics_regex, hang_timeout_s=hang_timeout,
-                          resume_args=list(resume_args or []))
+                          resume_args=list(resume_args or []), metrics_from=metrics_from,
+                          metrics_tags=list(metrics_tags or []))
     if resume is not None:
         if prereg is not None or exploratory or run_id is not None:
             raise UsageError("--resume continues a run as it was recorded: no --prereg, --exploratory or --run-id")

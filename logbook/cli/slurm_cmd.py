@@ -31,6 +31,8 @@ def slurm_script_cmd(
     metrics_regex: Optional[str] = typer.Option(None, "--metrics-regex", metavar="REGEX", help="With `-- CMD`: as `logbook run --metrics-regex`."),
     hang_timeout: Optional[float] = typer.Option(None, "--hang-timeout", metavar="SECONDS", help="With `-- CMD`: as `logbook run --hang-timeout`."),
     resume_arg: Optional[list[str]] = typer.Option(None, "--resume-arg", metavar="ARG", help="With `-- CMD`: as `logbook run --resume-arg` (repeatable)."),
+    metrics_from: Optional[str] = typer.Option(None, "--metrics-from", metavar="SOURCE", help="With `-- CMD`: as `logbook run --metrics-from`."),
+    metrics_tag: Optional[list[str]] = typer.Option(None, "--metrics-tag", metavar="TAG=NAME", help="With `-- CMD`: as `logbook run --metrics-tag` (repeatable)."),
 ) -> None:
     """Print a Slurm batch script for a run: resumed when requeued, saved and requeued on Slurm's signals.
 
@@ -55,9 +57,10 @@ def slurm_script_cmd(
     if bool(prereg) == exploratory:
         raise UsageError("give --prereg ID or --exploratory (one of them)")
     command = after_separator()
-    options = _command_options(steps, metrics_regex, hang_timeout, resume_arg)
+    options = _command_options(steps, metrics_regex, hang_timeout, resume_arg, metrics_from, metrics_tag)
     if command is None and options:
-        raise UsageError("--steps, --metrics-regex, --hang-timeout and --resume-arg are for a command after `--`")
+        raise UsageError("--steps, --metrics-regex, --metrics-from, --metrics-tag, --hang-timeout and --resume-arg are "
+                         "for a command after `--`")
     if command is not None and [config, *(overrides or [])] != command:
         raise UsageError("a config before `--` and a command after it exclude each other")
     project = open_project()
@@ -77,9 +80,10 @@ def slurm_script_cmd(
     typer.echo(sbatch_script(spec), nl=False)
 
 
-def _command_options(steps, metrics_regex, hang_timeout, resume_args) -> list[str]:
+def _command_options(steps, metrics_regex, hang_timeout, resume_args, metrics_from, metrics_tags) -> list[str]:
     """`logbook run`'s options for a command after `--`, as the batch script passes them on."""
     out = [*(["--steps", str(steps)] if steps is not None else []),
            *(["--metrics-regex", metrics_regex] if metrics_regex is not None else []),
+           *(["--metrics-from", metrics_from] if metrics_from is not None else []),
            *(["--hang-timeout", f"{hang_timeout:g}"] if hang_timeout is not None else [])]
-    return out + [f"--resume-arg={a}" for a in resume_args or []]
+    return out + [f"--metrics-tag={t}" for t in metrics_tags or []] + [f"--resume-arg={a}" for a in resume_args or []]

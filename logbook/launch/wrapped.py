@@ -64,6 +64,10 @@ class WrappedOptions:
     """A regular expression over the command's output lines; its named groups `step`, `loss`, ... are metrics."""
     hang_timeout_s: float | None = None
     """Seconds without a line of output after which the command counts as hung, is killed and restarted."""
+    metrics_from: str | None = None
+    """`tensorboard:DIR`: the metrics are the scalars of the TensorBoard event files the command writes there."""
+    metrics_tags: list[str] = field(default_factory=list)
+    """`TAG=NAME` pairs naming TensorBoard tags as metrics (`train/loss=loss`), beyond the usual names."""
     resume_args: list[str] = field(default_factory=list)
     """Arguments appended to the command on every attempt after the first (`--init_from=resume`): how a script
     that resumes only when told to is told."""
@@ -78,6 +82,8 @@ class _Attempt:
     first_step: int | None = None
     last_step: int | None = None
     last_loss: float | None = None
+    started: bool = False
+    """Its `run_started` is written."""
     hung: bool = False
     preempted: str | None = None
     """The signal that stopped it for a scheduler (SIGTERM, SIGUSR1), when one did."""
@@ -137,6 +143,19 @@ def check_command_elsewhere(project: Project, command: list[str], metrics_regex:
         load_prereg(project, resolve_prereg_id(project, prereg_id) or prereg_id)  # unknown: NotFoundError
 
 
+def _checked_source(project: Project, opts: WrappedOptions) -> None:
+    from logbook.launch.tbreader import parse_source, parse_tags
+
+    if opts.metrics_from is None:
+        if opts.metrics_tags:
+            raise UsageError("--metrics-tag names TensorBoard tags: it goes with --metrics-from tensorboard:DIR")
+        return
+    if opts.metrics_regex is not None:
+        raise UsageError("--metrics-regex and --metrics-from are two sources of the same metrics; choose one")
+    parse_source(opts.metrics_from, project.root)
+    parse_tags(opts.metrics_tags)
+
+
 def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | None = None,
                    exploratory: bool = False, run_id: str | None = None, say: Say = lambda _: None) -> RunResult:
     """Record the run, then run the command until it succeeds or its restarts run out; how it ended."""
@@ -147,6 +166,7 @@ def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | N
     if opts.hang_timeout_s is not None and not opts.hang_timeout_s > 0:
         raise UsageError(f"--hang-timeout must be a positive number of seconds, got {opts.hang_timeout_s:g}")
     pattern = checked_regex(opts.metrics_regex)
+    _checked_source(project, opts)
     prereg = _checked_prereg(project, prereg_id, exploratory)
     script = _script(project, opts.command)
     if script is None:
@@ -156,6 +176,7 @@ def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | N
     plan = _new_plan(project, run_id, script, [], prereg, prereg.id if prereg else None, exploratory, 1,
                      opts.max_restarts, Rendezvous(), say, command=list(opts.command),
                      command_options={"steps": opts.steps, "metrics_regex": opts.metrics_regex,
+                                      "metrics_from": opts.metrics_from, "metrics_tags": opts.metrics_tags,
                                       "hang_timeout_s": opts.hang_timeout_s, "resume_args": opts.resume_args})
     say(f"Starting run {run_id}: " + ("EXPLORATORY run (no preregistration)" if exploratory
                                        else f"preregistration {plan.record.prereg_id}"))
@@ -185,6 +206,8 @@ def resume_command(project: Project, run_id: str, opts: WrappedOptions, say: Say
     opts.metrics_regex = opts.metrics_regex if opts.metrics_regex is not None else kept.get("metrics_regex")
     opts.hang_timeout_s = opts.hang_timeout_s if opts.hang_timeout_s is not None else kept.get("hang_timeout_s")
     opts.resume_args = opts.resume_args or list(kept.get("resume_args") or [])
+    opts.metrics_from = opts.metrics_from if opts.metrics_from is not None else kept.get("metrics_from")
+    opts.metrics_tags = opts.metrics_tags or list(kept.get("metrics_tags") or [])
     events = list(iter_events(project.run_dir(run_id) / "events.jsonl"))
     first = max((e["attempt"] for e in events if isinstance(e.get("attempt"), int)), default=0) + 1
     say(f"Resuming run {run_id}: attempt {first}, command {shlex.join(record.command)}")
@@ -209,6 +232,13 @@ class _Supervisor:
         """How the attempt before a `--resume` ended (its `restart` opens the resumed attempt)."""
         self.proc: subprocess.Popen[str] | None = None
         self.attempt: _Attempt | None = None
+        self._lock = threading.Lock()  # steps arrive from the output and from the TensorBoard reader's thread
+        self._tb_lock = threading.Lock()
+        self.tb = None
+        if opts.metrics_from:
+            from logbook.launch.tbreader import TensorBoardTail, parse_source, parse_tags
+
+            self.tb = TensorBoardTail(parse_source(opts.metrics_from, project.root), parse_tags(opts.metrics_tags))
         self.run_dir = project.run_dir(record.run_id)
         self.milestones: set[float] = emitted_milestones(self.run_dir)
         self.metrics = MetricsWriter(self.run_dir, 0, flush_every=1,
@@ -278,29 +308,52 @@ class _Supervisor:
         heard = [time.monotonic()]
         if self.opts.hang_timeout_s:
             threading.Thread(target=self._watch, args=(proc, attempt, heard), daemon=True).start()
-        started = self.pattern is None  # no step to wait for: the start is written as the command starts
-        if started:
+        if self.pattern is None and self.tb is None:  # no step to wait for: the start is written as it starts
             self._start(attempt, prev)
+            attempt.started = True
+        if self.tb is not None:
+            threading.Thread(target=self._follow_tensorboard, args=(proc, attempt, prev), daemon=True).start()
         try:
             for line in proc.stdout:  # type: ignore[union-attr]
                 heard[0], attempt.last_heard = time.monotonic(), time.time()
                 sys.stderr.write(line)
-                step = self._metrics(attempt, line)
-                if step is not None and not started:
-                    self._start(attempt, prev)
-                    started = True
-                if step is not None:
-                    self._milestones(attempt)
+                seen = self._metrics(line)
+                if seen is not None:
+                    self._seen(attempt, prev, *seen)
             code = proc.wait()
         except KeyboardInterrupt:
             os.killpg(proc.pid, signal.SIGINT)  # the command's own Ctrl-C path, then its end
             proc.wait()
             code = -signal.SIGINT
-        if not started:
+        if self.tb is not None:
+            self._read_tensorboard(attempt, prev)  # what the writer flushed as the command closed it
+        if not attempt.started:
             self._start(attempt, prev)
-        if self.pattern is None:
+            attempt.started = True
+        if self.pattern is None and self.tb is None:
             self._progress_from_api(attempt)
         return code
+
+    def _follow_tensorboard(self, proc: subprocess.Popen[str], attempt: _Attempt, prev: _Ended | None) -> None:
+        while proc.poll() is None:
+            self._read_tensorboard(attempt, prev)
+            time.sleep(0.5)
+
+    def _read_tensorboard(self, attempt: _Attempt, prev: _Ended | None) -> None:
+        with self._tb_lock:  # the follower thread and the attempt's last read share the files' loaders
+            for step, row in self.tb.new_rows():  # type: ignore[union-attr]
+                self._seen(attempt, prev, step, row)
+
+    def _seen(self, attempt: _Attempt, prev: _Ended | None, step: int, row: dict[str, float]) -> None:
+        """One step's metrics: written, and the attempt's start and milestones once due."""
+        with self._lock:
+            attempt.first_step = step if attempt.first_step is None else attempt.first_step
+            attempt.last_step, attempt.last_loss = step, row.get("loss", attempt.last_loss)
+            self.metrics.write({"step": step, "attempt": attempt.number, **row})
+            if not attempt.started:
+                self._start(attempt, prev)
+                attempt.started = True
+            self._milestones(attempt)
 
     def _progress_from_api(self, attempt: _Attempt) -> None:
         """The steps a command on the API logged itself (the run's full metrics), for its end's step and loss."""
@@ -326,7 +379,8 @@ class _Supervisor:
                 return
             time.sleep(min(0.5, timeout / 4))
 
-    def _metrics(self, attempt: _Attempt, line: str) -> int | None:
+    def _metrics(self, line: str) -> tuple[int, dict[str, float]] | None:
+        """(step, metrics) from one output line that --metrics-regex matches."""
         m = self.pattern.search(line) if self.pattern else None
         if m is None:
             return None
@@ -336,13 +390,7 @@ class _Supervisor:
                 row[name] = int(value) if name == "step" else float(value)
             except (TypeError, ValueError):
                 continue
-        if "step" not in row:
-            return None
-        step = row.pop("step")
-        attempt.first_step = step if attempt.first_step is None else attempt.first_step
-        attempt.last_step, attempt.last_loss = step, row.get("loss", attempt.last_loss)
-        self.metrics.write({"step": step, "attempt": attempt.number, **row})
-        return step
+        return (row.pop("step"), row) if "step" in row else None
 
     def _start(self, attempt: _Attempt, prev: _Ended | None) -> None:
         """`restart` (for every attempt after the first), then `run_started`, as the bundled trainer writes them."""
