@@ -151,10 +151,11 @@ class Run:
         """One row of per-step scalars (`loss`, `lr`, ...); a no-op off rank 0."""
         self.metrics.write({"step": step, "attempt": self.attempt, **values})
 
-    def contingency_rules(self) -> list[Any]:
-        """The preregistered contingency rules (with accepted amendments); none for an exploratory run."""
+    def contingency_rules(self) -> list[Any] | None:
+        """The preregistered contingency rules (with accepted amendments); None for a run with no preregistration
+        (nothing it does is "not in the plan": it has none)."""
         if self.record is None or not self.record.prereg_id:
-            return []
+            return None
         from logbook.records.prereg import load_prereg  # git and the prereg parser: only when there is one
 
         return list(load_prereg(self.project, self.record.prereg_id).all_contingency(self.record.amendments))

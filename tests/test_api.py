@@ -49,7 +49,7 @@ def test_rank_zero_writes_events_and_metrics_and_other_ranks_write_nothing(logbo
     assert verify_log(run.run_dir / "events.jsonl") == []  # hash chained, intact
     assert [(r["step"], r["attempt"], r["loss"]) for r in read_metrics(run.run_dir)] == [(5, 1, 2.5)]
     assert api.open_run(logbook_repo, "r1").attempt == 2  # one more than the log's last attempt
-    assert run.contingency_rules() == []  # exploratory: nothing preregistered
+    assert run.contingency_rules() is None  # exploratory: no plan at all, not a plan that foresaw nothing
 
 
 def test_a_run_id_that_is_not_a_plain_name_is_refused(logbook_repo):

@@ -54,6 +54,7 @@ def run(tmp_path):
 
 def _channel(control_dir, sink, cfg=None, **kw) -> ControlChannel:
     kw.setdefault("grace_s", 0.0)
+    kw.setdefault("rules", [])  # a preregistered run whose plan foresaw nothing
     return ControlChannel(control_dir, "r1", cfg or Config(), emit=sink.emit, **kw)
 
 
@@ -455,3 +456,12 @@ def test_live_changes_in_a_real_run_survive_a_crash_and_restart(logbook_repo):
     once = [(c["event"]["step"], c["event"]["data"]["key"], c["reapplied_at"]) for c in load_facts(project, "live").live_changes()]
     assert once == [(3, "lr_scale", []), (13, "grad_clip", [11]), (13, "train.eval_every", [11])]
     assert len([i for i in review_queue(project, run="live") if i.kind == "hparam_change"]) == 3
+
+
+def test_a_run_without_a_preregistration_has_no_plan_to_be_judged_against(run):
+    control, sink, events = run
+    ch = _channel(control, sink, Config(), rules=None)
+    _ask(control, {"lr": 2e-4})
+    ch.poll(3)
+    (change,) = events("hparam_change")
+    assert "plan" not in change["data"] or change["data"]["plan"] is None  # not "not in the plan": there is none

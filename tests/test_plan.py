@@ -88,8 +88,9 @@ def test_scheduled_changes_are_part_of_the_plan_and_config_edits_are_not():
     assert judge_against_plan({"kind": "hparam_change", "source": "config", "key": "lr"}, RULES) == {"rule": None, "follows": False}
 
 
-def test_without_a_plan_nothing_is_followed():
-    assert judge_against_plan(_rollback(), None) == {"rule": None, "follows": False}
+def test_without_a_plan_nothing_is_judged_and_a_plan_without_rules_foresaw_nothing():
+    assert judge_against_plan(_rollback(), None) is None  # an exploratory run: no plan, no "not in the plan"
+    assert judge_against_plan(_rollback(), []) == {"rule": None, "follows": False}
 
 
 def test_rules_are_numbered_as_written_and_free_text_is_left_out():

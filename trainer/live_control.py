@@ -82,7 +82,7 @@ class ControlChannel:
         self.run_id = run_id
         self.config = config
         self.emit = emit or (lambda kind, **kw: None)
-        self.rules = list(rules or [])
+        self.rules = None if rules is None else list(rules)
         self.rank, self.world_size = rank, world_size
         self.live: LiveTarget = live if live is not None else _LiveValues(self.emit if rank == 0 else None)
         """Holds `lr_scale` and changes it (the trainer itself, in the loop)."""
@@ -468,7 +468,7 @@ class ControlCallback(Callback):
     priority = 10  # before the guard and observers, so a change counts from this step on
 
     def __init__(self, rules: Iterable[Any] | None = None, grace_s: float = 1.0) -> None:
-        self.rules = list(rules or [])
+        self.rules = None if rules is None else list(rules)
         self.grace_s = grace_s
         self.channel: ControlChannel | None = None
         self._stashed: Mapping[str, Any] | None = None

@@ -203,8 +203,8 @@ def default_callbacks(cfg: TrainConfig, attempt: int, rank: int, interactive: bo
     return cbs
 
 
-def _contingency_rules(book: RunLogbook) -> list[Any]:
-    """The preregistered contingency rules of this run (none for exploratory runs)."""
+def _contingency_rules(book: RunLogbook) -> list[Any] | None:
+    """The preregistered contingency rules of this run (None for exploratory runs: no plan to judge against)."""
     return book.run.contingency_rules()
 
 

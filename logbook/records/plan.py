@@ -68,8 +68,14 @@ def structured_rules(rules: Iterable[Any] | None) -> list[tuple[int, dict[str, A
     return out
 
 
-def judge_against_plan(action: Mapping[str, Any], rules: Iterable[Any] | None) -> dict[str, Any]:
-    """{"rule": n | None, "follows": bool} for one action against the preregistered rules."""
+def judge_against_plan(action: Mapping[str, Any], rules: Iterable[Any] | None) -> dict[str, Any] | None:
+    """{"rule": n | None, "follows": bool} for one action against the preregistered rules.
+
+    None when there is no plan to judge against (`rules` None: an exploratory
+    run); an empty list is a plan that foresaw nothing.
+    """
+    if rules is None:
+        return None
     source = action.get("source", "guard")
     if source == "schedule":
         return {"rule": None, "follows": True}

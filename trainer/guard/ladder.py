@@ -55,7 +55,7 @@ class Guard:
 
     def __init__(self, cfg: GuardConfig, rules: Iterable[Any] | None = None) -> None:
         self.cfg = cfg
-        self.rules = list(rules or [])
+        self.rules = None if rules is None else list(rules)
         """The preregistration's contingency rules, to judge each action against."""
         self.history: dict[str, list[float]] = {m: [] for m in METRICS}
         self._ordered: dict[str, list[float]] | None = None
