@@ -25,8 +25,8 @@ KNOWN_TAGS = {"loss": "loss", "train/loss": "loss", "train_loss": "loss", "train
 
 def parse_source(text: str, root: Path) -> Path:
     """`tensorboard:DIR` -> the folder (relative to the repository root), refused when it is anything else."""
-    kind, sep, where = text.partition(":")
-    if kind != "tensorboard" or not sep or not where:
+    scheme, sep, where = text.partition(":")
+    if scheme != "tensorboard" or not sep or not where:
         raise UsageError(f"--metrics-from {text!r}: expected tensorboard:DIR",
                          hint="e.g. --metrics-from tensorboard:runs (the folder the script's SummaryWriter writes)")
     return (root / where).resolve()
