@@ -67,8 +67,8 @@ import logbook.cli
 t1 = time.perf_counter()
 import typer._adapters  # typer coerces every option value through pydantic TypeAdapters
 t2 = time.perf_counter()
-from logbook.records.prereg import create_prereg
-from logbook.records.prereg_input import PreregInput
+from logbook.promises.prereg import create_prereg
+from logbook.promises.prereg_input import PreregInput
 from logbook.core.project import open_project
 t3 = time.perf_counter()
 create_prereg(open_project(), PreregInput(title="breakdown", hypothesis="h", predictions=["spikes@final == 0"],

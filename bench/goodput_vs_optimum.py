@@ -49,8 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._result import result  # noqa: E402
-from logbook.records.chain import iter_records  # noqa: E402
-from logbook.records.sink import read_metrics  # noqa: E402
+from logbook.eventlog.chain import iter_records  # noqa: E402
+from logbook.eventlog.sink import read_metrics  # noqa: E402
 from logbook.runs.ckpt_advice import advise_from_run, overhead, young_interval  # noqa: E402
 from logbook.runs.goodput import goodput_report, median_step_seconds  # noqa: E402
 

@@ -118,7 +118,7 @@ class Logbook:
         return argv, self.repos[compiled], one_thread_env(self.repos[compiled] / "unused")  # the trainer uses .logbook/
 
     def marks(self, lines: list[tuple[float, str]], compiled: bool) -> list[tuple[int, float]]:
-        from logbook.records.sink import read_metrics
+        from logbook.eventlog.sink import read_metrics
 
         rows = read_metrics(self.repos[compiled] / "entries" / "runs" / self.run_ids[compiled])
         return sorted((r["step"], r["time"]) for r in rows if "loss" in r)

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._result import result  # noqa: E402
 from logbook.chronicle.build import render_chronicle  # noqa: E402
 from logbook.core.project import open_project  # noqa: E402
-from logbook.records.chain import GENESIS, SCHEMA_VERSION, canonical, record_hash  # noqa: E402
-from logbook.records.files import write_record  # noqa: E402
+from logbook.eventlog.chain import GENESIS, SCHEMA_VERSION, canonical, record_hash  # noqa: E402
+from logbook.eventlog.files import write_record  # noqa: E402
 from logbook.records.init import init_logbook  # noqa: E402
-from logbook.records.sink import EventSink  # noqa: E402
+from logbook.eventlog.sink import EventSink  # noqa: E402
 
 RUNS = ["alpha", "beta", "gamma", "delta"]
 MIX = [("checkpoint_saved", 40), ("step_skipped", 10), ("divergence_detected", 12), ("restart", 6),

@@ -37,7 +37,7 @@ from lab import Lab, run_config  # noqa: E402
 from nodes import free_port, kill_node, node_command, start_node, start_nodes  # noqa: E402
 from slurm_cluster import SlurmCluster, SlurmUnavailable  # noqa: E402
 
-from logbook.records.sink import read_metrics  # noqa: E402
+from logbook.eventlog.sink import read_metrics  # noqa: E402
 from logbook.runs.goodput import goodput_report  # noqa: E402
 
 NODE_ARGS = ["--join-timeout", "120", "--startup-timeout", "120", "--max-restarts", "2"]

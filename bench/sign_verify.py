@@ -36,7 +36,7 @@ def _git(repo: Path, *args: str) -> str:
 
 def build(base: Path, n: int) -> tuple[Path, list[float]]:
     from logbook.core.project import open_project
-    from logbook.records.files import write_record
+    from logbook.eventlog.files import write_record
     from logbook.records.init import init_logbook
     from logbook.trust.signatures import sign_digest
 

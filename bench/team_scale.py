@@ -36,9 +36,9 @@ from bench._result import result  # noqa: E402
 from bench.render_scaling import _payload, _write_log  # noqa: E402
 from logbook.chronicle.build import render_chronicle  # noqa: E402
 from logbook.core.project import open_project  # noqa: E402
-from logbook.records.files import write_record  # noqa: E402
+from logbook.eventlog.files import write_record  # noqa: E402
 from logbook.records.init import init_logbook  # noqa: E402
-from logbook.records.sink import KeepRule, MetricsWriter  # noqa: E402
+from logbook.eventlog.sink import KeepRule, MetricsWriter  # noqa: E402
 from logbook.runs.milestones import milestone_step  # noqa: E402
 
 FULL = {"days": 54, "steps": 1_000_000, "restarts": 419, "checkpoints": 1_800, "people": 40, "commits": 300,

@@ -38,7 +38,7 @@ from logbook.core.errors import (EXIT_HANG, EXIT_PREEMPTED, LogbookError, NotFou
 
 if TYPE_CHECKING:
     from logbook.core.project import Project
-    from logbook.records.sink import EventSink, MetricsWriter
+    from logbook.eventlog.sink import EventSink, MetricsWriter
     from logbook.runs.rankmarks import RankMark
     from logbook.runs.record import RunRecord
 
@@ -54,12 +54,12 @@ _LAZY: dict[str, str] = {
     # the run, its record and its streams (what `open_run` builds from)
     "Project": "logbook.core.project", "open_project": "logbook.core.project",
     "RunRecord": "logbook.runs.record", "load_run_record": "logbook.runs.record",
-    "EventSink": "logbook.records.sink", "MetricsWriter": "logbook.records.sink", "KeepRule": "logbook.records.sink",
-    "full_metrics_path": "logbook.records.sink", "iter_events": "logbook.records.events",
+    "EventSink": "logbook.eventlog.sink", "MetricsWriter": "logbook.eventlog.sink", "KeepRule": "logbook.eventlog.sink",
+    "full_metrics_path": "logbook.eventlog.sink", "iter_events": "logbook.eventlog.events",
     # the event registry's questions (never compare kinds against literals)
-    "KINDS": "logbook.records.eventschema", "kinds_where": "logbook.records.eventschema",
-    "is_kind": "logbook.records.eventschema", "kind_of": "logbook.records.eventschema",
-    "ending": "logbook.records.eventschema",
+    "KINDS": "logbook.eventlog.eventschema", "kinds_where": "logbook.eventlog.eventschema",
+    "is_kind": "logbook.eventlog.eventschema", "kind_of": "logbook.eventlog.eventschema",
+    "ending": "logbook.eventlog.eventschema",
     # milestones: which fractions are due, and at which step
     "due_milestones": "logbook.runs.milestones", "emitted_milestones": "logbook.runs.milestones",
     "milestone_step": "logbook.runs.milestones",
@@ -68,8 +68,8 @@ _LAZY: dict[str, str] = {
     "lost_ranks": "logbook.runs.rankmarks", "name_ranks": "logbook.runs.rankmarks",
     "oom_kill_count": "logbook.runs.oom", "oom_kills_between": "logbook.runs.oom",
     # the preregistered plan: contingency actions and how an action is judged against it
-    "ACTION_KINDS": "logbook.records.contingency", "judge_against_plan": "logbook.records.plan",
-    "structured_rules": "logbook.records.plan",
+    "ACTION_KINDS": "logbook.promises.contingency", "judge_against_plan": "logbook.eventlog.plan",
+    "structured_rules": "logbook.eventlog.plan",
     # live change requests and the one allow-list of what may change
     "PendingWatch": "logbook.launch.change_requests", "decode_request": "logbook.launch.change_requests",
     "finish_request": "logbook.launch.change_requests", "iter_answers": "logbook.launch.change_requests",
@@ -156,7 +156,7 @@ class Run:
         (nothing it does is "not in the plan": it has none)."""
         if self.record is None or not self.record.prereg_id:
             return None
-        from logbook.records.prereg import load_prereg  # git and the prereg parser: only when there is one
+        from logbook.promises.prereg import load_prereg  # git and the prereg parser: only when there is one
 
         return list(load_prereg(self.project, self.record.prereg_id).all_contingency(self.record.amendments))
 
@@ -180,8 +180,8 @@ def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: i
     Raises `UsageError` for a run id that is not a plain name.
     """
     from logbook.core.project import open_project
-    from logbook.records.events import iter_events
-    from logbook.records.sink import EventSink, MetricsWriter, full_metrics_path
+    from logbook.eventlog.events import iter_events
+    from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
     from logbook.runs.rankmarks import RankMark
     from logbook.runs.record import check_run_id, load_run_record
 
@@ -238,14 +238,14 @@ def _keep_rule(project: Project, record: RunRecord | None, total: int | None) ->
 
     Every row also goes to `.logbook/metrics/` (outside git).
     """
-    from logbook.records.sink import KeepRule
+    from logbook.eventlog.sink import KeepRule
     from logbook.runs.milestones import milestone_step
 
     if not total:
         return KeepRule()
     exact = {milestone_step(f, total) for f in project.config.milestones}
     if record is not None and record.prereg_id:
-        from logbook.records.prereg import load_prereg
+        from logbook.promises.prereg import load_prereg
 
         try:
             preds = load_prereg(project, record.prereg_id).all_predictions(record.amendments)
@@ -265,7 +265,7 @@ def checkpoint_advice(run_dir: Path | str, *, mtbf_s: float | None = None) -> An
     The MTBF is the run's own (its failures over its wall time) unless
     `mtbf_s` is given; `Advice.complete` says whether there was enough to go on.
     """
-    from logbook.records.events import iter_events
+    from logbook.eventlog.events import iter_events
     from logbook.runs.ckpt_advice import advise_from_run
 
     return advise_from_run(list(iter_events(Path(run_dir) / "events.jsonl")), mtbf_s=mtbf_s)

@@ -37,12 +37,12 @@ from logbook.core.yamlsafe import load_yaml_file
 from logbook.launch.change_requests import read_answer, REPLY_KEY, submit_change, wait_for_answer
 from logbook.launch.launcher import launch_run, new_run_id, RunResult
 from logbook.records.commit import commit_logbook
-from logbook.records.events import iter_events
-from logbook.records.eventschema import is_kind, kind_of, kinds_where
+from logbook.eventlog.events import iter_events
+from logbook.eventlog.eventschema import is_kind, kind_of, kinds_where
 from logbook.records.init import init_logbook as init
-from logbook.records.prereg import create_prereg
-from logbook.records.prereg_input import PreregInput
-from logbook.records.verify import verify_project
+from logbook.promises.prereg import create_prereg
+from logbook.promises.prereg_input import PreregInput
+from logbook.promises.verify import verify_project
 from logbook.scoring.forecasts import run_summary, summary_text
 from logbook.scoring.outcome import record_outcome
 

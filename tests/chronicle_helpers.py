@@ -1,6 +1,6 @@
 """Real hash-chained event logs with chosen timestamps, for the chronicle tests.
 
-Events are written through `logbook.records.sink.EventSink` exactly as the trainer
+Events are written through `logbook.eventlog.sink.EventSink` exactly as the trainer
 writes them; only the clock that stamps them is set by the test, so a scenario
 can span days and the rendered files can be compared byte for byte.
 """
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import logbook.records.chain as chain
+import logbook.eventlog.chain as chain
 from logbook.core.project import Project, open_project
-from logbook.records.sink import EventSink, MetricsWriter
+from logbook.eventlog.sink import EventSink, MetricsWriter
 
 
 class Clock:

@@ -1,7 +1,7 @@
 """What a forger with push rights does, with the project's own code: re-chain logs, rewrite history, force-push.
 
 Every helper works on a real clone (`team.Clone`) with git plumbing and the
-chain code the logbook itself uses (`logbook.records.chain`), so a check that a
+chain code the logbook itself uses (`logbook.eventlog.chain`), so a check that a
 forger can satisfy by running the same code again is shown to prove nothing.
 """
 
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import GENESIS, canonical, iter_records, record_hash
+from logbook.eventlog.chain import GENESIS, canonical, iter_records, record_hash
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:

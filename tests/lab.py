@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from logbook.records.events import iter_events  # noqa: E402
-from logbook.records.sink import read_metrics  # noqa: E402
+from logbook.eventlog.events import iter_events  # noqa: E402
+from logbook.eventlog.sink import read_metrics  # noqa: E402
 
 
 def run_config(steps: int = 60, every: int = 2) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Preregistrations and runs for the outcome, review, calibration and report tests.
 
-Runs are written through `logbook.records.sink.EventSink` and `MetricsWriter`, exactly
+Runs are written through `logbook.eventlog.sink.EventSink` and `MetricsWriter`, exactly
 as the trainer writes them; only the clock that stamps events (and the `time`
 of metric rows) is the test's, so what happened when is known to the second.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-import logbook.records.chain as chain
+import logbook.eventlog.chain as chain
 from logbook.core.project import Project, open_project
-from logbook.records.prereg import create_prereg
-from logbook.records.prereg_input import PreregInput
-from logbook.records.sink import EventSink, MetricsWriter
+from logbook.promises.prereg import create_prereg
+from logbook.promises.prereg_input import PreregInput
+from logbook.eventlog.sink import EventSink, MetricsWriter
 from logbook.runs.record import RunRecord, write_run_record
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc).timestamp()
@@ -60,7 +60,7 @@ def write_record(project: Project, run: str, prereg_id: str | None, *, status: s
                  snapshot: str | None = None, config_hash: str = "c" * 64, prereg_config_hash: str | None = None,
                  deviations: list[str] | None = None, exploratory: bool = False,
                  author: str = "Lin Launcher <lin@example.org>") -> RunRecord:
-    from logbook.records.prereg import load_prereg
+    from logbook.promises.prereg import load_prereg
 
     in_force = [a.key for a in load_prereg(project, prereg_id).amendments] if prereg_id else None
     rec = RunRecord(run_id=run, created="2026-11-30T08:00:00Z", config_path="configs/story.yaml",

@@ -9,8 +9,8 @@ import pytest
 from conftest import ROOT
 
 import logbook.api as api
-from logbook.records.chain import verify_log
-from logbook.records.sink import read_metrics
+from logbook.eventlog.chain import verify_log
+from logbook.eventlog.sink import read_metrics
 
 
 def test_importing_the_api_loads_neither_torch_nor_the_library_behind_it():
@@ -18,7 +18,7 @@ def test_importing_the_api_loads_neither_torch_nor_the_library_behind_it():
     mods = set(subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True,
                               text=True).stdout.split())
     assert "torch" not in mods and "wandb" not in mods and "matplotlib" not in mods
-    assert "logbook.records.sink" not in mods and "git" not in mods  # loaded when a name is first used
+    assert "logbook.eventlog.sink" not in mods and "git" not in mods  # loaded when a name is first used
 
 
 @pytest.mark.parametrize("name", sorted(api._LAZY))

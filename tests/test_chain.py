@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from logbook.records.chain import ChainedLog, read_log, verify_log
+from logbook.eventlog.chain import ChainedLog, read_log, verify_log
 
 
 def _log(tmp_path, n=5):

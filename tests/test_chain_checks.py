@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from logbook.records.chain import (GENESIS, ChainedLog, LogContents, Problem, canonical, iter_records, read_log,
+from logbook.eventlog.chain import (GENESIS, ChainedLog, LogContents, Problem, canonical, iter_records, read_log,
                                    record_hash, utc_now, verify_log)
 
 

@@ -90,7 +90,7 @@ def scored_run(logbook_repo, clock):
 
 
 def test_an_outcome_recorded_later_changes_neither_the_lineage_nor_the_goodput(scored_run):
-    from logbook.records.chain import iter_records
+    from logbook.eventlog.chain import iter_records
 
     path = scored_run.run_dir("done") / "events.jsonl"
     attempts = run_lineage(path)

@@ -118,7 +118,7 @@ LONG_RUN = "qk-norm-removes-loss-spikes-even-at-the-largest-learning-rate-we-tri
 def _write_run(project, run: str, *, created: str, prereg: str | None, losses: list[float], restarts: int,
                finish: bool) -> None:
     """A run written as the trainer writes one: its record, its events through the sink, its metric rows."""
-    from logbook.records.sink import EventSink, MetricsWriter
+    from logbook.eventlog.sink import EventSink, MetricsWriter
     from logbook.runs.record import RunRecord, write_run_record
 
     write_run_record(project, RunRecord(run_id=run, created=created, config_path="c.yaml", config_hash="0" * 64,
@@ -138,7 +138,7 @@ def _write_run(project, run: str, *, created: str, prereg: str | None, losses: l
 @pytest.fixture
 def with_runs(with_prereg):
     from logbook.core.project import open_project
-    from logbook.records.prereg import list_preregs
+    from logbook.promises.prereg import list_preregs
 
     project = open_project()
     pid = list_preregs(project)[0].id

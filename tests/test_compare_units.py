@@ -108,7 +108,7 @@ def test_a_request_of_an_unknown_type_is_refused():
 def test_compare_reads_verdicts_milestones_and_live_changes_from_the_facts(logbook_repo):
     """Two runs written through the event sink; each figure comes from its facts, keyed for the rows."""
     from logbook.core.project import open_project
-    from logbook.records.sink import EventSink
+    from logbook.eventlog.sink import EventSink
     from logbook.runs.compare import compare_runs
     from logbook.runs.record import RunRecord, write_run_record
 

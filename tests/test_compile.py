@@ -27,7 +27,7 @@ from lab import Lab
 
 from logbook.core.project import open_project
 from logbook.launch.change_requests import new_request, write_request
-from logbook.records.sink import read_metrics
+from logbook.eventlog.sink import read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from logbook.core.errors import UsageError
-from logbook.records.contingency import Action, ContingencyRule, Trigger, parse_rule
+from logbook.promises.contingency import Action, ContingencyRule, Trigger, parse_rule
 
 
 @pytest.mark.parametrize(

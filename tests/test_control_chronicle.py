@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from logbook.chronicle.build import render_chronicle
 from logbook.core.project import open_project
-from logbook.records.sink import EventSink
+from logbook.eventlog.sink import EventSink
 
 
 def test_a_change_reapplied_after_a_restart_reads_as_the_same_change(logbook_repo):

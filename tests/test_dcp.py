@@ -20,7 +20,7 @@ from runhelpers import events, micro_config, of_kind
 
 from logbook.core.project import open_project
 from logbook.launch.launcher import launch_run
-from logbook.records.sink import read_metrics
+from logbook.eventlog.sink import read_metrics
 from logbook.core.errors import UsageError
 from trainer.checkpoints.checkpoint import (Checkpointer, CorruptCheckpoint, list_checkpoints, read_checkpoint,
                                             seal_dcp, verify_checkpoint)

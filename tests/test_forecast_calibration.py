@@ -67,7 +67,7 @@ BEFORE = datetime(2026, 10, 5, 7, 0, tzinfo=timezone.utc)
 
 def _forecasting_lab(repo, clock):
     """Ada (October) and Bo (November) forecast; Bo adds a late forecast after his run started."""
-    from logbook.records.amend import amend_prereg
+    from logbook.promises.amend import amend_prereg
 
     project = project_of(repo)
     ada = make_prereg(project, ["loss@final < 4 (80%)", "val_loss@final < 0.5 (30%)",
@@ -151,7 +151,7 @@ def test_a_forecast_an_older_scorecard_holds_twice_is_counted_once(logbook_repo,
     """Before a point forecast that a trajectory also states was merged, its scorecard scored it twice."""
     from scoring_helpers import make_prereg, project_of, story_run
 
-    from logbook.records.files import write_record
+    from logbook.eventlog.files import write_record
     from logbook.scoring.outcome import outcome_records, outcomes_dir, record_outcome
 
     project = project_of(logbook_repo)

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logbook.core.errors import UsageError
-from logbook.records.predictions import (At, Prediction, Trajectory, flatten, forecast_from_dict, parse_prediction)
-from logbook.records.prereg_input import input_from_mapping, trajectory_line
+from logbook.promises.predictions import (At, Prediction, Trajectory, flatten, forecast_from_dict, parse_prediction)
+from logbook.promises.prereg_input import input_from_mapping, trajectory_line
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,7 @@ def test_prereg_records_a_trajectory_and_scores_it_as_its_points(logbook_repo, c
     res = cli("prereg", "--title", "forecast", "--hypothesis", "h", "--predict",
               "val_loss ≈ {50%: 2.6 [2.4, 2.8], final: 2.25 [2.2, 2.3]} 80%", "--predict", "loss@final < 4 (70%)")
     assert res.exit_code == 0, res.output
-    from logbook.records.prereg import list_preregs
+    from logbook.promises.prereg import list_preregs
     from logbook.core.project import open_project
 
     p = list_preregs(open_project(logbook_repo))[0]

@@ -13,9 +13,9 @@ from scoring_helpers import make_prereg, project_of, story_clock, story_run  # n
 
 from logbook.chronicle.build import day_path, render_chronicle
 from logbook.chronicle.plots import progress_figure
-from logbook.records.predictions import parse_prediction
-from logbook.records.prereg import load_prereg
-from logbook.records.sink import EventSink
+from logbook.promises.predictions import parse_prediction
+from logbook.promises.prereg import load_prereg
+from logbook.eventlog.sink import EventSink
 from logbook.runs.facts import load_facts
 from logbook.scoring.forecasts import Curve, curves, forecast_standings, run_curves
 
@@ -70,7 +70,7 @@ def test_a_note_the_trainer_left_unscored_is_scored_by_the_chronicle_as_the_run_
     """The trainer emits only what the loop knows; the chronicle works out the rest from the records up to the note."""
     from scoring_helpers import write_record
 
-    from logbook.records.sink import MetricsWriter
+    from logbook.eventlog.sink import MetricsWriter
     from logbook.scoring.progress import facts_at, note_scores
 
     project = project_of(logbook_repo)

@@ -15,7 +15,7 @@ from scoring_helpers import make_prereg, story_clock, story_run  # noqa: F401  (
 from team import make_team
 
 from logbook.core.project import open_project
-from logbook.records.sink import EventSink
+from logbook.eventlog.sink import EventSink
 
 LOG = "entries/runs/qknorm/events.jsonl"
 
@@ -92,7 +92,7 @@ def test_case4_a_forged_outcome_line_is_exit_4_and_the_chronicle_keeps_the_score
     problems = json_out(team["fresh"].cli("verify", "--json"))["problems"]
     assert [(p["kind"], p["line"]) for p in problems] == [("outcome_in_log", n)]
     # What the chronicle reads (once the finding is acknowledged, it renders): the scorecard record, never the line.
-    from logbook.records.eventstream import merged
+    from logbook.eventlog.eventstream import merged
 
     items = [it.rec for it in merged(open_project(team["fresh"].path), runs=["qknorm"], notes=False)]
     assert [r.get("seq") for r in items if r and r.get("kind") == "outcome" and "seq" in r] == []
@@ -357,7 +357,7 @@ def test_case10_seen_run_started_after_the_run_ended_and_was_scored_is_refused_a
     assert res.exit_code == 3, res.output
     assert "`--seen run-started` says no results were seen, but run qknorm failed" in res.stderr
     # The forger writes it with the library, skipping the command's check, and pushes.
-    from logbook.records import amend
+    from logbook.promises import amend
     from logbook.trust import no_third_party
 
     real = no_third_party.results_before

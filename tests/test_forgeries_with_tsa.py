@@ -35,10 +35,10 @@ from team import Clone, Team, make_team
 
 from logbook.core.identity import git_identity
 from logbook.core.project import open_project
-from logbook.records.chain import utc_now
-from logbook.records.prereg_format import record_hash, split_record
-from logbook.records.sink import EventSink
-from logbook.records.verify import Finding, fix_hint
+from logbook.eventlog.chain import utc_now
+from logbook.promises.prereg_format import record_hash, split_record
+from logbook.eventlog.sink import EventSink
+from logbook.promises.verify import Finding, fix_hint
 from logbook.runs.record import RunRecord, write_run_record
 from logbook.trust import stamping, timestamps
 
@@ -621,7 +621,7 @@ def test_a_forgers_acknowledgement_approved_under_a_second_address_with_their_ow
     use_key(alias, keys["mallory"])  # ...the same key
     refused = alias.cli("review", "approve", ack_id)  # the CLI knows her by her key
     assert refused.exit_code == 3 and "cannot approve it" in refused.stderr
-    from logbook.records.files import write_record
+    from logbook.eventlog.files import write_record
     from logbook.trust.signatures import sign_record
 
     aliased = open_project(alias.path)  # written around the check, as a hand-made client would, signed with her key

@@ -8,7 +8,7 @@ from runhelpers import events, micro_config, of_kind
 
 from logbook.core.project import open_project
 from logbook.launch.launcher import launch_run
-from logbook.records.sink import read_metrics
+from logbook.eventlog.sink import read_metrics
 from trainer.checkpoints.checkpoint_dcp import read_model
 
 pytestmark = pytest.mark.slow

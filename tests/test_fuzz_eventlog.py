@@ -23,8 +23,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logbook.records.chain import ChainedLog, iter_records, read_log, verify_log
-from logbook.records.sink import EventSink
+from logbook.eventlog.chain import ChainedLog, iter_records, read_log, verify_log
+from logbook.eventlog.sink import EventSink
 
 FUZZ = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -101,7 +101,7 @@ def test_a_damaged_log_never_crashes_a_reader_and_every_change_is_reported(tmp_p
     if data == original:
         assert not contents.problems
 
-    from logbook.records.eventstream import torn_tail
+    from logbook.eventlog.eventstream import torn_tail
 
     torn_tail("fuzz", path)  # the chronicle's own look at the end of the log
 

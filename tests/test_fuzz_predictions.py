@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logbook.core.errors import UsageError
-from logbook.records.predictions import METRICS, Prediction, parse_prediction, parse_prediction_syntax
+from logbook.promises.predictions import METRICS, Prediction, parse_prediction, parse_prediction_syntax
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

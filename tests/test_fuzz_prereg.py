@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logbook.core.errors import LogbookError
-from logbook.records.prereg import create_prereg, load_prereg
-from logbook.records.prereg_format import render_record, split_record
-from logbook.records.prereg_input import PreregInput
-from logbook.records.verify import verify_project
+from logbook.promises.prereg import create_prereg, load_prereg
+from logbook.promises.prereg_format import render_record, split_record
+from logbook.promises.prereg_input import PreregInput
+from logbook.promises.verify import verify_project
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])

@@ -44,7 +44,7 @@ TOLERANCE = 5e-6
 
 def golden_losses(project: Path) -> list[float]:
     """Each step's training loss of the golden run, trained in `project` (a git repository with `logbook init` done)."""
-    from logbook.records.sink import read_metrics
+    from logbook.eventlog.sink import read_metrics
     from trainer.config import load_train_config
     from trainer.startup import build_trainer
 

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logbook.core.errors import RunFailedError, UsageError
-from logbook.records.contingency import ACTION_KINDS, parse_rule
-from logbook.records.events import iter_events
+from logbook.promises.contingency import ACTION_KINDS, parse_rule
+from logbook.eventlog.events import iter_events
 from trainer.config import load_train_config
 from trainer.guard.callback import GuardCallback, checkpoints_to_keep, metrics_to_floats
 from trainer.guard.config import GuardConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from logbook.records.contingency import parse_rule
+from logbook.promises.contingency import parse_rule
 from trainer.guard.config import GuardConfig
 from trainer.guard.plan import guard_from_plan
 
@@ -49,7 +49,7 @@ def test_a_preregistered_run_guards_as_its_plan_says_and_records_it(logbook_repo
     from conftest import ROOT
 
     from logbook.core.project import open_project
-    from logbook.records.events import iter_events
+    from logbook.eventlog.events import iter_events
 
     config = logbook_repo / "micro.yaml"
     config.write_text((ROOT / "configs" / "micro-test.yaml").read_text())

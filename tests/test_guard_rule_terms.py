@@ -6,9 +6,9 @@ from scoring_helpers import make_prereg, project_of, story_clock, write_record  
 
 from logbook.chronicle.report import render_markdown, report_data
 from logbook.chronicle.review import review_queue
-from logbook.records.plan import judge_against_plan
-from logbook.records.prereg import load_prereg
-from logbook.records.sink import EventSink, MetricsWriter
+from logbook.eventlog.plan import judge_against_plan
+from logbook.promises.prereg import load_prereg
+from logbook.eventlog.sink import EventSink, MetricsWriter
 from logbook.scoring.outcome import evaluate
 
 RULE = "loss spike > 4 sigma twice within 50 steps -> rollback 5 steps, skip 10 batches, lr x 0.9"
@@ -104,7 +104,7 @@ def test_a_real_run_whose_guard_skips_more_batches_than_its_rule_says_names_the_
     from conftest import ROOT
 
     from logbook.core.project import open_project
-    from logbook.records.events import iter_events
+    from logbook.eventlog.events import iter_events
 
     config = logbook_repo / "micro.yaml"
     config.write_text((ROOT / "configs" / "micro-test.yaml").read_text())

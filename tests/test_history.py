@@ -16,7 +16,7 @@ from gitteam import Team, commit_all, git, head, write_record
 
 from logbook.core.project import open_project
 from logbook.records.history import CACHE_FILE
-from logbook.records.sink import EventSink
+from logbook.eventlog.sink import EventSink
 from logbook.runs.record import RunRecord, write_run_record
 
 FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
@@ -344,7 +344,7 @@ def test_a_pulled_record_this_clone_then_reset_away_is_reported_and_the_hint_res
 
 @pytest.mark.parametrize("which", ["notes/notes.jsonl", "reviews/reviews.jsonl"])
 def test_lines_cut_from_a_committed_notes_or_reviews_log_are_caught(team, cli, which):
-    from logbook.records.chain import ChainedLog
+    from logbook.eventlog.chain import ChainedLog
 
     alice = team.found(cli, "alice")
     log = ChainedLog(alice / "entries" / which)

@@ -19,7 +19,7 @@ import pytest
 
 from logbook.core.project import Project
 from logbook.core.settings import LogbookConfig
-from logbook.records.chain import ChainedLog
+from logbook.eventlog.chain import ChainedLog
 from logbook.records.history import CACHE_FILE, check_history, is_ancestor
 
 AUTHOR = {"GIT_AUTHOR_NAME": "Grace Hopper", "GIT_AUTHOR_EMAIL": "grace@lab.example",

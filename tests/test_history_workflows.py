@@ -13,8 +13,8 @@ from test_history import _prereg, _synthetic_run, _tampered, _verify
 
 from logbook.core.errors import TamperedError
 from logbook.core.project import open_project
-from logbook.records.chain import ChainedLog
-from logbook.records.trust import require_intact
+from logbook.eventlog.chain import ChainedLog
+from logbook.promises.trust import require_intact
 from logbook.runs.record import RunRecord, write_run_record
 
 
@@ -252,7 +252,7 @@ def test_a_squash_of_a_preregistration_and_its_run_in_one_commit_is_ordered_by_t
 
 @pytest.mark.parametrize("text", ["{\n", "[]\n", '{"run_id": "other", "created": "x", "config_path": "c", "config_hash": "h"}\n'])
 def test_a_damaged_run_record_is_tampering_to_verify_and_every_reader_names_it(logbook_repo, cli, text):
-    from logbook.records.sink import EventSink
+    from logbook.eventlog.sink import EventSink
     from logbook.runs.record import RunRecord, write_run_record
 
     proj = open_project(logbook_repo)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-LOGBOOK_LAYERS = ("core", "records", "runs", "scoring", "chronicle", "launch")
+LOGBOOK_LAYERS = ("core", "eventlog", "records", "promises", "runs", "scoring", "chronicle", "launch")
 """logbook/'s subpackages, lowest first; the CLI, the demo and the package root sit above them all."""
 TOP_LAYER = ("cli", "integrations")
 """Subpackages at the top, beside `api.py` and the demo: they may import the API and anything below.
@@ -23,8 +23,9 @@ TOP_LAYER = ("cli", "integrations")
 `integrations/` holds the framework adapters; nothing else imports them (see
 `test_no_logbook_module_outside_the_adapters_imports_them`).
 """
-SAME_LAYER = {"trust": "records"}
-"""trust/ holds the records' proofs (third-party time, signatures): verify calls them, and they read records."""
+SAME_LAYER = {"trust": "promises"}
+"""trust/ holds the records' proofs (third-party time, signatures): verify calls them, a preregistration is signed
+with them, and they read preregistrations and git records."""
 
 
 def _module_name(package: Path, path: Path) -> str:
@@ -214,8 +215,8 @@ def test_the_seam_check_finds_every_form_of_import(tmp_path):
     pkg = tmp_path / "trainer"
     pkg.mkdir()
     (pkg / "ok.py").write_text("from logbook.api import open_run\nimport logbook.api\nimport logbooks\n")
-    (pkg / "top.py").write_text("from logbook.records.sink import EventSink\n")
+    (pkg / "top.py").write_text("from logbook.eventlog.sink import EventSink\n")
     (pkg / "late.py").write_text("def f():\n    import logbook.core.fsutil as fs\n")
     (pkg / "pkg.py").write_text("from logbook import api\n")
     assert logbook_imports_besides_the_seam(pkg) == [
-        "trainer/late.py:2: logbook.core.fsutil", "trainer/pkg.py:1: logbook", "trainer/top.py:1: logbook.records.sink"]
+        "trainer/late.py:2: logbook.core.fsutil", "trainer/pkg.py:1: logbook", "trainer/top.py:1: logbook.eventlog.sink"]

@@ -1,7 +1,7 @@
 """Readers ask the event registry what an event means; none compares a kind's name or reads `["kind"]` itself.
 
 An event's meaning (does it end an attempt, and how; what goodput it charges;
-is it an incident) lives beside its fields in `logbook/records/eventschema.py`.
+is it an incident) lives beside its fields in `logbook/eventlog/eventschema.py`.
 A module that writes `e.get("kind") == "preempted"` keeps a second list of
 kinds, which the next kind misses. This test walks the syntax of every module in
 `logbook/` and `trainer/` and fails on:
@@ -24,15 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from logbook.records.eventschema import KINDS
+from logbook.eventlog.eventschema import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
-REGISTRY = "logbook/records/eventschema.py"
+REGISTRY = "logbook/eventlog/eventschema.py"
 
 # Modules where nothing called `kind` is an event's: each entry says what it is instead.
 NOT_EVENTS: dict[str, str] = {
-    "logbook/records/plan.py": "guard and contingency actions ({kind: skip | rollback | lr_scale ...}), not events",
-    "logbook/records/contingency.py": "contingency rules' triggers and actions, not events",
+    "logbook/eventlog/plan.py": "guard and contingency actions ({kind: skip | rollback | lr_scale ...}), not events",
+    "logbook/promises/contingency.py": "contingency rules' triggers and actions, not events",
     "trainer/guard/plan.py": "contingency triggers and actions, keyed by the action's kind",
     "trainer/faults.py": "fault drills (`Fault.kind`: sigkill | hang | nan ...), not events",
 }
@@ -42,8 +42,8 @@ NOT_EVENT_EXPRS: dict[tuple[str, str], str] = {
     ("logbook/chronicle/report.py", "p['forecast']"): "a forecast's kind (point | probability)",
     ("logbook/scoring/outcome.py", "d"): "a deviation's kind (config | live_change | off_plan ...)",
     ("logbook/runs/facts.py", "a"): "a contingency rule's action (rollback | skip_batches | lr_scale)",
-    ("logbook/records/predictions.py", "d"): "a forecast's kind in a preregistration (trajectory | point ...)",
-    ("logbook/records/prereg_format.py", "front"): "a preregistration file's front matter (`kind: prereg | amendment`)",
+    ("logbook/promises/predictions.py", "d"): "a forecast's kind in a preregistration (trajectory | point ...)",
+    ("logbook/promises/prereg_format.py", "front"): "a preregistration file's front matter (`kind: prereg | amendment`)",
     ("logbook/scoring/calibration.py", "f"): "a forecast's kind (point | probability)",
     ("logbook/scoring/forecasts.py", "f"): "a forecast's kind (point | probability)",
     ("logbook/cli/outcome_cmd.py", "f"): "a forecast's kind (point | probability)",
@@ -138,7 +138,7 @@ def test_no_module_outside_the_registry_compares_kinds_or_reads_them_raw():
         if rel == REGISTRY or rel in NOT_EVENTS:
             continue
         found += kind_violations(path.read_text(encoding="utf-8"), rel)
-    assert not found, "ask logbook/records/eventschema.py instead:\n" + "\n".join(found)
+    assert not found, "ask logbook/eventlog/eventschema.py instead:\n" + "\n".join(found)
 
 
 def test_every_excuse_still_names_something_there():
@@ -189,7 +189,7 @@ def test_a_violation_planted_in_a_real_module_is_found():
 # --- the questions themselves ---------------------------------------------------------------------
 
 def test_is_kind_refuses_a_name_the_registry_does_not_know():
-    from logbook.records.eventschema import is_kind
+    from logbook.eventlog.eventschema import is_kind
 
     assert is_kind({"kind": "restart"}, "restart") and is_kind("restart", "run_started", "restart")
     assert not is_kind({"kind": "restart"}, "run_started") and not is_kind({"data": {}}, "restart")
@@ -198,7 +198,7 @@ def test_is_kind_refuses_a_name_the_registry_does_not_know():
 
 
 def test_kind_of_reads_only_text_kinds():
-    from logbook.records.eventschema import Event, kind_of
+    from logbook.eventlog.eventschema import Event, kind_of
 
     assert kind_of({"kind": "hang"}) == kind_of(Event.of({"kind": "hang"})) == "hang"
     assert kind_of({"kind": 3}) is None and kind_of({}) is None and kind_of(None) is None
@@ -215,13 +215,13 @@ def test_kind_of_reads_only_text_kinds():
     ({"kind": "from_next_year"}, None),
 ])
 def test_each_ending_has_its_words(rec, words):
-    from logbook.records.eventschema import ending_words
+    from logbook.eventlog.eventschema import ending_words
 
     assert ending_words(rec) == words
 
 
 def test_flag_questions_answer_from_the_registry():
-    from logbook.records.eventschema import counted_as, goodput_charge, has_flag, is_terminal, run_state
+    from logbook.eventlog.eventschema import counted_as, goodput_charge, has_flag, is_terminal, run_state
 
     assert goodput_charge({"kind": "checkpoint_saved"}) == "checkpoint_save"
     assert goodput_charge({"kind": "restart"}) == "restart" and goodput_charge({"kind": "note"}) is None

@@ -6,7 +6,7 @@ from scoring_helpers import make_prereg, project_of, story_clock, write_record  
 
 from logbook.chronicle.report import report_data
 from logbook.chronicle.review import review_queue
-from logbook.records.sink import EventSink, MetricsWriter
+from logbook.eventlog.sink import EventSink, MetricsWriter
 from logbook.runs.facts import load_facts
 from logbook.scoring.outcome import evaluate
 

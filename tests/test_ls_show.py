@@ -8,7 +8,7 @@ import pytest
 
 from logbook.cli import app
 from logbook.core.project import open_project
-from logbook.records.sink import EventSink
+from logbook.eventlog.sink import EventSink
 from logbook.runs.record import RunRecord, write_run_record
 
 

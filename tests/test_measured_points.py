@@ -16,12 +16,12 @@ from conftest import ROOT
 from scoring_helpers import make_prereg, project_of, story_clock, write_record  # noqa: F401
 
 from logbook.core.errors import UsageError
-from logbook.records.measurable import (
+from logbook.promises.measurable import (
     DEFAULT_EVAL_EVERY, DEFAULT_LOG_EVERY, DEFAULT_STEPS, Cadence, check_measurable, launch_warnings,
 )
-from logbook.records.predictions import parse_prediction
-from logbook.records.prereg import load_prereg
-from logbook.records.sink import EventSink, MetricsWriter
+from logbook.promises.predictions import parse_prediction
+from logbook.promises.prereg import load_prereg
+from logbook.eventlog.sink import EventSink, MetricsWriter
 from logbook.scoring.outcome import evaluate
 
 
@@ -137,8 +137,8 @@ def _readme_prereg() -> dict:
 
 
 def _prereg_from(project, repo: Path, data: dict, name: str) -> tuple[str, list[str]]:
-    from logbook.records.prereg import create_prereg
-    from logbook.records.prereg_input import input_from_mapping
+    from logbook.promises.prereg import create_prereg
+    from logbook.promises.prereg_input import input_from_mapping
 
     data = {k: v for k, v in data.items() if k != "config"}  # the README's 1B config is not in a test repo
     w = create_prereg(project, input_from_mapping(data, name))

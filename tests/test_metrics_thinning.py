@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from logbook.records.sink import KeepRule, MetricsWriter, full_metrics_path, read_metrics
+from logbook.eventlog.sink import KeepRule, MetricsWriter, full_metrics_path, read_metrics
 from logbook.runs.goodput import _data_seconds
 
 
@@ -63,8 +63,8 @@ def test_without_a_rule_every_row_is_committed(tmp_path):
 def test_rows_of_any_value_are_written_as_the_event_log_would_spell_them(tmp_path):
     import numpy as np
 
-    from logbook.records.chain import canonical
-    from logbook.records.sink import _plain
+    from logbook.eventlog.chain import canonical
+    from logbook.eventlog.sink import _plain
 
     row = {"step": 3, "attempt": 1, "loss": float("nan"), "grad_norm": float("inf"), "lr": np.float32(0.5),
            "skipped": True, 7: "seven", "nested": {"a": [1.0, float("-inf")]}, "time": 12.5}

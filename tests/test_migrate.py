@@ -8,9 +8,9 @@ from conftest import git
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401  (story_clock is a fixture)
 
 from logbook.core.fsutil import atomic_write_json
-from logbook.records.chain import ChainedLog
-from logbook.records.files import iter_folder
-from logbook.records.sink import EventSink
+from logbook.eventlog.chain import ChainedLog
+from logbook.eventlog.files import iter_folder
+from logbook.eventlog.sink import EventSink
 
 
 def _old_layout(repo, clock):

@@ -17,8 +17,8 @@ from conftest import ROOT
 
 from logbook.chronicle.build import render_chronicle
 from logbook.core.project import open_project
-from logbook.records.predictions import parse_prediction
-from logbook.records.sink import read_metrics
+from logbook.promises.predictions import parse_prediction
+from logbook.eventlog.sink import read_metrics
 from logbook.runs.facts import RunFacts, load_facts
 from logbook.scoring.progress import SCORE_KEYS, note_scores, since_last, standing
 from runhelpers import events, micro_config, of_kind

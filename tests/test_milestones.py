@@ -114,7 +114,7 @@ def test_progress_plot_is_a_deterministic_png_with_marks(logbook_repo, clock):
 
 def test_a_skipped_spike_is_marked_at_the_top_edge_and_does_not_flatten_the_curve(logbook_repo, clock):
     from logbook.chronicle.plots import progress_figure
-    from logbook.records.sink import EventSink, MetricsWriter
+    from logbook.eventlog.sink import EventSink, MetricsWriter
 
     project = project_of(logbook_repo)
     run_dir = project.run_dir("spiky")

@@ -17,12 +17,12 @@ import pytest
 
 from logbook.chronicle.report import incidents
 from logbook.launch.watch import event_line
-from logbook.records.eventschema import (
+from logbook.eventlog.eventschema import (
     KINDS, Field, Kind, ends_attempt, ending, kinds_where, may_follow_end, reference_markdown, register,
     summary,
 )
-from logbook.records.runends import check_run_log
-from logbook.records.sink import EventSink
+from logbook.eventlog.runends import check_run_log
+from logbook.eventlog.sink import EventSink
 from logbook.runs.facts import RunFacts
 from logbook.runs.goodput import goodput_report
 from logbook.runs.lineage import run_lineage

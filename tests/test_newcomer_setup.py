@@ -58,7 +58,7 @@ def test_paths_are_not_names():
 def test_a_preregistration_is_found_by_its_title_part(logbook_repo, cli):
     assert cli("prereg", "--from-file", "qknorm").exit_code == 0
     from logbook.core.project import open_project
-    from logbook.records.prereg import resolve_prereg_id
+    from logbook.promises.prereg import resolve_prereg_id
 
     pid = resolve_prereg_id(open_project(logbook_repo), "qk-norm")
     assert pid and pid[11:].startswith("qk-norm-removes-loss-spikes")

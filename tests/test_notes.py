@@ -10,8 +10,8 @@ import json
 
 from logbook.chronicle.build import check_chronicle, day_path
 from logbook.chronicle.mdconvert import parser
-from logbook.records.chain import verify_log
-from logbook.records.files import iter_folder
+from logbook.eventlog.chain import verify_log
+from logbook.eventlog.files import iter_folder
 
 
 def test_note_is_signed_from_git_and_appears_on_its_day(logbook_repo, clock, cli):

@@ -14,7 +14,7 @@ from scoring_helpers import (
 )
 
 from logbook.records import gitbind
-from logbook.records.chain import iter_records
+from logbook.eventlog.chain import iter_records
 from logbook.scoring.outcome import evaluate, load_outcome, outcome_records, record_outcome
 
 
@@ -68,7 +68,7 @@ def test_a_step_without_a_value_is_not_measured_unless_the_prediction_states_a_w
 
 
 def test_a_step_whose_update_the_guard_skipped_is_scored_by_the_last_accepted_loss(logbook_repo, story_clock):
-    from logbook.records.sink import EventSink, MetricsWriter
+    from logbook.eventlog.sink import EventSink, MetricsWriter
     from scoring_helpers import write_record
 
     project = project_of(logbook_repo)
@@ -142,7 +142,7 @@ def test_a_run_still_going_gets_a_provisional_scorecard_that_is_not_written(logb
 
 
 def test_a_run_aborted_before_a_point_is_inconclusive_there(logbook_repo, story_clock):
-    from logbook.records.sink import EventSink
+    from logbook.eventlog.sink import EventSink
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["loss@final < 4", "loss@step:20 < 10"])
@@ -209,7 +209,7 @@ def test_an_unknown_run_is_refused_with_the_known_ones(logbook_repo, story_clock
 
 
 def test_a_new_amendment_supersedes_the_recorded_outcome(logbook_repo, story_clock):
-    from logbook.records.amend import amend_prereg
+    from logbook.promises.amend import amend_prereg
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["loss@final < 4"])
@@ -235,7 +235,7 @@ def test_scoring_refuses_nothing_for_a_missing_metric_it_calls_it_inconclusive(l
 def test_a_real_tiny_run_is_scored_with_a_confirmed_and_a_refuted_prediction(logbook_repo, cli):
     from runhelpers import micro_config
 
-    from logbook.records.chain import utc_now
+    from logbook.eventlog.chain import utc_now
     from logbook.launch.launcher import config_sha256
     from logbook.runs.record import RunRecord, write_run_record
 
@@ -267,7 +267,7 @@ def test_a_real_tiny_run_is_scored_with_a_confirmed_and_a_refuted_prediction(log
 def test_one_guard_incident_is_one_deviation_however_many_events_carry_it_out(logbook_repo, story_clock):
     from logbook.scoring.outcome import _event_deviations
     from logbook.runs.facts import load_facts
-    from logbook.records.sink import EventSink
+    from logbook.eventlog.sink import EventSink
 
     project = project_of(logbook_repo)
     s = EventSink(project.run_dir("g"), "g", 1)

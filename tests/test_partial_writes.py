@@ -10,7 +10,7 @@ import os
 
 from logbook.chronicle import build
 from logbook.chronicle.build import day_path
-from logbook.records.files import iter_folder
+from logbook.eventlog.files import iter_folder
 
 
 def _disk_full_for_day_files(monkeypatch) -> None:

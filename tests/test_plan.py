@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from logbook.records.contingency import parse_rule
-from logbook.records.plan import judge_against_plan, structured_rules
+from logbook.promises.contingency import parse_rule
+from logbook.eventlog.plan import judge_against_plan, structured_rules
 
 RULES = [
     parse_rule("loss spike > 4 sigma twice within 500 steps -> rollback 100 steps, skip 300 batches, lr x 0.9"),

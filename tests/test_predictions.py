@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logbook.core.errors import UsageError
-from logbook.records.predictions import METRICS, At, Prediction, check_falsifiable, parse_prediction
+from logbook.promises.predictions import METRICS, At, Prediction, check_falsifiable, parse_prediction
 
 
 @pytest.mark.parametrize(

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from logbook.records.files import is_record_id
+from logbook.eventlog.files import is_record_id
 from conftest import git
 
 from logbook.core.errors import RefusedError
 from logbook.core.project import open_project
-from logbook.records import prereg as prereg_mod
-from logbook.records.prereg import create_prereg, list_preregs, load_prereg
-from logbook.records.prereg_format import record_hash, split_record
-from logbook.records.prereg_input import PreregInput
+from logbook.promises import prereg as prereg_mod
+from logbook.promises.prereg import create_prereg, list_preregs, load_prereg
+from logbook.promises.prereg_format import record_hash, split_record
+from logbook.promises.prereg_input import PreregInput
 from logbook.runs.record import RunRecord, write_run_record
 
 FLAGS = ["--title", "QK-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",

@@ -17,8 +17,8 @@ from runhelpers import events, micro_config, of_kind
 from logbook.core.errors import EXIT_TAMPERED, UsageError
 from logbook.core.project import open_project
 from logbook.launch.launcher import _refuse_chosen_seed, launch_run
-from logbook.records.chain import GENESIS, ChainedLog, canonical, record_hash
-from logbook.records.prereg import load_prereg
+from logbook.eventlog.chain import GENESIS, ChainedLog, canonical, record_hash
+from logbook.promises.prereg import load_prereg
 from logbook.trust.replay import _not_replayable, check_seeds, seed_from_stamp
 
 TSA_URL = "http://127.0.0.1:8080/"

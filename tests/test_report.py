@@ -6,9 +6,9 @@ from pdftext import pdf_text
 from scoring_helpers import STORY_PREDICTIONS, make_prereg, project_of, story_clock, story_run  # noqa: F401
 
 from logbook.chronicle.review import add_review, review_queue
-from logbook.records.prereg import load_prereg
+from logbook.promises.prereg import load_prereg
 from logbook.trust.stamping import stamp_prereg_record
-from logbook.records.sink import EventSink
+from logbook.eventlog.sink import EventSink
 from logbook.scoring.outcome import record_outcome
 
 

@@ -7,8 +7,8 @@ import json
 from conftest import git
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
-from logbook.records.files import damaged_records
-from logbook.records.reviews import reviews_for
+from logbook.eventlog.files import damaged_records
+from logbook.promises.reviews import reviews_for
 
 
 def _story(repo, clock, run="story", author="Lin Launcher <lin@example.org>"):

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT
 
-from logbook.records.eventschema import label
+from logbook.eventlog.eventschema import label
 
 DRILLS = "faults=[{kind: sigkill, step: 6}, {kind: nan, step: 12, attempt: 2}]"
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from logbook.core.project import open_project
-from logbook.records.sink import EventSink
+from logbook.eventlog.sink import EventSink
 from logbook.runs.record import RunRecord, write_run_record
 from logbook.runs.runlock import RunLock
 from logbook.runs.status import STALL_FLOOR_S, latest_run, run_status

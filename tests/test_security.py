@@ -49,8 +49,8 @@ def _png(path: Path) -> None:
 def hostile_logbook(logbook_repo, tmp_path, cli):
     """Notes and events that try every way out of the logbook; returns the secret file they aim at."""
     from logbook.core.project import open_project
-    from logbook.records.eventschema import STRICT_ENV
-    from logbook.records.sink import EventSink
+    from logbook.eventlog.eventschema import STRICT_ENV
+    from logbook.eventlog.sink import EventSink
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -138,8 +138,8 @@ def test_the_report_shows_markup_from_the_preregistration_and_the_events_as_text
                                                                                    monkeypatch):
     import typst
 
-    from logbook.records.prereg import create_prereg
-    from logbook.records.prereg_input import PreregInput
+    from logbook.promises.prereg import create_prereg
+    from logbook.promises.prereg_input import PreregInput
     from logbook.chronicle.report import write_report
     from logbook.runs.record import RunRecord, write_run_record
 
@@ -363,7 +363,7 @@ TEMPLATE_TRAPS = ["{{ 7 * 7 }}", "{{ ''.__class__.__mro__[1].__subclasses__() }}
 
 def test_a_note_or_an_event_that_looks_like_a_template_is_printed_not_evaluated(logbook_repo, cli):
     from logbook.core.project import open_project
-    from logbook.records.sink import EventSink
+    from logbook.eventlog.sink import EventSink
 
     project = open_project(logbook_repo)
     note = "\n\n".join(f"trap {i}: {t}" for i, t in enumerate(TEMPLATE_TRAPS))

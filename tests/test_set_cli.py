@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from logbook.core.project import open_project
 from logbook.launch.change_requests import list_pending, processed_dir
-from logbook.records.sink import EventSink
+from logbook.eventlog.sink import EventSink
 from logbook.runs.record import RunRecord, write_run_record
 
 

@@ -18,7 +18,7 @@ from scoring_helpers import make_prereg, story_clock, story_run  # noqa: F401
 from team import Clone, make_team
 
 from logbook.core.project import open_project
-from logbook.records.chain import record_hash
+from logbook.eventlog.chain import record_hash
 
 ALLOWED = "trust/allowed_signers"
 
@@ -181,7 +181,7 @@ def test_the_launcher_with_a_second_address_and_the_same_key_is_still_the_launch
     assert refused.exit_code == 3 and "launched run qknorm" in refused.stderr
     # Written around the check (a hand-made client): the approval is recorded, signed, and does not count.
     from logbook.chronicle.review import find_reviewable
-    from logbook.records.files import write_record
+    from logbook.eventlog.files import write_record
     from logbook.trust.signatures import sign_record
 
     project = open_project(laptop.path)
@@ -245,8 +245,8 @@ def test_required_signatures_fail_an_unsigned_record_but_not_one_made_before_the
     project = open_project(ada.path)
     early = make_prereg(project, ["loss@final < 4"], title="made before signing")
     enable_signing(ada, [allowed_line("ada@lab.example", key)], require=True)
-    from logbook.records.prereg import create_prereg
-    from logbook.records.prereg_input import PreregInput
+    from logbook.promises.prereg import create_prereg
+    from logbook.promises.prereg_input import PreregInput
 
     written = create_prereg(open_project(ada.path), PreregInput(title="made after require, unsigned",
                                                                hypothesis="h", predictions=["loss@final < 3"]))
@@ -384,7 +384,7 @@ def test_the_author_of_an_acknowledgement_cannot_approve_it_under_a_second_addre
     refused = laptop.cli("review", "approve", ack_id)
     assert refused.exit_code == 3 and "cannot approve it" in refused.stderr
     # Written around the check: the approval is signed by Ada's key and does not count.
-    from logbook.records.files import write_record
+    from logbook.eventlog.files import write_record
     from logbook.trust.signatures import sign_record
 
     project = open_project(laptop.path)

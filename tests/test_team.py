@@ -213,7 +213,7 @@ def test_competing_amendments_both_survive_in_one_order_and_a_run_is_scored_agai
         tmp_path, story_clock, mode):
     from scoring_helpers import make_prereg
 
-    from logbook.records.prereg import load_prereg
+    from logbook.promises.prereg import load_prereg
 
     team = make_team(tmp_path, ["ada", "bo", "cy"])
     ada, bo, cy = team["ada"], team["bo"], team["cy"]

@@ -9,7 +9,7 @@ from logbook.core.errors import UsageError
 
 
 def _train(repo, run_id, telemetry, overrides=(), extra=()):
-    from logbook.records.sink import read_metrics
+    from logbook.eventlog.sink import read_metrics
     from trainer.config import load_train_config
     from trainer.startup import build_trainer
 

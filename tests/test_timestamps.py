@@ -15,7 +15,7 @@ from tsa_fixture import CA_REL, closed_port_url, make_ca, silent_tsa
 
 from logbook.core.errors import UsageError
 from logbook.core.project import open_project
-from logbook.records.sink import EventSink
+from logbook.eventlog.sink import EventSink
 from logbook.runs.record import RunRecord, write_run_record
 from logbook.trust import timestamps
 from logbook.trust.stamping import bytes_digest, stamp_run_start
@@ -45,7 +45,7 @@ def _stamp_files(repo: Path) -> list[Path]:
 def _run(repo: Path, run_id: str, prereg_id: str | None, events: int = 3, *, launcher_stamps: bool = False) -> Path:
     """A run as the launcher records it (run.json, its stamp when asked, then the trainer's events), untrained."""
     proj = open_project()
-    from logbook.records.chain import utc_now
+    from logbook.eventlog.chain import utc_now
 
     # Launched now, after the preregistration: verify compares the records' own times too.
     write_run_record(proj, RunRecord(run_id=run_id, created=utc_now(), config_path="c.yaml",

@@ -11,8 +11,8 @@ import torch
 from conftest import ROOT
 
 from logbook.core.errors import RefusedError, RunFailedError, UsageError
-from logbook.records.events import iter_events
-from logbook.records.sink import EventSink, read_metrics
+from logbook.eventlog.events import iter_events
+from logbook.eventlog.sink import EventSink, read_metrics
 from trainer.checkpoints import checkpoint as ck
 from trainer.observe.callbacks import Callback, LoopAction
 from trainer.config import load_train_config

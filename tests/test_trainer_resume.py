@@ -23,9 +23,9 @@ import pytest
 import torch
 from conftest import ROOT
 
-from logbook.records.events import iter_events, read_events
+from logbook.eventlog.events import iter_events, read_events
 from logbook.records.init import init_logbook
-from logbook.records.sink import read_metrics
+from logbook.eventlog.sink import read_metrics
 
 pytestmark = pytest.mark.slow
 

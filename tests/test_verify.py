@@ -11,11 +11,11 @@ from conftest import git
 
 from logbook.core.project import open_project
 from logbook.records import gitbind
-from logbook.records.chain import ChainedLog
-from logbook.records.prereg import load_prereg
-from logbook.records.prereg_format import record_hash, render_record, split_record
-from logbook.records.sink import EventSink
-from logbook.records.verify import verify_project
+from logbook.eventlog.chain import ChainedLog
+from logbook.promises.prereg import load_prereg
+from logbook.promises.prereg_format import record_hash, render_record, split_record
+from logbook.eventlog.sink import EventSink
+from logbook.promises.verify import verify_project
 from logbook.runs.record import RunRecord, write_run_record
 
 FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
@@ -350,8 +350,8 @@ def test_verify_works_from_a_subdirectory(logbook_repo, cli, monkeypatch):
 def test_an_event_appended_after_the_run_finished_is_caught_though_its_hash_was_worked_out_again(logbook_repo, cli):
     import json as _json
 
-    from logbook.records.chain import record_hash
-    from logbook.records.sink import EventSink
+    from logbook.eventlog.chain import record_hash
+    from logbook.eventlog.sink import EventSink
     from logbook.runs.record import RunRecord, write_run_record
 
     proj = open_project(logbook_repo)

@@ -17,8 +17,8 @@ from conftest import git
 
 from logbook.core.errors import RefusedError, TamperedError
 from logbook.core.project import open_project
-from logbook.records.chain import ChainedLog, canonical, record_hash
-from logbook.records.verify import Finding, VerifyReport, fix_hint, verify_project
+from logbook.eventlog.chain import ChainedLog, canonical, record_hash
+from logbook.promises.verify import Finding, VerifyReport, fix_hint, verify_project
 
 HAD, LOST = "a" * 40, "b" * 40
 REL = "entries/notes/n-1.json"
@@ -205,13 +205,13 @@ def _prereg(cli) -> str:
 
 
 def _front(path):
-    from logbook.records.prereg_format import split_record
+    from logbook.promises.prereg_format import split_record
 
     return split_record(path.read_text("utf-8"), path.name)
 
 
 def _sha(path) -> str:
-    from logbook.records.prereg_format import record_hash as prereg_hash
+    from logbook.promises.prereg_format import record_hash as prereg_hash
 
     return prereg_hash(*_front(path))
 
@@ -228,7 +228,7 @@ def _amended(repo, cli) -> tuple[str, "Path", "Path"]:
 
 def _forged_second(repo, pid, original, first, change) -> str:
     """A second amendment made by hand, its links worked out as the CLI would, then `change`d; committed."""
-    from logbook.records.prereg_format import render_record
+    from logbook.promises.prereg_format import render_record
 
     front, body = _front(first)
     front.pop("id", None)
@@ -641,7 +641,7 @@ def test_a_run_record_without_a_time_squashed_with_its_preregistration_cannot_be
 
 
 def test_a_preregistration_without_a_time_is_ordered_by_history_alone(logbook_repo, cli):
-    from logbook.records.prereg_format import render_record
+    from logbook.promises.prereg_format import render_record
 
     pid = _prereg(cli)
     git(logbook_repo, "reset", "-q", "--soft", "HEAD~1")
@@ -763,7 +763,7 @@ def test_a_commit_without_a_hash_trailer_proves_by_its_bytes_alone(logbook_repo,
 
 
 def test_verify_or_raise_returns_the_report_of_its_scope_and_raises_on_a_change(logbook_repo, cli):
-    from logbook.records.verify import verify_or_raise
+    from logbook.promises.verify import verify_or_raise
 
     a, b = _prereg(cli), _prereg(cli)
     (logbook_repo / "entries" / "prereg" / f"{b}.md").write_text("rewritten\n")

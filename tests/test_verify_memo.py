@@ -16,8 +16,8 @@ import pytest
 from conftest import git
 
 from logbook.core.project import open_project
-from logbook.records import verify as verify_mod
-from logbook.records.verify import verify_project
+from logbook.promises import verify as verify_mod
+from logbook.promises.verify import verify_project
 from logbook.trust.pins import TrustPin
 
 FLAGS = ("--title", "QK-norm removes loss spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",

@@ -19,8 +19,8 @@ import pytest
 
 from conftest import ROOT, git
 
-from logbook.records.chain import verify_log
-from logbook.records.events import iter_events
+from logbook.eventlog.chain import verify_log
+from logbook.eventlog.events import iter_events
 
 SCRIPT = '''\
 import os, sys, time

@@ -27,12 +27,12 @@ from logbook.core.fsutil import atomic_text_writer, atomic_write_text, exclusive
 from logbook.core.gitstate import state_of
 from logbook.core.project import Project
 from logbook.core.textfmt import fmt_fraction, fmt_int
-from logbook.records.chain import iter_records
-from logbook.records.eventschema import AFTERWARDS_KINDS, Event, is_afterwards, is_kind, kind_of
-from logbook.records.eventstream import (by_day, check_day, days_of, Item, list_event_runs, merged, NOTES_SOURCE, run_log_path, sources, torn_tail, TornTail)
-from logbook.records.files import iter_folder
-from logbook.records.prereg import load_prereg
-from logbook.records.reviews import reviews_for
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.eventschema import AFTERWARDS_KINDS, Event, is_afterwards, is_kind, kind_of
+from logbook.eventlog.eventstream import (by_day, check_day, days_of, Item, list_event_runs, merged, NOTES_SOURCE, run_log_path, sources, torn_tail, TornTail)
+from logbook.eventlog.files import iter_folder
+from logbook.promises.prereg import load_prereg
+from logbook.promises.reviews import reviews_for
 from logbook.runs.ckpt_advice import AdviceTracker
 from logbook.runs.facts import load_facts
 from logbook.runs.record import check_run_id, load_run_record

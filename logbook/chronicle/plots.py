@@ -17,10 +17,10 @@ from typing import Any
 from logbook.core.fsutil import atomic_write_bytes
 from logbook.core.project import Project
 from logbook.core.textfmt import fmt_int, is_number
-from logbook.records.chain import iter_records
-from logbook.records.sink import read_metrics
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.sink import read_metrics
 from logbook.scoring.forecasts import run_curves
-from logbook.records.eventschema import counted_as, has_flag
+from logbook.eventlog.eventschema import counted_as, has_flag
 
 _MAX_POINTS = 4000  # beyond this, steps are bucketed into a min-max band plus a mean line
 

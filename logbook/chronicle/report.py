@@ -39,12 +39,12 @@ from logbook.core.project import Project
 from logbook.core.textfmt import fmt_setting, is_number
 from logbook.core.yamlsafe import load_yaml_text
 from logbook.records import gitbind
-from logbook.records.eventschema import (
+from logbook.eventlog.eventschema import (
     Event, ending, is_kind, kind_of, parse_ts, summary as event_summary,
 )
-from logbook.records.plan import plan_words
-from logbook.records.prereg import load_prereg, runs_referencing
-from logbook.records.reviews import reviews_for
+from logbook.eventlog.plan import plan_words
+from logbook.promises.prereg import load_prereg, runs_referencing
+from logbook.promises.reviews import reviews_for
 from logbook.runs.facts import RunFacts, load_facts
 from logbook.runs.lineage import run_lineage
 from logbook.runs.record import RunRecord, check_run_id, load_run_record

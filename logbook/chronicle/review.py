@@ -41,12 +41,12 @@ from logbook.core.fsutil import exclusive
 from logbook.core.gitstate import restore_hint
 from logbook.core.identity import signing_identity
 from logbook.core.project import Project
-from logbook.records import chain
-from logbook.records.chain import iter_records
-from logbook.records.eventschema import Event, is_kind, kind_of, kinds_where, summary
-from logbook.records.eventstream import list_event_runs, run_log_path
-from logbook.records.files import damaged_records, iter_folder, write_record
-from logbook.records.reviews import ACTIONS, review_records
+from logbook.eventlog import chain
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.eventschema import Event, is_kind, kind_of, kinds_where, summary
+from logbook.eventlog.eventstream import list_event_runs, run_log_path
+from logbook.eventlog.files import damaged_records, iter_folder, write_record
+from logbook.promises.reviews import ACTIONS, review_records
 from logbook.runs.facts import reapplies
 from logbook.runs.record import load_run_record
 from logbook.scoring.outcome import outcome_records

@@ -17,8 +17,8 @@ from logbook.chronicle.markdown import MarkdownRenderer, Raw, View, view
 from logbook.chronicle.plots import progress_plot_path
 from logbook.core.project import Project
 from logbook.core.textfmt import is_number
-from logbook.records.eventschema import Event, is_kind, kind_of, kinds_where
-from logbook.records.eventstream import NOTES_SOURCE, Item
+from logbook.eventlog.eventschema import Event, is_kind, kind_of, kinds_where
+from logbook.eventlog.eventstream import NOTES_SOURCE, Item
 from logbook.runs.milestones import is_late, milestone_step
 from logbook.trust.setting_history import SOURCE as SETTINGS_SOURCE
 
@@ -70,7 +70,7 @@ def event_view(item: Item, r: MarkdownRenderer, errata: dict[str, list[dict[str,
     """The template context of one run event (not routine) or one note.
 
     `make_plot(entry, path)` is called for a milestone whose plot file is missing.
-    `reviews` maps entry ids to their review records (`logbook.records.reviews.reviews_for`);
+    `reviews` maps entry ids to their review records (`logbook.promises.reviews.reviews_for`);
     `extra` adds fields computed from other records (a restart's failure statistics).
     """
     rec = item.rec or {}

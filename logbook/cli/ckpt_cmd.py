@@ -61,7 +61,7 @@ def ckpt_interval_cmd(
 
 
 def _run_events(run_id: str) -> list[dict]:
-    from logbook.records.chain import iter_records
+    from logbook.eventlog.chain import iter_records
     from logbook.core.project import open_project
     from logbook.runs.record import check_run_id, load_run_record
 

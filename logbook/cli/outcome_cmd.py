@@ -33,7 +33,7 @@ def outcome_cmd(
     """
     from logbook.chronicle.build import rerender_days
     from logbook.scoring.outcome import record_outcome
-    from logbook.records.trust import require_intact
+    from logbook.promises.trust import require_intact
 
     set_wide(wide)
     project = open_for_writing()
@@ -75,7 +75,7 @@ def print_scorecard(card, root: Path) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from logbook.records.predictions import _shortest
+    from logbook.promises.predictions import _shortest
 
     con = stdout_console()
     if not card.verify_ok:  # said before anything else: the promise itself is in doubt
@@ -148,7 +148,7 @@ def calibration_cmd(
     """
     from logbook.scoring.calibration import calibration
     from logbook.core.project import open_project
-    from logbook.records.trust import require_intact
+    from logbook.promises.trust import require_intact
 
     if period not in ("month", "week"):
         raise UsageError(f"--period must be month or week, got {period!r}")
@@ -281,7 +281,7 @@ def report_cmd(
     """
     from logbook.core.project import open_project
     from logbook.chronicle.report import write_report
-    from logbook.records.trust import require_intact
+    from logbook.promises.trust import require_intact
 
     fmt = output_format(fmt, out)
     project = open_project()

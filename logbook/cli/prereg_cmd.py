@@ -48,7 +48,7 @@ def prereg_cmd(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from logbook.records.prereg import create_prereg
+    from logbook.promises.prereg import create_prereg
 
     project = open_for_writing()
     from_file = _example(project.root, from_file, "prereg")
@@ -96,7 +96,7 @@ def _echo_plan(front: dict[str, Any]) -> None:
 
 def _gather_input(*, title, hypothesis, predict, contingency, config, budget, rationale, assume, from_file):
     from logbook.core.errors import UsageError
-    from logbook.records.prereg_input import PreregInput, input_from_mapping
+    from logbook.promises.prereg_input import PreregInput, input_from_mapping
 
     flags = {"--title": title, "--hypothesis": hypothesis, "--predict": predict, "--contingency": contingency,
              "--config": config, "--budget": budget, "--rationale": rationale, "--assume": assume}
@@ -120,7 +120,7 @@ def _gather_input(*, title, hypothesis, predict, contingency, config, budget, ra
 
 
 def _template() -> str:
-    from logbook.records.predictions import known_metrics_text
+    from logbook.promises.predictions import known_metrics_text
 
     return f"""\
 # Preregistration. Fill it in, save and close the editor.
@@ -154,7 +154,7 @@ assumptions:
 
 def _input_from_editor():
     from logbook.core.errors import UsageError
-    from logbook.records.prereg_input import input_from_mapping
+    from logbook.promises.prereg_input import input_from_mapping
     from logbook.core.yamlsafe import load_yaml_text, read_text_utf8
 
     template = _template()
@@ -201,8 +201,8 @@ def amend_cmd(
 
     Example: logbook prereg amend 2026-11-30-qknorm-removes-spikes-3f9a --seen nothing --reason "budget halved" --predict "restarts@final <= 2"
     """
-    from logbook.records.amend import amend_prereg
-    from logbook.records.prereg import resolve_prereg_id
+    from logbook.promises.amend import amend_prereg
+    from logbook.promises.prereg import resolve_prereg_id
 
     project = open_for_writing()
     pid = resolve_prereg_id(project, prereg_id) or prereg_id
@@ -284,9 +284,9 @@ def verify_cmd(
     Example: logbook verify --replay 3
     """
     from logbook.core.errors import RefusedError, UsageError
-    from logbook.records.prereg import resolve_prereg_id
+    from logbook.promises.prereg import resolve_prereg_id
     from logbook.core.project import open_project
-    from logbook.records.verify import verify_project
+    from logbook.promises.verify import verify_project
 
     project = open_project()
     if run is not None and replay is None:
@@ -329,7 +329,7 @@ def verify_cmd(
 
 def _replay(project: Any, steps: int, pid: str | None, run: str | None, report: Any) -> list[Any]:
     """`verify --replay`: each run's verdict; a run whose losses differ joins the report's problems."""
-    from logbook.records.verify import Finding
+    from logbook.promises.verify import Finding
     from logbook.trust.replay import replay_runs
 
     verdicts = replay_runs(project, steps, prereg_id=pid, run_id=run)
@@ -400,7 +400,7 @@ def ls_cmd(
 
 
 def _ls_preregs(project, cutoff, as_json: bool) -> None:
-    from logbook.records.prereg import runs_referencing, scan_preregs
+    from logbook.promises.prereg import runs_referencing, scan_preregs
     from logbook.runs.runlist import created_since
 
     preregs, damaged = scan_preregs(project)
@@ -510,10 +510,10 @@ def show_cmd(
     Example: logbook show 2026-11-30-qknorm-removes-spikes-3f9a
     """
     from logbook.core.errors import NotFoundError
-    from logbook.records.prereg import load_prereg, resolve_prereg_id, runs_referencing
+    from logbook.promises.prereg import load_prereg, resolve_prereg_id, runs_referencing
     from logbook.core.project import open_project
-    from logbook.records.eventstream import RUN_ID_RE
-    from logbook.records.verify import verify_project
+    from logbook.eventlog.eventstream import RUN_ID_RE
+    from logbook.promises.verify import verify_project
 
     project = open_project()
     if RUN_ID_RE.match(ident) and ".." not in ident and (project.run_dir(ident) / "run.json").exists():
@@ -548,8 +548,8 @@ def _print_markdown(text: str) -> None:
 
 
 def _show_run(project, run_id: str, as_json: bool) -> None:
-    from logbook.records.events import read_events
-    from logbook.records.eventschema import kind_of
+    from logbook.eventlog.events import read_events
+    from logbook.eventlog.eventschema import kind_of
     from logbook.runs.record import load_run_record, run_status
 
     record = load_run_record(project, run_id)

@@ -71,7 +71,7 @@ class RunConsole:
         """New events of the run as their summaries, then the progress line from the metrics stream."""
         from logbook.launch.follow import progress_of, total_steps_of
         from logbook.launch.watch import EventTail
-        from logbook.records.eventschema import is_kind, kind_of
+        from logbook.eventlog.eventschema import is_kind, kind_of
         from logbook.runs.status import QUIET_KINDS, event_line, follow_files
 
         if self._tails is None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from logbook.api import (Run, UsageError, check_run_id, due_milestones, emitted_milestones, ending, full_metrics_path,
                          is_kind, iter_events, milestone_step, run_from_env)
-from logbook.records.eventschema import RESTART_CAUSES, parse_ts
+from logbook.eventlog.eventschema import RESTART_CAUSES, parse_ts
 
 FLUSH_EVERY_S = 1.0
 """Metrics rows reach the disk at least this often, so a kill loses seconds of rows, not a run's worth."""

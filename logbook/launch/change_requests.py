@@ -39,9 +39,9 @@ from logbook.core.fsutil import atomic_write_json, fsync_dir
 from logbook.core.identity import git_identity
 from logbook.core.project import Project
 from logbook.launch.live_settings import check_reason, validate_changes
-from logbook.records.chain import utc_now
-from logbook.records.events import iter_events
-from logbook.records.eventschema import kind_of, kinds_where, run_state
+from logbook.eventlog.chain import utc_now
+from logbook.eventlog.events import iter_events
+from logbook.eventlog.eventschema import kind_of, kinds_where, run_state
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_status
 from logbook.runs.runlock import dead_holder
 

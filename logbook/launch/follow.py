@@ -16,7 +16,7 @@ from typing import Any
 
 from logbook.core.project import Project
 from logbook.launch.watch import EventTail
-from logbook.records.eventschema import is_kind, kind_of, run_state
+from logbook.eventlog.eventschema import is_kind, kind_of, run_state
 from logbook.runs.status import QUIET_KINDS, EventLine, event_line, follow_files, launcher_gone
 
 PROGRESS_EVERY_S = 2.0

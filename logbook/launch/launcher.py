@@ -42,11 +42,11 @@ from logbook.core.project import Project
 from logbook.core.yamlsafe import load_training_config
 from logbook.launch.watch import RunResult, StderrPump, Watcher, launch_ending, next_seq
 from logbook.records import gitbind
-from logbook.records.chain import utc_now
+from logbook.eventlog.chain import utc_now
 from logbook.records.gitbind import snapshot_worktree
-from logbook.records.measurable import launch_warnings
-from logbook.records.prereg import load_prereg, resolve_prereg_id
-from logbook.records.verify import verify_or_raise
+from logbook.promises.measurable import launch_warnings
+from logbook.promises.prereg import load_prereg, resolve_prereg_id
+from logbook.promises.verify import verify_or_raise
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from logbook.runs.runlock import RunLock
 from logbook.trust.stamping import HeadStamper, launch_deadline, stamp_prereg_before_run, stamp_run_start

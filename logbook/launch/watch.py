@@ -28,11 +28,11 @@ from logbook.chronicle.build import render_chronicle
 from logbook.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_RUN_FAILED
 from logbook.core.fsutil import log_tail
 from logbook.core.project import Project
-from logbook.records.chain import iter_records
-from logbook.records.eventschema import (
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.eventschema import (
     Event, counted_as, ending, has_flag, is_kind, restart_cause, summary, unfinished_save_words,
 )
-from logbook.records.sink import EventSink
+from logbook.eventlog.sink import EventSink
 from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
 from logbook.runs.record import RunRecord
 

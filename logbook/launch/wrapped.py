@@ -42,7 +42,7 @@ from logbook.core.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, RefusedError, 
 from logbook.core.project import Project
 from logbook.launch.launcher import Rendezvous, _checked_prereg, _new_plan, new_run_id
 from logbook.launch.watch import RunResult
-from logbook.records.sink import EventSink, MetricsWriter, full_metrics_path
+from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
 from logbook.runs.milestones import due_milestones, emitted_milestones
 from logbook.runs.record import check_run_id
 
@@ -133,7 +133,7 @@ def _script(project: Project, command: list[str]) -> Path | None:
 def check_command_elsewhere(project: Project, command: list[str], metrics_regex: str | None,
                             prereg_id: str | None) -> None:
     """What `logbook run -- CMD` would refuse, for a run started elsewhere (a Slurm batch script)."""
-    from logbook.records.prereg import load_prereg, resolve_prereg_id
+    from logbook.promises.prereg import load_prereg, resolve_prereg_id
 
     checked_regex(metrics_regex)
     if _script(project, command) is None:
@@ -187,8 +187,8 @@ def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | N
 
 def resume_command(project: Project, run_id: str, opts: WrappedOptions, say: Say = lambda _: None) -> RunResult:
     """The next attempts of a run of a command that did not finish (preempted, failed, interrupted)."""
-    from logbook.records.events import iter_events
-    from logbook.records.eventschema import is_kind
+    from logbook.eventlog.events import iter_events
+    from logbook.eventlog.eventschema import is_kind
     from logbook.runs.record import load_run_record, run_status
 
     record = load_run_record(project, check_run_id(run_id))
@@ -357,7 +357,7 @@ class _Supervisor:
 
     def _progress_from_api(self, attempt: _Attempt) -> None:
         """The steps a command on the API logged itself (the run's full metrics), for its end's step and loss."""
-        from logbook.records.sink import read_metrics
+        from logbook.eventlog.sink import read_metrics
 
         rows = [r for r in read_metrics(full_metrics_path(self.project.state_dir, self.record.run_id).parent)
                 if r.get("attempt") == attempt.number and isinstance(r.get("step"), int)]
@@ -421,8 +421,8 @@ class _Supervisor:
     def _result(self, status: str, attempts: int, restarts: int, code: int, reason: str = "") -> RunResult:
         self.metrics.close()
         from logbook.launch.watch import restart_line
-        from logbook.records.events import iter_events
-        from logbook.records.eventschema import is_kind
+        from logbook.eventlog.events import iter_events
+        from logbook.eventlog.eventschema import is_kind
 
         events = self.run_dir / "events.jsonl"
         lines = [restart_line(e) for e in iter_events(events) if is_kind(e, "restart")]

@@ -1,1 +1,2 @@
-"""Records, their storage and git: the hash-chained event log and its schema, one-file records, preregistrations, commits, history and verification."""
+"""Records in git: one-file commits with trailers and code snapshots, the working tree and history, remotes, `init`
+and `migrate`."""

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from logbook.core.fsutil import atomic_write_text
 from logbook.core.project import Project
-from logbook.records.files import iter_folder
+from logbook.eventlog.files import iter_folder
 
 SETUP_KEY = "logbook.records.clonesetup"
 """git config key a set-up clone carries; its value is the set-up's version."""

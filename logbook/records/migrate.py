@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.project import Project
-from logbook.records.chain import iter_records
-from logbook.records.files import iter_folder, write_record
-from logbook.records.eventschema import is_kind
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.files import iter_folder, write_record
+from logbook.eventlog.eventschema import is_kind
 
 _BOOKKEEPING = ("v", "seq", "prev", "hash", "ts", "id")
 

@@ -26,7 +26,7 @@ import yaml
 from logbook.core.bundled import with_own_source
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
-from logbook.records.eventschema import Event
+from logbook.eventlog.eventschema import Event
 from logbook.runs.facts import COUNT_KINDS, RunFacts, load_facts
 from logbook.runs.record import RunRecord, check_run_id, load_run_record
 

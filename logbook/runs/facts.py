@@ -19,13 +19,13 @@ from typing import Any
 
 from logbook.core.project import Project
 from logbook.core.textfmt import fmt_setting, is_number
-from logbook.records.chain import iter_records
-from logbook.records.plan import rule_differences, structured_rules
-from logbook.records.eventschema import (
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.plan import rule_differences, structured_rules
+from logbook.eventlog.eventschema import (
     Event, changes_lr, counted_as, ending, goodput_charge, has_flag, is_afterwards, is_kind, kind_of, kinds_where,
     parse_ts, run_state,
 )
-from logbook.records.sink import read_metrics
+from logbook.eventlog.sink import read_metrics
 from logbook.runs.goodput import goodput_report
 
 COUNT_KINDS = {**{c: kinds_where(counted_as=c) for c in ("restarts", "spikes", "rollbacks", "skipped_steps")},

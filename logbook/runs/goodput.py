@@ -47,9 +47,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import iter_records
-from logbook.records.eventschema import Event, counted_as, goodput_charge, is_afterwards, is_kind, parse_ts
-from logbook.records.sink import read_metrics
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.eventschema import Event, counted_as, goodput_charge, is_afterwards, is_kind, parse_ts
+from logbook.eventlog.sink import read_metrics
 
 CATEGORIES = ("startup_s", "compile_s", "restore_s", "checkpoint_save_s", "lost_s", "skipped_s", "downtime_s", "data_s",
               "productive_s")

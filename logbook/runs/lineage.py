@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import iter_records
-from logbook.records.eventschema import Event, ending, ends_attempt, ending_words, is_afterwards, is_kind, restart_cause
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.eventschema import Event, ending, ends_attempt, ending_words, is_afterwards, is_kind, restart_cause
 
 
 @dataclass

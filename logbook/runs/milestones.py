@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from logbook.records.chain import iter_records
-from logbook.records.predictions import milestone_step  # noqa: F401  (a fraction's step is the grammar's fact)
-from logbook.records.eventschema import is_kind
+from logbook.eventlog.chain import iter_records
+from logbook.promises.predictions import milestone_step  # noqa: F401  (a fraction's step is the grammar's fact)
+from logbook.eventlog.eventschema import is_kind
 
 _FRACTION_DIGITS = 9
 

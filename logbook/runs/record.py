@@ -19,11 +19,11 @@ from typing import Any
 from logbook.core.errors import NotFoundError, TamperedError
 from logbook.core.fsutil import atomic_create_bytes
 from logbook.core.project import Project
-from logbook.records.chain import iter_records
-from logbook.records.files import run_record_problem
-from logbook.records.eventstream import check_run_id, run_log_path
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.files import run_record_problem
+from logbook.eventlog.eventstream import check_run_id, run_log_path
 from logbook.trust.signatures import sign_record
-from logbook.records.eventschema import run_state
+from logbook.eventlog.eventschema import run_state
 
 @dataclass
 class RunRecord:

@@ -18,7 +18,7 @@ from logbook.runs.facts import load_facts
 from logbook.runs.record import list_run_ids, load_run_record
 
 STATES = ("running", "finished", "failed", "aborted", "preempted")
-"""What `--state` accepts: a run's state as its event log says (logbook.records.eventschema.run_state)."""
+"""What `--state` accepts: a run's state as its event log says (logbook.eventlog.eventschema.run_state)."""
 
 _AGO = re.compile(r"^(\d+)([hdw])$")
 _UNIT = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
@@ -118,7 +118,7 @@ def _prereg_filter(project: Project, prereg: str | None) -> str | None:
     """The preregistration id `--prereg` names (None for `none`: exploratory runs)."""
     if prereg is None or prereg == "none":
         return None
-    from logbook.records.prereg import resolve_prereg_id
+    from logbook.promises.prereg import resolve_prereg_id
 
     pid = resolve_prereg_id(project, prereg)
     if pid is None:

@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 
 from logbook.core.errors import RefusedError
-from logbook.records.chain import utc_now
+from logbook.eventlog.chain import utc_now
 
 
 class RunLock:

@@ -26,8 +26,8 @@ from typing import Any
 
 from logbook.core.errors import NotFoundError
 from logbook.core.project import Project
-from logbook.records.eventschema import get_kind, kind_of, kinds_where, label, parse_ts, run_state, summary
-from logbook.records.sink import full_metrics_path
+from logbook.eventlog.eventschema import get_kind, kind_of, kinds_where, label, parse_ts, run_state, summary
+from logbook.eventlog.sink import full_metrics_path
 from logbook.runs.facts import RunFacts, load_facts
 from logbook.runs.record import list_run_ids, load_run_record
 from logbook.runs.runlock import dead_holder

@@ -47,13 +47,13 @@ from typing import Any
 from logbook.core.errors import NotFoundError, RefusedError, TamperedError
 from logbook.core.identity import git_identity
 from logbook.core.project import Project
-from logbook.records import chain
+from logbook.eventlog import chain
 from logbook.records import gitbind
-from logbook.records.chain import canonical
-from logbook.records.files import iter_folder, write_record
-from logbook.records.predictions import Prediction
-from logbook.records.prereg import load_prereg
-from logbook.records.verify import verify_project
+from logbook.eventlog.chain import canonical
+from logbook.eventlog.files import iter_folder, write_record
+from logbook.promises.predictions import Prediction
+from logbook.promises.prereg import load_prereg
+from logbook.promises.verify import verify_project
 from logbook.runs.facts import Measurement, RunFacts, load_facts
 from logbook.runs.milestones import milestone_step
 from logbook.runs.record import RunRecord, check_run_id, load_run_record

@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any
 
 from logbook.core.textfmt import is_number
-from logbook.records.eventschema import is_kind, kind_of, kinds_where, parse_ts
+from logbook.eventlog.eventschema import is_kind, kind_of, kinds_where, parse_ts
 from logbook.runs.facts import RunFacts
 from logbook.scoring.forecasts import forecast_standings
 from logbook.scoring.outcome import judge, measure, point_step, value_at

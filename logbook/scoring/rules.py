@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from logbook.records.predictions import Prediction
+from logbook.promises.predictions import Prediction
 
 
 def brier(p: float, held: bool) -> float:

@@ -35,9 +35,9 @@ from logbook.core.errors import RefusedError, UsageError
 from logbook.core.identity import signing_identity
 from logbook.core.project import Project
 from logbook.core.recordkinds import classify
-from logbook.records import chain
-from logbook.records.files import damaged_records, iter_folder, write_record
-from logbook.records.reviews import review_records
+from logbook.eventlog import chain
+from logbook.eventlog.files import damaged_records, iter_folder, write_record
+from logbook.promises.reviews import review_records
 from logbook.trust.people import People, Who
 from logbook.trust.signatures import sign_record
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logbook.core.project import Project
-from logbook.records.prereg import Prereg, list_preregs, runs_referencing
+from logbook.promises.prereg import Prereg, list_preregs, runs_referencing
 from logbook.trust.timestamps import earliest
 
 

@@ -35,9 +35,9 @@ from typing import Any
 from logbook.core.project import Project
 from logbook.core.recordkinds import classify, where_it_could_go
 from logbook.records import gitbind
-from logbook.records.chain import iter_records
-from logbook.records.eventschema import get_kind, is_kind, kind_of
-from logbook.records.files import iter_folder
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.eventschema import get_kind, is_kind, kind_of
+from logbook.eventlog.files import iter_folder
 
 LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
 
@@ -217,7 +217,7 @@ def seen_problems(project: Project, introduced: dict[str, list[str]]) -> list[tu
     (`run-started` is false); a run record there was a run (`nothing` is false).
     An amendment made in a clone that had not pulled the run yet is honest.
     """
-    from logbook.records.prereg import load_prereg, runs_referencing
+    from logbook.promises.prereg import load_prereg, runs_referencing
 
     entries = project.entries.relative_to(project.root).as_posix()
     out = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logbook.core.project import Project
-from logbook.records.chain import record_hash
+from logbook.eventlog.chain import record_hash
 from logbook.trust.signatures import SignatureBook, configured_fingerprint
 
 

@@ -264,7 +264,7 @@ def write_pin(project: Project, *, update: bool = False, require: bool = False, 
     different pin exists and `update` is False (the differences are named). `require`: pin `require: true`
     whatever logbook.yaml says.
     """
-    from logbook.records.chain import utc_now
+    from logbook.eventlog.chain import utc_now
 
     current = current_root(project)
     if not current.ca_sha256 and current.allowed_signers_sha256 is None and not require:

@@ -34,12 +34,12 @@ from typing import Any
 
 from logbook.core.errors import LogbookError, NotFoundError, TamperedError
 from logbook.core.project import Project
-from logbook.records.chain import iter_records
-from logbook.records.eventstream import check_run_id, run_log_path
-from logbook.records.files import run_record_problem
-from logbook.records.sink import full_metrics_path
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.eventstream import check_run_id, run_log_path
+from logbook.eventlog.files import run_record_problem
+from logbook.eventlog.sink import full_metrics_path
 from logbook.trust.retrain import ReplayImpossible, first_losses, retrain
-from logbook.records.eventschema import is_kind
+from logbook.eventlog.eventschema import is_kind
 
 SEED_DOMAIN = b"logbook-seed\0"
 """Prefix of the hashed bytes, so that this seed is never the hash of the token for any other purpose."""
@@ -201,7 +201,7 @@ def _source_findings(project: Project, run_id: str, rel: str, raw: dict[str, Any
 
 
 def _prereg_hash(project: Project, prereg_id: str) -> str | None:
-    from logbook.records.prereg import load_prereg
+    from logbook.promises.prereg import load_prereg
 
     try:
         return load_prereg(project, prereg_id).sha256

@@ -38,12 +38,12 @@ from logbook.core.errors import NotFoundError, RefusedError, TamperedError
 from logbook.core.project import Project
 from logbook.core.settings import CONFIG_FILE
 from logbook.records import gitbind
-from logbook.records.chain import record_hash
-from logbook.records.files import read_record, record_files
-from logbook.records.prereg import AMEND_RE, runs_referencing
-from logbook.records.prereg_format import record_hash as prereg_hash
-from logbook.records.prereg_format import split_record
-from logbook.records.prereg_input import ID_RE
+from logbook.eventlog.chain import record_hash
+from logbook.eventlog.files import read_record, record_files
+from logbook.promises.prereg import AMEND_RE, runs_referencing
+from logbook.promises.prereg_format import record_hash as prereg_hash
+from logbook.promises.prereg_format import split_record
+from logbook.promises.prereg_input import ID_RE
 from logbook.trust.ack import acknowledgements_dir
 from logbook.trust.setting_history import SettingChange, setting_changes
 from logbook.trust.signatures import (SIGNATURES_DIR, SignatureBook, all_signature_files, configured_key, fp12_of,

@@ -23,10 +23,10 @@ from logbook.core.errors import TamperedError
 from logbook.core.fsutil import log_tail
 from logbook.core.identity import git_identity
 from logbook.core.project import Project
-from logbook.records.files import record_files, read_record
-from logbook.records.prereg import AMEND_RE
-from logbook.records.prereg_format import record_hash, split_record
-from logbook.records.prereg_input import ID_RE
+from logbook.eventlog.files import record_files, read_record
+from logbook.promises.prereg import AMEND_RE
+from logbook.promises.prereg_format import record_hash, split_record
+from logbook.promises.prereg_input import ID_RE
 from logbook.trust.timestamps import StampOutcome, earliest, has_stamp_file, settings, stamp_digest
 
 

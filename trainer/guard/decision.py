@@ -4,7 +4,7 @@ A `Decision` carries the `Verdict` (what the loop must do with the step), the
 signals behind it and, for a rollback, where to go back to. `describe` fills
 in its reason (one sentence) and the payloads of the events that record it
 (`divergence_detected`, `step_skipped`, `rollback`, `lr_scaled`,
-`run_aborted`; documented in logbook/records/events.py), each judged against the
+`run_aborted`; documented in logbook/eventlog/events.py), each judged against the
 preregistration's contingency rules. This module is the only producer of
 those payloads: the loop and trainer/restore.py write them as described here,
 and the restore adds only what it alone knows (`complete_rollback`: the
@@ -12,7 +12,7 @@ checkpoint it loaded, the step it landed on, what it retired). Only a step
 that is not OK is described, so the common step pays for none of this.
 
 The guard speaks the contingency vocabulary of preregistrations
-(`logbook.records.contingency.ACTION_KINDS`): `Decision.actions()` names what it does
+(`logbook.promises.contingency.ACTION_KINDS`): `Decision.actions()` names what it does
 in those words, which is what a rule is compared with. The event field
 `action` keeps its older one-word summary (skip | rollback | abort), which
 readers of existing logs rely on.
@@ -96,7 +96,7 @@ class Decision:
 
 
 def describe(d: Decision, cfg: GuardConfig, rules: Sequence[Any], rollbacks: int) -> None:
-    """Fill `d.reason` and `d.events` of a decision that is not OK (payloads as in logbook/records/events.py).
+    """Fill `d.reason` and `d.events` of a decision that is not OK (payloads as in logbook/eventlog/events.py).
 
     `rollbacks` is the ladder's count of rollbacks, this decision's included.
     """

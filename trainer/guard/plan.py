@@ -5,7 +5,7 @@ A preregistration says, for example, `loss spike > 4σ twice within 50 steps
 guard settings (a 6σ threshold, say), a 5σ spike would pass unanswered while
 the plan said it would be answered, and every action would be judged against
 a rule it was never set up to follow. So, before the first step, each
-structured rule (`logbook.records.plan.structured_rules`) sets the guard:
+structured rule (`logbook.eventlog.plan.structured_rules`) sets the guard:
 
 - a spike trigger on `loss` sets `spike_sigma`, one on `grad_norm` sets
   `grad_norm_sigma` (and turns its check on); with several rules on one metric

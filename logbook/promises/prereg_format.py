@@ -23,9 +23,9 @@ import yaml
 
 from logbook.core.errors import TamperedError, UsageError
 from logbook.core.yamlsafe import load_yaml_text
-from logbook.records.chain import canonical
-from logbook.records.contingency import ContingencyRule
-from logbook.records.predictions import parse_prediction
+from logbook.eventlog.chain import canonical
+from logbook.promises.contingency import ContingencyRule
+from logbook.promises.predictions import parse_prediction
 
 SCHEMA = 1
 SEEN = {"nothing": "nothing run yet", "run-started": "run started, no results seen", "results": "results seen"}

@@ -35,11 +35,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import iter_records
-from logbook.records.eventschema import (
+from logbook.eventlog.chain import iter_records
+from logbook.eventlog.eventschema import (
     ending, is_afterwards, is_kind, is_terminal, kind_of, may_follow_end, run_state,
 )
-from logbook.records.files import iter_folder
+from logbook.eventlog.files import iter_folder
 
 
 @dataclass

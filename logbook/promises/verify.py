@@ -53,11 +53,11 @@ from logbook.records import history
 from logbook.records import remote
 from logbook.records import verify_memo
 from logbook.records import worktree
-from logbook.records.chain import verify_log
-from logbook.records.files import damaged_records, run_record_problem
-from logbook.records.prereg import AMEND_RE, runs_referencing
-from logbook.records.prereg_format import record_hash, split_record
-from logbook.records.prereg_input import ID_RE, check_id
+from logbook.eventlog.chain import verify_log
+from logbook.eventlog.files import damaged_records, run_record_problem
+from logbook.promises.prereg import AMEND_RE, runs_referencing
+from logbook.promises.prereg_format import record_hash, split_record
+from logbook.promises.prereg_input import ID_RE, check_id
 from logbook.trust.timecheck import check_time, time_hint
 from logbook.trust import signed_records
 from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
@@ -544,7 +544,7 @@ def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport) -
 
 def _check_nothing_after_the_end(path: Path, rel: str, report: VerifyReport) -> None:
     """Only what the schema allows may follow a run's end; outcome lines must be vouched for (`runends`)."""
-    from logbook.records.runends import check_run_log
+    from logbook.eventlog.runends import check_run_log
 
     report.problems += [Finding(rel, p.kind, p.message, p.line) for p in check_run_log(path, rel)]
 

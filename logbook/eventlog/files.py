@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.fsutil import atomic_create_bytes
-from logbook.records import chain
-from logbook.records.chain import SCHEMA_VERSION, canonical, record_hash
+from logbook.eventlog import chain
+from logbook.eventlog.chain import SCHEMA_VERSION, canonical, record_hash
 
 RECORD_ID_RE = re.compile(r"^(\d{8}T\d{12}Z)-([0-9a-f]{8})$")
 """`YYYYMMDDTHHMMSSffffffZ-xxxxxxxx`: the writer's UTC time and 32 random bits."""

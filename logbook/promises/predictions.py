@@ -22,7 +22,7 @@ point within W steps either side (a tie: the earlier step), for a metric the
 run logs only now and then (`val_loss@~15±5` on a run that evaluates every 10
 steps). A point the run never measures is "not measured", never refuted by a
 stale value; `logbook prereg` refuses it when the config is named, and
-`logbook run` names it at launch (`logbook.records.measurable`). Comparators are
+`logbook run` names it at launch (`logbook.promises.measurable`). Comparators are
 `<`, `<=`, `>`, `>=`, `==`, `!=` (and `≤ ≥ ≠`). The tolerance (`± t`, `+- t` or
 `+/- t`) widens the accepted side: `x < T ± t` holds when x < T + t (a grace
 margin: `verdict()` tells a clean hit from one inside it), and `x == T ± t`

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.fsutil import log_tail
-from logbook.records.eventschema import kind_of
+from logbook.eventlog.eventschema import kind_of
 
 SCHEMA_VERSION = 1
 GENESIS = "0" * 64

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import canonical
-from logbook.records.events import KINDS, RunLog, event_record
-from logbook.records.eventschema import check_event, strict_events
+from logbook.eventlog.chain import canonical
+from logbook.eventlog.events import KINDS, RunLog, event_record
+from logbook.eventlog.eventschema import check_event, strict_events
 
 
 def _plain(value: Any, root: str | None = None) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from logbook.core.project import Project
-from logbook.records.files import iter_folder
+from logbook.eventlog.files import iter_folder
 
 ACTIONS = ("comment", "approve", "request_changes")
 """What a review record says of its entry."""

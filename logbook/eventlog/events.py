@@ -10,7 +10,7 @@ An event is one line of a run's hash-chained log (see `chain.py`):
 treat unknown kinds generically, so a log written next year still reads today.
 
 Each kind's meaning, payload fields and flags are owned by
-`logbook.records.eventschema` (rendered as docs/events.md). Producers write the fields
+`logbook.eventlog.eventschema` (rendered as docs/events.md). Producers write the fields
 registered there; readers must tolerate missing ones. Times are seconds
 (float), steps and tokens integers.
 """
@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from logbook.records.chain import ChainedLog, LogContents, iter_records, read_log
-from logbook.records.eventschema import KINDS as SCHEMA
+from logbook.eventlog.chain import ChainedLog, LogContents, iter_records, read_log
+from logbook.eventlog.eventschema import KINDS as SCHEMA
 
 KINDS: dict[str, str] = {name: k.description for name, k in SCHEMA.items()}
-"""Each registered kind's one-sentence meaning (the registry is `logbook.records.eventschema`)."""
+"""Each registered kind's one-sentence meaning (the registry is `logbook.eventlog.eventschema`)."""
 
 
 class RunLog(ChainedLog):

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from logbook.core.errors import TamperedError, UsageError
 from logbook.core.fsutil import log_tail
 from logbook.core.project import Project
-from logbook.records.files import iter_folder
+from logbook.eventlog.files import iter_folder
 
 NOTES_SOURCE = "note"
 _TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
@@ -257,7 +257,7 @@ def torn_tail(source: str, path: Path) -> TornTail | None:
 def merged(project: Project, *, runs: Iterable[str] | None = None, notes: bool = True,
            since: str | None = None, until: str | None = None) -> Iterator[Item]:
     """All logs' items in effective-time order."""
-    from logbook.records.runends import keep_vouched
+    from logbook.eventlog.runends import keep_vouched
 
     streams = [keep_vouched(stream_log(s, p, since=since, until=until), p) for s, p in sources(project, runs)]
     streams += [stream_outcomes(project, s, since=since, until=until) for s, _ in sources(project, runs)]

@@ -26,7 +26,7 @@ from typing import Any
 
 from logbook.core.errors import UsageError
 from logbook.core.yamlsafe import load_yaml_text
-from logbook.records.predictions import Prediction, milestone_step
+from logbook.promises.predictions import Prediction, milestone_step
 
 DEFAULT_STEPS = 300
 DEFAULT_EVAL_EVERY = 100

@@ -16,9 +16,9 @@ from typing import Any
 
 from logbook.core.errors import UsageError, did_you_mean
 from logbook.core.project import Project
-from logbook.records.contingency import ContingencyRule, parse_rule
-from logbook.records.measurable import cadence_of_file, check_measurable
-from logbook.records.predictions import Forecast, flatten, merge_stated_twice, parse_prediction
+from logbook.promises.contingency import ContingencyRule, parse_rule
+from logbook.promises.measurable import cadence_of_file, check_measurable
+from logbook.promises.predictions import Forecast, flatten, merge_stated_twice, parse_prediction
 
 ID_RE = re.compile(r"^\d{4}-\d{2}-\d{2}-[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FORBIDDEN_TITLE = set("`$<>|;&\\")

@@ -18,7 +18,7 @@ An action is described by a plain dict:
     lr_factor       learning-rate factor applied (1.0: none)
     key, old, new   hparam_change / lr_scale: what changed
 
-The rules are `logbook.records.contingency.ContingencyRule`s (or their `to_dict()`);
+The rules are `logbook.promises.contingency.ContingencyRule`s (or their `to_dict()`);
 only structured rules can be followed. The judgement:
 
 - A scheduled change is part of the config the run was launched with: it

@@ -30,10 +30,10 @@ from typing import Any
 from logbook.core.errors import NotFoundError, RefusedError, TamperedError, UsageError
 from logbook.core.project import Project
 from logbook.records import gitbind
-from logbook.records.contingency import ContingencyRule
-from logbook.records.predictions import Forecast, Prediction, flatten, forecast_from_dict
-from logbook.records.prereg_format import SCHEMA, hash_as_written, read_record, render_body, render_record
-from logbook.records.prereg_input import ID_RE, PreregInput, check_id, slugify, validate_input
+from logbook.promises.contingency import ContingencyRule
+from logbook.promises.predictions import Forecast, Prediction, flatten, forecast_from_dict
+from logbook.promises.prereg_format import SCHEMA, hash_as_written, read_record, render_body, render_record
+from logbook.promises.prereg_input import ID_RE, PreregInput, check_id, slugify, validate_input
 from logbook.trust.signatures import sign_record
 
 AMEND_RE = re.compile(r"^(?P<id>[a-z0-9-]+)\.amend-(?P<n>[1-9]\d{0,3}|\d{8}T\d{12}Z-[0-9a-f]{8})\.md$")
