@@ -18,7 +18,10 @@ What each hook records (the recording itself is `recorder.Recorder`'s):
   `step_skipped`) and every gradient set to None, so the optimizer leaves the
   parameters and its moments as they were. With clipping on
   (`max_grad_norm`, 1.0 by default) the Trainer has clipped them already: a
-  spike above the clip no longer shows, a non-finite norm still does.
+  spike above the clip no longer shows, a non-finite norm still does. Under
+  DDP every rank sees the same reduced gradients and decides alike; under
+  FSDP or DeepSpeed each rank holds a shard, and the check is not made for
+  them.
 - `on_log`: the metrics row (`loss`, `learning_rate` as `lr`, `grad_norm`;
   `eval_loss` as `val_loss`), the loss-spike check and the milestones due;
   with `on_divergence="stop"` a spike sets `control.should_training_stop`.
@@ -75,8 +78,8 @@ class LogbookCallback(TrainerCallback):
                             device=str(args.device))
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        if self.recorder.on_divergence != "skip" or model is None:
-            return
+        if self.recorder.on_divergence != "skip" or model is None or args.deepspeed or args.fsdp:
+            return  # under FSDP or DeepSpeed a rank holds a shard of the gradients: the ranks would not agree
         params = [p for p in model.parameters() if p.grad is not None]
         if not params:
             return

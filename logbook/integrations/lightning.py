@@ -10,8 +10,9 @@ What each hook records (the recording itself is `recorder.Recorder`'s):
   `logbook run`, a `restart` owed by a killed attempt and `run_started`
   (world size, the step resumed from and the checkpoint file).
 - `on_before_backward` (with `on_divergence="skip"`): the loss-spike check on
-  the loss about to be backpropagated; a spike or a non-finite loss is
-  recorded (`divergence_detected`, `action: skip`, then `step_skipped`).
+  the loss about to be backpropagated (its mean over the ranks, so that they
+  all decide alike); a spike or a non-finite loss is recorded
+  (`divergence_detected`, `action: skip`, then `step_skipped`).
 - `on_before_optimizer_step`: the gradients' global L2 norm (after AMP's
   unscale); on a step flagged for a skip, then every gradient of the
   optimizer's parameters set to None, so the optimizer leaves them, and its
@@ -77,7 +78,11 @@ class LogbookCallback(Callback):
                             resumed_from=str(trainer.ckpt_path) if step > 0 and trainer.ckpt_path else None)
 
     def on_before_backward(self, trainer, pl_module, loss):
-        if self.recorder.on_divergence == "skip" and self.recorder.judge(int(trainer.global_step) + 1, loss):
+        if self.recorder.on_divergence != "skip":
+            return
+        if trainer.world_size > 1:  # every rank judges the same mean loss, so all of them skip or none does
+            loss = trainer.strategy.reduce(loss.detach(), reduce_op="mean")
+        if self.recorder.judge(int(trainer.global_step) + 1, loss):
             self._skip = True
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
