@@ -49,6 +49,17 @@ class RandomTokens(Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
+class Spiking(Trainer):  # the user's own Trainer: one step's loss blown up, and the weights each step trains from
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        if model.training and os.environ.get("CHECKSUMS"):
+            with open(os.environ["CHECKSUMS"], "a") as f:
+                f.write(f"{self.state.global_step} {sum(float(p.double().sum()) for p in model.parameters())!r}\\n")
+        loss = super().compute_loss(model, inputs, *args, **kwargs)
+        if model.training and self.state.global_step == int(os.environ.get("SPIKE_AT_STEP", "-1")):
+            loss = loss * 1e4  # a diverged step
+        return loss
+
+
 class Slow(TrainerCallback):  # gives the test time to kill the first attempt mid-run, and says where it is
     def on_step_end(self, args, state, control, **kwargs):
         with open(os.path.join(args.output_dir, "progress"), "w") as f:
@@ -60,11 +71,14 @@ out = sys.argv[1]
 torch.manual_seed(0)
 model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32,
                                    bos_token_id=0, eos_token_id=0))
-args = TrainingArguments(output_dir=out, max_steps=36, per_device_train_batch_size=8, learning_rate=1e-3,
+args = TrainingArguments(output_dir=out, max_steps=int(os.environ.get("MAX_STEPS", "36")),
+                         max_grad_norm=float(os.environ.get("MAX_GRAD_NORM", "1.0")),
+                         per_device_train_batch_size=8, learning_rate=1e-3,
                          logging_steps=1, save_strategy="steps", save_steps=6, eval_strategy="steps", eval_steps=12,
                          report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
-trainer = Trainer(model=model, args=args, train_dataset=RandomTokens(512), eval_dataset=RandomTokens(32),
-                  callbacks=[Slow(), LogbookCallback(run_id="hf-tiny")])
+trainer = Spiking(model=model, args=args, train_dataset=RandomTokens(512), eval_dataset=RandomTokens(32),
+                  callbacks=[Slow(), LogbookCallback(run_id=os.environ.get("RUN_ID", "hf-tiny"),
+                                                     on_divergence=os.environ.get("ON_DIVERGENCE"))])
 trainer.train(resume_from_checkpoint=sys.argv[2:] == ["resume"] or None)
 with open(os.path.join(out, "log_history.json"), "w") as f:
     json.dump(trainer.state.log_history, f)
@@ -87,7 +101,12 @@ class Tiny(L.LightningModule):
 
     def training_step(self, batch, i):
         x, y = batch
+        if os.environ.get("CHECKSUMS"):  # the weights this step trains from
+            with open(os.environ["CHECKSUMS"], "a") as f:
+                f.write(f"{self.global_step} {sum(float(p.double().sum()) for p in self.parameters())!r}\\n")
         loss = torch.nn.functional.mse_loss(self.net(x), y)
+        if self.global_step == int(os.environ.get("SPIKE_AT_STEP", "-1")):
+            loss = loss * 1e4  # a diverged step
         if self.global_step >= int(os.environ.get("NAN_FROM_STEP", "1000000")):
             loss = loss * float("nan")  # a diverged step
         if self.global_step == int(os.environ.get("RAISE_AT_STEP", "-1")):
@@ -115,13 +134,14 @@ def data(n):
 
 out = sys.argv[1]
 torch.manual_seed(0)
-trainer = L.Trainer(max_steps=36, accelerator="cpu", devices=1, default_root_dir=out, val_check_interval=12,
+trainer = L.Trainer(max_steps=int(os.environ.get("MAX_STEPS", "36")), accelerator="cpu", devices=1, default_root_dir=out, val_check_interval=12,
                     limit_val_batches=2, num_sanity_val_steps=0, log_every_n_steps=1, enable_progress_bar=False,
                     enable_model_summary=False, logger=CSVLogger(out, name="csv"),
                     callbacks=[ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), save_last=True, save_top_k=-1,
                                                every_n_train_steps=6),
                                LogbookCallback(run_id=os.environ.get("RUN_ID", "pl-tiny"),
-                                               stop_on_divergence=os.environ.get("STOP") == "1")])
+                                               stop_on_divergence=os.environ.get("STOP") == "1",
+                                               on_divergence=os.environ.get("ON_DIVERGENCE"))])
 trainer.fit(Tiny(), data(512), data(32), ckpt_path="last" if sys.argv[2:] == ["resume"] else None)
 '''
 
@@ -275,6 +295,76 @@ def test_a_nan_loss_stops_lightning_when_asked_and_the_run_ends_aborted(logbook_
     assert not any(is_kind(e, "run_finished") for e in events)
     assert [e["data"]["fraction"] for e in events if is_kind(e, "milestone")] == [0.1, 0.25, 0.5]
     assert cli("verify").exit_code == 0
+
+
+def _checksums(path: Path) -> dict[int, float]:
+    """The script's record: the sum of the weights each training step started from, by steps done before it."""
+    return {int(a): float(b) for a, b in (line.split() for line in path.read_text().splitlines())}
+
+
+def _check_the_skip(events: list[dict], sums: dict[int, float], at: int, metric: str, total: int, cli) -> None:
+    """Step `at` flagged and skipped, the weights left as they were, the run going on to its end."""
+    spike, = [e for e in events if is_kind(e, "divergence_detected")]
+    assert spike["step"] == at and spike["data"]["action"] == "skip" and spike["data"]["metric"] == metric
+    assert spike["data"]["actions"] == ["skip_update"] and not spike["data"]["nonfinite"] and spike["data"]["z"] > 8
+    skipped = events[events.index(spike) + 1]
+    assert is_kind(skipped, "step_skipped") and skipped["step"] == at
+    assert skipped["data"]["metric"] == metric and skipped["data"]["counted"] is True
+    assert "optimizer update skipped" in skipped["data"]["reason"]
+    assert sum(is_kind(e, "step_skipped") for e in events) == 1
+    # sums[n]: the weights after n updates. Step `at` (steps done: at - 1) changed nothing; its neighbours did.
+    assert sums[at] == sums[at - 1] and sums[at - 1] != sums[at - 2] and sums[at + 1] != sums[at]
+    assert is_kind(events[-1], "run_finished") and events[-1]["step"] == total
+    assert cli("verify").exit_code == 0
+
+
+def test_a_loss_spike_in_lightning_skips_that_update_and_training_goes_on(logbook_repo, tmp_path, cli):
+    sums = tmp_path / "sums"
+    _run(_lightning(tmp_path), logbook_repo, RUN_ID="pl-skip", SPIKE_AT_STEP="39", MAX_STEPS="48",
+         ON_DIVERGENCE="skip", CHECKSUMS=str(sums))
+    _check_the_skip(_events(logbook_repo, "pl-skip"), _checksums(sums), at=40, metric="loss", total=48, cli=cli)
+
+
+def test_a_nan_loss_in_lightning_is_skipped_too(logbook_repo, tmp_path, cli):
+    sums = tmp_path / "sums"
+    _run(_lightning(tmp_path), logbook_repo, RUN_ID="pl-nan-skip", NAN_FROM_STEP="20", ON_DIVERGENCE="skip",
+         CHECKSUMS=str(sums))
+    events = _events(logbook_repo, "pl-nan-skip")
+    spikes = [e for e in events if is_kind(e, "divergence_detected")]
+    assert [e["step"] for e in spikes] == list(range(21, 37))  # every NaN step from then on, none before
+    assert all(e["data"]["nonfinite"] and e["data"]["action"] == "skip" for e in spikes)
+    assert [e["step"] for e in events if is_kind(e, "step_skipped")] == list(range(21, 37))
+    checks = _checksums(sums)
+    assert len({checks[n] for n in range(20, 36)}) == 1  # no NaN reached the weights
+    assert is_kind(events[-1], "run_finished") and events[-1]["step"] == 36
+    assert cli("verify").exit_code == 0
+
+
+def test_a_gradient_spike_under_the_hf_trainer_skips_that_update_and_training_goes_on(logbook_repo, tmp_path, cli):
+    path, sums = tmp_path / "train.py", tmp_path / "sums"
+    path.write_text(HF_SCRIPT)
+    _run([sys.executable, str(path), str(tmp_path / "out")], logbook_repo, RUN_ID="hf-skip", SPIKE_AT_STEP="39",
+         MAX_STEPS="48", MAX_GRAD_NORM="0", ON_DIVERGENCE="skip", CHECKSUMS=str(sums))
+    _check_the_skip(_events(logbook_repo, "hf-skip"), _checksums(sums), at=40, metric="grad_norm", total=48, cli=cli)
+
+
+def test_on_divergence_takes_its_three_words_and_stop_on_divergence_is_stop():
+    assert Recorder("lightning").on_divergence == "record"
+    assert Recorder("lightning", stop_on_divergence=True).on_divergence == "stop"
+    assert Recorder("lightning", on_divergence="skip").on_divergence == "skip"
+    with pytest.raises(UsageError, match="on_divergence must be one of record, skip, stop"):
+        Recorder("lightning", on_divergence="rollback")
+    with pytest.raises(UsageError, match="contradicts"):
+        Recorder("lightning", on_divergence="skip", stop_on_divergence=True)
+
+
+def test_the_gradient_norm_check_reads_ratios_and_flags_non_finite_norms():
+    det = SpikeDetector(sigma=8.0, window=64, warmup=16, metric="grad_norm")
+    assert all(det.check(0.5 * (0.9 + 0.02 * (i * 7 % 11))) is None for i in range(40))
+    assert det.check(0.6) is None  # within the spread of its logarithm
+    spike = det.check(50.0)
+    assert spike["metric"] == "grad_norm" and spike["z"] > 8 and spike["baseline"] == pytest.approx(0.5, rel=0.15)
+    assert det.check(float("inf"))["nonfinite"]
 
 
 def test_an_exception_in_lightning_ends_the_run_failed_and_the_rerun_records_the_restart(logbook_repo, tmp_path, cli):

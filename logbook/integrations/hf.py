@@ -10,9 +10,21 @@ What each hook records (the recording itself is `recorder.Recorder`'s):
   (world size, and the step `resume_from_checkpoint` restored).
 - `on_step_end`: when a milestone falls due, asks the Trainer to log this step,
   so the note carries this step's loss.
+- `on_pre_optimizer_step` (with `on_divergence="skip"`): the Trainer shows
+  no loss before the update, so the check there is on the gradients: their
+  global L2 norm, a non-finite one or one more than `grad_norm_sigma` robust
+  sigmas above the median of the last 128 (on its logarithm), is recorded
+  (`divergence_detected` with `metric: grad_norm`, `action: skip`, then
+  `step_skipped`) and every gradient set to None, so the optimizer leaves the
+  parameters and its moments as they were. With clipping on
+  (`max_grad_norm`, 1.0 by default) the Trainer has clipped them already: a
+  spike above the clip no longer shows, a non-finite norm still does. Under
+  DDP every rank sees the same reduced gradients and decides alike; under
+  FSDP or DeepSpeed each rank holds a shard, and the check is not made for
+  them.
 - `on_log`: the metrics row (`loss`, `learning_rate` as `lr`, `grad_norm`;
   `eval_loss` as `val_loss`), the loss-spike check and the milestones due;
-  with `stop_on_divergence=True` a spike sets `control.should_training_stop`.
+  with `on_divergence="stop"` a spike sets `control.should_training_stop`.
 - `on_save`: `checkpoint_saved` with the `checkpoint-<step>` folder and the
   seconds since the step's last hook (the save's cost: the Trainer saves last).
 - `on_train_end`: `run_finished`, or `run_aborted` after a stop on divergence.
@@ -40,15 +52,22 @@ class LogbookCallback(TrainerCallback):
     `logbook run -- CMD`, the launcher's run). Pass the same id to every
     relaunch of a run that resumes outside `logbook run`. `project_root`: the
     logbook's repository (default: the current directory).
-    `stop_on_divergence`: stop training on a non-finite loss or a spike of more
-    than `spike_sigma` robust sigmas (default: record it only). `milestones`:
-    the fractions of the run to write progress notes at (default: logbook.yaml's).
+    `on_divergence`: what a spike does: "record" (the default) records a
+    non-finite logged loss or one more than `spike_sigma` robust sigmas above
+    its rolling median; "stop" also stops training; "skip" also skips the
+    optimizer update of a step whose gradient norm is non-finite or more than
+    `grad_norm_sigma` robust sigmas above its rolling median (the loss is
+    known only after the update). `stop_on_divergence=True` is the older
+    spelling of "stop". `milestones`: the fractions of the run to write
+    progress notes at (default: logbook.yaml's).
     """
 
-    def __init__(self, run_id: str | None = None, *, project_root: Any = None, stop_on_divergence: bool = False,
-                 spike_sigma: float = 6.0, milestones: Any = None) -> None:
+    def __init__(self, run_id: str | None = None, *, project_root: Any = None, on_divergence: str | None = None,
+                 stop_on_divergence: bool = False, spike_sigma: float = 6.0, grad_norm_sigma: float = 8.0,
+                 milestones: Any = None) -> None:
         self.recorder = Recorder("transformers.Trainer", run_id=run_id, project_root=project_root,
-                                 stop_on_divergence=stop_on_divergence, spike_sigma=spike_sigma, milestones=milestones)
+                                 on_divergence=on_divergence, stop_on_divergence=stop_on_divergence,
+                                 spike_sigma=spike_sigma, grad_norm_sigma=grad_norm_sigma, milestones=milestones)
         self._last_hook: float | None = None  # when the Trainer last called us: a save follows the step's last hook
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -57,6 +76,18 @@ class LogbookCallback(TrainerCallback):
         self.recorder.begin(total_steps=int(state.max_steps or 0), step=step, world_size=int(args.world_size),
                             resumed_from=folder if step > 0 and os.path.isdir(folder) else None,
                             device=str(args.device))
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if self.recorder.on_divergence != "skip" or model is None or args.deepspeed or args.fsdp:
+            return  # under FSDP or DeepSpeed a rank holds a shard of the gradients: the ranks would not agree
+        params = [p for p in model.parameters() if p.grad is not None]
+        if not params:
+            return
+        device = params[0].grad.device  # one sum on one device, read once: no host sync per parameter
+        norm = float(sum(p.grad.detach().float().pow(2).sum().to(device) for p in params)) ** 0.5
+        if self.recorder.judge(int(state.global_step) + 1, norm, metric="grad_norm"):
+            for p in params:  # an optimizer passes over a parameter whose grad is None: no update, no moment change
+                p.grad = None
 
     def on_step_end(self, args, state, control, **kwargs):
         self._last_hook = time.perf_counter()

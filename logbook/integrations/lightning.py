@@ -9,11 +9,18 @@ What each hook records (the recording itself is `recorder.Recorder`'s):
   `run_from_env(total_steps=max_steps or estimated_stepping_batches)`; outside
   `logbook run`, a `restart` owed by a killed attempt and `run_started`
   (world size, the step resumed from and the checkpoint file).
-- `on_before_optimizer_step`: the gradients' global L2 norm (after AMP's unscale).
+- `on_before_backward` (with `on_divergence="skip"`): the loss-spike check on
+  the loss about to be backpropagated (its mean over the ranks, so that they
+  all decide alike); a spike or a non-finite loss is recorded
+  (`divergence_detected`, `action: skip`, then `step_skipped`).
+- `on_before_optimizer_step`: the gradients' global L2 norm (after AMP's
+  unscale); on a step flagged for a skip, then every gradient of the
+  optimizer's parameters set to None, so the optimizer leaves them, and its
+  moments, as they were: the update does not happen.
 - `on_train_batch_end`, once per optimizer step: the metrics row (the loss
   `training_step` returned, the first optimizer's `lr`, `grad_norm`), the
-  loss-spike check and the milestones due; with `stop_on_divergence=True` a
-  spike sets `trainer.should_stop`.
+  loss-spike check (unless it ran before the backward pass) and the
+  milestones due; with `on_divergence="stop"` a spike sets `trainer.should_stop`.
 - `on_validation_end`: the logged `val_loss` (or `val/loss`, `eval_loss`).
 - `on_save_checkpoint`: Lightning calls it before it writes the file, so
   `checkpoint_saved` is recorded at the next hook, when the file is complete,
@@ -45,15 +52,19 @@ class LogbookCallback(Callback):
     `logbook run -- CMD`, the launcher's run). Pass the same id to every
     relaunch of a run that resumes outside `logbook run`. `project_root`: the
     logbook's repository (default: the current directory).
-    `stop_on_divergence`: stop training on a non-finite loss or a spike of more
-    than `spike_sigma` robust sigmas (default: record it only). `milestones`:
+    `on_divergence`: what a non-finite loss or one more than `spike_sigma`
+    robust sigmas above its rolling median does: "record" (the default)
+    records it, "skip" also skips that step's optimizer update (judged on the
+    loss before the backward pass), "stop" stops training.
+    `stop_on_divergence=True` is the older spelling of "stop". `milestones`:
     the fractions of the run to write progress notes at (default: logbook.yaml's).
     """
 
-    def __init__(self, run_id: str | None = None, *, project_root: Any = None, stop_on_divergence: bool = False,
-                 spike_sigma: float = 6.0, milestones: Any = None) -> None:
-        self.recorder = Recorder("lightning", run_id=run_id, project_root=project_root,
+    def __init__(self, run_id: str | None = None, *, project_root: Any = None, on_divergence: str | None = None,
+                 stop_on_divergence: bool = False, spike_sigma: float = 6.0, milestones: Any = None) -> None:
+        self.recorder = Recorder("lightning", run_id=run_id, project_root=project_root, on_divergence=on_divergence,
                                  stop_on_divergence=stop_on_divergence, spike_sigma=spike_sigma, milestones=milestones)
+        self._skip = False  # the step being trained was flagged: its update is to be skipped
         self._step = -1  # the last optimizer step recorded (gradient accumulation calls batch hooks more often)
         self._grad_norm: Any = None
         self._save: tuple[int, float] | None = None  # (step, time) of a save Lightning has begun
@@ -66,9 +77,21 @@ class LogbookCallback(Callback):
                             world_size=int(trainer.world_size), device=str(pl_module.device),
                             resumed_from=str(trainer.ckpt_path) if step > 0 and trainer.ckpt_path else None)
 
+    def on_before_backward(self, trainer, pl_module, loss):
+        if self.recorder.on_divergence != "skip":
+            return
+        if trainer.world_size > 1:  # every rank judges the same mean loss, so all of them skip or none does
+            loss = trainer.strategy.reduce(loss.detach(), reduce_op="mean")
+        if self.recorder.judge(int(trainer.global_step) + 1, loss):
+            self._skip = True
+
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         grads = [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
         self._grad_norm = sum(g.float().norm() ** 2 for g in grads) ** 0.5 if grads else None
+        if self._skip:  # an optimizer passes over a parameter whose grad is None: no update, no moment change
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._record_save(trainer)
@@ -80,9 +103,10 @@ class LogbookCallback(Callback):
         self._step = step
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         lr = trainer.optimizers[0].param_groups[0].get("lr") if trainer.optimizers else None
-        if self.recorder.step(step, loss, lr=lr, grad_norm=self._grad_norm):
+        if self.recorder.step(step, loss, lr=lr, grad_norm=self._grad_norm,
+                              check=self.recorder.on_divergence != "skip"):
             trainer.should_stop = True
-        self._grad_norm = None
+        self._grad_norm, self._skip = None, False
 
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking:

@@ -9,8 +9,11 @@ One `Recorder` per training run, driven by an adapter's hooks:
   restarts and the end, so `begin`, `end` and `fail` say nothing of those.
 - `step` writes a metrics row, runs the loss-spike check (`SpikeDetector`) and
   writes the milestones that are due; `validation`, `checkpoint` likewise.
+- `judge` runs a spike check before the optimizer step, for an adapter that
+  can skip the update (`on_divergence="skip"`): `divergence_detected` with
+  `action: skip`, then `step_skipped`, as the bundled trainer records a skip.
 - `end` writes `run_finished` (or `run_aborted` when the spike check stopped
-  training); `fail` writes `run_failed` (`attempt_failed` under the launcher).
+  training, `on_divergence="stop"`); `fail` writes `run_failed` (`attempt_failed` under the launcher).
 
 Values reach the log as plain floats (`as_float` turns tensors into numbers).
 """
@@ -34,6 +37,8 @@ FLUSH_EVERY_S = 1.0
 NO_RECORD = ("the process was killed (SIGKILL, the OOM killer, a lost node) or exited without closing the run, "
              "and left no record of how it ended")
 """A restart's detail when the previous attempt left a `run_started` and nothing that ends it."""
+ON_DIVERGENCE = ("record", "skip", "stop")
+"""What a callback does on a spike: record it only, skip the step's optimizer update, or stop training."""
 
 
 def as_float(value: Any) -> float | None:
@@ -52,43 +57,63 @@ def as_float(value: Any) -> float | None:
 
 
 class SpikeDetector:
-    """Is this loss a spike? The divergence guard's test (trainer/guard_detector.py) on plain floats.
+    """Is this loss (or gradient norm) a spike? The divergence guard's test (trainer/guard/detector.py) on floats.
 
-    A NaN or infinite loss always is. A finite loss is a spike when it lies more
-    than `sigma` robust sigmas above the median of the last `window` finite
-    losses, one robust sigma being 1.4826 x their median absolute deviation,
-    floored at `min_rel_sigma` x |median| so a flat curve cannot turn every
-    wobble into a spike. Nothing finite is judged before `warmup` losses.
-    Finite spikes enter the history (a real change of level is absorbed rather
-    than flagged forever); non-finite values never do. The trainer's guard
-    lives in trainer/ with torch, so logbook/ carries this small copy of its
-    rule; sorting a window of 128 floats per logged loss costs microseconds.
+    A NaN or infinite value always is. A finite loss is a spike when it lies
+    more than `sigma` robust sigmas above the median of the last `window`
+    finite losses, one robust sigma being 1.4826 x their median absolute
+    deviation, floored at `min_rel_sigma` x |median| so a flat curve cannot
+    turn every wobble into a spike. A gradient norm (`metric="grad_norm"`) is
+    judged the same way on its logarithm (its noise is multiplicative), the
+    floor being `min_rel_sigma` itself; its baseline is reported as a norm.
+    Nothing finite is judged before `warmup` values. Finite spikes enter the
+    history, as in the guard: a real change of level is absorbed rather than
+    flagged forever, while one outlier moves the median and the MAD of the
+    window by one rank at most. Non-finite values never enter it. The
+    trainer's guard lives in trainer/ with torch, so logbook/ carries this
+    small copy of its rule; sorting a window of 128 floats per value costs
+    microseconds.
     """
 
     MAD_TO_SIGMA = 1.4826
 
-    def __init__(self, sigma: float = 6.0, window: int = 128, warmup: int = 32, min_rel_sigma: float = 0.005) -> None:
+    def __init__(self, sigma: float = 6.0, window: int = 128, warmup: int = 32, min_rel_sigma: float = 0.005,
+                 metric: str = "loss") -> None:
         for name, v in (("spike_sigma", sigma), ("window", window), ("warmup", warmup)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise UsageError(f"LogbookCallback: {name} must be a positive number, got {v!r}")
+        if metric not in ("loss", "grad_norm"):
+            raise ValueError(f"SpikeDetector: metric must be loss or grad_norm, got {metric!r}")
         self.sigma, self.warmup, self.min_rel_sigma = float(sigma), int(warmup), float(min_rel_sigma)
-        self.history: deque[float] = deque(maxlen=int(window))
+        self.metric = metric
+        self.history: deque[float] = deque(maxlen=int(window))  # as judged: the gradient norm's logarithms
 
     def check(self, value: float) -> dict[str, Any] | None:
-        """The `divergence_detected` fields when `value` is a spike, else None; `value` joins the history."""
+        """The `divergence_detected` fields when `value` is a spike, else None; a finite `value` joins the history."""
         s = sorted(self.history)
         med = _median(s) if s else None
+        log = self.metric == "grad_norm"
         if not math.isfinite(value):
-            return {"metric": "loss", "value": value, "baseline": med, "nonfinite": True, "threshold": self.sigma}
-        self.history.append(value)
+            return {"metric": self.metric, "value": value, "baseline": math.exp(med) if log and s else med,
+                    "nonfinite": True, "threshold": self.sigma}
+        x = math.log(max(value, 1e-12)) if log else value
+        self.history.append(x)
         if len(s) < self.warmup:
             return None
-        scale = max(self.MAD_TO_SIGMA * _median(sorted(abs(v - med) for v in s)), self.min_rel_sigma * abs(med), 1e-12)
-        z = (value - med) / scale
+        floor = self.min_rel_sigma if log else self.min_rel_sigma * abs(med)
+        scale = max(self.MAD_TO_SIGMA * _median(sorted(abs(v - med) for v in s)), floor, 1e-12)
+        z = (x - med) / scale
         if z <= self.sigma:
             return None
-        return {"metric": "loss", "value": value, "baseline": med, "scale": scale, "threshold": self.sigma,
-                "z": round(z, 3), "nonfinite": False}
+        return {"metric": self.metric, "value": value, "baseline": math.exp(med) if log else med, "scale": scale,
+                "threshold": self.sigma, "z": round(z, 3), "nonfinite": False}
+
+
+def _what(spike: dict[str, Any]) -> str:
+    """A spike in words: "a non-finite loss", "a grad_norm 9.3 robust sigmas above its median"."""
+    if spike["nonfinite"]:
+        return f"a non-finite {spike['metric']}"
+    return f"a {spike['metric']} {spike['z']:g} robust sigmas above its median"
 
 
 def _median(s: list[float]) -> float:
@@ -100,7 +125,8 @@ class Recorder:
     """One run as an adapter records it (see the module's docstring); rank 0 writes, other ranks are no-ops."""
 
     def __init__(self, framework: str, *, run_id: str | None = None, project_root: Any = None,
-                 stop_on_divergence: bool = False, spike_sigma: float = 6.0, milestones: Any = None) -> None:
+                 on_divergence: str | None = None, stop_on_divergence: bool = False, spike_sigma: float = 6.0,
+                 grad_norm_sigma: float = 8.0, milestones: Any = None) -> None:
         if run_id is not None:
             if not isinstance(run_id, str):
                 raise UsageError(f"LogbookCallback: run_id must be text, got {run_id!r}")
@@ -108,10 +134,19 @@ class Recorder:
         if milestones is not None and (isinstance(milestones, (str, bytes)) or not all(
                 isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f <= 1 for f in milestones)):
             raise UsageError(f"LogbookCallback: milestones must be fractions in (0, 1], got {milestones!r}")
+        if on_divergence is not None and on_divergence not in ON_DIVERGENCE:
+            raise UsageError(f"LogbookCallback: on_divergence must be one of {', '.join(ON_DIVERGENCE)}, "
+                             f"got {on_divergence!r}")
+        if stop_on_divergence and on_divergence not in (None, "stop"):
+            raise UsageError(f"LogbookCallback: stop_on_divergence=True (on_divergence='stop') contradicts "
+                             f"on_divergence={on_divergence!r}; pass one of them")
         self.framework = framework
         self.run_id, self.project_root = run_id, project_root
-        self.stop_on_divergence = bool(stop_on_divergence)
+        self.on_divergence = on_divergence or ("stop" if stop_on_divergence else "record")
+        self.stop_on_divergence = self.on_divergence == "stop"
         self.detector = SpikeDetector(spike_sigma)
+        self.grad_detector = SpikeDetector(grad_norm_sigma, metric="grad_norm")
+        self._flagged_step: int | None = None  # the last step `judge` flagged (its loss is not judged again)
         self.fractions = None if milestones is None else [float(f) for f in milestones]
         self.run: Run | None = None
         self.total_steps = 0
@@ -204,8 +239,11 @@ class Recorder:
 
     # --- during training ---------------------------------------------------------------------
 
-    def step(self, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None) -> bool:
-        """One training step's figures: a metrics row, the spike check, the milestones due; True: stop training."""
+    def step(self, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None, check: bool = True) -> bool:
+        """One training step's figures: a metrics row, the spike check, the milestones due; True: stop training.
+
+        `check=False`: the loss was judged before the optimizer step already (`judge`).
+        """
         if self.run is None:
             return False
         row = {k: v for k, v in (("loss", as_float(loss)), ("lr", as_float(lr)), ("grad_norm", as_float(grad_norm)))
@@ -216,7 +254,8 @@ class Recorder:
         stop = False
         if "loss" in row:
             self.last_loss = row["loss"]
-            stop = self._check_spike(step, row["loss"])
+            if check:
+                stop = self._check_spike(step, row["loss"])
         self._emit_due(step)
         self._maybe_flush()
         return stop
@@ -231,17 +270,42 @@ class Recorder:
 
     def _check_spike(self, step: int, loss: float) -> bool:
         spike = self.detector.check(loss)
-        if spike is None:
-            return False
+        if spike is None or step == self._flagged_step:
+            return False  # no spike, or one `judge` recorded for this step before its update
         stop = self.stop_on_divergence and self.stopped is None
-        what = "a non-finite loss" if spike["nonfinite"] else f"a loss {spike['z']:g} robust sigmas above its median"
-        reason = f"{what} at step {step}: " + (f"training stopped ({self.framework}, stop_on_divergence)" if stop
-                                                else "recorded only (stop_on_divergence is off)")
+        reason = f"{_what(spike)} at step {step}: " + (
+            f"training stopped ({self.framework}, on_divergence='stop')" if stop else
+            f"recorded only ({self.framework} shows the loss after the update; on_divergence={self.on_divergence!r})"
+            if self.on_divergence == "skip" else "recorded only (on_divergence='record')")
         self.run.emit("divergence_detected", step=step, action="abort" if stop else "none",
                       actions=["abort"] if stop else [], reason=reason, **spike)
         if stop:
             self.stopped = {"step": step, "reason": reason}
         return stop
+
+    def judge(self, step: int, value: Any, metric: str = "loss") -> bool:
+        """Before step `step`'s optimizer update: is `value` (its loss or gradient norm) a spike? True: skip it.
+
+        Only with `on_divergence="skip"`; a flagged step is recorded as the
+        bundled trainer records a skip, `divergence_detected` (`action: skip`)
+        and then `step_skipped`. The adapter then keeps the update from happening.
+        """
+        if self.run is None or self.on_divergence != "skip":
+            return False
+        if step == self._flagged_step:
+            return True  # a later micro-batch of a step flagged already
+        v = as_float(value)
+        if v is None:
+            return False
+        spike = (self.grad_detector if metric == "grad_norm" else self.detector).check(v)
+        if spike is None:
+            return False
+        self._flagged_step = step
+        reason = f"{_what(spike)} at step {step}: optimizer update skipped ({self.framework}, on_divergence='skip')"
+        self.run.emit("divergence_detected", step=step, action="skip", actions=["skip_update"], counted=True,
+                      reason=reason, **spike)
+        self.run.emit("step_skipped", step=step, reason=reason, metric=spike["metric"], counted=True)
+        return True
 
     def milestone_due(self, step: int) -> bool:
         """Whether a milestone falls due at `step` (HF asks, to have this step's loss logged for the note)."""
