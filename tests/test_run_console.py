@@ -114,3 +114,12 @@ def test_an_80_column_pane_shows_a_rollback_and_a_restart_wrapped_at_spaces_neve
     assert "not in the plan" not in text  # an exploratory run has no plan for an action to depart from
     assert re.search(r"restart: attempt 1 → 2: killed by SIGKILL, resumed\s+from step 25", text), text
     assert "finished: 2 attempt(s), 1 restart." in text
+
+
+def test_a_number_and_its_unit_stay_on_one_line_when_a_line_wraps():
+    from logbook.cli.console_cmd import wrap_line
+
+    head = "22:50:48  a1  step       5  "
+    lines = wrap_line(head, "checkpoint saved: step 5 saved, training waited 71 ms", 80).splitlines()
+    assert lines == [head + "checkpoint saved: step 5 saved, training waited", " " * len(head) + "71 ms"]
+    assert "\u00a0" not in wrap_line(head, "resumed from step 25, 5 steps lost, 0.5 s down " * 3, 80)

@@ -8,6 +8,7 @@ line in a pipe.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import textwrap
@@ -40,6 +41,11 @@ def wrap_said(line: str, width: int | None) -> str:
     return wrapped.replace("\n" + " " * len(head), "\n" + " " * (len(head) + 2)) if width else wrapped
 
 
+_VALUE_AND_UNIT = re.compile(r"(?<=\d) (?=(?:ms|s|min|h|µs|steps?|tok/s|[KMG]B)\b)")
+"""The space between a number and its unit ("71 ms"): never a place to break a line."""
+_KEPT_TOGETHER = "\u00a0"  # textwrap breaks only at ASCII whitespace
+
+
 def wrap_line(head: str, text: str, width: int | None) -> str:
     """`head` then `text`, wrapped at spaces under `text`'s column when a terminal is narrower than the line."""
     line = f"{head}{text}"
@@ -47,8 +53,9 @@ def wrap_line(head: str, text: str, width: int | None) -> str:
         return line
     if width - len(head) < 20:  # a head as wide as the terminal (a long id): the text goes under it
         return head.rstrip() + "\n" + wrap_line("    ", text, width)
-    body = textwrap.wrap(text, width - len(head), break_long_words=False, break_on_hyphens=False)
-    return head + ("\n" + " " * len(head)).join(body)
+    body = textwrap.wrap(_VALUE_AND_UNIT.sub(_KEPT_TOGETHER, text), width - len(head), break_long_words=False,
+                         break_on_hyphens=False)
+    return head + ("\n" + " " * len(head)).join(body).replace(_KEPT_TOGETHER, " ")
 
 
 def _clock(ts: str | None) -> str:
