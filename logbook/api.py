@@ -79,6 +79,8 @@ _LAZY: dict[str, str] = {
     "validate_changes": "logbook.launch.live_settings", "live_config_path": "logbook.launch.live_settings:config_path",
     # read-only questions a loop may ask of its own run (see also `checkpoint_advice`)
     "goodput_of_run": "logbook.runs.goodput", "format_duration": "logbook.runs.ckpt_advice",
+    # the scheduler's facts about this process's job
+    "slurm_info": "logbook.launch.slurm",
 }
 """Public name -> the module that owns it (`module:attr` where the owner's name differs)."""
 

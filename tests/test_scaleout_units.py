@@ -9,7 +9,7 @@ from logbook.core.errors import UsageError
 from trainer.observe.advice_cb import advised_steps
 from trainer.job.attempts import peer_lost
 from trainer.config import load_train_config
-from trainer.job.slurm import slurm_info
+from logbook.launch.slurm import slurm_info
 from trainer.observe.straggler import slowest_rank
 from trainer.observe.watchdog import derived_timeout
 

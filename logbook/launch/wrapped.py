@@ -433,15 +433,11 @@ class _Supervisor:
 
 
 def _slurm() -> dict[str, Any]:
-    """The Slurm job a preempted attempt ran in (the bundled trainer records the same), when it ran in one."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job or not job.isdigit():
-        return {}
-    info: dict[str, Any] = {"job_id": int(job)}
-    count = os.environ.get("SLURM_RESTART_COUNT")
-    if count and count.isdigit() and int(count) > 0:
-        info["restart_count"] = int(count)
-    return {"slurm": info}
+    """The Slurm job this launcher runs in (the bundled trainer records the same), when it runs in one."""
+    from logbook.launch.slurm import slurm_info
+
+    info = slurm_info(os.environ)
+    return {"slurm": info} if info else {}
 
 
 def _ended(code: int) -> str:
