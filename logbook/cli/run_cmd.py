@@ -9,6 +9,15 @@ import typer
 from logbook.cli._app import JSON_OPTION, after_separator, app, err, open_for_writing, print_json
 
 
+# A command after `--`: how it is watched. `logbook slurm-script` takes the same options and passes them on.
+STEPS_OPTION = typer.Option(None, "--steps", min=1, help="With `-- CMD`: the run's length in steps (milestone notes and progress need it).")
+METRICS_REGEX_OPTION = typer.Option(None, "--metrics-regex", metavar="REGEX", help="With `-- CMD`: a regular expression over the command's output lines whose named groups (step, loss, ...) are its metrics.")
+METRICS_FROM_OPTION = typer.Option(None, "--metrics-from", metavar="SOURCE", help="With `-- CMD`: tensorboard:DIR, the TensorBoard event files the command writes there are its metrics.")
+METRICS_TAG_OPTION = typer.Option(None, "--metrics-tag", metavar="TAG=NAME", help="With --metrics-from: a TensorBoard tag's metric name (repeatable), e.g. train/loss=loss.")
+HANG_TIMEOUT_OPTION = typer.Option(None, "--hang-timeout", metavar="SECONDS", help="With `-- CMD`: a command silent for this long is hung: killed, recorded, restarted.")
+RESUME_ARG_OPTION = typer.Option(None, "--resume-arg", metavar="ARG", help="With `-- CMD`: an argument added to the command on every restart, for a script that resumes only when told (repeatable), e.g. --resume-arg=--init_from=resume.")
+
+
 @app.command("run")
 def run_cmd(
     config: Optional[str] = typer.Argument(None, help="Training config (YAML), e.g. configs/tiny-cpu.yaml; a bare name such as tiny-cpu is configs/tiny-cpu.yaml, copied from logbook's examples if missing.", show_default=False),
@@ -25,12 +34,12 @@ def run_cmd(
     rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Rendezvous id (default: the run id)."),
     join_timeout: float = typer.Option(600.0, "--join-timeout", metavar="SECONDS", help="How long the rendezvous waits for every node (at the start, and for a lost node to rejoin) before the run fails."),
     startup_timeout: float = typer.Option(300.0, "--startup-timeout", metavar="SECONDS", help="How long a worker waits for the other workers of its attempt before it fails, naming those missing."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="With `-- CMD`: the run's length in steps (milestone notes and progress need it)."),
-    metrics_regex: Optional[str] = typer.Option(None, "--metrics-regex", metavar="REGEX", help="With `-- CMD`: a regular expression over the command's output lines whose named groups (step, loss, ...) are its metrics."),
-    metrics_from: Optional[str] = typer.Option(None, "--metrics-from", metavar="SOURCE", help="With `-- CMD`: tensorboard:DIR, the TensorBoard event files the command writes there are its metrics."),
-    metrics_tag: Optional[list[str]] = typer.Option(None, "--metrics-tag", metavar="TAG=NAME", help="With --metrics-from: a TensorBoard tag's metric name (repeatable), e.g. train/loss=loss."),
-    hang_timeout: Optional[float] = typer.Option(None, "--hang-timeout", metavar="SECONDS", help="With `-- CMD`: a command silent for this long is hung: killed, recorded, restarted."),
-    resume_arg: Optional[list[str]] = typer.Option(None, "--resume-arg", metavar="ARG", help="With `-- CMD`: an argument added to the command on every restart, for a script that resumes only when told (repeatable), e.g. --resume-arg=--init_from=resume."),
+    steps: Optional[int] = STEPS_OPTION,
+    metrics_regex: Optional[str] = METRICS_REGEX_OPTION,
+    metrics_from: Optional[str] = METRICS_FROM_OPTION,
+    metrics_tag: Optional[list[str]] = METRICS_TAG_OPTION,
+    hang_timeout: Optional[float] = HANG_TIMEOUT_OPTION,
+    resume_arg: Optional[list[str]] = RESUME_ARG_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Run training under torchrun: check, snapshot the code, record, restart on failure.
@@ -58,19 +67,18 @@ def run_cmd(
 
     Example: logbook run --prereg 2026-11-30-qknorm-removes-spikes-3f9a1c configs/tiny-cpu.yaml --nproc 2 --max-restarts 3
     """
-    command = after_separator()
-    if command is not None or (resume is not None and _is_command_run(resume)):
-        _run_command(command or [], [c for c in (config, *(overrides or [])) if c is not None], prereg, exploratory,
-                     run_id, max_restarts, steps, metrics_regex, hang_timeout, resume_arg, nproc, resume, nnodes, as_json,
-                     metrics_from=metrics_from, metrics_tags=metrics_tag)
-        return
-    if steps is not None or metrics_regex is not None or hang_timeout is not None or resume_arg or metrics_from \
-            or metrics_tag:
-        from logbook.core.errors import UsageError
+    from logbook.launch.wrapped import WrappedOptions
 
-        raise UsageError("--steps, --metrics-regex, --metrics-from, --metrics-tag, --hang-timeout and --resume-arg are "
-                         "for a command run after `--`",
-                         hint="the bundled trainer's length is train.steps in its config")
+    command = after_separator()
+    if command is None and resume is not None and _is_command_run(resume):
+        command = []  # the command comes from the run's record
+    opts = WrappedOptions.from_cli(command, max_restarts=max_restarts, steps=steps, metrics_regex=metrics_regex,
+                                   metrics_from=metrics_from, metrics_tags=metrics_tag, hang_timeout_s=hang_timeout,
+                                   resume_args=resume_arg)
+    if opts is not None:
+        _run_command(opts, [c for c in (config, *(overrides or [])) if c is not None], prereg, exploratory, run_id,
+                     nproc, resume, nnodes, as_json)
+        return
     from logbook.cli.run_console import RunConsole
 
     console = RunConsole()  # the spinner first: the checks below take seconds
@@ -97,23 +105,18 @@ def _is_command_run(run_id: str) -> bool:
         return False  # the launcher's own checks say what is wrong with it
 
 
-def _run_command(command, positional, prereg, exploratory, run_id, max_restarts, steps, metrics_regex, hang_timeout,
-                 resume_args, nproc, resume, nnodes, as_json, *, metrics_from=None, metrics_tags=None) -> None:
+def _run_command(opts, positional, prereg, exploratory, run_id, nproc, resume, nnodes, as_json) -> None:
     """`logbook run [OPTIONS] -- CMD ...`: the command supervised and recorded from outside."""
     from logbook.core.errors import UsageError
-    from logbook.launch.wrapped import WrappedOptions, launch_command, resume_command
+    from logbook.launch.wrapped import launch_command, resume_command
 
-    if positional != command:
+    if positional != opts.command:
         raise UsageError("a config before `--` and a command after it exclude each other",
                          hint="the command after `--` is the whole run: logbook run --exploratory -- python train.py")
     if nproc is not None or nnodes != 1:
         raise UsageError("--nproc and --nnodes are for the bundled trainer, not a command after `--`",
                          hint="a command that starts its own workers (torchrun ...) goes after `--` whole")
     project = open_for_writing()
-    opts = WrappedOptions(command=list(command), max_restarts=3 if max_restarts is None else max_restarts,
-                          steps=steps, metrics_regex=metrics_regex, hang_timeout_s=hang_timeout,
-                          resume_args=list(resume_args or []), metrics_from=metrics_from,
-                          metrics_tags=list(metrics_tags or []))
     if resume is not None:
         if prereg is not None or exploratory or run_id is not None:
             raise UsageError("--resume continues a run as it was recorded: no --prereg, --exploratory or --run-id")

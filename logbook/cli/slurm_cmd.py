@@ -8,6 +8,8 @@ from typing import Optional
 import typer
 
 from logbook.cli._app import after_separator, app
+from logbook.cli.run_cmd import (HANG_TIMEOUT_OPTION, METRICS_FROM_OPTION, METRICS_REGEX_OPTION, METRICS_TAG_OPTION,
+                                 RESUME_ARG_OPTION, STEPS_OPTION)
 
 
 @app.command("slurm-script")
@@ -27,12 +29,12 @@ def slurm_script_cmd(
     join_timeout: float = typer.Option(600.0, "--join-timeout", metavar="SECONDS", help="How long the rendezvous waits for a lost node."),
     output: Optional[str] = typer.Option(None, "--output", help="The job's output file (appended to across requeues)."),
     logbook_cmd: str = typer.Option("logbook", "--logbook-cmd", help="How the nodes call the logbook CLI."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="With `-- CMD`: as `logbook run --steps`."),
-    metrics_regex: Optional[str] = typer.Option(None, "--metrics-regex", metavar="REGEX", help="With `-- CMD`: as `logbook run --metrics-regex`."),
-    hang_timeout: Optional[float] = typer.Option(None, "--hang-timeout", metavar="SECONDS", help="With `-- CMD`: as `logbook run --hang-timeout`."),
-    resume_arg: Optional[list[str]] = typer.Option(None, "--resume-arg", metavar="ARG", help="With `-- CMD`: as `logbook run --resume-arg` (repeatable)."),
-    metrics_from: Optional[str] = typer.Option(None, "--metrics-from", metavar="SOURCE", help="With `-- CMD`: as `logbook run --metrics-from`."),
-    metrics_tag: Optional[list[str]] = typer.Option(None, "--metrics-tag", metavar="TAG=NAME", help="With `-- CMD`: as `logbook run --metrics-tag` (repeatable)."),
+    steps: Optional[int] = STEPS_OPTION,
+    metrics_regex: Optional[str] = METRICS_REGEX_OPTION,
+    metrics_from: Optional[str] = METRICS_FROM_OPTION,
+    metrics_tag: Optional[list[str]] = METRICS_TAG_OPTION,
+    hang_timeout: Optional[float] = HANG_TIMEOUT_OPTION,
+    resume_arg: Optional[list[str]] = RESUME_ARG_OPTION,
 ) -> None:
     """Print a Slurm batch script for a run: resumed when requeued, saved and requeued on Slurm's signals.
 
@@ -56,11 +58,12 @@ def slurm_script_cmd(
 
     if bool(prereg) == exploratory:
         raise UsageError("give --prereg ID or --exploratory (one of them)")
+    from logbook.launch.wrapped import WrappedOptions, check_command_elsewhere
+
     command = after_separator()
-    options = _command_options(steps, metrics_regex, hang_timeout, resume_arg, metrics_from, metrics_tag)
-    if command is None and options:
-        raise UsageError("--steps, --metrics-regex, --metrics-from, --metrics-tag, --hang-timeout and --resume-arg are "
-                         "for a command after `--`")
+    opts = WrappedOptions.from_cli(command, max_restarts=max_restarts, steps=steps, metrics_regex=metrics_regex,
+                                   metrics_from=metrics_from, metrics_tags=metrics_tag, hang_timeout_s=hang_timeout,
+                                   resume_args=resume_arg)
     if command is not None and [config, *(overrides or [])] != command:
         raise UsageError("a config before `--` and a command after it exclude each other")
     project = open_project()
@@ -68,22 +71,11 @@ def slurm_script_cmd(
         run_id=check_run_id(run_id), config=config, project=Path(project.root), overrides=list(overrides or []),
         prereg=prereg, nodes=nodes, nproc=nproc, gpus_per_node=gpus_per_node, time=time_limit, warn_s=warn,
         max_restarts=max_restarts, rdzv_port=rdzv_port, join_timeout_s=join_timeout, output=output,
-        logbook_cmd=logbook_cmd, command=command, command_options=options,
+        logbook_cmd=logbook_cmd, command=command, command_options=opts.cli_args() if opts else [],
     )
     spec.validate()  # the script's own options first: they cost nothing to check
-    if command is not None:
-        from logbook.launch.wrapped import check_command_elsewhere
-
-        check_command_elsewhere(project, command, metrics_regex, prereg)
+    if opts is not None:
+        check_command_elsewhere(project, opts, prereg)
     else:
         check_elsewhere(project, config, spec.overrides, prereg)
     typer.echo(sbatch_script(spec), nl=False)
-
-
-def _command_options(steps, metrics_regex, hang_timeout, resume_args, metrics_from, metrics_tags) -> list[str]:
-    """`logbook run`'s options for a command after `--`, as the batch script passes them on."""
-    out = [*(["--steps", str(steps)] if steps is not None else []),
-           *(["--metrics-regex", metrics_regex] if metrics_regex is not None else []),
-           *(["--metrics-from", metrics_from] if metrics_from is not None else []),
-           *(["--hang-timeout", f"{hang_timeout:g}"] if hang_timeout is not None else [])]
-    return out + [f"--metrics-tag={t}" for t in metrics_tags or []] + [f"--resume-arg={a}" for a in resume_args or []]

@@ -72,6 +72,31 @@ class WrappedOptions:
     """Arguments appended to the command on every attempt after the first (`--init_from=resume`): how a script
     that resumes only when told to is told."""
 
+    @classmethod
+    def from_cli(cls, command: list[str] | None, *, max_restarts: int | None, steps: int | None,
+                 metrics_regex: str | None, metrics_from: str | None, metrics_tags: list[str] | None,
+                 hang_timeout_s: float | None, resume_args: list[str] | None) -> WrappedOptions | None:
+        """The options of `logbook run` / `slurm-script` for a command after `--`; None without a command, where
+        giving any of them is a usage error."""
+        opts = cls(command=list(command or []), max_restarts=3 if max_restarts is None else max_restarts,
+                   steps=steps, metrics_regex=metrics_regex, hang_timeout_s=hang_timeout_s,
+                   resume_args=list(resume_args or []), metrics_from=metrics_from, metrics_tags=list(metrics_tags or []))
+        if command is None:
+            if opts.cli_args():
+                raise UsageError("--steps, --metrics-regex, --metrics-from, --metrics-tag, --hang-timeout and "
+                                 "--resume-arg are for a command run after `--`",
+                                 hint="the bundled trainer's length is train.steps in its config")
+            return None
+        return opts
+
+    def cli_args(self) -> list[str]:
+        """These options as `logbook run` takes them (what a batch script passes on); the restarts apart."""
+        out = [*(["--steps", str(self.steps)] if self.steps is not None else []),
+               *(["--metrics-regex", self.metrics_regex] if self.metrics_regex is not None else []),
+               *(["--metrics-from", self.metrics_from] if self.metrics_from is not None else []),
+               *(["--hang-timeout", f"{self.hang_timeout_s:g}"] if self.hang_timeout_s is not None else [])]
+        return out + [f"--metrics-tag={t}" for t in self.metrics_tags] + [f"--resume-arg={a}" for a in self.resume_args]
+
 
 @dataclass
 class _Attempt:
@@ -130,14 +155,14 @@ def _script(project: Project, command: list[str]) -> Path | None:
     return None
 
 
-def check_command_elsewhere(project: Project, command: list[str], metrics_regex: str | None,
-                            prereg_id: str | None) -> None:
+def check_command_elsewhere(project: Project, opts: WrappedOptions, prereg_id: str | None) -> None:
     """What `logbook run -- CMD` would refuse, for a run started elsewhere (a Slurm batch script)."""
     from logbook.promises.prereg import load_prereg, resolve_prereg_id
 
-    checked_regex(metrics_regex)
-    if _script(project, command) is None:
-        raise UsageError(f"no file of this repository in the command {shlex.join(command)!r}",
+    checked_regex(opts.metrics_regex)
+    _checked_source(project, opts)
+    if _script(project, opts.command) is None:
+        raise UsageError(f"no file of this repository in the command {shlex.join(opts.command)!r}",
                          hint="the run's record hashes the script it runs: give its path, e.g. python train.py")
     if prereg_id:
         load_prereg(project, resolve_prereg_id(project, prereg_id) or prereg_id)  # unknown: NotFoundError
