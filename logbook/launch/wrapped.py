@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from logbook.core.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, RefusedError, UsageError
 from logbook.core.project import Project
-from logbook.launch.launcher import Rendezvous, _checked_prereg, _new_plan, new_run_id
+from logbook.launch.launcher import Rendezvous, _checked_prereg, _new_plan, _term_with_parent, new_run_id
 from logbook.launch.watch import RunResult
 from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
 from logbook.runs.milestones import due_milestones, emitted_milestones
@@ -327,8 +327,10 @@ class _Supervisor:
         env = {**os.environ, ENV_PROJECT: str(self.project.root), ENV_RUN: self.record.run_id,
                ENV_ATTEMPT: str(attempt.number), "PYTHONUNBUFFERED": "1"}
         command = [*self.opts.command, *(self.opts.resume_args if attempt.number > 1 else [])]
+        # Its own session (a Ctrl-C is passed on by us, once); a SIGTERM if this launcher dies, as torchrun gets.
         proc = subprocess.Popen(command, cwd=self.project.root, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
+                                stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,
+                                preexec_fn=_term_with_parent)
         self.proc, self.attempt = proc, attempt
         heard = [time.monotonic()]
         if self.opts.hang_timeout_s:
