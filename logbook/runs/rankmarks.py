@@ -8,6 +8,10 @@ each worker knows whether it ended by itself; with the project on a filesystem
 every node shares, these files let the next attempt's `restart`, and the
 launcher's `run_failed`, name the rank, node and host that was lost. They live
 in the state folder (`.logbook/ranks/RUN/`), never in git.
+
+A worker of a new attempt keeps the mark it replaces (as `before`): on a
+restart, a rejoining node's worker may write its mark before rank 0 has read
+who vanished in the attempt before, and that mark is the only record of it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ class RankMark:
     def started(self, attempt: int, member: dict[str, Any]) -> None:
         with self._lock:
             self._mark = {**member, "attempt": attempt, "ended": False}
+            before = _read_mark(self.path)
+            if before is not None and before.get("attempt") != attempt:
+                self._mark["before"] = {k: v for k, v in before.items() if k != "before"}
             atomic_write_json(self.path, self._mark)
 
     def ended(self, signal_name: str | None = None) -> None:
@@ -43,16 +50,25 @@ class RankMark:
                 atomic_write_json(self.path, self._mark)
 
 
+def _read_mark(path: Path) -> dict[str, Any] | None:
+    try:
+        mark = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return mark if isinstance(mark, dict) else None
+
+
 def read_marks(directory: Path) -> list[dict[str, Any]]:
-    """Every rank's last mark in `directory` (unreadable files are skipped)."""
+    """Every rank's last mark in `directory`, and the one each replaced (unreadable files are skipped)."""
     out = []
     for p in sorted(Path(directory).glob("rank*.json")):
-        try:
-            mark = json.loads(p.read_text("utf-8"))
-        except (OSError, ValueError):
+        mark = _read_mark(p)
+        if mark is None:
             continue
-        if isinstance(mark, dict):
-            out.append(mark)
+        before = mark.pop("before", None)
+        out.append(mark)
+        if isinstance(before, dict):
+            out.append(before)
     return out
 
 
