@@ -13,6 +13,8 @@ logbook only through this module:
 - Live change requests (`logbook change`): the request files and their answers
   (`PendingWatch`, `decode_request`, `finish_request`, `iter_answers`), and the
   one allow-list of what may change (`SETTINGS`, `validate_changes`).
+- A mirror of the run into Weights & Biases (`WandbMirror`, `WandbConfig`): the
+  loop hands it its numbers; it reads the run's events itself.
 - The errors a loop raises or catches, with their exit codes, and a few small
   pure helpers (an atomic JSON write, YAML that refuses surprises, ...).
 
@@ -81,6 +83,8 @@ _LAZY: dict[str, str] = {
     "goodput_of_run": "logbook.runs.goodput", "format_duration": "logbook.runs.ckpt_advice",
     # the scheduler's facts about this process's job
     "slurm_info": "logbook.launch.slurm",
+    # mirroring the run into Weights & Biases (wandb is imported only when a mirror starts)
+    "WandbConfig": "logbook.runs.wandb_mirror", "WandbMirror": "logbook.runs.wandb_mirror",
 }
 """Public name -> the module that owns it (`module:attr` where the owner's name differs)."""
 

@@ -183,13 +183,13 @@ def test_disabled_by_default_it_does_nothing(logbook_repo, monkeypatch):
     [("qknorm-3f9a", "qknorm-3f9a"), ("a.b_c-1", "a.b_c-1"), ("x" * 64, "x" * 64)],
 )
 def test_wandb_run_ids_are_the_run_id_when_w_and_b_accepts_it(run_id, expected):
-    from trainer.observe.wandb_sink import wandb_run_id
+    from logbook.runs.wandb_mirror import wandb_run_id
 
     assert wandb_run_id(run_id) == expected
 
 
 def test_long_run_ids_get_a_stable_distinct_w_and_b_id():
-    from trainer.observe.wandb_sink import wandb_run_id
+    from logbook.runs.wandb_mirror import wandb_run_id
 
     a, b = wandb_run_id("y" * 100 + "a"), wandb_run_id("y" * 100 + "b")
     assert a != b and len(a) == len(b) == 64 and a == wandb_run_id("y" * 100 + "a")
