@@ -59,7 +59,7 @@ _LAZY: dict[str, str] = {
     "set_path": "logbook.core.typedconfig", "to_plain": "logbook.core.typedconfig",
     "check_config": "logbook.core.typedconfig", "check_positive": "logbook.core.typedconfig",
     "check_nonnegative": "logbook.core.typedconfig", "check_choice": "logbook.core.typedconfig",
-    "suggest_name": "logbook.core.typedconfig",
+    "suggest_name": "logbook.core.typedconfig", "validate_sections": "logbook.core.typedconfig",
     "resolve_peak": "logbook.core.accelerators", "mfu": "logbook.core.accelerators",
     # the run, its record and its streams (what `open_run` builds from)
     "Project": "logbook.core.project", "open_project": "logbook.core.project",

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.api import (check_choice, check_config, check_nonnegative, check_positive, load_training_config,
-                         resolve, suggest_name)
+                         resolve, suggest_name, validate_sections)
 from logbook.api import parse_override  # noqa: F401 - part of this module's surface (`a.b=value` -> path, value)
 
 # These sections are defined beside the components they configure; the
@@ -321,12 +321,7 @@ class TrainConfig:
     """Detection of a rank persistently slower than the others."""
 
     def validate(self, where: str = "") -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            items = enumerate(value) if isinstance(value, list) else [(None, value)]
-            for i, item in items:
-                if hasattr(item, "validate"):
-                    item.validate(f.name if i is None else f"{f.name}.{i}")
+        validate_sections(self)
         for i, fault in enumerate(self.faults):
             check_config(fault.step <= self.train.steps, f"faults.{i}.step", f"is after the last step ({self.train.steps})")
             check_config(fault.kind != "hang" or self.train.hang_timeout_s > 0, f"faults.{i}.kind",

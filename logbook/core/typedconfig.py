@@ -251,6 +251,20 @@ def _index(node: list, part: str, path: str) -> int:
 # --- checks of values, after typing ------------------------------------------------------
 
 
+def validate_sections(cfg: Any) -> None:
+    """Call `validate(key)` on each section of `cfg` that has one, and on each item of a list of sections.
+
+    A section checks its own ranges and names its keys from `key` (`optim`,
+    `faults.0`); what spans sections is for `cfg`'s own `validate` to check.
+    """
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        items = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for i, item in items:
+            if hasattr(item, "validate"):
+                item.validate(f.name if i is None else f"{f.name}.{i}")
+
+
 def check_config(ok: bool, key: str, message: str) -> None:
     """A config check: when not `ok`, a UsageError "config: `key` message"."""
     if not ok:
