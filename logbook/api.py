@@ -17,6 +17,9 @@ logbook only through this module:
   loop hands it its numbers; it reads the run's events itself.
 - The errors a loop raises or catches, with their exit codes, and a few small
   pure helpers (an atomic JSON write, YAML that refuses surprises, ...).
+- A typed config read like the logbook reads its own: `resolve` (defaults,
+  layers, `a.b=c` overrides, typed into dataclasses with errors that name the
+  key path), dotted paths (`get_path`, `set_path`, `has_path`) and range checks.
 
 Plots, scoring and rendering never happen in a training process: the logbook
 side (the launcher's watcher, `logbook render`) reads what the loop emitted.
@@ -52,6 +55,13 @@ _LAZY: dict[str, str] = {
     "atomic_write_json": "logbook.core.fsutil", "fsync_dir": "logbook.core.fsutil",
     "load_training_config": "logbook.core.yamlsafe", "load_yaml_text": "logbook.core.yamlsafe",
     "check_run_id": "logbook.runs.record",
+    # typed config: plain values into dataclasses, layers, `a.b=c` overrides, dotted paths, range checks
+    "resolve": "logbook.core.typedconfig", "parse_override": "logbook.core.typedconfig",
+    "get_path": "logbook.core.typedconfig", "has_path": "logbook.core.typedconfig",
+    "set_path": "logbook.core.typedconfig", "to_plain": "logbook.core.typedconfig",
+    "check_config": "logbook.core.typedconfig", "check_positive": "logbook.core.typedconfig",
+    "check_nonnegative": "logbook.core.typedconfig", "check_choice": "logbook.core.typedconfig",
+    "suggest_name": "logbook.core.typedconfig", "validate_sections": "logbook.core.typedconfig",
     "resolve_peak": "logbook.core.accelerators", "mfu": "logbook.core.accelerators",
     # the run, its record and its streams (what `open_run` builds from)
     "Project": "logbook.core.project", "open_project": "logbook.core.project",

@@ -3,8 +3,11 @@
 A config file is merged onto the defaults, then `key.sub=value` overrides are
 applied (values parsed as YAML scalars), then the result is typed field by
 field. Unknown keys and values of the wrong type are `UsageError`s that name the
-key path (`optim.lr`) and suggest the closest valid key. This module imports
-no torch, so a launcher can validate a config and compute its hash cheaply.
+key path (`optim.lr`) and suggest the closest valid key. The reading, merging
+and overriding are the logbook's one typed-config reader
+(`logbook/core/typedconfig.py`, through `logbook.api`); this module holds the
+sections, their range checks and the hash. It imports no torch, so a launcher
+can validate a config and compute its hash cheaply.
 
 Adding a section is one dataclass and one field on `TrainConfig`: the loader,
 `config_to_dict` and `config_hash` walk the dataclasses generically.
@@ -15,14 +18,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.api import UsageError, did_you_mean, load_training_config, load_yaml_text
+from logbook.api import (check_choice, check_config, check_nonnegative, check_positive, load_training_config,
+                         resolve, suggest_name, validate_sections)
+from logbook.api import parse_override  # noqa: F401 - part of this module's surface (`a.b=value` -> path, value)
 
 # These sections are defined beside the components they configure; the
 # modules keep torch imports inside functions, so this file stays torch-free.
@@ -68,11 +70,11 @@ class ModelConfig:
     to float rounding, not bit for bit: a deterministic run is refused a resume that changes it."""
 
     def validate(self, where: str) -> None:
-        _positive(self, where, "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "mlp_ratio", "init_std")
-        _check(self.n_embd % self.n_head == 0, f"{where}.n_head", f"must divide n_embd ({self.n_embd}), got {self.n_head}")
-        _check(0.0 <= self.dropout < 1.0, f"{where}.dropout", f"must be in [0, 1), got {self.dropout}")
-        _check(self.z_loss >= 0, f"{where}.z_loss", f"must be >= 0, got {self.z_loss}")
-        _choice(self, where, "attention_backend", ATTENTION_BACKENDS)
+        check_positive(self, where, "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "mlp_ratio", "init_std")
+        check_config(self.n_embd % self.n_head == 0, f"{where}.n_head", f"must divide n_embd ({self.n_embd}), got {self.n_head}")
+        check_config(0.0 <= self.dropout < 1.0, f"{where}.dropout", f"must be in [0, 1), got {self.dropout}")
+        check_nonnegative(self, where, "z_loss")
+        check_choice(self, where, "attention_backend", ATTENTION_BACKENDS)
 
 
 @dataclass
@@ -89,10 +91,10 @@ class SourceConfig:
     """Cap on the bytes read for stdlib and text sources (megabytes, 10**6 bytes); 0 means no cap."""
 
     def validate(self, where: str) -> None:
-        _choice(self, where, "kind", ("stdlib", "text", "bin"))
-        _check(bool(self.name), f"{where}.name", "must not be empty")
-        _check(self.kind == "stdlib" or bool(self.path), f"{where}.path", f"is required for a {self.kind} source")
-        _check(self.max_mb >= 0, f"{where}.max_mb", f"must be >= 0, got {self.max_mb}")
+        check_choice(self, where, "kind", ("stdlib", "text", "bin"))
+        check_config(bool(self.name), f"{where}.name", "must not be empty")
+        check_config(self.kind == "stdlib" or bool(self.path), f"{where}.path", f"is required for a {self.kind} source")
+        check_nonnegative(self, where, "max_mb")
 
 
 @dataclass
@@ -119,22 +121,22 @@ class DataConfig:
     """Where the concatenated corpus is cached; default ~/.cache/logbook-trainer."""
 
     def validate(self, where: str) -> None:
-        _check(bool(self.sources), f"{where}.sources", "needs at least one source")
+        check_config(bool(self.sources), f"{where}.sources", "needs at least one source")
         names = [s.name for s in self.sources]
-        _check(len(set(names)) == len(names), f"{where}.sources", f"source names must be unique, got {names}")
+        check_config(len(set(names)) == len(names), f"{where}.sources", f"source names must be unique, got {names}")
         for i, s in enumerate(self.sources):
             s.validate(f"{where}.sources.{i}")
-        _check(0.0 < self.val_fraction < 0.5, f"{where}.val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
+        check_config(0.0 < self.val_fraction < 0.5, f"{where}.val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
         last = 0.0
         for i, p in enumerate(self.phases):
             key = f"{where}.phases.{i}"
-            _check(last < p.until <= 1.0, f"{key}.until", f"must increase and lie in (0, 1], got {p.until}")
+            check_config(last < p.until <= 1.0, f"{key}.until", f"must increase and lie in (0, 1], got {p.until}")
             last = p.until
             for name, w in p.weights.items():
-                _check(name in names, f"{key}.weights.{name}", _suggest(name, names, "unknown source"))
-                _check(w >= 0, f"{key}.weights.{name}", f"must be >= 0, got {w}")
-            _check(sum(p.weights.values()) > 0, f"{key}.weights", "need at least one positive weight")
-        _check(not self.phases or last == 1.0, f"{where}.phases", "the last phase must end at until: 1.0")
+                check_config(name in names, f"{key}.weights.{name}", suggest_name(name, names, "unknown source"))
+                check_config(w >= 0, f"{key}.weights.{name}", f"must be >= 0, got {w}")
+            check_config(sum(p.weights.values()) > 0, f"{key}.weights", "need at least one positive weight")
+        check_config(not self.phases or last == 1.0, f"{where}.phases", "the last phase must end at until: 1.0")
 
 
 @dataclass
@@ -161,12 +163,11 @@ class OptimConfig:
     """MuonClip: after each update rescale a head's query/key scale when its max attention logit exceeds this; 0 turns it off."""
 
     def validate(self, where: str) -> None:
-        _choice(self, where, "name", ("adamw", "muon"))
-        _positive(self, where, "lr", "muon_lr", "eps")
-        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"{where}.betas", f"must be two numbers in [0, 1), got {self.betas}")
-        for key in ("weight_decay", "grad_clip", "qk_clip_tau"):
-            _check(getattr(self, key) >= 0, f"{where}.{key}", f"must be >= 0, got {getattr(self, key)}")
-        _check(0 <= self.muon_momentum < 1, f"{where}.muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
+        check_choice(self, where, "name", ("adamw", "muon"))
+        check_positive(self, where, "lr", "muon_lr", "eps")
+        check_config(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"{where}.betas", f"must be two numbers in [0, 1), got {self.betas}")
+        check_nonnegative(self, where, "weight_decay", "grad_clip", "qk_clip_tau")
+        check_config(0 <= self.muon_momentum < 1, f"{where}.muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
 
 
 @dataclass
@@ -185,11 +186,11 @@ class ScheduleConfig:
     """wsd: linear | cosine | sqrt (1 - sqrt) shape of the final decay."""
 
     def validate(self, where: str) -> None:
-        _choice(self, where, "kind", ("cosine", "wsd", "constant"))
-        _choice(self, where, "decay_shape", ("linear", "cosine", "sqrt"))
-        _check(self.warmup_steps >= 0, f"{where}.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        _check(0 <= self.min_lr_ratio <= 1, f"{where}.min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
-        _check(0 < self.decay_fraction <= 1, f"{where}.decay_fraction", f"must be in (0, 1], got {self.decay_fraction}")
+        check_choice(self, where, "kind", ("cosine", "wsd", "constant"))
+        check_choice(self, where, "decay_shape", ("linear", "cosine", "sqrt"))
+        check_nonnegative(self, where, "warmup_steps")
+        check_config(0 <= self.min_lr_ratio <= 1, f"{where}.min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+        check_config(0 < self.decay_fraction <= 1, f"{where}.decay_fraction", f"must be in (0, 1], got {self.decay_fraction}")
 
 
 @dataclass
@@ -228,17 +229,16 @@ class TrainLoopConfig:
     """With several ranks: ddp (replicas) | fsdp (FSDP2 fully_shard per block); both on CPU (gloo) or GPU (nccl)."""
 
     def validate(self, where: str) -> None:
-        _positive(self, where, "steps", "batch_size", "grad_accum", "log_every", "eval_batches")
-        _choice(self, where, "device", ("auto", "cpu", "cuda"))
-        _choice(self, where, "dtype", ("float32", "bfloat16"))
-        _choice(self, where, "parallel", ("ddp", "fsdp"))
-        _check(self.parallel != "fsdp" or self.grad_accum == 1, f"{where}.grad_accum",
+        check_positive(self, where, "steps", "batch_size", "grad_accum", "log_every", "eval_batches")
+        check_choice(self, where, "device", ("auto", "cpu", "cuda"))
+        check_choice(self, where, "dtype", ("float32", "bfloat16"))
+        check_choice(self, where, "parallel", ("ddp", "fsdp"))
+        check_config(self.parallel != "fsdp" or self.grad_accum == 1, f"{where}.grad_accum",
                f"must be 1 with train.parallel=fsdp, got {self.grad_accum}: this loop has no FSDP2 "
                "equivalent of no_sync, so each micro-batch would reduce-scatter its gradients; raise "
                "train.batch_size instead, or use ddp")
-        _check(self.hang_factor >= 1, f"{where}.hang_factor", f"must be >= 1, got {self.hang_factor}")
-        for key in ("threads", "eval_every", "hang_timeout_s"):
-            _check(getattr(self, key) >= 0, f"{where}.{key}", f"must be >= 0, got {getattr(self, key)}")
+        check_config(self.hang_factor >= 1, f"{where}.hang_factor", f"must be >= 1, got {self.hang_factor}")
+        check_nonnegative(self, where, "threads", "eval_every", "hang_timeout_s")
 
 
 @dataclass
@@ -262,9 +262,9 @@ class CheckpointConfig:
     """MTBF in seconds for the advice before this run has failed; 0 waits for the run's own failures."""
 
     def validate(self, where: str) -> None:
-        _positive(self, where, "every", "keep")
-        _choice(self, where, "format", ("auto", "torch", "dcp"))
-        _check(self.mtbf_s >= 0, f"{where}.mtbf_s", f"must be >= 0, got {self.mtbf_s}")
+        check_positive(self, where, "every", "keep")
+        check_choice(self, where, "format", ("auto", "torch", "dcp"))
+        check_nonnegative(self, where, "mtbf_s")
 
 
 @dataclass
@@ -285,12 +285,12 @@ class FaultConfig:
     """spike only: the loss and gradients of the step are multiplied by this."""
 
     def validate(self, where: str) -> None:
-        _choice(self, where, "kind", ("exception", "sigkill", "sigterm", "hang", "corrupt_checkpoint", "nan", "spike"))
-        _choice(self, where, "when", ("step", "save"))
-        _positive(self, where, "step", "attempt")
-        _check(self.rank is None or self.rank >= 0, f"{where}.rank", f"must be >= 0, got {self.rank}")
-        _check(self.when == "step" or self.kind == "sigkill", f"{where}.when", "`save` is only for sigkill drills")
-        _check(self.factor > 1, f"{where}.factor", f"must be > 1 (a blow-up), got {self.factor}")
+        check_choice(self, where, "kind", ("exception", "sigkill", "sigterm", "hang", "corrupt_checkpoint", "nan", "spike"))
+        check_choice(self, where, "when", ("step", "save"))
+        check_positive(self, where, "step", "attempt")
+        check_config(self.rank is None or self.rank >= 0, f"{where}.rank", f"must be >= 0, got {self.rank}")
+        check_config(self.when == "step" or self.kind == "sigkill", f"{where}.when", "`save` is only for sigkill drills")
+        check_config(self.factor > 1, f"{where}.factor", f"must be > 1 (a blow-up), got {self.factor}")
 
 
 @dataclass
@@ -321,175 +321,16 @@ class TrainConfig:
     """Detection of a rank persistently slower than the others."""
 
     def validate(self, where: str = "") -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            items = enumerate(value) if isinstance(value, list) else [(None, value)]
-            for i, item in items:
-                if hasattr(item, "validate"):
-                    item.validate(f.name if i is None else f"{f.name}.{i}")
+        validate_sections(self)
         for i, fault in enumerate(self.faults):
-            _check(fault.step <= self.train.steps, f"faults.{i}.step", f"is after the last step ({self.train.steps})")
-            _check(fault.kind != "hang" or self.train.hang_timeout_s > 0, f"faults.{i}.kind",
+            check_config(fault.step <= self.train.steps, f"faults.{i}.step", f"is after the last step ({self.train.steps})")
+            check_config(fault.kind != "hang" or self.train.hang_timeout_s > 0, f"faults.{i}.kind",
                    "a hang drill needs the watchdog: set train.hang_timeout_s > 0")
 
     @property
     def tokens_per_step(self) -> int:
         """Tokens per optimizer step on one rank."""
         return self.train.batch_size * self.train.grad_accum * self.model.block_size
-
-
-# --- checks ---------------------------------------------------------------
-
-
-def _check(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise UsageError(f"config: `{key}` {message}")
-
-
-def _positive(obj: Any, where: str, *names: str) -> None:
-    for n in names:
-        v = getattr(obj, n)
-        _check(v > 0, f"{where}.{n}", f"must be > 0, got {v}")
-
-
-def _choice(obj: Any, where: str, name: str, choices: tuple[str, ...]) -> None:
-    v = getattr(obj, name)
-    _check(v in choices, f"{where}.{name}", f"must be one of {', '.join(choices)}; got {v!r}")
-
-
-def _suggest(name: str, names: list[str], what: str) -> str:
-    return f"{what}; " + did_you_mean(name, names, f"known: {', '.join(names)}")
-
-
-# --- typing raw YAML into dataclasses --------------------------------------
-
-
-def _unknown_key(key: str, path: str, names: list[str]) -> UsageError:
-    full = f"{path}.{key}" if path else str(key)
-    hint = did_you_mean(key, names, f"valid keys here: {', '.join(names)}", prefix=f"{path}." if path else "")
-    return UsageError(f"config: unknown key `{full}`", hint=hint)
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _convert(value: Any, tp: Any, path: str) -> Any:
-    """`value` as type `tp`, or a UsageError naming `path`."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _convert(value, inner[0], path)
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path)
-    if origin is list:
-        if not isinstance(value, list):
-            raise UsageError(f"config: `{path}` must be a list, got {value!r}")
-        (item,) = typing.get_args(tp)
-        return [_convert(v, item, f"{path}.{i}") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise UsageError(f"config: `{path}` must be a mapping, got {value!r}")
-        _, vt = typing.get_args(tp)
-        return {str(k): _convert(v, vt, f"{path}.{k}") for k, v in value.items()}
-    return _scalar(value, tp, path)
-
-
-def _scalar(value: Any, tp: Any, path: str) -> Any:
-    if tp is bool and isinstance(value, bool):
-        return value
-    if tp is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if tp is float and not isinstance(value, bool):
-        number = _as_float(value)
-        if number is not None:
-            if not math.isfinite(number):  # `.inf`, `1e400`, `.nan`: no setting means that
-                raise UsageError(f"config: `{path}` must be a finite number, got {value!r}")
-            return number
-    if tp is str and isinstance(value, str):
-        return value
-    raise UsageError(f"config: `{path}` must be {_type_name(tp)}, got {value!r}")
-
-
-def _as_float(value: Any) -> float | None:
-    if isinstance(value, (int, float)):
-        try:
-            return float(value)
-        except OverflowError:  # an integer beyond any float
-            return math.inf
-    if isinstance(value, str):  # YAML 1.1 reads `1e-3` (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
-def _build(cls: type, raw: Any, path: str) -> Any:
-    if not isinstance(raw, dict):
-        raise UsageError(f"config: `{path or 'the config'}` must be a mapping of keys, got {raw!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in raw:
-        if key not in names:
-            raise _unknown_key(str(key), path, names)
-    kwargs = {k: _convert(v, hints[k], f"{path}.{k}" if path else k) for k, v in raw.items()}
-    return cls(**kwargs)
-
-
-# --- merging files and overrides -------------------------------------------
-
-
-def _merge(base: Any, over: Any) -> Any:
-    """Mappings merge key by key; anything else (lists included) replaces."""
-    if over is None and isinstance(base, (dict, list)):
-        return base  # `faults:` with nothing under it means "the default"
-    if isinstance(base, dict) and isinstance(over, dict):
-        out = dict(base)
-        for k, v in over.items():
-            out[k] = _merge(base[k], v) if k in base else v
-        return out
-    return over
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`optim.lr=3e-4` -> (["optim", "lr"], 0.0003); the value is a YAML scalar (or flow list/map)."""
-    key, sep, value = text.partition("=")
-    key = key.strip()
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise UsageError(f"override {text!r} is not key.sub=value", hint="for example: optim.lr=3e-4 train.steps=100")
-    return key.split("."), load_yaml_text(value, f"override {key}")
-
-
-def _apply_override(raw: dict[str, Any], parts: list[str], value: Any) -> None:
-    node: Any = raw
-    for i, part in enumerate(parts[:-1]):
-        node = _child(node, part, ".".join(parts[: i + 1]))
-    last = parts[-1]
-    if isinstance(node, list):
-        idx = _index(node, last, ".".join(parts))
-        node[idx] = value
-    else:
-        node[last] = value  # an unknown key is reported, with a suggestion, when typed
-
-
-def _child(node: Any, part: str, path: str) -> Any:
-    if isinstance(node, list):
-        return node[_index(node, part, path)]
-    if not isinstance(node, dict):
-        raise UsageError(f"config: `{path}` cannot be set: its parent is not a section")
-    if part not in node:
-        node[part] = {}
-    return node[part]
-
-
-def _index(node: list, part: str, path: str) -> int:
-    if not part.isdigit() or int(part) >= len(node):
-        raise UsageError(f"config: `{path}`: index {part} is out of range (the list has {len(node)} items)")
-    return int(part)
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
@@ -499,8 +340,7 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
 
 def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     """A validated TrainConfig from a (possibly partial) dict, e.g. one saved in a checkpoint."""
-    merged = _merge(config_to_dict(TrainConfig()), raw)
-    cfg = _build(TrainConfig, merged, "")
+    cfg = resolve(TrainConfig, raw)
     cfg.validate()
     return cfg
 
@@ -513,17 +353,7 @@ def config_hash(cfg: TrainConfig) -> str:
 
 def load_train_config(path: Path | str | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """Defaults, then the YAML file (if any), then `key.sub=value` overrides; validated."""
-    raw: dict[str, Any] = config_to_dict(TrainConfig())
-    if path is not None:
-        loaded = load_training_config(Path(path))
-        names = [f.name for f in dataclasses.fields(TrainConfig)]
-        for key in loaded:
-            if key not in names:
-                raise _unknown_key(str(key), "", names)
-        raw = _merge(raw, loaded)
-    for text in overrides:
-        parts, value = parse_override(text)
-        _apply_override(raw, parts, value)
-    cfg = _build(TrainConfig, raw, "")
+    loaded = load_training_config(Path(path)) if path is not None else None
+    cfg = resolve(TrainConfig, loaded, overrides=overrides)
     cfg.validate()
     return cfg

@@ -40,7 +40,6 @@ Which wins on resume, the config file or the checkpoint:
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import json
 import time
@@ -49,7 +48,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from logbook.api import (REPLY_KEY, SETTINGS, PendingWatch, Project, UsageError, atomic_write_json, decode_request,
-                         finish_request, is_stop, iter_answers, judge_against_plan, processed_dir, validate_changes)
+                         finish_request, get_path, has_path, is_stop, iter_answers, judge_against_plan, processed_dir,
+                         set_path, to_plain, validate_changes)
 from logbook.api import live_config_path as config_path
 
 from .loop import Preempted
@@ -203,7 +203,7 @@ class ControlChannel:
                                      + (f"; did you mean `data.weights.{close[0]}`?" if close else f" (sources: {', '.join(sources)})"))
                 if self.data_weights_hook is None:
                     raise UsageError(f"`{key}`: this trainer cannot change mixture weights while running")
-            elif not path.startswith("live.") and not _has_path(self.config, path):
+            elif not path.startswith("live.") and not has_path(self.config, path):
                 raise UsageError(f"`{key}`: this run's config has no `{path}`")
         return checked
 
@@ -244,13 +244,13 @@ class ControlChannel:
             return float(getattr(self.live, "lr_scale", 1.0))
         if path.startswith("live.data.weights."):
             return self.data_weights.get(path.rsplit(".", 1)[1])
-        return _get_path(self.config, path)
+        return get_path(self.config, path)
 
     def _set(self, path: str, value: Any) -> None:
         if path.startswith("live.data.weights."):
             self.data_weights[path.rsplit(".", 1)[1]] = float(value)
         else:
-            _set_path(self.config, path, value)
+            set_path(self.config, path, value)
 
     # --- answers and rejections --------------------------------------------------------
 
@@ -322,14 +322,14 @@ class ControlChannel:
         self.data_weights = {str(k): float(v) for k, v in state.get("data_weights", {}).items()}
         before = dict(state.get("launch", {}))
         for path, value in self.overrides.items():
-            if not _has_path(self.config, path):
+            if not has_path(self.config, path):
                 continue
             if first and path in before and self.launch.get(path) != before[path]:
                 self._queued.append(("hparam_change_rejected", {
                     "request_id": None, "who": "config file", "source": "config", "changes": {path: self.launch.get(path)},
                     "reason": (f"the config file now sets {path}={self.launch.get(path)!r} (was {before[path]!r} at the "
                                f"previous launch), but a live change set {value!r} during the run: the live change wins")}))
-            _set_path(self.config, path, value)
+            set_path(self.config, path, value)
         if first:
             for path, now in self.launch.items():
                 if path not in self.overrides and path in before and before[path] != now:
@@ -343,12 +343,12 @@ class ControlChannel:
 
     def _snapshot(self) -> dict[str, Any]:
         paths = {s.path for s in SETTINGS.values() if not s.path.startswith("live.")}
-        return {p: _get_path(self.config, p) for p in sorted(paths) if _has_path(self.config, p)}
+        return {p: get_path(self.config, p) for p in sorted(paths) if has_path(self.config, p)}
 
     def _resolved_text(self, lr_scale: float | None = None) -> str:
         """The resolved config as text, with `lr_scale` in place of the live one if given (a change about to apply)."""
         lr = self._get("live.lr_scale") if lr_scale is None else lr_scale
-        view = {"config": _as_plain(self.config), "live": {"lr_scale": lr}}
+        view = {"config": to_plain(self.config), "live": {"lr_scale": lr}}
         if self.data_weights:
             view["live"]["data_weights"] = dict(self.data_weights)
         return json.dumps(view, indent=2, sort_keys=True, default=str)
@@ -400,43 +400,6 @@ def _without_reply(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def _key_of(path: str) -> str:
     return next((s.key for s in SETTINGS.values() if s.path == path), path)
-
-
-def _as_plain(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    return obj
-
-
-def _node(obj: Any, part: str) -> Any:
-    return obj[part] if isinstance(obj, Mapping) else getattr(obj, part)
-
-
-def _has_path(obj: Any, path: str) -> bool:
-    try:
-        _get_path(obj, path)
-    except (AttributeError, KeyError, TypeError):
-        return False
-    return True
-
-
-def _get_path(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = _node(obj, part)
-    return obj
-
-
-def _set_path(obj: Any, path: str, value: Any) -> None:
-    *parents, last = path.split(".")
-    for part in parents:
-        obj = _node(obj, part)
-    current = obj[last] if isinstance(obj, Mapping) else getattr(obj, last)
-    if isinstance(current, float) and isinstance(value, int):
-        value = float(value)  # keep a float field a float (config hashes and diffs stay stable)
-    if isinstance(obj, dict):
-        obj[last] = value
-    else:
-        setattr(obj, last, value)
 
 
 def _source_names(config: Any) -> list[str]:

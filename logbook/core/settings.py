@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import yaml
 
-from logbook.core.errors import UsageError, did_you_mean
-from logbook.core.yamlsafe import load_yaml_mapping
+from logbook.core.errors import UsageError
 from logbook.core.timestamping import TimestampingConfig, parse_timestamping
+from logbook.core.typedconfig import is_scalar, reject_unknown_keys, unknown_key
+from logbook.core.yamlsafe import load_yaml_mapping
 
 CONFIG_FILE = "logbook.yaml"
 
@@ -34,18 +36,14 @@ class SigningSettings:
         if not isinstance(raw, dict):
             raise UsageError(f"{CONFIG_FILE}: signing must be a mapping with allowed_signers (and require)",
                              hint="signing:\n  allowed_signers: trust/allowed_signers\n  require: false")
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in raw:
-            if key not in names:
-                raise UsageError(f"{CONFIG_FILE}: unknown setting `signing.{key}`",
-                                 hint=did_you_mean(str(key), names, f"known: {', '.join(names)}", prefix="signing."))
+        reject_unknown_keys(raw, cls, "signing", partial(_unknown_setting, known="known"))
         path = raw.get("allowed_signers")
         if (not isinstance(path, str) or not path.strip() or "\x00" in path or Path(path).is_absolute()
                 or ".." in Path(path).parts):
             raise UsageError(f"{CONFIG_FILE}: signing.allowed_signers must be a file path relative to the repository "
                              f"root, got {path!r}", hint="e.g. trust/allowed_signers, committed with the repository")
         require = raw.get("require", False)
-        if not isinstance(require, bool):
+        if not is_scalar(require, bool):
             raise UsageError(f"{CONFIG_FILE}: signing.require must be true or false, got {require!r}")
         return cls(allowed_signers=path.strip(), require=require)
 
@@ -90,17 +88,16 @@ class LogbookConfig:
         if not isinstance(self.milestones, list) or not self.milestones:
             raise UsageError(f"{CONFIG_FILE}: milestones must be a non-empty list of fractions")
         for m in self.milestones:
-            if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m <= 1:
+            if not is_scalar(m, float) or not 0 < m <= 1:
                 raise UsageError(f"{CONFIG_FILE}: milestone {m!r} must be a fraction in (0, 1]")
         if sorted(set(self.milestones)) != list(self.milestones):
             raise UsageError(f"{CONFIG_FILE}: milestones must be strictly increasing, got {self.milestones}")
-        if isinstance(self.review_approvals, bool) or not isinstance(self.review_approvals, int) or self.review_approvals < 1:
+        if not is_scalar(self.review_approvals, int) or self.review_approvals < 1:
             raise UsageError(f"{CONFIG_FILE}: review_approvals must be an integer >= 1")
-        if not isinstance(self.review_self_approval, bool):
-            raise UsageError(f"{CONFIG_FILE}: review_self_approval must be true or false")
-        if not isinstance(self.allow_unregistered_runs, bool):
-            raise UsageError(f"{CONFIG_FILE}: allow_unregistered_runs must be true or false")
-        if isinstance(self.snapshot_max_file_mb, bool) or not isinstance(self.snapshot_max_file_mb, (int, float)) or self.snapshot_max_file_mb <= 0:
+        for name in ("review_self_approval", "allow_unregistered_runs"):
+            if not is_scalar(getattr(self, name), bool):
+                raise UsageError(f"{CONFIG_FILE}: {name} must be true or false")
+        if not is_scalar(self.snapshot_max_file_mb, float) or self.snapshot_max_file_mb <= 0:
             raise UsageError(f"{CONFIG_FILE}: snapshot_max_file_mb must be a positive number")
         self.timestamping = parse_timestamping(self.timestamping)
 
@@ -131,14 +128,14 @@ _FIELD_DOCS = {
 }
 
 
+_unknown_setting = partial(unknown_key, source=CONFIG_FILE, noun="setting", known="known settings")
+"""logbook.yaml's words for a key no field has: "logbook.yaml: unknown setting `x`"."""
+
+
 def load_config(path: Path) -> LogbookConfig:
     """Load and validate `logbook.yaml`; unknown keys name the closest valid one."""
     raw = load_yaml_mapping(path, "logbook settings")
-    names = [f.name for f in dataclasses.fields(LogbookConfig)]
-    for key in raw:
-        if key not in names:
-            raise UsageError(f"{CONFIG_FILE}: unknown setting `{key}`",
-                             hint=did_you_mean(key, names, f"known settings: {', '.join(names)}"))
+    reject_unknown_keys(raw, LogbookConfig, on_unknown=_unknown_setting)
     cfg = LogbookConfig(**{k: v for k, v in raw.items()})
     cfg.signing = SigningSettings.from_yaml(raw.get("signing"))
     if isinstance(cfg.milestones, list):

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from logbook.core.errors import UsageError, did_you_mean
+from logbook.core.typedconfig import is_scalar
 
 _WHERE = "logbook.yaml: timestamping"
 
@@ -80,11 +81,10 @@ def parse_timestamping(raw: Any) -> TimestampingConfig | None:
     if len({a.key for a in parsed}) != len(parsed):
         raise UsageError(f"{_WHERE}.authorities names one url twice")
     require = raw.get("require", False)
-    if not isinstance(require, bool):
+    if not is_scalar(require, bool):
         raise UsageError(f"{_WHERE}.require must be true or false, got {require!r}")
     timeout = raw.get("timeout_s", 5.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
-            or not 0 < timeout <= 600:
+    if not is_scalar(timeout, float) or not math.isfinite(timeout) or not 0 < timeout <= 600:
         raise UsageError(f"{_WHERE}.timeout_s must be a number of seconds in (0, 600], got {timeout!r}")
     return TimestampingConfig(parsed, require, float(timeout))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from logbook.api import SETTINGS, UsageError, coerce_value
+from logbook.api import SETTINGS, UsageError, check_config, coerce_value
 
 @dataclass
 class GuardConfig:
@@ -59,5 +59,5 @@ class GuardConfig:
                     coerce_value(key, getattr(self, f.name))
                 except UsageError as e:
                     raise UsageError("config: " + e.message.replace(f"`{key}`", f"`{where}.{f.name}`"), hint=e.hint) from None
-        if isinstance(self.min_rel_sigma, bool) or not 0 <= self.min_rel_sigma < 1:
-            raise UsageError(f"config: `{where}.min_rel_sigma` must be in [0, 1), got {self.min_rel_sigma}")
+        check_config(not isinstance(self.min_rel_sigma, bool) and 0 <= self.min_rel_sigma < 1, f"{where}.min_rel_sigma",
+                     f"must be in [0, 1), got {self.min_rel_sigma}")

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from logbook.api import UsageError
+from logbook.api import check_config, check_nonnegative
 
 from .callbacks import Callback
 
@@ -43,16 +43,10 @@ class StragglerConfig:
     """Drill: seconds of sleep per step on `drill_rank`."""
 
     def validate(self, where: str) -> None:
-        _check(self.every >= 0, f"{where}.every", f"must be >= 0, got {self.every}")
-        _check(self.ratio > 1, f"{where}.ratio", f"must be > 1, got {self.ratio}")
-        _check(self.patience >= 1, f"{where}.patience", f"must be >= 1, got {self.patience}")
-        _check(self.drill_sleep_s >= 0, f"{where}.drill_sleep_s", f"must be >= 0, got {self.drill_sleep_s}")
-
-
-def _check(ok: bool, key: str, message: str) -> None:
-    # Its own copy of trainer/config.py's: that module composes this config and must not be imported back.
-    if not ok:
-        raise UsageError(f"config: `{key}` {message}")
+        check_nonnegative(self, where, "every")
+        check_config(self.ratio > 1, f"{where}.ratio", f"must be > 1, got {self.ratio}")
+        check_config(self.patience >= 1, f"{where}.patience", f"must be >= 1, got {self.patience}")
+        check_nonnegative(self, where, "drill_sleep_s")
 
 
 def slowest_rank(per_rank: list[float]) -> tuple[int, float, float]:

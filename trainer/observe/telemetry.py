@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from logbook.api import UsageError, resolve_peak
+from logbook.api import check_choice, resolve_peak
 from logbook.api import mfu as mfu_of
 
 from .callbacks import Callback
@@ -54,8 +54,7 @@ class TelemetryConfig:
     """Dense bf16 peak TFLOP/s per device for MFU; None looks the device up in logbook/core/accelerators.py. A missing or absurd figure (<= 0, > 10,000, not a number) leaves MFU unknown with a warning, never stops training."""
 
     def validate(self, where: str) -> None:
-        if self.mode not in MODES:
-            raise UsageError(f"config: `{where}.mode` must be one of {', '.join(MODES)}; got {self.mode!r}")
+        check_choice(self, where, "mode", MODES)
 
 
 def peak_memory_mb(device: Any) -> float | None:
