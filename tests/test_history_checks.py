@@ -698,3 +698,16 @@ def test_is_ancestor_answers_quietly_even_for_a_commit_it_does_not_know(repo, ca
     assert is_ancestor(repo, a, b) and is_ancestor(repo, b, b)
     assert not is_ancestor(repo, b, a) and not is_ancestor(repo, "0" * 40, b)
     assert capfd.readouterr() == ("", "")  # git's "fatal: not a valid commit" is not the user's business
+
+
+def test_a_rewritten_log_whose_lines_hold_spaces_is_named_by_line_not_by_word(repo):
+    log = ChainedLog(repo / "entries" / "runs/r1/events.jsonl")
+    for i in range(4):
+        log.append({"kind": "note", "run": "r1", "data": {"text": f"a note with several words, number {i}"}})
+    had = commit(repo, "log")
+    lines = log.path.read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b"number 2", b"number 9")
+    log.path.write_bytes(b"".join(lines))
+    commit(repo, "rewritten", env=AUTHOR)
+    assert "(log, 4 lines in " in check(repo).breaks[0].message
+    assert "was rewritten from line 3 in" in check(repo).breaks[0].message

@@ -131,30 +131,31 @@ def _sort_out_restored(root: Path, head: str, folder: str, commits: list[list[st
     if not res.breaks:
         return
     age = {c[0]: i for i, c in enumerate(commits)}  # children before parents: larger is older
-    earliest: dict[str, Break] = {}
-    for b in res.breaks:
-        if b.path not in earliest or age.get(b.lost, -1) > age.get(earliest[b.path].lost, -1):
-            earliest[b.path] = b
+    by_path: dict[str, list[Break]] = {}
+    for b in res.breaks:  # every break's losing commit is one of the commits walked
+        by_path.setdefault(b.path, []).append(b)
     # Every version the earliest losing commit lost: a merge can lose one from each parent, and HEAD holding
     # one of them puts back only that one.
-    first = [b for b in res.breaks if age.get(b.lost, -1) == age.get(earliest[b.path].lost, -1)]
+    first = {path: [b for b in bs if age[b.lost] == max(age[x.lost] for x in bs)] for path, bs in by_path.items()}
     now = gitbind.tree_files(root, head, folder)
-    logs = [b for b in first if b.kind.startswith("log_") and b.old_blob and b.path in now]
+    logs = [b for bs in first.values() for b in bs if b.kind.startswith("log_") and b.old_blob and b.path in now]
     blobs = gitbind.read_blobs(root, sorted({x for b in logs for x in (b.old_blob, now[b.path][1])}))
-    lost: dict[str, list[bool]] = {}
-    for b in first:
-        mode, blob = now.get(b.path, ("", ""))
-        if not b.old_blob or not blob or mode == _SYMLINK:
-            back = False
-        elif b.kind.startswith("log_"):
-            old = blobs.get(b.old_blob) or b""
-            back = (blobs.get(blob) or b"").startswith(old[: old.rfind(b"\n") + 1])
-        else:
-            back = blob == b.old_blob
-        lost.setdefault(b.path, []).append(back)
-    undone = {path for path, backs in lost.items() if all(backs)}
-    res.restored = [earliest[p] for p in sorted(undone)]  # one a file: what it first lost
+    undone = sorted(path for path, bs in first.items() if all(_put_back(b, now, blobs) for b in bs))
+    res.restored = [first[p][0] for p in undone]  # one a file: what it first lost
     res.breaks = [b for b in res.breaks if b.path not in undone]
+
+
+def _put_back(b: Break, now: dict[str, tuple[str, str]], blobs: dict[str, bytes]) -> bool:
+    """Whether HEAD holds again what break `b` lost (a log: those complete lines, perhaps continued)."""
+    if not b.old_blob or b.path not in now or now[b.path][0] == _SYMLINK:
+        return False
+    blob = now[b.path][1]
+    if not b.kind.startswith("log_"):
+        return blob == b.old_blob
+    old, new = blobs.get(b.old_blob), blobs.get(blob)
+    if old is None or new is None:  # a blob this clone cannot read proves nothing put back
+        return False
+    return new.startswith(old[: old.rfind(b"\n") + 1])
 
 
 def is_ancestor(root: Path, a: str, b: str) -> bool:
@@ -182,8 +183,8 @@ def _edges(root: Path, commits: list[list[str]], folder: str) -> list[tuple[str,
     for c, *parents in commits:
         for p in parents or [None]:
             order.append((c, p))
-            lines.append(c if p is None else f"{c} {p}")
-    out = gitbind.git_bytes(root, "diff-tree", "--stdin", "--always", "--root", "-r", "--raw", "-z",
+            lines.append(" ".join(filter(None, (c, p))))
+    out = gitbind.git_bytes(root, "diff-tree", "--stdin", "--always", "--root", "-r", "-z",
                             "--no-renames", "--", folder, input=("\n".join(lines) + "\n").encode())
     tokens = out.split(b"\0")
     result: list[tuple[str, str | None, list[_Change]]] = []
@@ -294,19 +295,17 @@ def _check_log_prefixes(root: Path, pairs: list[tuple[str, str | None, _Change]]
         if new.startswith(complete):
             continue
         old_n, new_n = complete.count(b"\n"), new.count(b"\n")
-        line = _first_differing_line(complete, new)
         span = f"line {old_n}" if new_n + 1 == old_n else f"lines {new_n + 1}-{old_n}"
         what = (f"lost {span} of the {old_n} committed" if new_n < old_n and complete.startswith(new)
-                else f"was rewritten from line {line}")
+                else f"was rewritten from line {_first_differing_line(complete, new)}")
         res.breaks.append(_break(ch.path, "log_rewritten", p or c, c,
                                  f"(log, {old_n} lines in {(p or c)[:7]}) {what} in {c[:7]}", ch.old_blob))
 
 
 def _first_differing_line(a: bytes, b: bytes) -> int:
-    for i, (x, y) in enumerate(zip(a.split(b"\n"), b.split(b"\n"))):  # lines as the log writes them: a stray \r is content
-        if x != y:
-            return i + 1
-    return min(a.count(b"\n"), b.count(b"\n")) + 1
+    """The first line (1-based) where two logs differ; called only when neither is a prefix of the other."""
+    pairs = zip(a.split(b"\n"), b.split(b"\n"))  # lines as the log writes them: a stray \r is content
+    return next(i + 1 for i, (x, y) in enumerate(pairs) if x != y)
 
 
 def _clean_head(commits: list[list[str]], breaks: list[Break]) -> str | None:
