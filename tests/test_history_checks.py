@@ -711,3 +711,14 @@ def test_a_rewritten_log_whose_lines_hold_spaces_is_named_by_line_not_by_word(re
     commit(repo, "rewritten", env=AUTHOR)
     assert "(log, 4 lines in " in check(repo).breaks[0].message
     assert "was rewritten from line 3 in" in check(repo).breaks[0].message
+
+
+def test_a_record_shaped_file_outside_the_entries_folder_is_not_walked(repo):
+    """`archive/` is as long as `entries/`: read without the folder's pathspec, its files would pass for records."""
+    path = repo / "archive" / "runs" / "r1" / "events.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"kind":"note"}\n{"kind":"note"}\n')
+    commit(repo, "an old log kept outside the logbook")
+    path.write_text('{"kind":"edited"}\n')
+    commit(repo, "edited freely: not a record")
+    assert check(repo).breaks == []

@@ -186,12 +186,10 @@ def _edges(root: Path, commits: list[list[str]], folder: str) -> list[tuple[str,
             lines.append(" ".join(filter(None, (c, p))))
     out = gitbind.git_bytes(root, "diff-tree", "--stdin", "--always", "--root", "-r", "-z",
                             "--no-renames", "--", folder, input=("\n".join(lines) + "\n").encode())
-    tokens = out.split(b"\0")
+    tokens = [t for t in out.split(b"\0") if t]  # no header, mode line or path is ever empty
     result: list[tuple[str, str | None, list[_Change]]] = []
     i = 0
     for c, p in order:
-        while i < len(tokens) and not tokens[i]:
-            i += 1
         i += 1  # the header: this edge's commit id
         changes: list[_Change] = []
         while i < len(tokens) and tokens[i].startswith(b":"):
