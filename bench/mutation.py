@@ -50,7 +50,11 @@ SETS: dict[str, tuple[list[str], list[str], float]] = {
               0.95),
     "facts": (["logbook/runs/facts.py", "logbook/scoring/", "logbook/promises/predictions.py"],
               ["tests/test_outcome.py", "tests/test_predictions.py", "tests/test_forecast_scoring.py",
-               "tests/test_calibration.py", "tests/test_goodput.py"],
+               "tests/test_calibration.py", "tests/test_goodput.py", "tests/test_forecast_calibration.py",
+               "tests/test_calibration_plot.py", "tests/test_measured_points.py", "tests/test_forecast_milestones.py",
+               "tests/test_milestone_notes.py", "tests/test_live_change_once.py", "tests/test_guard_rule_terms.py",
+               "tests/test_views_read_facts.py", "tests/test_forecast_grammar.py", "tests/test_fuzz_predictions.py",
+               "tests/test_kind_questions.py"],
               0.90),
 }
 

@@ -245,7 +245,7 @@ def _say_who(root: Path, res: HistoryCheck) -> None:
     for i, b in enumerate(res.breaks):
         at = f" in {b.lost[:7]}"
         if b.lost in who and at in b.message:
-            head, _, tail = b.message.partition(at)
+            head, _, tail = b.message.rpartition(at)  # the losing commit is named last
             res.breaks[i] = dataclasses.replace(b, message=f"{head}{at} ({who[b.lost]}){tail}")
 
 
@@ -257,9 +257,9 @@ def _say_which_line(root: Path, edited: dict[tuple[str, str], str], res: History
 
     blobs = gitbind.read_blobs(root, sorted({b for k, new in edited.items() for b in (k[1], new)}))
     for i, b in enumerate(res.breaks):
-        new = edited.get((b.path, b.old_blob))
-        if b.kind == "record_edited" and new and blobs.get(b.old_blob) is not None and blobs.get(new) is not None:
-            _, what = first_change(blobs[b.old_blob] or b"", blobs[new] or b"")
+        old, new = blobs.get(b.old_blob), blobs.get(edited.get((b.path, b.old_blob), ""))
+        if b.kind == "record_edited" and None not in (old, new):  # a blob this clone lacks: no line to name
+            _, what = first_change(old, new)
             res.breaks[i] = dataclasses.replace(b, message=f"{b.message}: {what}")
 
 
