@@ -33,7 +33,8 @@ from logbook.eventlog.eventschema import (
     Event, counted_as, ending, has_flag, is_kind, restart_cause, summary, unfinished_save_words,
 )
 from logbook.eventlog.sink import EventSink
-from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
+from logbook.runs.attempt_ends import lost_ranks_of
+from logbook.runs.rankmarks import name_ranks
 from logbook.runs.record import RunRecord
 
 
@@ -304,7 +305,7 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
     else:
         status = "aborted" if "aborted" in endings else "failed"
         code = EXIT_INTERRUPTED if interrupted else EXIT_RUN_FAILED
-        lost = lost_ranks(read_marks(project.state_dir / "ranks" / rec.run_id), last)
+        lost = lost_ranks_of(project.state_dir, rec.run_id, last)
         reason = failure_reason(rec, tail, last, torchrun_exit, signals, launch_dir, lost=lost,
                                 join_timeout_s=join_timeout_s)
         last = last or _first_attempt_of_launch(events)  # an attempt that died before its first event
