@@ -13,6 +13,9 @@ logbook only through this module:
 - Live change requests (`logbook change`): the request files and their answers
   (`PendingWatch`, `decode_request`, `finish_request`, `iter_answers`), and the
   one allow-list of what may change (`SETTINGS`, `validate_changes`).
+- What earlier attempts of the run left and how the last one ended: `RunHistory`
+  (events, metrics tail, heartbeat, rank marks; `heartbeat_path` says where a
+  loop's heartbeat goes) and `classify_restart`, the payload of `restart`.
 - A mirror of the run into Weights & Biases (`WandbMirror`, `WandbConfig`): the
   loop hands it its numbers; it reads the run's events itself.
 - The errors a loop raises or catches, with their exit codes, and a few small

@@ -5,7 +5,8 @@ One `Recorder` per training run, driven by an adapter's hooks:
 - `begin` at train start opens the run through `run_from_env`. Outside
   `logbook run` (`Run.launched` False) it records what the launcher would
   have: a `restart` owed by an earlier attempt that left no end (killed), then
-  `run_started`. Under `logbook run -- CMD` the launcher records attempts,
+  `run_started`; what that attempt cost is read as the bundled trainer reads
+  it (`logbook.runs.attempt_ends`). Under `logbook run -- CMD` the launcher records attempts,
   restarts and the end, so `begin`, `end` and `fail` say nothing of those.
 - `step` writes a metrics row, runs the loss-spike check (`SpikeDetector`) and
   writes the milestones that are due; `validation`, `checkpoint` likewise.
