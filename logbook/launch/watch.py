@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from logbook.chronicle.build import render_chronicle
 from logbook.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_RUN_FAILED
-from logbook.core.fsutil import log_tail
+from logbook.core.fsutil import json_records, log_tail
 from logbook.core.project import Project
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.eventschema import (
@@ -91,15 +91,7 @@ class EventTail:
         if end < 0:
             return []
         self.offset += end + 1
-        out = []
-        for line in data[: end + 1].splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-        return out
+        return json_records(data[: end + 1].splitlines())
 
 
 class StderrPump:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logbook.core.fsutil import json_records
 from logbook.core.project import Project
 from logbook.eventlog.eventschema import ending, is_kind, parse_ts
 from logbook.eventlog.events import iter_events
@@ -141,15 +142,7 @@ def metrics_tail(path: Path, max_bytes: int = METRICS_TAIL) -> list[dict[str, An
     lines = data.split(b"\n")
     if size > max_bytes:
         lines = lines[1:]  # the first line is cut
-    rows = []
-    for raw in lines[:-1]:  # the last piece is empty or a torn line
-        try:
-            row = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+    return json_records(lines[:-1])  # the last piece is empty or a torn line
 
 
 def torchelastic_previous_error(env: dict[str, str]) -> dict[str, Any] | None:
