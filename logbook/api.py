@@ -13,6 +13,9 @@ logbook only through this module:
 - Live change requests (`logbook change`): the request files and their answers
   (`PendingWatch`, `decode_request`, `finish_request`, `iter_answers`), and the
   one allow-list of what may change (`SETTINGS`, `validate_changes`).
+- What earlier attempts of the run left and how the last one ended: `RunHistory`
+  (events, metrics tail, heartbeat, rank marks; `heartbeat_path` says where a
+  loop's heartbeat goes) and `classify_restart`, the payload of `restart`.
 - A mirror of the run into Weights & Biases (`WandbMirror`, `WandbConfig`): the
   loop hands it its numbers; it reads the run's events itself.
 - The errors a loop raises or catches, with their exit codes, and a few small
@@ -75,10 +78,12 @@ _LAZY: dict[str, str] = {
     # milestones: which fractions are due, and at which step
     "due_milestones": "logbook.runs.milestones", "emitted_milestones": "logbook.runs.milestones",
     "milestone_step": "logbook.runs.milestones",
-    # what earlier attempts left: rank marks and the kernel's OOM kills
+    # what earlier attempts left (their events, metrics, heartbeat, rank marks) and how the last one ended
     "RankMark": "logbook.runs.rankmarks", "read_marks": "logbook.runs.rankmarks",
     "lost_ranks": "logbook.runs.rankmarks", "name_ranks": "logbook.runs.rankmarks",
     "oom_kill_count": "logbook.runs.oom", "oom_kills_between": "logbook.runs.oom",
+    "RunHistory": "logbook.runs.attempt_ends", "classify_restart": "logbook.runs.attempt_ends",
+    "heartbeat_path": "logbook.runs.attempt_ends",
     # the preregistered plan: contingency actions and how an action is judged against it
     "ACTION_KINDS": "logbook.promises.contingency", "judge_against_plan": "logbook.eventlog.plan",
     "structured_rules": "logbook.eventlog.plan",
@@ -198,7 +203,7 @@ def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: i
     from logbook.core.project import open_project
     from logbook.eventlog.events import iter_events
     from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
-    from logbook.runs.rankmarks import RankMark
+    from logbook.runs.rankmarks import RankMark, ranks_dir
     from logbook.runs.record import check_run_id, load_run_record
 
     check_run_id(run_id)
@@ -215,7 +220,7 @@ def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: i
     metrics = MetricsWriter(run_dir, rank, full_path=full_metrics_path(project.state_dir, run_id),
                             keep=_keep_rule(project, record, total_steps))
     return Run(project, run_id, run_dir, record, attempt, rank, sink, metrics,
-               RankMark(project.state_dir / "ranks" / run_id, rank))
+               RankMark(ranks_dir(project.state_dir, run_id), rank))
 
 
 def run_from_env(run_id: str | None = None, *, project_root: Path | str | None = None,

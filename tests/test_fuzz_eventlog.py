@@ -168,7 +168,7 @@ def _history(raw: list[dict]) -> list[dict]:
 def test_any_run_history_is_read_by_goodput_lineage_and_restart_accounting_without_a_crash(tmp_path_factory, raw, rows):
     from logbook.runs.goodput import goodput_report
     from logbook.runs.lineage import run_lineage
-    from trainer.job.attempts import RunHistory, classify_restart
+    from logbook.runs.attempt_ends import RunHistory, classify_restart
 
     events = _history(raw)
     rep = goodput_report(events, rows)

@@ -60,7 +60,7 @@ def test_a_sigkill_without_evidence_is_cause_unknown_and_with_the_kernels_count_
 
 
 def test_a_restart_records_the_oom_kills_since_the_ended_attempt_began_only_where_it_has_a_count():
-    from trainer.job.attempts import RunHistory, classify_restart
+    from logbook.runs.attempt_ends import RunHistory, classify_restart
 
     now = oom_kill_count()
 

@@ -23,10 +23,10 @@ from logbook.eventlog.eventschema import (
 )
 from logbook.eventlog.runends import check_run_log
 from logbook.eventlog.sink import EventSink
+from logbook.runs.attempt_ends import RunHistory, classify_restart
 from logbook.runs.facts import RunFacts
 from logbook.runs.goodput import goodput_report
 from logbook.runs.lineage import run_lineage
-from trainer.job.attempts import RunHistory, classify_restart
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
 

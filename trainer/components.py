@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunRecord
+from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunHistory, RunRecord
 
 from .checkpoints.checkpoint import Checkpointer
 from .job import dist
-from .job.attempts import Heartbeat, RunHistory
+from .job.attempts import Heartbeat
 from .observe.callbacks import CallbackList
 
 

@@ -33,13 +33,12 @@ from typing import Any
 
 import torch
 
-from logbook.api import RunFailedError, oom_kill_count, slurm_info
+from logbook.api import RunFailedError, classify_restart, oom_kill_count, slurm_info
 
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_hash, config_to_dict
 from .faults import InjectedFault
 from .job import dist
-from .job.attempts import classify_restart
 from .nn.optim import apply_hyperparams, lr_factor, qk_clip
 from .observe.callbacks import LoopAction
 from .restore import checkpoint_parts, resume, rollback

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from logbook.api import RunFailedError, full_metrics_path, open_project, open_run
+from logbook.api import RunFailedError, RunHistory, heartbeat_path, open_project, open_run
 
 from .checkpoints.checkpoint import Checkpointer
 from .checkpoints.checkpoint_dcp import resolve_format, save_group
@@ -37,7 +37,7 @@ from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard.callback import GuardCallback
 from .guard.plan import guard_from_plan
 from .job import dist
-from .job.attempts import Heartbeat, RunHistory
+from .job.attempts import Heartbeat
 from .live_control import ControlCallback
 from .loop import Trainer
 from .nn.data import DataStream, load_corpus
@@ -117,11 +117,8 @@ def open_logbook(cfg: TrainConfig, project_root: Path, run_id: str, info: dist.D
     attempt's number, whether the run was aborted or finished).
     """
     project = open_project(project_root)
-    heartbeat = Heartbeat(project.state_dir / "heartbeat" / f"{run_id}.json")
-    ranks_dir = project.state_dir / "ranks" / run_id
-    metrics_path = full_metrics_path(project.state_dir, run_id)
-    history = RunHistory.read(project.run_dir(run_id), heartbeat, metrics_path, ranks_dir) if info.rank == 0 \
-        else RunHistory()
+    heartbeat = Heartbeat(heartbeat_path(project.state_dir, run_id))
+    history = RunHistory.of_run(project, run_id) if info.rank == 0 else RunHistory()
     aborted, finished = history.has("run_aborted"), history.has("run_finished")
     facts = dist.broadcast_object({
         "attempt": history.last_attempt() + 1,

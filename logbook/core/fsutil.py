@@ -2,7 +2,8 @@
 
 Every file the logbook writes goes through here, so that a kill at any moment
 leaves either the old content or the new one, never half of it; and every
-reader that must find where a log's complete lines end asks `log_tail`.
+reader that must find where a log's complete lines end asks `log_tail`, and
+reads the records among them with `json_records`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,3 +191,17 @@ def log_tail(f: BinaryIO, block: int = 1 << 16) -> LogTail:
         if start == 0:
             return LogTail(size, 0, None)  # no newline at all: the whole file is one torn line
         span *= 4
+
+
+def json_records(lines: Iterable[bytes]) -> list[dict[str, Any]]:
+    """The JSON objects among a log's lines, in order: a line that does not parse (cut, torn) or is no object is
+    skipped."""
+    out = []
+    for raw in lines:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out

@@ -85,8 +85,8 @@ def check_run_log(log: Path, rel: str) -> list[EndProblem]:
 
 class _Attempts:
     """Every attempt that left a line and was followed by a started one owes a `restart` line (the trainer writes
-    it first thing: `trainer.job.attempts.unrecorded_ends`). A restart removed from the log, its hashes worked out
-    again, leaves the next attempt's `run_started` unexplained."""
+    it first thing: `logbook.runs.attempt_ends.RunHistory.unrecorded_ends`). A restart removed from the log, its
+    hashes worked out again, leaves the next attempt's `run_started` unexplained."""
 
     def __init__(self) -> None:
         self.seen: set[int] = set()

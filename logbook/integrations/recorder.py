@@ -5,7 +5,8 @@ One `Recorder` per training run, driven by an adapter's hooks:
 - `begin` at train start opens the run through `run_from_env`. Outside
   `logbook run` (`Run.launched` False) it records what the launcher would
   have: a `restart` owed by an earlier attempt that left no end (killed), then
-  `run_started`. Under `logbook run -- CMD` the launcher records attempts,
+  `run_started`; what that attempt cost is read as the bundled trainer reads
+  it (`logbook.runs.attempt_ends`). Under `logbook run -- CMD` the launcher records attempts,
   restarts and the end, so `begin`, `end` and `fail` say nothing of those.
 - `step` writes a metrics row, runs the loss-spike check (`SpikeDetector`) and
   writes the milestones that are due; `validation`, `checkpoint` likewise.
@@ -20,17 +21,16 @@ Values reach the log as plain floats (`as_float` turns tensors into numbers).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 import traceback
 from collections import deque
 from typing import Any
 
-from logbook.api import (Run, UsageError, check_run_id, due_milestones, emitted_milestones, ending, full_metrics_path,
-                         is_kind, iter_events, milestone_step, run_from_env)
-from logbook.eventlog.eventschema import RESTART_CAUSES, parse_ts
+from logbook.api import (Run, RunHistory, UsageError, check_run_id, due_milestones, emitted_milestones, ending, is_kind,
+                         milestone_step, run_from_env)
+from logbook.eventlog.eventschema import RESTART_CAUSES
+from logbook.runs.attempt_ends import restart_cost
 
 FLUSH_EVERY_S = 1.0
 """Metrics rows reach the disk at least this often, so a kill loses seconds of rows, not a run's worth."""
@@ -171,13 +171,12 @@ class Recorder:
             self.fractions = list(run.project.config.milestones)
         if not run.writes:
             return run
-        events = list(iter_events(run.run_dir / "events.jsonl"))
+        history = RunHistory.of_run(run.project, run.run_id)  # what earlier attempts left, as the trainer reads it
         self._emitted = emitted_milestones(run.run_dir)
-        self._first_started = min((t for e in events if is_kind(e, "run_started") and (t := parse_ts(e.get("ts")))),
-                                  default=None)
+        self._first_started = history.first_started()
         if not run.launched:
-            self._refuse_finished(events)
-            if (owed := self._owed_restart(events, step)) is not None:
+            self._refuse_finished(history.events)
+            if (owed := self._owed_restart(history, step)) is not None:
                 run.emit("restart", step=step, **owed)
             run.emit("run_started", step=step, total_steps=self.total_steps or None, world_size=world_size,
                      resumed_from_step=step, resumed_from=resumed_from, device=device, exploratory=run.record is None,
@@ -190,21 +189,24 @@ class Recorder:
             raise UsageError(f"run {self.run.run_id!r} has already finished (its log ends with run_finished); "
                              "pass LogbookCallback(run_id=...) a new id to train again")
 
-    def _owed_restart(self, events: list[dict[str, Any]], step: int) -> dict[str, Any] | None:
-        """The `restart` the previous attempt is owed: it started and nobody recorded a restart after it."""
+    def _owed_restart(self, history: RunHistory, step: int) -> dict[str, Any] | None:
+        """The `restart` the previous attempt is owed: it started and nobody recorded a restart after it.
+
+        What it cost (the last step and sign of life, the steps and seconds lost,
+        the downtime) is worked out as the bundled trainer's restarts are
+        (`logbook.runs.attempt_ends.restart_cost`); why it ended comes from this
+        recorder's own records, which hold no torchrun error file nor rank marks.
+        """
         prev = self.run.attempt - 1
-        mine = [e for e in events if e.get("attempt") == prev]
+        mine = history.of_attempt(prev)
         if prev < 1 or not any(is_kind(e, "run_started") for e in mine):
             return None
-        if any(is_kind(e, "restart") and (e.get("data") or {}).get("prev_attempt") == prev for e in events):
+        if prev not in history.unrecorded_ends(prev + 1):  # a restart after it recorded its end already
             return None
         ends = [(ending(e), e.get("data") or {}) for e in mine if ending(e)]
         how, data = ends[-1] if ends else (None, {})
-        failed_at, last_alive = self._last_signs(prev)
         out: dict[str, Any] = {"prev_attempt": prev, "next_attempt": prev + 1, "resumed_from_step": step,
-                               "failed_at_step": failed_at,
-                               "steps_lost": max(0, failed_at - step) if failed_at is not None else None,
-                               "downtime_s": round(max(0.0, time.time() - last_alive), 3) if last_alive else None}
+                               **restart_cost(history, prev, step, time.time())}
         if how is None:
             out.update(cause="unknown", detail=NO_RECORD)
         elif how == "failed":  # our own run_failed: "<ExceptionType>: <message>", as `fail` wrote it
@@ -214,28 +216,6 @@ class Recorder:
         else:
             out.update(cause=how if how in RESTART_CAUSES else "unknown", detail=f"attempt {prev} ended: {how}")
         return out
-
-    def _last_signs(self, attempt: int) -> tuple[int | None, float | None]:
-        """(last step, its time) in the metrics `attempt` left on disk (the rows after its last flush are lost)."""
-        path = full_metrics_path(self.run.project.state_dir, self.run.run_id)
-        try:
-            with open(path, "rb") as f:
-                f.seek(max(0, f.seek(0, os.SEEK_END) - (1 << 20)))  # the tail is enough for the last attempt
-                lines = f.read().split(b"\n")
-        except OSError:
-            return None, None
-        rows = []
-        for raw in lines:
-            try:
-                row = json.loads(raw)
-            except ValueError:
-                continue  # the cut first line, a torn last one
-            if isinstance(row, dict) and row.get("attempt") == attempt and isinstance(row.get("step"), int):
-                rows.append(row)
-        if not rows:
-            return None, None
-        last = max(rows, key=lambda r: r["step"])
-        return last["step"], last.get("time") if isinstance(last.get("time"), (int, float)) else None
 
     # --- during training ---------------------------------------------------------------------
 

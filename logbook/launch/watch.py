@@ -26,14 +26,15 @@ from typing import IO, Any
 
 from logbook.chronicle.build import render_chronicle
 from logbook.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_RUN_FAILED
-from logbook.core.fsutil import log_tail
+from logbook.core.fsutil import json_records, log_tail
 from logbook.core.project import Project
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.eventschema import (
     Event, counted_as, ending, has_flag, is_kind, restart_cause, summary, unfinished_save_words,
 )
 from logbook.eventlog.sink import EventSink
-from logbook.runs.rankmarks import lost_ranks, name_ranks, read_marks
+from logbook.runs.attempt_ends import lost_ranks_of
+from logbook.runs.rankmarks import name_ranks
 from logbook.runs.record import RunRecord
 
 
@@ -90,15 +91,7 @@ class EventTail:
         if end < 0:
             return []
         self.offset += end + 1
-        out = []
-        for line in data[: end + 1].splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-        return out
+        return json_records(data[: end + 1].splitlines())
 
 
 class StderrPump:
@@ -304,7 +297,7 @@ def launch_ending(project: Project, rec: RunRecord, torchrun_exit: int, signals:
     else:
         status = "aborted" if "aborted" in endings else "failed"
         code = EXIT_INTERRUPTED if interrupted else EXIT_RUN_FAILED
-        lost = lost_ranks(read_marks(project.state_dir / "ranks" / rec.run_id), last)
+        lost = lost_ranks_of(project.state_dir, rec.run_id, last)
         reason = failure_reason(rec, tail, last, torchrun_exit, signals, launch_dir, lost=lost,
                                 join_timeout_s=join_timeout_s)
         last = last or _first_attempt_of_launch(events)  # an attempt that died before its first event

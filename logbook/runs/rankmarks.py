@@ -24,6 +24,11 @@ from typing import Any
 from logbook.core.fsutil import atomic_write_json
 
 
+def ranks_dir(state_dir: Path, run_id: str) -> Path:
+    """The folder of run `run_id`'s marks, one file per rank: `.logbook/ranks/RUN/`."""
+    return Path(state_dir) / "ranks" / run_id
+
+
 class RankMark:
     """One worker's mark: {rank, node, local_rank, host, pid, attempt, ended}."""
 

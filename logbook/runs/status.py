@@ -28,6 +28,7 @@ from logbook.core.errors import NotFoundError
 from logbook.core.project import Project
 from logbook.eventlog.eventschema import get_kind, kind_of, kinds_where, label, parse_ts, run_state, summary
 from logbook.eventlog.sink import full_metrics_path
+from logbook.runs.attempt_ends import heartbeat_path, read_heartbeat
 from logbook.runs.facts import RunFacts, load_facts
 from logbook.runs.record import list_run_ids, load_run_record
 from logbook.runs.runlock import dead_holder
@@ -117,15 +118,6 @@ def latest_run(project: Project) -> str:
     return max(ids, key=lambda r: (created(r), r))
 
 
-def read_heartbeat(project: Project, run_id: str) -> dict[str, Any] | None:
-    """The trainer's last heartbeat {attempt, step, time, pid}, or None."""
-    try:
-        beat = json.loads((project.state_dir / "heartbeat" / f"{run_id}.json").read_bytes().strip() or b"null")
-    except (OSError, ValueError):
-        return None
-    return beat if isinstance(beat, dict) else None
-
-
 def launcher_gone(project: Project, run_id: str) -> str | None:
     """What the launcher's lock names when that launcher is dead on this host, else None."""
     for name in (f"{run_id}.lock", f"{run_id}.node0.lock"):  # logbook/launch/launcher.py's lock names
@@ -141,7 +133,7 @@ def run_status(project: Project, run_id: str, *, events: int = LAST_EVENTS, now:
     rec = load_run_record(project, run_id)
     facts = facts or load_facts(project, run_id, rec)
     now = time.time() if now is None else now
-    beat = read_heartbeat(project, run_id)
+    beat = read_heartbeat(heartbeat_path(project.state_dir, run_id))
     last_seen = _last_seen(facts, beat)
     step = facts.last_step
     ended_at = next((e["step"] for e in reversed(facts.run_events()) if run_state(e) and isinstance(e.get("step"), int)),

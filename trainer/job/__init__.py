@@ -1,3 +1,3 @@
-"""This process's place in the job: its rank and process group (dist.py, rendezvous.py), the Slurm job
-around it (slurm.py), and which attempt of the run it is (attempts.py, with the heartbeat).
+"""This process's place in the job: its rank and process group (dist.py, rendezvous.py), and the heartbeat it
+writes as an attempt of the run (attempts.py); the Slurm job around it is `logbook.api.slurm_info`'s.
 """

@@ -73,7 +73,7 @@ class TrainerView(Protocol):
     run_record: Any
     """The run's record (`logbook.runs.record.RunRecord`), or None when launched directly."""
     history: Any
-    """What earlier attempts left (`trainer.job.attempts.RunHistory`)."""
+    """What earlier attempts left (`logbook.runs.attempt_ends.RunHistory`, read by rank 0 through `logbook.api`)."""
     started_at: float
     attempt: int
     step: int
