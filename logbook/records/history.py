@@ -288,13 +288,16 @@ def _check_log_prefixes(root: Path, pairs: list[tuple[str, str | None, _Change]]
         return
     blobs = gitbind.read_blobs(root, sorted({b for _, _, ch in pairs for b in (ch.old_blob, ch.new_blob)}))
     for c, p, ch in pairs:
-        old, new = blobs.get(ch.old_blob) or b"", blobs.get(ch.new_blob) or b""
+        old, new = blobs.get(ch.old_blob), blobs.get(ch.new_blob)
+        if old is None or new is None:  # a blob this clone lacks: nothing to compare
+            continue
         complete = old[: old.rfind(b"\n") + 1]
         if new.startswith(complete):
             continue
         old_n, new_n = complete.count(b"\n"), new.count(b"\n")
         span = f"line {old_n}" if new_n + 1 == old_n else f"lines {new_n + 1}-{old_n}"
-        what = (f"lost {span} of the {old_n} committed" if new_n < old_n and complete.startswith(new)
+        # Not continued, yet a prefix of the complete lines: it lost at least the last of them.
+        what = (f"lost {span} of the {old_n} committed" if complete.startswith(new)
                 else f"was rewritten from line {_first_differing_line(complete, new)}")
         res.breaks.append(_break(ch.path, "log_rewritten", p or c, c,
                                  f"(log, {old_n} lines in {(p or c)[:7]}) {what} in {c[:7]}", ch.old_blob))
@@ -324,7 +327,7 @@ def _cache_path(project: Project) -> Path:
 
 def _load_cache(project: Project, folder: str) -> dict | None:
     try:
-        data = json.loads(_cache_path(project).read_text("utf-8"))
+        data = json.loads(_cache_path(project).read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION or data.get("entries") != folder \
