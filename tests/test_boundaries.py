@@ -33,34 +33,13 @@ def test_logbook_help_runs_without_torch_or_wandb():
     assert "matplotlib" not in mods and "typst" not in mods
 
 
-WANDB_MIRROR = ROOT / "logbook" / "runs" / "wandb_mirror.py"
-"""The one logbook module that talks to W&B: it imports wandb inside the functions that call it, never at its top."""
-
-
 def test_no_logbook_module_imports_torch():
     for path in (ROOT / "logbook").rglob("*.py"):
         text = path.read_text()
         for line in text.splitlines():
             s = line.strip()
             assert not s.startswith(("import torch", "from torch")), f"{path} imports torch"
-            if path != WANDB_MIRROR:
-                assert not s.startswith(("import wandb", "from wandb")), f"{path} imports wandb"
-
-
-def test_the_wandb_mirror_imports_wandb_only_when_a_mirror_starts():
-    def imports_wandb(node: ast.AST) -> bool:
-        if isinstance(node, ast.Import):
-            return any(a.name.split(".")[0] == "wandb" for a in node.names)
-        return isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "wandb"
-
-    tree = ast.parse(WANDB_MIRROR.read_text())
-    functions = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    in_functions = {id(n) for f in functions for n in ast.walk(f)}
-    wandb_imports = [n for n in ast.walk(tree) if imports_wandb(n)]
-    assert wandb_imports, "the mirror no longer imports wandb: drop WANDB_MIRROR's exemption"
-    assert [n.lineno for n in wandb_imports if id(n) not in in_functions] == [], "import wandb inside a function"
-    mods = _modules_after("import logbook.runs.wandb_mirror\nfrom logbook.api import WandbConfig, WandbMirror")
-    assert "wandb" not in mods and "torch" not in mods
+            assert not s.startswith(("import wandb", "from wandb")), f"{path} imports wandb"
 
 
 def test_command_modules_never_import_the_cli_package_that_imports_them():

@@ -22,8 +22,9 @@ line is said, the mirror turns itself off, and training goes on.
 
 `WandbMirror` knows nothing of the loop that drives it: a training loop (the
 bundled trainer's `WandbSink` callback) hands it plain numbers on its writing
-rank. wandb itself is imported only when a mirror starts, so importing this
-module costs no wandb.
+rank, and hands it the `wandb` package too: the logbook never imports wandb
+itself, and the loop's own import, made when the mirror starts, is guarded
+like every other call into W&B.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ class WandbMirror:
     """
 
     def __init__(self, cfg: WandbConfig, *, root: Path, state_dir: Path, run_id: str, run_dir: Path,
-                 config: dict[str, Any], emit: Callable[..., Any], say: Callable[[str], None]) -> None:
+                 config: dict[str, Any], emit: Callable[..., Any], say: Callable[[str], None],
+                 load_wandb: Callable[[], Any]) -> None:
         """`root`, `state_dir`: the project's; `config`: what the W&B run records as its config; `emit(kind,
         **fields)` writes the `wandb_run` event; `say(line)` reports that the mirror turned itself off."""
         self.cfg = cfg
@@ -154,6 +156,9 @@ class WandbMirror:
         self._table: list[list[Any]] = []
         self._last_val: tuple[int, float] | None = None
         self._last_step = 0
+        self._load_wandb = load_wandb
+        """Returns the `wandb` package (the loop imports it); raising turns the mirror off, as any failure does."""
+        self.wandb: Any = None
 
     # --- the loop's calls: each one guarded ------------------------------------------
 
@@ -188,8 +193,7 @@ class WandbMirror:
     # --- starting -------------------------------------------------------------------
 
     def _start(self) -> None:
-        import wandb  # optional: missing or broken means no W&B, not no training
-
+        self.wandb = wandb = self._load_wandb()  # optional: missing or broken means no W&B, not no training
         wid = wandb_run_id(self.run_id)
         saved = self._state.read()
         resumed = saved.get("id") == wid
@@ -280,9 +284,7 @@ class WandbMirror:
         self._log({"train/step": step, f"events/{kind}": self.counts[kind]})
         self._table.append([e.get("ts"), e.get("attempt"), step, kind, bool(e.get("drill")), _summary(e)])
         if self.cfg.alerts and kind in ALERT_KINDS:
-            import wandb
-
-            level = getattr(wandb.AlertLevel, ALERT_KINDS[kind])
+            level = getattr(self.wandb.AlertLevel, ALERT_KINDS[kind])
             self.run.alert(title=f"{self.run_id}: {kind} at step {step}", text=_summary(e), level=level,
                            wait_duration=0)
 
@@ -292,12 +294,10 @@ class WandbMirror:
     # --- ending ---------------------------------------------------------------------
 
     def _finish(self, val: tuple[int, float] | None, failing: bool) -> None:
-        import wandb
-
         self._log_val(val)
         self._mirror_events()
         if self._table:
-            table = wandb.Table(columns=["ts", "attempt", "step", "kind", "drill", "detail"], data=self._table)
+            table = self.wandb.Table(columns=["ts", "attempt", "step", "kind", "drill", "detail"], data=self._table)
             self._log({"train/step": self._last_step, "events/table": table})
         self._summarise()
         self._save_state()

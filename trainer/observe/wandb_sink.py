@@ -47,7 +47,8 @@ class WandbSink(Callback):
         t = self.trainer
         if self.cfg.enabled and t.dist.rank == 0:
             self.mirror = WandbMirror(self.cfg, root=t.project.root, state_dir=t.project.state_dir, run_id=t.run_id,
-                                      run_dir=t.run_dir, config=dataclasses.asdict(t.cfg), emit=t.emit, say=self.say)
+                                      run_dir=t.run_dir, config=dataclasses.asdict(t.cfg), emit=t.emit, say=self.say,
+                                      load_wandb=_import_wandb)
             self.mirror.start()
 
     def post_step(self, step: int, metrics: dict[str, Any]) -> None:
@@ -61,3 +62,9 @@ class WandbSink(Callback):
     def close(self) -> None:
         if self.mirror is not None:
             self.mirror.finish(self._last_step, self.trainer.last_val, failing=self._failing)
+
+
+def _import_wandb() -> Any:
+    import wandb  # only now, on the rank that mirrors, and only when W&B is enabled
+
+    return wandb
