@@ -83,10 +83,9 @@ class ChainedLog:
                 if last:
                     prev = json.loads(last)
                     prev_hash, seq = prev["hash"], prev["seq"] + 1
-                out = b""
+                out = b""  # what goes on the end: the repair of a torn tail, if any, then the record
                 if size > complete_end:
-                    repaired, prev_hash, seq = self._repair_tail(f, complete_end, size, prev_hash, seq, record)
-                    out += repaired
+                    out, prev_hash, seq = self._repair_tail(f, complete_end, size, prev_hash, seq, record)
                 full = self._complete(record, prev_hash, seq)
                 out += (canonical(full) + "\n").encode("utf-8")
                 f.seek(0, os.SEEK_END)
