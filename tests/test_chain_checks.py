@@ -122,6 +122,17 @@ def test_a_forged_last_line_with_no_hash_and_a_nan_is_reported(tmp_path):
     assert (4, "edited") in _kinds(log)
 
 
+def test_a_forged_line_with_a_nan_and_an_empty_hash_is_edited(tmp_path):
+    """No hash can be computed over a NaN, so not even an empty stored hash may stand for it."""
+    log = _log(tmp_path, 3)
+    last = _lines(log)[-1]
+    forged = {"v": 1, "ts": utc_now(), "kind": "run_finished", "run": "r1", "data": {"loss": float("nan")},
+              "seq": last["seq"] + 1, "prev": last["hash"], "hash": ""}
+    with open(log.path, "a") as f:
+        f.write(json.dumps(forged) + "\n")
+    assert _kinds(log) == [(4, "edited")]
+
+
 # --- the chain: seq and prev -------------------------------------------------------------------
 
 def test_an_appended_log_starts_at_genesis_and_each_line_names_the_one_before(tmp_path):
