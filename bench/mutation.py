@@ -9,7 +9,9 @@ Each set names its modules and the test files that pin them. The work happens
 in a copy of the checkout (mutmut writes `mutants/` beside the sources), so the
 tree is never touched. Prints the score per set as a RESULT line and lists every
 survivor (module, function and mutant name) so it can be read with
-`mutmut show NAME` in the copy (kept with --keep).
+`mutmut show NAME` in the copy (kept with --keep). A survivor that only spells
+a codec name in other case ("utf-8" as "UTF-8") is provably equivalent: it is
+listed apart and left out of the score; every other survivor counts.
 
 Not run in CI: one set takes tens of minutes on two cores. `pip install -e '.[bench]'` installs mutmut. A survivor costs
 every test that covers its function, so tests marked `slow` (real trainer runs)
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -83,18 +86,35 @@ def _configure(dest: Path, modules: list[str], tests: list[str]) -> None:
                   + "".join(f"{k} = {json.dumps(v)}\n" for k, v in conf.items()), "utf-8")
 
 
-def _survivors(dest: Path) -> tuple[int, int, list[str]]:
+def _survivors(dest: Path) -> tuple[int, int, list[str], list[str]]:
+    """(killed, survived, survivors' names, equivalent mutants' names): equivalents count neither way."""
     out = subprocess.run(["mutmut", "results", "--all", "true"], cwd=dest, capture_output=True, text=True).stdout
     killed = survived = 0
-    names = []
+    names, equivalent = [], []
     for line in out.splitlines():
         name, _, status = line.strip().rpartition(": ")
         if status == "killed" or status == "timeout":
             killed += 1
         elif status in ("survived", "no tests"):  # a mutant no test even runs is one nobody would miss
-            survived += 1
-            names.append(name)
-    return killed, survived, names
+            if _equivalent(dest, name):
+                equivalent.append(name)
+            else:
+                survived += 1
+                names.append(name)
+    return killed, survived, names, equivalent
+
+
+_CODEC = re.compile(r'"utf-8"', re.IGNORECASE)
+
+
+def _equivalent(dest: Path, name: str) -> bool:
+    """A mutant that only spells a codec name in other case ("utf-8" -> "UTF-8"): Python's codec lookup ignores
+    case, so no test could ever tell it apart. Nothing else is taken as equivalent."""
+    diff = subprocess.run(["mutmut", "show", name], cwd=dest, capture_output=True, text=True).stdout.splitlines()
+    minus = [ln[1:] for ln in diff if ln.startswith("-") and not ln.startswith("---")]
+    plus = [ln[1:] for ln in diff if ln.startswith("+") and not ln.startswith("+++")]
+    return (len(minus) == len(plus) > 0 and all(a != b for a, b in zip(minus, plus))
+            and all(_CODEC.sub('"utf-8"', a) == _CODEC.sub('"utf-8"', b) for a, b in zip(minus, plus)))
 
 
 def run_set(name: str, max_children: int, keep: bool, only_tests: list[str] | None = None) -> bool:
@@ -106,12 +126,15 @@ def run_set(name: str, max_children: int, keep: bool, only_tests: list[str] | No
         _configure(dest, modules, tests)
         subprocess.run(["mutmut", "run", "--max-children", str(max_children)], cwd=dest,
                        stdout=subprocess.DEVNULL)
-        killed, survived, names = _survivors(dest)
+        killed, survived, names, equivalent = _survivors(dest)
         total = killed + survived
         score = killed / total if total else 0.0
-        print(f"{name}: {killed} of {total} mutants killed ({score:.1%}); {survived} survived")
+        print(f"{name}: {killed} of {total} mutants killed ({score:.1%}); {survived} survived; "
+              f"{len(equivalent)} equivalent (a codec name's case) left out")
         for n in names:
             print(f"  survived: {n}")
+        for n in equivalent:
+            print(f"  equivalent: {n}")
         result(f"mutation score, {name}", round(score, 4), "ratio", f">= {goal}", score >= goal and total > 0)
         if keep:
             print(f"the copy is kept at {dest} (`mutmut show NAME` there)")
