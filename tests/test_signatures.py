@@ -403,3 +403,14 @@ def test_the_author_of_an_acknowledgement_cannot_approve_it_under_a_second_addre
     bo.commit()
     done = bo.cli("verify")
     assert done.exit_code == 0 and "approved by Bo" in done.output, done.output
+
+
+def test_a_verify_answered_from_its_memo_names_the_same_signers_file_records_and_setting_changes(lab):
+    team, _, pid = lab
+    bo = team["bo"]
+    code, first, _ = verify(bo)
+    again_code, again, _ = verify(bo)
+    assert (code, again_code) == (0, 0) and again["commits_checked"] == 0  # the second came from the memo
+    ident = first["identity"]
+    assert ident["allowed_signers"] == ALLOWED and ident["records"] and ident["setting_changes"]
+    assert again["identity"] == ident
