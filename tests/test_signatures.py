@@ -414,3 +414,4 @@ def test_a_verify_answered_from_its_memo_names_the_same_signers_file_records_and
     ident = first["identity"]
     assert ident["allowed_signers"] == ALLOWED and ident["records"] and ident["setting_changes"]
     assert again["identity"] == ident
+    assert again["logs"] == first["logs"] != [] and {**again, "commits_checked": first["commits_checked"]} == first

@@ -117,6 +117,15 @@ def test_an_uncommitted_preregistration_and_a_late_one_each_say_what_to_do_inste
     assert all("verify" not in fix_hint(_f(k)) for k in ("edited", "chain_broken", "hash_mismatch", "uncommitted"))
 
 
+@pytest.mark.parametrize("kind, says", [
+    ("unproven_tail", "a tail stamped late cannot be proven after the fact"),
+    ("stamp_missing", "run `logbook stamp`"),
+    ("stamps_after_run", "this run's order cannot be proven after the fact"),
+])
+def test_a_time_finding_says_what_third_party_time_needs_even_with_two_commits_named(kind, says):
+    assert says in fix_hint(_f(kind, HAD, "HEAD"))
+
+
 def test_while_a_merge_is_under_way_the_hint_first_says_how_to_finish_it():
     report = VerifyReport(in_progress="a merge is in progress: `git merge --continue`")
     assert report.hint_for(_f("record_edited", HAD, LOST)) == \
