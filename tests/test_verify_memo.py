@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 from conftest import git
@@ -119,3 +120,22 @@ def test_a_report_whose_files_changed_while_it_was_checked_is_not_kept(committed
     monkeypatch.setattr(verify_mod, "_verify", edit_meanwhile)
     verify_project(open_project(repo))
     assert not (repo / ".logbook" / "verified-report.json").exists()
+
+
+def test_a_merge_under_way_is_still_named_when_the_memo_answers(committed):
+    repo, _ = committed
+    (repo / "notes.txt").write_text("base\n")
+    git(repo, "add", "notes.txt")
+    git(repo, "commit", "-q", "-m", "notes")
+    git(repo, "switch", "-q", "-c", "side")
+    (repo / "notes.txt").write_text("side\n")
+    git(repo, "commit", "-qam", "side notes")
+    git(repo, "switch", "-q", "-")
+    (repo / "notes.txt").write_text("main\n")
+    git(repo, "commit", "-qam", "main notes")
+    merging = subprocess.run(["git", "merge", "-q", "side"], cwd=repo, capture_output=True, text=True)
+    assert merging.returncode != 0  # a conflict outside the logbook: the merge stays under way
+    first = verify_project(open_project(repo))
+    again = verify_project(open_project(repo))
+    assert first.in_progress and "merge" in first.in_progress
+    assert again.in_progress == first.in_progress and again.commits_checked == 0
