@@ -1,0 +1,147 @@
+"""The questions scoring and reports ask of one run's facts, each pinned on a small log built by hand.
+
+`RunFacts` is the one source of every number about a run; these tests build
+its series and events directly (no trainer, no files) so each answer can be
+checked against values whose mean and median differ, ties that must break one
+way, and steps on either side of a point.
+"""
+
+from __future__ import annotations
+
+from logbook.promises.contingency import parse_rule
+from logbook.runs.facts import RunFacts, _recorded_rollback
+
+
+def _facts(series=None, events=None) -> RunFacts:
+    return RunFacts(run="r1", series=series or {}, events=events or [])
+
+
+def _e(kind: str, step: int, seq: int, attempt: int = 1, **data) -> dict:
+    return {"kind": kind, "step": step, "seq": seq, "attempt": attempt, "run": "r1", "data": data,
+            "ts": f"2026-12-05T10:00:{seq:02d}.000Z"}
+
+
+LOSS = {"loss": {2: 4.0, 5: 3.5, 9: 3.0}}
+
+
+def test_a_value_at_or_before_a_step_is_the_last_logged_up_to_it():
+    f = _facts(LOSS)
+    assert f.value_at_or_before("loss", 5) == (5, 3.5)
+    assert f.value_at_or_before("loss", 8) == (5, 3.5)
+    assert f.value_at_or_before("loss", 9) == (9, 3.0)
+    assert f.value_at_or_before("loss", 100) == (9, 3.0)
+    assert f.value_at_or_before("loss", 1) is None
+    assert f.value_at_or_before("val_loss", 9) is None
+
+
+def test_a_milestone_value_is_the_latest_progress_note_up_to_the_step_that_carries_the_key():
+    events = [_e("milestone", 10, 0, loss=3.0, fraction=0.1), _e("note", 15, 1, loss=9.9),
+              _e("milestone", 20, 2, loss=2.5, fraction=0.2), _e("milestone", 30, 3, fraction=0.3),
+              _e("milestone", 1200, 4, loss=1.5, fraction=0.4), _e("milestone", 40, 5, loss=True, fraction=0.5)]
+    f = _facts(events=events)
+    got = f.milestone_value("loss", 35)
+    assert (got.value, got.step, got.rule) == (2.5, 20, "from the progress note at step 20")
+    assert f.milestone_value("loss", 20).value == 2.5 and f.milestone_value("loss", 19).value == 3.0
+    assert f.milestone_value("loss", 9) is None
+    assert f.milestone_value("val_loss", 35) is None
+    assert f.milestone_value("loss", 5000).rule == "from the progress note at step 1,200"
+
+
+def test_the_nearest_value_within_a_window_breaks_a_tie_towards_the_earlier_step():
+    f = _facts({"loss": {10: 1.0, 14: 2.0, 20: 3.0}})
+    assert f.nearest_within("loss", 12, 2) == (10, 1.0)
+    assert f.nearest_within("loss", 13, 2) == (14, 2.0)
+    assert f.nearest_within("loss", 12, 1) is None
+    assert f.nearest_within("loss", 17, 3) == (14, 2.0)
+    assert f.nearest_within("loss", 18, 2) == (20, 3.0)
+    assert f.nearest_within("val_loss", 10, 5) is None
+
+
+def test_the_steps_logged_around_a_point_are_the_last_before_and_the_first_after():
+    f = _facts({"loss": {10: 1.0, 20: 2.0, 30: 3.0}})
+    assert f.logged_around("loss", 15) == [10, 20]
+    assert f.logged_around("loss", 20) == [10, 30]
+    assert f.logged_around("loss", 10) == [20]
+    assert f.logged_around("loss", 30) == [20]
+    assert f.logged_around("loss", 5) == [10]
+    assert f.logged_around("loss", 35) == [30]
+    assert f.logged_around("val_loss", 15) == []
+
+
+def test_a_median_over_an_interval_takes_both_ends_and_is_not_the_mean():
+    f = _facts({"tokens_per_s": {10: 1.0, 11: 2.0, 12: 10.0, 13: 3.0, 14: 100.0}})
+    assert f.median_over("tokens_per_s", 10, 12) == (2.0, 3)  # the mean would be 4.33
+    assert f.median_over("tokens_per_s", 10, 13) == (2.5, 4)  # the mean would be 4
+    assert f.median_over("tokens_per_s", 12, 12) == (10.0, 1)
+    assert f.median_over("tokens_per_s", 13, 14) == (51.5, 2)
+    assert f.median_over("tokens_per_s", 15, 20) is None
+    assert f.median_over("loss", 10, 14) is None
+
+
+def _restart(step, seq, attempt):
+    return _e("restart", step, seq, attempt, cause="signal", prev_attempt=attempt - 1)
+
+
+def test_a_restart_is_by_hand_when_its_attempt_started_outside_torchrun():
+    events = [_e("run_started", 0, 0, 1, torchelastic_restart_count=0),
+              _restart(5, 1, 2), _e("run_started", 5, 2, 2, torchelastic_restart_count=1),
+              _restart(9, 3, 3), _e("run_started", 9, 4, 3, torchelastic_restart_count=0),
+              _restart(12, 5, 4)]  # attempt 4 never started: nobody can say who made it
+    f = _facts(events=events)
+    assert [f.manual_restart(e) for e in f.of_kind("restart")] == [False, True, False]
+    assert f.interventions()[0] == ("restarts", 1, 2)
+
+
+def test_interventions_count_each_kind_once_by_hand_or_automatic():
+    events = [
+        _e("run_started", 0, 0, 1, torchelastic_restart_count=0),
+        _e("hparam_change", 3, 1, source="live", key="lr_scale", old=1.0, new=0.8, request_id="q1", who="ada"),
+        _e("hparam_change", 4, 2, source="schedule", key="lr_scale", old=0.8, new=0.5),
+        _e("hparam_change", 5, 3, source="advice", key="checkpoint.every", old=50, new=20, request_id="q2"),
+        _e("restart", 6, 4, 2, cause="signal"), _e("run_started", 6, 5, 2, torchelastic_restart_count=1),
+        _e("hparam_change", 6, 6, 2, source="live", key="lr_scale", old=1.0, new=0.8, request_id="q1",
+           reapplied=True),
+        _e("step_skipped", 7, 7, 2), _e("step_skipped", 8, 8, 2),
+        _e("rollback", 9, 9, 2, from_step=9, to_step=5), _e("lr_scaled", 9, 10, 2, factor=0.5),
+        _e("run_aborted", 11, 11, 2, reason="nan"),
+    ]
+    assert _facts(events=events).interventions() == [
+        ("restarts", 0, 1), ("hyperparameter changes", 2, 1), ("updates skipped by the guard", 0, 2),
+        ("rollbacks", 0, 1), ("learning-rate scalings by the guard", 0, 1), ("aborts", 0, 1)]
+
+
+RULE = parse_rule("loss spike > 4 sigma -> rollback 5 steps, skip 10 batches, lr x 0.9")
+
+
+def _incident(skipped, factor=None, step=12):
+    off = {"follows": False, "rule": 1}
+    evs = [_e("divergence_detected", step, 0, plan=off, action="rollback"),
+           _e("rollback", step, 1, from_step=step, to_step=step - 5, batches_skipped=skipped, plan=off)]
+    if factor is not None:
+        evs.append(_e("lr_scaled", step, 2, factor=factor, plan=off))
+    return evs
+
+
+def test_a_rollback_is_read_as_the_batches_it_skipped_and_the_factor_it_scaled_by():
+    assert _recorded_rollback(_incident([8, 20], 0.5), 0) == {"skip_batches": 13, "lr_factor": 0.5}
+    assert _recorded_rollback(_incident([8, 8]), 0) == {"skip_batches": 1, "lr_factor": 1.0}
+    assert _recorded_rollback(_incident(None, "fast"), 0) == {"skip_batches": 0, "lr_factor": 1.0}
+    assert _recorded_rollback(_incident([8, "x"]), 1) == {"skip_batches": 0, "lr_factor": 1.0}
+    assert _recorded_rollback([_e("divergence_detected", 12, 0)], 0) is None
+    other_step = [_e("divergence_detected", 12, 0), _e("rollback", 13, 1, batches_skipped=[1, 4])]
+    assert _recorded_rollback(other_step, 0) is None
+
+
+def test_a_guard_action_off_its_rule_names_each_part_that_differed():
+    f = _facts(events=_incident([8, 20], 0.5))
+    f.judge_plans([RULE])
+    assert f.events[0]["data"]["plan"]["differences"] == [
+        "skipped 13 batches, the rule said 10", "scaled the learning rate by 0.5, the rule said 0.9"]
+    (dev,) = f.event_deviations()
+    assert "skipped 13 batches, the rule said 10" in dev["text"] and dev["step"] == 12
+
+
+def test_a_guard_action_that_did_what_its_rule_says_has_no_difference_to_name():
+    f = _facts(events=_incident([3, 12], 0.9))
+    f.judge_plans([RULE])
+    assert f.events[0]["data"]["plan"]["differences"] == []
