@@ -84,7 +84,7 @@ def _restart(step, seq, attempt):
 
 def test_a_restart_is_by_hand_when_its_attempt_started_outside_torchrun():
     events = [_e("run_started", 0, 0, 1, torchelastic_restart_count=0),
-              _restart(5, 1, 2), _e("run_started", 5, 2, 2, torchelastic_restart_count=1),
+              _restart(5, 1, 2), _e("run_started", 5, 2, 2, torchelastic_restart_count=2),
               _restart(9, 3, 3), _e("run_started", 9, 4, 3, torchelastic_restart_count=0),
               _restart(12, 5, 4)]  # attempt 4 never started: nobody can say who made it
     f = _facts(events=events)
