@@ -353,14 +353,14 @@ def _check_record_files(project: Project, report: VerifyReport) -> None:
     (deletions are `worktree`'s)."""
     root = project.root
     folders = [project.notes_dir, project.reviews_dir]
-    folders += sorted(project.runs_dir.glob("*/outcomes")) if project.runs_dir.is_dir() else []
+    folders += sorted(project.runs_dir.glob("*/outcomes"))  # no runs folder yet: nothing to glob
     named = {f.path for f in report.problems}  # a committed record edited on disk is named once, by `worktree`
     for folder in folders:
         for sentence in damaged_records(folder, root):
             rel = sentence.split(":", 1)[0]
             if rel not in named:
                 report.problems.append(Finding(rel, "edited", sentence))
-    for path in sorted(project.runs_dir.glob("*/run.json")) if project.runs_dir.is_dir() else []:
+    for path in sorted(project.runs_dir.glob("*/run.json")):
         rel = path.relative_to(root).as_posix()
         why = None if rel in named else run_record_problem(path)
         if why:
