@@ -231,6 +231,18 @@ def test_require_makes_a_missing_stamp_exit_4_until_fetched(logbook_repo, cli, l
     assert _verify(cli)[0] == 0
 
 
+def test_a_reader_who_requires_stamps_gets_exit_4_for_a_missing_one_the_lab_does_not_require(
+        logbook_repo, cli, local_tsa):
+    local_tsa.configure(logbook_repo, require=False)
+    local_tsa.stop()
+    pid, _ = _prereg(cli)
+    assert _verify(cli)[0] == 0  # the lab's own setting: pending is not a failure
+    res = cli("verify", "--require-stamps", "--json")
+    report = json.loads(res.stdout)
+    assert res.exit_code == 4 and _kinds(report) == ["stamp_missing"]
+    assert report["problems"][0]["path"] == f"entries/prereg/{pid}.md"
+
+
 # --- order -------------------------------------------------------------------------------------
 
 

@@ -290,7 +290,7 @@ def _verify(project: Project, prereg_id: str | None, full: bool, pin: pins.Trust
     return report
 
 
-def _check_time(project: Project, report: VerifyReport, use_cache: bool, require: bool = False) -> None:
+def _check_time(project: Project, report: VerifyReport, use_cache: bool, require: bool) -> None:
     time = check_time(project, use_cache=use_cache, require=require)
     for t in time.findings:
         (report.problems if t.problem else report.warnings).append(Finding(t.path, t.kind, t.message))

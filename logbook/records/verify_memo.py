@@ -138,7 +138,6 @@ def recall(project: Project, digest: str) -> dict[str, Any] | None:
 def remember(project: Project, digest: str, report: dict[str, Any]) -> None:
     """Keep `report` under `digest` (one memo: the last call's)."""
     try:
-        project.state_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(project.state_dir / MEMO_FILE, json.dumps({"fingerprint": digest, "report": report}))
     except OSError:
         pass  # a read-only clone verifies in full every time
