@@ -8,6 +8,7 @@ way, and steps on either side of a point.
 
 from __future__ import annotations
 
+from logbook.eventlog.eventschema import parse_ts
 from logbook.promises.contingency import parse_rule
 from logbook.runs.facts import RunFacts, _recorded_rollback
 
@@ -54,6 +55,7 @@ def test_the_nearest_value_within_a_window_breaks_a_tie_towards_the_earlier_step
     assert f.nearest_within("loss", 12, 1) is None
     assert f.nearest_within("loss", 17, 3) == (14, 2.0)
     assert f.nearest_within("loss", 18, 2) == (20, 3.0)
+    assert f.nearest_within("loss", 19, 5) == (20, 3.0)  # nearer, though an earlier step is in the window
     assert f.nearest_within("val_loss", 10, 5) is None
 
 
@@ -145,3 +147,35 @@ def test_a_guard_action_that_did_what_its_rule_says_has_no_difference_to_name():
     f = _facts(events=_incident([3, 12], 0.9))
     f.judge_plans([RULE])
     assert f.events[0]["data"]["plan"]["differences"] == []
+
+
+def _timed(events) -> RunFacts:
+    """A run whose metric rows are half a second apart: its median step takes 0.5 s."""
+    rows = [{"step": s, "time": 1000.0 + 0.5 * s, "attempt": 1, "loss": 1.0} for s in range(1, 21)]
+    return RunFacts(run="r1", rows=rows, events=events)
+
+
+def test_an_incident_costs_what_it_charges_a_restart_its_lost_work_and_downtime_a_rollback_its_steps():
+    f = _timed([_e("run_started", 0, 0)])
+    assert f.seconds_per_step() == 0.5
+    assert f.incident_cost_s(_e("restart", 9, 1, 2, seconds_lost=3.0, downtime_s=4.5)) == 7.5
+    assert f.incident_cost_s(_e("restart", 9, 1, 2, downtime_s=4.5)) == 4.5
+    assert f.incident_cost_s(_e("restart", 9, 1, 2, seconds_lost=3.0, downtime_s="?")) == 3.0
+    assert f.incident_cost_s(_e("restart", 9, 1, 2)) is None  # nothing the log can say
+    assert f.incident_cost_s(_e("rollback", 9, 1, steps_lost=6)) == 3.0
+    assert f.incident_cost_s(_e("rollback", 9, 1)) is None
+    assert f.incident_cost_s(_e("step_skipped", 9, 1, steps_lost=6, downtime_s=4.5)) is None
+    assert _facts(events=[_e("run_started", 0, 0)]).incident_cost_s(_e("rollback", 9, 1, steps_lost=6)) is None
+
+
+def test_an_attempt_spans_its_metric_rows_and_the_events_it_wrote_itself():
+    f = _facts(events=[_e("run_started", 0, 3, 1), _e("restart", 5, 9, 2), _e("checkpoint_saved", 7, 20, 2),
+                       {**_e("note", 8, 30, 2), "ts": "not a time"}, {**_e("note", 8, 31), "attempt": None}])
+    f.attempt_times = {2: (1_000_000_000.0, 2_000_000_000.0)}
+    spans = f.attempt_spans()
+    first, third = f.events[0]["ts"], f.events[2]["ts"]
+    assert spans[1] == (parse_ts(first), parse_ts(first))
+    assert spans[2] == (1_000_000_000.0, 2_000_000_000.0)  # the rows reach wider than its events
+    f.attempt_times = {}
+    assert f.attempt_spans()[2] == (parse_ts(f.events[1]["ts"]), parse_ts(third))
+    assert set(f.attempt_spans()) == {1, 2}

@@ -92,7 +92,7 @@ class RunFacts:
         for e in self.events:
             d = Event.of(e).data
             if is_kind(e, "milestone") and isinstance(e.get("step"), int) and e["step"] <= upto and is_number(d.get(key)):
-                found = (e["step"], float(d[key]), d.get("fraction"))
+                found = (e["step"], float(d[key]))
         if found is None:
             return None
         return Measurement(found[1], found[0], f"from the progress note at step {found[0]:,}")
