@@ -816,3 +816,29 @@ def test_a_run_log_that_is_a_symlink_is_never_read_as_a_log_with_or_without_a_sc
         report = verify_project(open_project(logbook_repo), scope, full=True)
         assert link not in report.logs, (scope, report.logs)
     assert any(p.kind == "symlink" and p.path == link for p in verify_project(open_project(logbook_repo)).problems)
+
+
+def test_an_amended_preregistration_does_not_end_the_order_check_of_those_after_it(logbook_repo, cli):
+    _amended(logbook_repo, cli)  # sorts first, and its amendment right after it
+    res = cli("prereg", "--title", "zz a later idea", "--hypothesis", "Later.", "--predict", "loss@final < 2",
+              "--json")
+    pid = json.loads(res.stdout)["id"]
+    git(logbook_repo, "reset", "-q", "--soft", "HEAD~1")
+    git(logbook_repo, "rm", "-q", "--cached", f"entries/prereg/{pid}.md")
+    _run_for(logbook_repo, pid, "2099-01-01T00:00:00.000000Z")
+    git(logbook_repo, "add", "entries/runs")
+    git(logbook_repo, "commit", "-q", "-m", "the run first")
+    _commit(logbook_repo, "the preregistration after it")
+    problems = verify_project(open_project(logbook_repo)).problems
+    assert [(p.kind, p.path) for p in problems] == [("prereg_after_run", "entries/runs/r1/run.json")]
+
+
+def test_the_order_is_read_from_the_repository_whatever_the_working_folder(logbook_repo, cli, tmp_path,
+                                                                           monkeypatch):
+    pid = _prereg(cli)
+    _run_for(logbook_repo, pid, "2099-01-01T00:00:00.000000Z")
+    _commit(logbook_repo, "the run")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # a script that verifies a logbook it is not standing in
+    assert verify_project(open_project(logbook_repo)).ok

@@ -432,9 +432,9 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
     for rec in records:
         if rec.key:
             continue
-        made = hist.introduced.get(rec.relpath[len(entries) + 1:], [])
+        made = hist.introduced.get(rec.relpath[len(entries) + 1:])
         for run in runs.get(rec.prereg_id, []):
-            started = hist.introduced.get(f"runs/{run}/run.json", [])
+            started = hist.introduced.get(f"runs/{run}/run.json")
             if not made or not started:
                 continue  # the run is not committed yet, or the record is reported as uncommitted
             strictly = any(m != s and history.is_ancestor(project.root, m, s) for m in made for s in started)
