@@ -8,9 +8,11 @@ way, and steps on either side of a point.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from logbook.eventlog.eventschema import parse_ts
 from logbook.promises.contingency import parse_rule
-from logbook.runs.facts import RunFacts, _recorded_rollback
+from logbook.runs.facts import RunFacts, _read_metrics, _recorded_rollback
 
 
 def _facts(series=None, events=None) -> RunFacts:
@@ -179,3 +181,55 @@ def test_an_attempt_spans_its_metric_rows_and_the_events_it_wrote_itself():
     f.attempt_times = {}
     assert f.attempt_spans()[2] == (parse_ts(f.events[1]["ts"]), parse_ts(third))
     assert set(f.attempt_spans()) == {1, 2}
+
+
+T0 = 1_780_000_000.0
+
+
+def _at(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _restarted_run() -> RunFacts:
+    """30 steps at 0.5 s each; killed after step 15, restarted from step 10 after 10 s of downtime."""
+    rows = [{"step": s, "time": T0 + 0.5 * s, "attempt": 1, "loss": 1.0} for s in range(1, 16)]
+    rows += [{"step": s, "time": T0 + 20 + 0.5 * s, "attempt": 2, "loss": 1.0} for s in range(11, 31)]
+    events = [{**_e("run_started", 0, 0, 1, total_steps=30), "ts": _at(T0)},
+              {**_e("restart", 10, 1, 2, cause="signal", downtime_s=10.0, seconds_lost=2.5, steps_lost=5),
+               "ts": _at(T0 + 19)},
+              {**_e("run_started", 10, 2, 2, total_steps=30), "ts": _at(T0 + 19.5)},
+              {**_e("checkpoint_saved", 20, 3, 2), "ts": _at(T0 + 30)}]
+    f = RunFacts(run="r1", events=events)
+    _read_metrics(f, rows)
+    f.last_step, f.world_size = 30, 2
+    return f
+
+
+def test_goodput_up_to_a_step_reads_only_what_was_recorded_before_the_run_first_went_past_it():
+    f = _restarted_run()
+    whole, early = f.goodput_report(), f.goodput_report(12)
+    assert (whole.attempts, early.attempts) == (2, 1)  # the restart came after step 12 was first passed
+    assert early.wall_s < whole.wall_s and early.goodput > whole.goodput
+    assert f.goodput_report(12) is early  # computed once
+    at_end, mid = f.goodput(), f.goodput(12)
+    assert (at_end.value, at_end.step) == (whole.goodput, 30)
+    assert at_end.rule == "productive time over wall time, from the event log and metrics"
+    assert (mid.value, mid.step) == (early.goodput, 12)
+    assert mid.rule == "productive time over wall time up to step 12, from the event log and metrics"
+    assert f.goodput(30).rule == at_end.rule and f.goodput(30).step == 30
+    assert f.wall_seconds(12) == early.wall_s and f.wall_seconds() == whole.wall_s
+
+
+def test_goodput_with_no_wall_time_is_missing_and_says_why():
+    got = _facts(events=[_e("run_started", 0, 0)]).goodput()
+    assert got.value is None and got.missing == "no wall time recorded to compute goodput from"
+
+
+def test_device_hours_count_every_process():
+    f = _restarted_run()
+    assert f.device_hours(5400.0) == 3.0 and f.device_hours(None) is None
+
+
+def test_incidents_are_the_kinds_the_registry_marks_in_log_order():
+    f = _restarted_run()
+    assert [e["kind"] for e in f.incidents()] == ["restart"]
