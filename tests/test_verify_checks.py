@@ -201,6 +201,15 @@ def test_only_what_the_schema_allows_follows_a_runs_end_even_rechained(logbook_r
     assert "line 4 is a milestone event after the run finished (line 3, run_finished)" in report.problems[0].message
 
 
+def test_a_log_whose_chain_is_broken_is_named_for_the_break_not_for_what_follows_its_end(logbook_repo):
+    path = _log(logbook_repo, 2)
+    ChainedLog(path).append({"kind": "run_failed", "run": "r1", "data": {}})
+    with open(path, "a") as f:  # appended by hand, not chained: the chain names it, and nothing more is said
+        f.write('{"kind":"run_finished","run":"r1","seq":3}\n')
+    report = verify_project(open_project(logbook_repo))
+    assert [(p.kind, p.line) for p in report.problems] == [("log_edited", 4), ("log_edited", 4)]
+
+
 # --- preregistrations: the amendment chain and the order against runs ----------------------------
 
 FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",

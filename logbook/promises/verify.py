@@ -521,7 +521,7 @@ def _log_paths(project: Project, prereg_id: str | None) -> list[str]:
     """Hash-chained logs on disk to check line by line, relative to the root."""
     root = project.root
     if prereg_id is None:
-        present = [p for p in project.runs_dir.glob("*/events.jsonl")] if project.runs_dir.is_dir() else []
+        present = list(project.runs_dir.glob("*/events.jsonl"))  # no runs folder yet: nothing to glob
         present += [p for p in (project.notes_log, project.reviews_log) if p.exists()]
         return sorted(p.relative_to(root).as_posix() for p in present if p.is_file() and not p.is_symlink())
     runs = runs_referencing(project).get(prereg_id, [])
