@@ -152,3 +152,17 @@ def test_a_bad_pins_file_is_exit_2_naming_it(logbook_repo, cli, pins_home, text,
 def test_a_bad_ca_digest_on_the_command_line_is_exit_2(logbook_repo, cli, pins_home):
     res = cli("verify", "--ca-sha256", "f" * 63)
     assert res.exit_code == 2 and "error: --ca-sha256:" in res.stderr and "sha256sum" in res.stderr
+
+
+def test_verify_asked_without_a_pin_holds_the_repository_to_the_readers_own_pin(tmp_path, local_tsa, pins_home):
+    from logbook.core.project import open_project
+    from logbook.promises.verify import verify_project
+
+    story = _honest(tmp_path, local_tsa)
+    ada = story.team["ada"]
+    ada.ok("pin", "--require-stamps")  # this reader requires stamps; the lab's logbook.yaml does not
+    local_tsa.stop()
+    ada.ok("prereg", "--title", "a later idea", "--hypothesis", "Later.", "--predict", "loss@final < 2")
+    report = verify_project(open_project(ada.path))
+    # The pin's own requirement applies, and its difference from logbook.yaml is named.
+    assert [p.kind for p in report.problems] == ["pin_differs", "stamp_missing"]
