@@ -165,7 +165,9 @@ def test_an_async_dcp_save_killed_before_its_seal_is_not_resumed_and_the_run_sta
     assert [f["data"].get("when") for f in of_kind(evs, "fault_injected")] == ["save"]
     (restart,) = of_kind(evs, "restart")
     assert restart["data"]["resumed_from_step"] == 4
-    assert restart["data"]["unfinished_checkpoint_step"] == 8
+    # The background save of step 8 is killed at its seal; on a loaded machine training has gone on to step 12
+    # by then and begun its save too, and the restart names the newest save left unfinished.
+    assert restart["data"]["unfinished_checkpoint_step"] in (8, 12)
     saved = [e["step"] for e in of_kind(evs, "checkpoint_saved")]
     assert saved == [4, 8, 12]  # step 8's first save never reported; the second attempt's did
     assert all(s["data"]["checkpoint_format"] == "dcp" for s in of_kind(evs, "run_started"))
