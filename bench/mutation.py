@@ -128,14 +128,15 @@ def _equivalent(dest: Path, name: str) -> bool:
             and all(_CODEC.sub('"utf-8"', a) == _CODEC.sub('"utf-8"', b) for a, b in zip(minus, plus)))
 
 
-def run_set(name: str, max_children: int, keep: bool, only_tests: list[str] | None = None) -> bool:
+def run_set(name: str, max_children: int, keep: bool, only_tests: list[str] | None = None,
+            mutants: list[str] | None = None) -> bool:
     modules, tests, goal = SETS[name]
     tests = only_tests or tests
     dest = Path(tempfile.mkdtemp(prefix=f"mutation-{name}-"))
     try:
         _copy_checkout(dest)
         _configure(dest, modules, tests)
-        subprocess.run(["mutmut", "run", "--max-children", str(max_children)], cwd=dest,
+        subprocess.run(["mutmut", "run", "--max-children", str(max_children), *(mutants or [])], cwd=dest,
                        stdout=subprocess.DEVNULL)
         killed, survived, names, equivalent = _survivors(dest)
         total = killed + survived
@@ -162,8 +163,10 @@ def main() -> int:
     ap.add_argument("--max-children", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the copy with mutmut's state")
     ap.add_argument("--tests", nargs="*", help="test files (glob patterns) to run instead of the set's own")
+    ap.add_argument("--mutants", nargs="*", help="run only these mutants (names or globs, as `mutmut results` names "
+                                                 "them): the rest of a run that was stopped; the score counts only these")
     args = ap.parse_args()
-    ok = [run_set(s, args.max_children, args.keep, args.tests) for s in args.set]
+    ok = [run_set(s, args.max_children, args.keep, args.tests, args.mutants) for s in args.set]
     return 0 if all(ok) else 1
 
 
