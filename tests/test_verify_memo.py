@@ -139,3 +139,25 @@ def test_a_merge_under_way_is_still_named_when_the_memo_answers(committed):
     again = verify_project(open_project(repo))
     assert first.in_progress and "merge" in first.in_progress
     assert again.in_progress == first.in_progress and again.commits_checked == 0
+
+
+def test_a_change_to_the_code_that_made_the_memo_makes_it_check_again(committed, monkeypatch, tmp_path):
+    """The memo is only the verdict of the code that made it: any file of that code (not its caches) that
+    changes, however deep, changes the fingerprint."""
+    from logbook.records import verify_memo
+
+    repo, _ = committed
+    code = tmp_path / "code"
+    deep = code / "pkg" / "sub" / "module.py"
+    deep.parent.mkdir(parents=True)
+    deep.write_text("A = 1\n")
+    (code / "pkg" / "__pycache__").mkdir()
+    (code / "a_first.py").write_text("")
+    monkeypatch.setattr(verify_memo, "_CODE", code)
+    project = open_project(repo)
+    first = verify_memo.fingerprint(project, {})
+    assert verify_memo.fingerprint(project, {}) == first
+    (code / "pkg" / "__pycache__" / "module.cpython-311.pyc").write_bytes(b"cache")
+    assert verify_memo.fingerprint(project, {}) == first  # a cache is not the code
+    deep.write_text("A = 22\n")
+    assert verify_memo.fingerprint(project, {}) != first
