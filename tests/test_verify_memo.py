@@ -108,6 +108,17 @@ def test_an_untracked_file_in_the_entries_folder_is_seen(committed):
     assert any("week.pdf" in f.path for f in report.problems + report.warnings)
 
 
+def test_a_record_that_git_ignores_appearing_in_the_entries_folder_is_seen(committed):
+    repo, pre = committed
+    (repo / ".gitignore").write_text("kept-aside.md\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "an ignore rule")
+    assert verify_project(open_project(repo)).unverifiable == []
+    (pre.parent / "kept-aside.md").write_bytes(pre.read_bytes())  # git does not list it unless asked for ignored files
+    report = verify_project(open_project(repo))
+    assert [(u.path, u.kind) for u in report.unverifiable] == [("entries/prereg/kept-aside.md", "ignored")]
+
+
 def test_a_report_whose_files_changed_while_it_was_checked_is_not_kept(committed, monkeypatch):
     repo, path = committed
     real = verify_mod._verify
