@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logbook.core.errors import UsageError
 from logbook.core.textfmt import is_number
+from logbook.core.typedconfig import check_choice, check_config, check_positive
 from logbook.eventlog.eventschema import KINDS, is_kind, kind_of
 from logbook.runs.goodput import goodput_of_run
 
@@ -69,12 +69,10 @@ class WandbConfig:
     """Raise W&B alerts for restarts, rollbacks, divergences, hangs and failures."""
 
     def validate(self, where: str) -> None:
-        if self.mode not in MODES:
-            raise UsageError(f"config: `{where}.mode` must be one of {', '.join(MODES)}; got {self.mode!r}")
-        if not self.project or "/" in self.project:
-            raise UsageError(f"config: `{where}.project` must be a non-empty name without '/', got {self.project!r}")
-        if not self.init_timeout_s > 0:
-            raise UsageError(f"config: `{where}.init_timeout_s` must be > 0, got {self.init_timeout_s}")
+        check_choice(self, where, "mode", MODES)
+        check_config(bool(self.project) and "/" not in self.project, f"{where}.project",
+                     f"must be a non-empty name without '/', got {self.project!r}")
+        check_positive(self, where, "init_timeout_s")
 
 
 def wandb_run_id(run_id: str) -> str:
