@@ -47,31 +47,41 @@ def demo_cmd(
 def _summary(res) -> None:
     run = res.run
     err("")
+    from logbook.cli.console_cmd import stderr_width, wrap_line, wrap_said
+
+    width = stderr_width()
+
+    def say(line: str) -> None:  # wrapped at spaces in a terminal, never mid-word
+        err(wrap_said(line, width))
+
+    def quote(line: str) -> None:  # a quoted line keeps its bar on every line it wraps onto
+        err(wrap_line("  | ", line, width).replace("\n    ", "\n  | "))
+
     err(f"Demo done in {res.seconds:.0f} s.")
-    err(f"  preregistration: {res.prereg_id}")
-    err(f"  run:             {run.run_id} ({run.status}, {run.attempts} attempt(s), {run.restarts} restart(s))")
+    say(f"  preregistration: {res.prereg_id}")
+    say(f"  run:             {run.run_id} ({run.status}, {run.attempts} attempt(s), {run.restarts} restart(s))")
     for line in run.restart_lines or ["no restart recorded"]:
-        err(f"  {line}")
+        say(f"  {line}")
     where = "" if res.kept else " (removed)"
-    err(f"  event log:       {run.events_path}{where}")
+    say(f"  event log:       {run.events_path}{where}")
     for p in res.chronicle:
-        err(f"  chronicle:       {p}{where}")
+        say(f"  chronicle:       {p}{where}")
     if res.restart_entry:
-        err("  the chronicle's entry for it:")
+        say("  the chronicle's entry for it:")
         for line in res.restart_entry:
-            err(f"  | {line}")
+            quote(line)
     for line in res.guard_lines or ["no divergence recorded"]:
-        err(f"  {line}")
+        say(f"  {line}")
     for line in res.change_lines or ["no hyperparameter change recorded"]:
-        err(f"  {line}")
+        say(f"  {line}")
     for title, entry in (("rollback", res.spike_entry), ("live change", res.change_entry)):
         if entry:
-            err(f"  the chronicle's entry for the {title}:")
+            say(f"  the chronicle's entry for the {title}:")
             for line in entry:
-                err(f"  | {line}")
+                quote(line)
     verdict = "intact" if res.verify_ok else "PROBLEMS: " + "; ".join(res.verify_lines[:3])
-    err(f"  logbook verify:  {verdict}")
+    say(f"  logbook verify:  {verdict}")
     if res.team_lines:
-        err("  the team workflow, as it ran:")
+        say("  the team workflow, as it ran:")
         for line in res.team_lines:
-            err(f"  | {line}")
+            quote(line)
