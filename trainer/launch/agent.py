@@ -56,9 +56,7 @@ def train_worker(*argv: str) -> None:
     # torch.multiprocessing asks for a SIGINT when the worker's parent dies; that parent is the
     # fork server, which Slurm signals with the rest of a step: the SIGINT would cut into the
     # save that the step's SIGTERM began. The worker watches its agent instead.
-    from torch.multiprocessing.spawn import _prctl_pr_set_pdeathsig  # the fork server has torch loaded
-
-    _prctl_pr_set_pdeathsig(0)  # torch's own call, the one that asked for the SIGINT: none
+    _prctl(1, 0)  # PR_SET_PDEATHSIG: none
     _name_process(f"trainer-r{os.environ.get('LOCAL_RANK', '0')}")
     _term_when_orphaned()
     from trainer.__main__ import main
@@ -77,12 +75,16 @@ def train_worker(*argv: str) -> None:
         raise SystemExit(code)
 
 
+def _prctl(option: int, arg: int | bytes) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+
+
 def _name_process(name: str) -> None:
     """Name the worker for `ps -o comm` and `top` (its command line is the fork server's)."""
-    try:
-        Path("/proc/self/comm").write_text(name[:15])  # Linux's own file for it; elsewhere the name stays
-    except OSError:
-        pass
+    _prctl(15, name.encode()[:15])  # PR_SET_NAME
 
 
 def _term_when_orphaned() -> None:
