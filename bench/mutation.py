@@ -86,13 +86,14 @@ def _copy_checkout(dest: Path) -> None:
 def _configure(dest: Path, modules: list[str], tests: list[str]) -> None:
     """mutmut reads `[tool.mutmut]` from the copy's pyproject.toml."""
     present = sorted({str(p.relative_to(dest)) for pattern in tests for p in dest.glob(pattern)})
+    shutil.copy2(ROOT / "bench" / "_mutation_order.py", dest / "conftest.py")  # fastest tests first (see there)
     py = dest / "pyproject.toml"
     # `-n 0`: mutmut runs the tests itself, one process per mutant; `-p no:cacheprovider` keeps the copy clean.
     conf = {"source_paths": [m for m in modules if (dest / m).exists()],
             "pytest_add_cli_args_test_selection": present,
             "pytest_add_cli_args": ["-n", "0", "-p", "no:cacheprovider", "-q", "-x", "-m", "not slow"],
             "also_copy": ["templates", "configs", "trainer", "tests", "bench", "logbook", "pyproject.toml",
-                          "README.md", "docs"]}
+                          "README.md", "docs", "conftest.py"]}
     py.write_text(py.read_text("utf-8") + "\n[tool.mutmut]\n"
                   + "".join(f"{k} = {json.dumps(v)}\n" for k, v in conf.items()), "utf-8")
 

@@ -319,7 +319,7 @@ def verify_cmd(
             typer.echo(f"Intact: {_count(len(report.preregs), 'preregistration')}, "
                        f"{_count(report.amendments, 'amendment')}, {_count(len(report.logs), 'log')}.")
         _echo_time(report.timestamps, report.ok)
-    report.raise_if_tampered(project.root)
+    report.raise_if_tampered()
     undone = [v.run_id for v in verdicts if v.state == "not_replayed"]
     if undone:
         raise RefusedError(f"{_count(len(undone), 'run')} could not be replayed: {', '.join(undone[:5])}",

@@ -63,6 +63,15 @@ def split_record(text: str, source: str) -> tuple[dict[str, Any], str]:
     return front, text[end + 5:]
 
 
+def parse_or_none(data: bytes) -> tuple[dict[str, Any], str] | None:
+    """(front matter, body) of a record's bytes, or None when they are no readable record: for checks that only
+    need what a record says when it can be read (the damage itself is reported by the check that compares hashes)."""
+    try:
+        return split_record(data.decode("utf-8"), "record")
+    except (TamperedError, UnicodeDecodeError):
+        return None
+
+
 def read_record(path: Path, source: str) -> tuple[dict[str, Any], str, str]:
     """(front matter, body, sha256) of a record file."""
     try:

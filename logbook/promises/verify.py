@@ -55,8 +55,9 @@ from logbook.records import verify_memo
 from logbook.records import worktree
 from logbook.eventlog.chain import verify_log
 from logbook.eventlog.files import damaged_records, run_record_problem
+from logbook.eventlog.files import read_record as read_json_record
 from logbook.promises.prereg import AMEND_RE, runs_referencing
-from logbook.promises.prereg_format import record_hash, split_record
+from logbook.promises.prereg_format import parse_or_none, record_hash
 from logbook.promises.prereg_input import ID_RE, check_id
 from logbook.trust.timecheck import check_time, time_hint
 from logbook.trust import signed_records
@@ -139,11 +140,8 @@ class VerifyReport:
                 "identity": self.identity.to_dict() if self.identity is not None else None,
                 "acknowledged": [asdict(f) for f in self.acknowledged]}
 
-    def raise_if_tampered(self, root: Path | None = None) -> None:
-        """TamperedError (exit 4) for a changed record; RefusedError (exit 3) for ignored ones only.
-
-        `root` is accepted for callers that pass the repository; the hints need nothing more.
-        """
+    def raise_if_tampered(self) -> None:
+        """TamperedError (exit 4) for a changed record; RefusedError (exit 3) for ignored ones only."""
         if self.problems:
             first = self.problems[0]
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
@@ -242,8 +240,8 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
 
 def _from_memo(kept: dict[str, Any], root: Path) -> VerifyReport:
     """The report `VerifyReport.to_dict` kept; nothing was read again (`commits_checked` 0)."""
-    ident = kept["identity"]
-    identity = None if ident is None else signed_records.IdentityReport(
+    ident = kept["identity"]  # `_verify` always checks identity, so every kept report has one
+    identity = signed_records.IdentityReport(
         enabled=ident["enabled"], allowed_signers=ident["allowed_signers"],
         records=[signed_records.SignedRecord(**r) for r in ident["records"]],
         changes=[SettingChange(**c) for c in ident["setting_changes"]])
@@ -401,7 +399,7 @@ def _check_record(project: Project, rec: _Record, candidates: list[gitbind.Trail
     if any(f.path == rec.relpath and f.kind == "record_edited" for f in report.problems):
         return None  # history named the commit that changed it, and the line: a hash says no more
     for c in candidates:
-        claimed = c.trailers.get("Logbook-Sha256", "")
+        claimed = c.trailers.get("Logbook-Sha256")
         if c.commit in on_head and claimed and actual != claimed:
             report.problems.append(Finding(rec.relpath, "hash_mismatch", (
                 f"{rec.relpath} ({rec.label}) hashes to {(actual or 'nothing readable')[:12]}, but commit "
@@ -412,11 +410,8 @@ def _check_record(project: Project, rec: _Record, candidates: list[gitbind.Trail
 
 
 def _hash_bytes(data: bytes) -> str | None:
-    try:
-        front, body = split_record(data.decode("utf-8"), "record")
-        return record_hash(front, body)
-    except (TamperedError, UnicodeDecodeError):
-        return None
+    parsed = parse_or_none(data)
+    return record_hash(*parsed) if parsed is not None else None
 
 
 def _check_order(project: Project, records: list[_Record], hist: history.HistoryCheck, report: VerifyReport) -> None:
@@ -453,21 +448,24 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
                     f"{started[0][:7]}, where the run was first committed")), had=made[0], lost=started[0]))
 
 
-def _created_in_order(project: Project, rec: _Record, run: str, *, missing_ok: bool = False) -> bool:
+def _created_in_order(project: Project, rec: _Record, run: str, *, missing_ok: bool) -> bool:
     """The preregistration's `created` is not later than the run's; `missing_ok`: a record without one passes."""
-    import json
-
     try:
-        front, _ = split_record((project.root / rec.relpath).read_text("utf-8"), rec.relpath)
-        run_rec = json.loads((project.run_dir(run) / "run.json").read_text("utf-8"))
-    except (OSError, ValueError, TamperedError):
+        parsed = parse_or_none((project.root / rec.relpath).read_bytes())
+    except OSError:
+        parsed = None
+    run_rec = read_json_record(project.run_dir(run) / "run.json")
+    if parsed is None or run_rec is None:
         return missing_ok
-    if not isinstance(run_rec, dict):
-        return missing_ok
-    made, started = str(front.get("created") or ""), str(run_rec.get("created") or "")
+    made, started = str(parsed[0].get("created") or ""), str(run_rec.get("created") or "")
     if not made or not started:
         return missing_ok
-    return made[:19] <= started[:19]  # to the second: one has no fraction
+    return _to_the_second(made) <= _to_the_second(started)
+
+
+def _to_the_second(ts: str) -> str:
+    """An ISO 8601 time cut to the second: a preregistration's has no fraction, a run's may."""
+    return ts[:19]
 
 
 def _check_chains(project: Project, records: list[_Record], hashes: dict, report: VerifyReport) -> None:
@@ -489,10 +487,10 @@ def _check_chains(project: Project, records: list[_Record], hashes: dict, report
 
 def _check_link(pid: str, r: _Record, path: Path, files: dict[str, _Record], hashes: dict,
                 report: VerifyReport) -> None:
-    try:
-        front, _ = split_record(path.read_bytes().decode("utf-8"), r.relpath)
-    except (TamperedError, UnicodeDecodeError):
+    parsed = parse_or_none(path.read_bytes())
+    if parsed is None:
         return  # already reported as edited
+    front = parsed[0]
     prev = front.get("previous") if isinstance(front.get("previous"), dict) else {}
     original = front.get("original") if isinstance(front.get("original"), dict) else {}
     named = front.get("n") if r.key.isdigit() else front.get("id")
@@ -552,5 +550,5 @@ def _check_nothing_after_the_end(path: Path, rel: str, report: VerifyReport) -> 
 def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyReport:
     """`verify_project`, raising TamperedError when anything changed."""
     report = verify_project(project, prereg_id)
-    report.raise_if_tampered(project.root)
+    report.raise_if_tampered()
     return report
