@@ -851,3 +851,17 @@ def test_the_order_is_read_from_the_repository_whatever_the_working_folder(logbo
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # a script that verifies a logbook it is not standing in
     assert verify_project(open_project(logbook_repo)).ok
+
+
+def test_a_deleted_preregistration_is_reported_as_deleted_and_its_committed_run_is_not_called_post_hoc(logbook_repo, cli):
+    """The order check reads the record's `created` from disk; a record gone from disk leaves history's order alone."""
+    from logbook.runs.record import RunRecord, write_run_record
+
+    pid = _prereg(cli)
+    project = open_project(logbook_repo)
+    write_run_record(project, RunRecord(run_id="r-after", created="2099-01-01T00:00:00Z", config_path="c.yaml",
+                                        config_hash="0" * 64, prereg_id=pid))
+    _commit(logbook_repo, "the run")
+    (logbook_repo / "entries" / "prereg" / f"{pid}.md").unlink()
+    kinds = {p.kind for p in verify_project(open_project(logbook_repo), full=True).problems}
+    assert "deleted" in kinds and "prereg_after_run" not in kinds, kinds
