@@ -304,8 +304,8 @@ class ReviewResult:
 def _check_records_intact(project: Project) -> None:
     damaged = damaged_records(project.reviews_dir, project.root)
     if damaged:
-        rel = damaged[0].split(":", 1)[0]
-        raise TamperedError(f"{damaged[0]}; a review record changed after it was written",
+        rel, why = damaged[0]
+        raise TamperedError(f"{rel}: {why}; a review record changed after it was written",
                             hint=f"review records are never edited: {restore_hint(project.root, rel)}")
 
 

@@ -99,8 +99,8 @@ def iter_folder(folder: Path, *, day: str | None = None) -> Iterator[dict[str, A
             yield rec
 
 
-def damaged_records(folder: Path, root: Path) -> list[str]:
-    """A sentence for each record file in `folder` that is not as written (for `verify`)."""
+def damaged_records(folder: Path, root: Path) -> list[tuple[str, str]]:
+    """(path relative to `root`, why) for each record file in `folder` that is not as written (for `verify`)."""
     out = []
     # Files not named by a record id are no records any reader takes in; history
     # still keeps them as committed (recordkinds), so they cannot change unseen.
@@ -108,7 +108,7 @@ def damaged_records(folder: Path, root: Path) -> list[str]:
         rec = read_record(path)
         why = "it is not a JSON record" if rec is None else record_intact(rec, path.name)
         if why:
-            out.append(f"{path.relative_to(root).as_posix()}: {why}")
+            out.append((path.relative_to(root).as_posix(), why))
     return out
 
 

@@ -354,10 +354,9 @@ def _check_record_files(project: Project, report: VerifyReport) -> None:
     folders += sorted(project.runs_dir.glob("*/outcomes"))  # no runs folder yet: nothing to glob
     named = {f.path for f in report.problems}  # a committed record edited on disk is named once, by `worktree`
     for folder in folders:
-        for sentence in damaged_records(folder, root):
-            rel = sentence.split(":", 1)[0]
+        for rel, why in damaged_records(folder, root):
             if rel not in named:
-                report.problems.append(Finding(rel, "edited", sentence))
+                report.problems.append(Finding(rel, "edited", f"{rel}: {why}"))
     for path in sorted(project.runs_dir.glob("*/run.json")):
         rel = path.relative_to(root).as_posix()
         why = None if rel in named else run_record_problem(path)

@@ -149,10 +149,9 @@ def covers(project: Project, ack: Ack, finding: Any) -> bool:
 
 def apply_acknowledgements(project: Project, report: Any) -> None:
     """Move each problem an approved acknowledgement covers to `report.acknowledged`; say which await review."""
-    for sentence in damaged_records(acknowledgements_dir(project), project.root):
-        rel = sentence.split(":", 1)[0]
+    for rel, why in damaged_records(acknowledgements_dir(project), project.root):
         if not any(f.path == rel for f in report.problems):
-            report.add(rel, "edited", sentence)
+            report.add(rel, "edited", f"{rel}: {why}")
     acks = load_acks(project)
     if not acks or not report.problems:
         return
