@@ -1,6 +1,7 @@
 """Mutation testing of the modules that prove integrity and state facts: does the suite notice a broken check?
 
 Usage: python3 bench/mutation.py [--set trust|facts|NAME...] [--max-children N] [--keep] [--tests PATTERN...]
+       python3 bench/mutation.py --set NAME --resume /tmp/mutation-NAME-xxxx   (finish a stopped run)
 
 mutmut changes one thing at a time in a module (a `<` made `<=`, a condition
 negated, a constant changed, a call dropped) and runs the tests that cover it;
@@ -130,13 +131,15 @@ def _equivalent(dest: Path, name: str) -> bool:
 
 
 def run_set(name: str, max_children: int, keep: bool, only_tests: list[str] | None = None,
-            mutants: list[str] | None = None) -> bool:
+            mutants: list[str] | None = None, resume: Path | None = None) -> bool:
     modules, tests, goal = SETS[name]
     tests = only_tests or tests
-    dest = Path(tempfile.mkdtemp(prefix=f"mutation-{name}-"))
+    dest = resume or Path(tempfile.mkdtemp(prefix=f"mutation-{name}-"))
+    keep = keep or resume is not None
     try:
-        _copy_checkout(dest)
-        _configure(dest, modules, tests)
+        if resume is None:
+            _copy_checkout(dest)
+            _configure(dest, modules, tests)
         subprocess.run(["mutmut", "run", "--max-children", str(max_children), *(mutants or [])], cwd=dest,
                        stdout=subprocess.DEVNULL)
         killed, survived, names, equivalent = _survivors(dest)
@@ -166,8 +169,12 @@ def main() -> int:
     ap.add_argument("--tests", nargs="*", help="test files (glob patterns) to run instead of the set's own")
     ap.add_argument("--mutants", nargs="*", help="run only these mutants (names or globs, as `mutmut results` names "
                                                  "them): the rest of a run that was stopped; the score counts only these")
+    ap.add_argument("--resume", type=Path, help="a copy kept by an earlier run of one set (--keep): run the mutants it "
+                                                "has not run yet, then score all (mutmut keeps every result there)")
     args = ap.parse_args()
-    ok = [run_set(s, args.max_children, args.keep, args.tests, args.mutants) for s in args.set]
+    if args.resume and len(args.set) != 1:
+        ap.error("--resume continues one set's copy: name that set with --set")
+    ok = [run_set(s, args.max_children, args.keep, args.tests, args.mutants, args.resume) for s in args.set]
     return 0 if all(ok) else 1
 
 
