@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scoring_helpers import make_prereg, project_of, story_clock, write_record  # noqa: F401  (story_clock: a fixture)
 
 from logbook.chronicle.report import render_markdown, report_data
@@ -96,6 +98,7 @@ def test_a_log_written_before_the_guard_named_differences_is_judged_by_the_rules
     assert actions["rollback"] == "rollback (plan rule 1, with a difference: skipped 13 batches, the rule said 10)"
 
 
+@pytest.mark.slow  # a real training run
 def test_a_real_run_whose_guard_skips_more_batches_than_its_rule_says_names_the_difference(logbook_repo, cli):
     """Through the real trainer: spikes at 12 and 24, so the skipped range 12-24 (13 batches, the latest spike's
     included) is longer than the rule's 10. The guard's own judgement names it, and every view says it."""
