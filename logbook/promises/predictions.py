@@ -89,28 +89,24 @@ class Metric:
     """A noun phrase for people. Counts are cumulative up to the point checked."""
 
 
-def _m(name: str, unit: str, lo: float, hi: float, integer: bool, description: str) -> Metric:
-    return Metric(name, unit, lo, hi, integer, description)
-
-
 INF = math.inf
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    _m("val_loss", "nats", 0, INF, False, "validation loss (cross-entropy)"),
-    _m("loss", "nats", 0, INF, False, "training loss (cross-entropy)"),
-    _m("val_ppl", "perplexity", 1, INF, False, "validation perplexity, exp(val_loss)"),
-    _m("spikes", "count", 0, INF, True, "loss or gradient-norm spikes detected"),
-    _m("restarts", "count", 0, INF, True, "restarts after failures"),
-    _m("rollbacks", "count", 0, INF, True, "rollbacks to an earlier checkpoint"),
-    _m("lr_changes", "count", 0, INF, True, "learning-rate changes (by the guard or by hand)"),
-    _m("skipped_steps", "count", 0, INF, True, "optimizer updates skipped by the guard"),
-    _m("tokens_per_s", "tokens/s", 0, INF, False, "training throughput"),
-    _m("mfu", "fraction", 0, 1, False, "model FLOPs utilisation"),
-    _m("goodput", "fraction", 0, 1, False, "productive training time over wall time"),
-    _m("grad_norm", "L2 norm", 0, INF, False, "global gradient norm"),
-    _m("steps", "count", 0, INF, True, "optimizer steps completed"),
-    _m("tokens", "count", 0, INF, True, "training tokens consumed"),
-    _m("lr", "learning rate", 0, INF, False, "current learning rate"),
-    _m("wall_hours", "hours", 0, INF, False, "wall-clock time since the run started"),
+    Metric("val_loss", "nats", 0, INF, False, "validation loss (cross-entropy)"),
+    Metric("loss", "nats", 0, INF, False, "training loss (cross-entropy)"),
+    Metric("val_ppl", "perplexity", 1, INF, False, "validation perplexity, exp(val_loss)"),
+    Metric("spikes", "count", 0, INF, True, "loss or gradient-norm spikes detected"),
+    Metric("restarts", "count", 0, INF, True, "restarts after failures"),
+    Metric("rollbacks", "count", 0, INF, True, "rollbacks to an earlier checkpoint"),
+    Metric("lr_changes", "count", 0, INF, True, "learning-rate changes (by the guard or by hand)"),
+    Metric("skipped_steps", "count", 0, INF, True, "optimizer updates skipped by the guard"),
+    Metric("tokens_per_s", "tokens/s", 0, INF, False, "training throughput"),
+    Metric("mfu", "fraction", 0, 1, False, "model FLOPs utilisation"),
+    Metric("goodput", "fraction", 0, 1, False, "productive training time over wall time"),
+    Metric("grad_norm", "L2 norm", 0, INF, False, "global gradient norm"),
+    Metric("steps", "count", 0, INF, True, "optimizer steps completed"),
+    Metric("tokens", "count", 0, INF, True, "training tokens consumed"),
+    Metric("lr", "learning rate", 0, INF, False, "current learning rate"),
+    Metric("wall_hours", "hours", 0, INF, False, "wall-clock time since the run started"),
 )}
 
 
