@@ -44,3 +44,31 @@ def test_no_count_is_drawn_over_a_panels_title(tmp_path):
     from PIL import Image
 
     assert Image.open(out).size[0] >= 1000  # readable without zooming
+
+
+def test_a_calibration_with_nothing_scored_says_so_in_the_middle_of_each_panel():
+    from matplotlib.colors import to_hex
+
+    fig = calibration_figure(Calibration(period="month", runs=0, forecasts=Forecasts(), forecasts_by={}))
+    said = []
+    for ax in fig.get_axes():
+        [t] = ax.texts
+        assert t.get_position() == (0.5, 0.5) and t.get_transform() is ax.transAxes
+        assert (t.get_ha(), t.get_va(), t.get_fontsize(), to_hex(t.get_color())) == ("center", "center", 10, "#888888")
+        said.append(t.get_text())
+    assert said == ["no forecast with a stated\nconfidence scored yet", "no point forecast\nscored yet",
+                    "nothing scored yet", "nothing scored yet"]
+
+
+def test_the_plot_file_is_a_png_that_names_no_software_so_the_same_scores_give_the_same_bytes(tmp_path):
+    a = write_calibration_plot(_cal(), tmp_path / "a.png").read_bytes()
+    b = write_calibration_plot(_cal(), tmp_path / "b.png").read_bytes()
+    assert a.startswith(b"\x89PNG\r\n\x1a\n") and a == b
+    assert b"Software" not in a and b"atplotlib" not in a
+
+
+def test_the_json_names_each_count_and_each_bins_interval():
+    d = _cal().to_dict()
+    assert set(d["overall"]) == {"confirmed", "refuted", "inconclusive", "within_tolerance", "total", "rate"}
+    [first, *_] = d["forecasts"]["reliability"]
+    assert set(first) == {"lo", "hi", "n", "mean_forecast", "observed", "ci", "few"} and len(first["ci"]) == 2

@@ -181,3 +181,44 @@ def test_a_tolerance_wider_than_what_the_threshold_accepts_is_refused(text):
                                   "tokens_per_s@50% > 2000 ± 1000"])
 def test_a_tolerance_up_to_what_the_threshold_accepts_is_kept(text):
     assert parse_prediction(text).tolerance > 0
+
+
+HINT = ("write predictions like `val_loss@final < 1.45 ± 0.02`, `spikes@final == 0`, "
+        "`val_loss@final < 2.31 (80%)`, `val_loss@final ≈ 2.25 [2.20, 2.30] 80%`")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("val_loss@~final±5 < 3", "invalid prediction 'val_loss@~final±5 < 3': `~` takes a step or a fraction of the run, "
+                              "not `final` at column 16 (found '±5 < 3')"),
+    ("val_loss@~15 < 3.000000000001", "invalid prediction 'val_loss@~15 < 3.000000000001': `@~` needs its window in "
+                                      "steps: write `@~15±5` (the nearest value within 5 steps of step 15) at column 14 "
+                                      "(found '< 3.00000000')"),
+    ("val_loss@~15± < 3", "invalid prediction 'val_loss@~15± < 3': expected the window, a whole number of steps, "
+                          "after `±` at column 15 (found '< 3')"),
+    ("val_loss@final <", "invalid prediction 'val_loss@final <': expected a threshold number after `<` at column 17 "
+                         "(found 'the end')"),
+])
+def test_a_malformed_prediction_names_what_was_expected_where_and_the_next_twelve_characters(text, message):
+    with pytest.raises(UsageError) as err:
+        parse_prediction(text)
+    assert (err.value.message, err.value.hint) == (message, HINT)
+
+
+def test_a_window_may_group_its_digits_like_a_step():
+    assert parse_prediction("val_loss@~1_000±1_0 < 3").at == At("step", 1000, 10)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("loss@final > -1", "prediction 'loss@final > -1' cannot fail: loss is always in [0, ∞)"),
+    ("mfu@final < 2", "prediction 'mfu@final < 2' cannot fail: mfu is always in [0, 1]"),
+])
+def test_a_prediction_that_cannot_fail_names_the_metrics_range(text, message):
+    with pytest.raises(UsageError) as err:
+        check_falsifiable(parse_prediction(text), text)
+    assert err.value.message == message
+
+
+def test_an_unknown_metric_lists_the_known_ones():
+    with pytest.raises(UsageError) as err:
+        parse_prediction("foo@final < 3")
+    assert err.value.hint == "known metrics: " + ", ".join(sorted(METRICS))

@@ -233,3 +233,24 @@ def test_device_hours_count_every_process():
 def test_incidents_are_the_kinds_the_registry_marks_in_log_order():
     f = _restarted_run()
     assert [e["kind"] for e in f.incidents()] == ["restart"]
+
+
+def test_goodput_up_to_a_step_takes_records_strictly_before_the_first_pass_and_those_without_a_time():
+    from logbook.runs.goodput import goodput_report
+
+    f = _restarted_run()
+    cutoff = f.time_past(12)
+    assert cutoff == T0 + 6.5  # step 13's row
+    f.events.insert(1, {**_e("checkpoint_saved", 13, 9, 1), "ts": _at(cutoff)})  # at the first pass: not before it
+    f.rows.insert(0, {"step": 5, "attempt": 1, "val_loss": 2.0})  # a row without a time is kept
+    before = [e for e in f.run_events() if parse_ts(e["ts"]) < cutoff]
+    rows = [r for r in f.rows if "time" not in r or r["time"] < cutoff]
+    assert f.goodput_report(12) == goodput_report(before, rows)
+    assert goodput_report(before, rows) != goodput_report(before, rows + [r for r in f.rows if r.get("time") == cutoff])
+    assert goodput_report(before, rows) != goodput_report(f.events[:2], rows)
+
+
+def test_a_run_with_no_attempt_has_no_wall_time_and_a_timeless_event_does_not_end_the_spans():
+    assert _facts(events=[_e("note", 0, 0)]).wall_seconds() is None
+    f = _facts(events=[{**_e("note", 1, 0), "ts": None}, _e("run_started", 0, 1, 1)])
+    assert set(f.attempt_spans()) == {1}
