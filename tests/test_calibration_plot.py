@@ -72,3 +72,13 @@ def test_the_json_names_each_count_and_each_bins_interval():
     assert set(d["overall"]) == {"confirmed", "refuted", "inconclusive", "within_tolerance", "total", "rate"}
     [first, *_] = d["forecasts"]["reliability"]
     assert set(first) == {"lo", "hi", "n", "mean_forecast", "observed", "ci", "few"} and len(first["ci"]) == 2
+
+
+def test_the_plot_is_a_png_with_its_own_sizes_whatever_the_readers_matplotlib_settings(tmp_path):
+    import matplotlib
+
+    with matplotlib.rc_context({"savefig.format": "pdf", "font.size": 14}):
+        data = write_calibration_plot(_cal(), tmp_path / "a.png").read_bytes()
+        fig = calibration_figure(Calibration(period="month", runs=0, forecasts=Forecasts(), forecasts_by={}))
+    assert data.startswith(b"\x89PNG")
+    assert {t.get_fontsize() for ax in fig.get_axes() for t in ax.texts} == {10}

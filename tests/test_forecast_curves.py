@@ -110,3 +110,50 @@ def test_throughput_is_the_median_over_a_window_of_at_least_one_step_either_side
     assert m.rule.startswith("median of 3 logged value(s) over steps 0–2")
     m = value_at("tokens_per_s", facts, 8)
     assert m.value is None and m.missing == "not measured: no tokens_per_s was logged over steps 7–9"
+
+
+def test_a_standing_names_the_next_point_short_of_a_curve_none_past_it_and_the_band_at_its_edges():
+    from logbook.scoring.forecasts import standing_against
+
+    facts = RunFacts(run="r1", series={"loss": {5: 3.5, 10: 3.2, 20: 1.8, 30: 0.0, 45: 0.9}})
+    short = standing_against(THREE, facts, 5)
+    assert short == {"metric": "loss", "step": 5, "value": 3.5, "level": 0.8, "late": False, "forecast": None,
+                     "next_point": {"step": 10, "forecast": 3.0}}
+    assert standing_against(THREE, facts, 45)["next_point"] is None
+    at_lo, at_hi = standing_against(THREE, facts, 20), standing_against(THREE, facts, 10)
+    assert (at_lo["value"], at_lo["lo"], at_lo["inside"]) == (1.8, 1.8, True)
+    assert (at_hi["value"], at_hi["hi"], at_hi["inside"]) == (3.2, 3.2, True)
+    assert at_hi["off"] == pytest.approx(0.2) and at_hi["rel_off"] == pytest.approx(0.2 / 3.2)
+    zero = standing_against(THREE, facts, 30)
+    assert (zero["value"], zero["inside"], zero["rel_off"]) == (0.0, False, None)
+    assert standing_against(THREE, RunFacts(run="r1"), 10) is None
+
+
+def test_a_note_stands_against_every_point_forecast_of_its_preregistration_whatever_the_metric(
+        logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["tokens_per_s@final ≈ 1000 [900, 1100] 80%"])
+    story_run(project, story_clock, "story", pid)
+    got = forecast_standings(load_prereg(project, pid), load_facts(project, "story"), 100)
+    assert [(s["metric"], s["forecast"]) for s in got] == [("tokens_per_s", 1000.0)]
+
+
+def _run_with_start(project, run, **data):
+    """A log as another trainer might write it: straight into the chain, past the sink's schema."""
+    from logbook.eventlog.chain import ChainedLog
+
+    log = ChainedLog(project.run_dir(run) / "events.jsonl")
+    if data:
+        log.append({"kind": "run_started", "step": 0, "run": run, "attempt": 1, "data": data})
+    log.append({"kind": "note", "step": 0, "run": run, "attempt": 1, "data": {"text": "hello"}})
+
+
+def test_a_run_without_a_start_has_no_curves_and_one_without_a_whole_total_has_no_fraction_points(logbook_repo):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["val_loss@50% ≈ 3 [2.8, 3.2] 80%", "val_loss@step:40 ≈ 2.5 [2.3, 2.7] 80%"])
+    _run_with_start(project, "no-start")
+    assert run_curves(project, "no-start") == []
+    _run_with_start(project, "odd-total", prereg_id=pid, total_steps="100")
+    assert [c.points for c in run_curves(project, "odd-total")] == [((40, 2.5, 2.3, 2.7),)]
+    _run_with_start(project, "whole-total", prereg_id=pid, total_steps=100)
+    assert [c.points for c in run_curves(project, "whole-total")] == [((50, 3.0, 2.8, 3.2),), ((40, 2.5, 2.3, 2.7),)]

@@ -206,6 +206,7 @@ def test_a_malformed_prediction_names_what_was_expected_where_and_the_next_twelv
 
 def test_a_window_may_group_its_digits_like_a_step():
     assert parse_prediction("val_loss@~1_000±1_0 < 3").at == At("step", 1000, 10)
+    assert parse_prediction("val_loss@~1_000±1__0_ < 3").at == At("step", 1000, 10)  # as loosely as a step
 
 
 @pytest.mark.parametrize("text, message", [

@@ -146,3 +146,17 @@ def test_a_standing_is_met_failed_on_track_at_risk_or_unknown():
         "loss@step:10 < 3.5": ("met", 3.0), "restarts@final <= 0": ("already failed", 1.0),
         "loss@final < 2.5": ("on track", 2.0), "loss@final < 1.5": ("at risk", 2.0),
         "val_loss@final < 3": ("unknown", None), "loss@step:15 < 3": ("unknown", None)}
+
+
+def test_a_point_passed_with_nothing_measured_stays_unknown_and_values_are_kept_to_six_places():
+    facts = RunFacts(run="r1", series={"loss": {15: 2.123456789}}, last_step=15, total_steps=100)
+    assert standing(parse_prediction("loss@step:12 < 3"), facts)["status"] == "unknown"  # reached: today says nothing
+    assert standing(parse_prediction("loss@step:16 < 3"), facts) == {
+        "expr": "loss@step:16 < 3", "status": "on track", "value": 2.123457}
+
+
+def test_a_note_with_no_step_on_a_run_with_no_step_yet_has_no_forecast_standing(logbook_repo):
+    project = project_of(logbook_repo)
+    prereg = load_prereg(project, make_prereg(project, ["val_loss@final ≈ 3 [2.8, 3.2] 80%"]))
+    facts = RunFacts(run="r1", series={"val_loss": {10: 3.0}}, events=[_e("milestone", 0, 0)])
+    assert note_scores(facts, {"kind": "milestone", "seq": 0}, prereg)["forecasts"] == []

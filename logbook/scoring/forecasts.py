@@ -155,9 +155,10 @@ def standing_against(curve: Curve, facts: RunFacts, step: int) -> dict[str, Any]
     at, value = found
     here = curve.at(at)
     if here is None:
-        nxt = next((pt for pt in curve.points if pt[0] >= at), None)
+        # Outside the curve: short of its first point (the next one to reach) or past its last (none).
+        first = curve.points[0]
         return {"metric": curve.metric, "step": at, "value": value, "level": curve.level, "late": curve.late,
-                "forecast": None, "next_point": None if nxt is None else {"step": nxt[0], "forecast": nxt[1]}}
+                "forecast": None, "next_point": {"step": first[0], "forecast": first[1]} if at < first[0] else None}
     f, lo, hi = here
     return {"metric": curve.metric, "step": at, "value": value, "level": curve.level, "late": curve.late,
             # Relative to the value, as the outcome's relative error is, so the note and the scorecard agree.
@@ -179,7 +180,7 @@ def describe_scores(p: dict[str, Any]) -> str:
     rel = "" if f.get("rel_error") is None else f" ({f['rel_error'] * 100:+.1f}%)"
     held = "inside" if f["covered"] else "outside"
     return (f"error {f['error']:+.4g}{rel}, {held} its {f['level'] * 100:g}% interval, "
-            f"interval score {fmt_num(round(f['interval_score'], 4))}")
+            f"interval score {fmt_num(f['interval_score'])}")
 
 
 @dataclass

@@ -43,7 +43,7 @@ def note_scores(facts: RunFacts, note: dict[str, Any], prereg: Any = None,
     the `amendments` its run record accepted.
     """
     then = facts_at(facts, note)
-    step = note.get("step") if isinstance(note.get("step"), int) else then.last_step
+    step = then.last_step  # the note's own step; a note without one stands where the records do
     rep = then.goodput_report()
     before = then.events[:-1] if then.events and then.events[-1].get("seq") == note.get("seq") else then.events
     preds = [] if prereg is None else [standing(p, then) for p, _src in prereg.all_predictions(amendments)]

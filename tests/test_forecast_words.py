@@ -1,0 +1,48 @@
+"""The words and keys a reader sees for forecasts: a scorecard row's phrase, calibration's warnings about small
+samples, and the JSON's names. Each pinned exactly, since a reader takes them as written."""
+
+from __future__ import annotations
+
+import pytest
+
+from logbook.scoring.calibration import MIN_PROBABILITY, Calibration, Forecasts
+from logbook.scoring.forecasts import RunForecasts, describe_scores
+
+
+@pytest.mark.parametrize("forecast, words", [
+    (None, ""), ("0.8", ""), ({}, ""),
+    ({"kind": "probability", "p": 0.8}, "stated 80%, not decided"),
+    ({"kind": "probability", "p": 0.8, "brier": 0.04, "log": -0.2231}, "stated 80%: Brier 0.040, log score -0.223"),
+    ({"kind": "interval"}, "no value to compare"),
+    ({"kind": "interval", "error": -0.05, "rel_error": -0.0167, "covered": True, "level": 0.8,
+      "interval_score": 0.123456}, "error -0.05 (-1.7%), inside its 80% interval, interval score 0.123"),
+    ({"kind": "interval", "error": 0.4, "rel_error": None, "covered": False, "level": 0.5, "interval_score": 2.0},
+     "error +0.4, outside its 50% interval, interval score 2"),
+    ({"kind": "interval", "error": 1e-5, "rel_error": 0.0, "covered": True, "level": 0.9,
+      "interval_score": 0.00012345}, "error +1e-05 (+0.0%), inside its 90% interval, interval score 0.000123"),
+])
+def test_a_scorecard_row_says_its_forecast_scores_in_one_phrase(forecast, words):
+    assert describe_scores({"forecast": forecast}) == words
+
+
+def test_small_samples_are_named_with_their_size_and_where_they_are():
+    few = Forecasts(probability=[(0.9, 1)], intervals=[(0.8, True)], rel_errors=[0.1])
+    assert few.warnings("for Ada") == [
+        "only 1 forecast(s) with a stated confidence for Ada: the Brier score's reliability and resolution say little "
+        f"below {MIN_PROBABILITY}",
+        "only 1 interval(s) at 80% for Ada: coverage of 1 of 1 cannot be told apart from 80% (95% interval 21–100%)",
+        "only 1 point forecast(s) for Ada: a mean relative error from so few is anecdote"]
+    assert few.warnings()[0].startswith("only 1 forecast(s) with a stated confidence: the Brier")
+    assert Forecasts().warnings() == []
+    enough = Forecasts(probability=[(0.9, 1)] * MIN_PROBABILITY)
+    assert enough.warnings() == [] and Forecasts(probability=[(0.9, 1)] * (MIN_PROBABILITY - 1)).warnings()
+
+
+def test_the_calibration_json_names_every_group_and_a_scorecards_forecasts_keep_their_names():
+    d = Calibration(period="month", runs=2, run_ids=["a", "b"]).to_dict()
+    assert set(d) == {"period", "runs", "run_ids", "overall", "by_author", "by_period", "by_metric", "forecasts",
+                      "forecasts_by", "late", "warnings"}
+    assert (d["period"], d["runs"], d["run_ids"]) == ("month", 2, ["a", "b"])
+    assert RunForecasts(probability=2, late=1).to_dict() == {
+        "probability": 2, "mean_brier": None, "mean_log": None, "points": 0, "covered": 0,
+        "mean_abs_rel_error": None, "late": 1}
