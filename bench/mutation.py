@@ -88,7 +88,7 @@ def _copy_checkout(dest: Path) -> None:
 def _configure(dest: Path, modules: list[str], tests: list[str]) -> None:
     """mutmut reads `[tool.mutmut]` from the copy's pyproject.toml."""
     present = sorted({str(p.relative_to(dest)) for pattern in tests for p in dest.glob(pattern)})
-    shutil.copy2(ROOT / "bench" / "_mutation_order.py", dest / "conftest.py")  # fastest tests first (see there)
+    shutil.copy2(ROOT / "bench" / "_mutation_order.py", dest / "conftest.py")  # likeliest killers first (see there)
     py = dest / "pyproject.toml"
     # `-n 0`: mutmut runs the tests itself, one process per mutant; `-p no:cacheprovider` keeps the copy clean.
     conf = {"source_paths": [m for m in modules if (dest / m).exists()],
@@ -141,6 +141,9 @@ def run_set(name: str, max_children: int, keep: bool, only_tests: list[str] | No
         if resume is None:
             _copy_checkout(dest)
             _configure(dest, modules, tests)
+        else:  # the test order may have improved since the run began; results are kept either way
+            for folder in (dest, dest / "mutants"):
+                shutil.copy2(ROOT / "bench" / "_mutation_order.py", folder / "conftest.py")
         subprocess.run(["mutmut", "run", "--max-children", str(max_children), *(mutants or [])], cwd=dest,
                        stdout=subprocess.DEVNULL)
         killed, survived, names, equivalent = _survivors(dest)
