@@ -21,7 +21,8 @@ import json
 import os
 from pathlib import Path
 
-KILLS = Path("mutmut-kills.jsonl")
+HERE = Path(__file__).resolve().parent  # tests change the working folder; the files stay beside this one
+KILLS = HERE / "mutmut-kills.jsonl"
 
 
 def _mutant() -> str:
@@ -47,7 +48,7 @@ def _kills(function: str) -> dict[str, int]:
 
 
 def pytest_collection_modifyitems(items):
-    stats = Path("mutmut-stats.json")
+    stats = HERE / "mutmut-stats.json"
     duration = json.loads(stats.read_text("utf-8")).get("duration_by_test", {}) if stats.is_file() else {}
     mutant = _mutant()
     kills = _kills(_function(mutant)) if mutant else {}
