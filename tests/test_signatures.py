@@ -297,6 +297,9 @@ def test_a_signer_removed_in_a_commit_no_longer_counts_and_the_removal_is_listed
     code, report, _ = verify(ada)
     assert code == 0 and signed_by(report)[f"entries/prereg/{pid}.md"] == []
     assert ("signature_unknown_key", f"entries/prereg/{pid}.md") in kinds(report, "warnings")
+    [w] = [w for w in report["warnings"] if w["kind"] == "signature_unknown_key" and w["path"].endswith(f"{pid}.md")]
+    assert w["message"].endswith("as committed does not list: it counts for no one")
+    assert w["hint"].startswith("if the key is a teammate's, add it to the allowed-signers file")
     assert any(ch["changes"][0].startswith("allowed signer removed: ada@lab.example (ssh-ed25519 SHA256:")
                for ch in report["identity"]["setting_changes"])
 

@@ -865,3 +865,18 @@ def test_a_deleted_preregistration_is_reported_as_deleted_and_its_committed_run_
     (logbook_repo / "entries" / "prereg" / f"{pid}.md").unlink()
     kinds = {p.kind for p in verify_project(open_project(logbook_repo), full=True).problems}
     assert "deleted" in kinds and "prereg_after_run" not in kinds, kinds
+
+
+def test_a_run_whose_start_trained_with_another_seed_than_its_record_says_is_named_with_both(logbook_repo, cli):
+    from logbook.eventlog.chain import ChainedLog as Log
+    from logbook.runs.record import RunRecord, write_run_record
+
+    pid = _prereg(cli)
+    project = open_project(logbook_repo)
+    write_run_record(project, RunRecord(run_id="r-seeded", created="2099-01-01T00:00:00Z", config_path="c.yaml",
+                                        config_hash="0" * 64, prereg_id=pid, seed=1))
+    Log(project.run_dir("r-seeded") / "events.jsonl").append(
+        {"kind": "run_started", "step": 0, "run": "r-seeded", "attempt": 1, "data": {"prereg_id": pid, "seed": 2}})
+    found = [p for p in verify_project(open_project(logbook_repo), full=True).problems if p.kind == "seed_mismatch"]
+    assert [(p.path, p.message) for p in found] == [(
+        "entries/runs/r-seeded/run.json", "run r-seeded: its run_started #1 trained with seed 2, its run.json records 1")]
