@@ -260,8 +260,8 @@ def test_a_record_the_remote_saw_and_history_rewritten_here_is_reported(team, cl
     note.write_text(note.read_text().replace("3e-4", "6e-4"))
     git(alice, "commit", "-q", "-a", "--amend", "--no-edit")  # this clone's history no longer has the original
     out, problems = _tampered(cli)
-    assert [(p["path"], p["kind"], p["had"]) for p in problems] == \
-        [("entries/notes/n-alice-1.json", "remote_differs", "origin/main")]
+    assert [(p["path"], p["kind"], p["had"], p["lost"]) for p in problems] == \
+        [("entries/notes/n-alice-1.json", "remote_differs", "origin/main", "HEAD")]
     assert "differs from the version origin/main has" in out
 
 

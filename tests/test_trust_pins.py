@@ -166,3 +166,4 @@ def test_verify_asked_without_a_pin_holds_the_repository_to_the_readers_own_pin(
     report = verify_project(open_project(ada.path))
     # The pin's own requirement applies, and its difference from logbook.yaml is named.
     assert [p.kind for p in report.problems] == ["pin_differs", "stamp_missing"]
+    assert report.problems[0].path == "logbook.yaml"

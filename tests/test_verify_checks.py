@@ -11,6 +11,7 @@ logs: which are problems, which are warnings, and what each names.
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from conftest import git
@@ -880,3 +881,20 @@ def test_a_run_whose_start_trained_with_another_seed_than_its_record_says_is_nam
     found = [p for p in verify_project(open_project(logbook_repo), full=True).problems if p.kind == "seed_mismatch"]
     assert [(p.path, p.message) for p in found] == [(
         "entries/runs/r-seeded/run.json", "run r-seeded: its run_started #1 trained with seed 2, its run.json records 1")]
+
+
+def test_a_merge_under_way_is_named_whatever_folder_verify_is_asked_from(logbook_repo, tmp_path, monkeypatch):
+    (logbook_repo / "plan.txt").write_text("a\n")
+    _commit(logbook_repo, "plan")
+    git(logbook_repo, "checkout", "-q", "-b", "other")
+    (logbook_repo / "plan.txt").write_text("b\n")
+    _commit(logbook_repo, "plan b")
+    git(logbook_repo, "checkout", "-q", "-")
+    (logbook_repo / "plan.txt").write_text("c\n")
+    _commit(logbook_repo, "plan c")
+    subprocess.run(["git", "merge", "-q", "other"], cwd=logbook_repo, capture_output=True)  # conflicts
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    report = verify_project(open_project(logbook_repo), full=True)
+    assert report.in_progress == "a merge is in progress: finish it (`git commit`) or abort it (`git merge --abort`)"
