@@ -898,3 +898,14 @@ def test_a_merge_under_way_is_named_whatever_folder_verify_is_asked_from(logbook
     monkeypatch.chdir(elsewhere)
     report = verify_project(open_project(logbook_repo), full=True)
     assert report.in_progress == "a merge is in progress: finish it (`git commit`) or abort it (`git merge --abort`)"
+
+
+def test_verify_asked_from_another_folder_reads_the_repositorys_own_history(logbook_repo, cli, tmp_path, monkeypatch):
+    """Every git question is put to the repository, never to the folder the reader happens to be in."""
+    pid = _prereg(cli)
+    made = _recommit(logbook_repo, [("Logbook-Prereg", pid), ("Logbook-Sha256", "e" * 64)])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    problems = verify_project(open_project(logbook_repo), full=True).problems
+    assert [(p.kind, p.had) for p in problems] == [("hash_mismatch", made)]
