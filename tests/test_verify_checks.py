@@ -909,3 +909,13 @@ def test_verify_asked_from_another_folder_reads_the_repositorys_own_history(logb
     monkeypatch.chdir(elsewhere)
     problems = verify_project(open_project(logbook_repo), full=True).problems
     assert [(p.kind, p.had) for p in problems] == [("hash_mismatch", made)]
+
+
+def test_verify_of_an_unknown_preregistration_says_where_to_find_the_known_ones(logbook_repo, cli):
+    from logbook.core.errors import NotFoundError
+
+    _prereg(cli)
+    with pytest.raises(NotFoundError) as err:
+        verify_project(open_project(logbook_repo), "2026-01-01-no-such-idea-abc123", full=True)
+    assert (err.value.message, err.value.hint) == (
+        "unknown preregistration '2026-01-01-no-such-idea-abc123'", "see `logbook ls`")
