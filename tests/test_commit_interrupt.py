@@ -49,11 +49,10 @@ def test_ctrl_c_at_any_moment_of_a_commit_is_never_a_traceback_and_the_exit_code
     code, out, err, took = _commit(logbook_repo, monkeypatch, None)
     assert code == 0 and out.strip() == _head(logbook_repo), err
     # Before the interpreter has imported `site`, a Ctrl-C is CPython's own fatal error, before any code of
-    # ours can run: the moments start well after a bare interpreter's start-up (three times the slowest of five,
-    # and 50 ms more: a start-up of 30 ms measured here took over 56 ms once on a busy machine).
-    python = 3 * max(_seconds([sys.executable, "-c", "pass"]) for _ in range(5)) + 0.05
+    # ours can run: the moments start after twice the time a bare interpreter needs to start.
+    python = max(_seconds([sys.executable, "-c", "pass"]) for _ in range(3))
     # Start-up to past the end; the last ones late enough that a slower run than the calibration still commits.
-    moments = [0.0] + [python + (took - python) * k / 10 for k in range(12)] + [2 * took, 4 * took]
+    moments = [0.0] + [2 * python + (took - 2 * python) * k / 10 for k in range(12)] + [2 * took, 4 * took]
     seen = set()
     for n, delay in enumerate(moments):
         assert cli("note", f"note {n}").exit_code == 0
