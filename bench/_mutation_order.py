@@ -15,14 +15,21 @@ copy's root conftest.py; mutmut runs the tests from its `mutants/` folder,
 where it keeps each test's duration from its first, clean run, and where the
 kills are appended (one JSON line each; two workers may append at once, and
 lines this short are written whole).
+
+A mutant's tests also run under a cap on memory (MEMORY_CAP): a mutant that
+makes a loop endless (a folder walk that never pops) then fails fast with a
+MemoryError, which is what it is, instead of growing until the kernel kills
+the process and the machine with it.
 """
 
 import json
 import os
+import resource
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent  # tests change the working folder; the files stay beside this one
 KILLS = HERE / "mutmut-kills.jsonl"
+MEMORY_CAP = 4 << 30  # bytes of address space; the suite's own tests need well under 1 GiB
 
 
 def _mutant() -> str:
@@ -45,6 +52,11 @@ def _kills(function: str) -> dict[str, int]:
             if rec.get("function") == function:
                 counts[rec["test"]] = counts.get(rec["test"], 0) + 1
     return counts
+
+
+def pytest_configure(config):
+    if _mutant():
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
 def pytest_collection_modifyitems(items):

@@ -919,3 +919,16 @@ def test_verify_of_an_unknown_preregistration_says_where_to_find_the_known_ones(
         verify_project(open_project(logbook_repo), "2026-01-01-no-such-idea-abc123", full=True)
     assert (err.value.message, err.value.hint) == (
         "unknown preregistration '2026-01-01-no-such-idea-abc123'", "see `logbook ls`")
+
+
+def test_only_files_named_as_a_preregistration_in_its_folder_are_checked_as_one(logbook_repo, cli):
+    """A name is a record when it is an id and `.md` both: a note beside the records is not one, an id of one
+    short word is, and a name that is an id only once a letter more is cut is not."""
+    pid = _prereg(cli)
+    _commit(logbook_repo, "the preregistration")
+    folder = logbook_repo / "entries" / "prereg"
+    for name in ("notes.md", "2026-01-01-a.md", "2026-01-01-ab-.md"):
+        (folder / name).write_text("written by hand\n")
+    report = verify_project(open_project(logbook_repo), full=True)
+    assert report.preregs == ["2026-01-01-a", pid]
+    assert [(p.path, p.kind) for p in report.problems] == [("entries/prereg/2026-01-01-a.md", "uncommitted")]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import git
@@ -171,4 +172,34 @@ def test_a_change_to_the_code_that_made_the_memo_makes_it_check_again(committed,
     (code / "pkg" / "__pycache__" / "module.cpython-311.pyc").write_bytes(b"cache")
     assert verify_memo.fingerprint(project, {}) == first  # a cache is not the code
     deep.write_text("A = 22\n")
+    assert verify_memo.fingerprint(project, {}) != first
+
+
+def test_the_files_outside_the_logbook_that_verify_reads_are_all_in_the_fingerprint(committed, monkeypatch, tmp_path):
+    """Settings, the CA and signers files they name, the repository's ignore rules, and the reader's own git
+    config, git ignore file and trust pins: where the environment moves them, the fingerprint follows."""
+    from logbook.records import verify_memo
+
+    repo, _ = committed
+    cfg = repo / "logbook.yaml"
+    cfg.write_text(cfg.read_text() + "timestamping:\n  authorities:\n    - url: http://127.0.0.1:9/\n"
+                   "      ca: trust/tsa.pem\nsigning:\n  allowed_signers: trust/allowed_signers\n")
+    home, xdg = tmp_path / "home", tmp_path / "xdg"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    user = [home / ".gitconfig", home / ".config" / "git" / "config", home / ".config" / "git" / "ignore"]
+    ours = [repo / "logbook.yaml", repo / ".gitignore", repo / "trust" / "tsa.pem", repo / "trust" / "allowed_signers"]
+    assert verify_memo._named_files(open_project(repo)) == [
+        *ours, *user, Path("/etc/gitconfig"), home / ".config" / "logbook" / "pins.yaml"]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "global.cfg"))
+    assert verify_memo._named_files(open_project(repo))[4:] == [
+        tmp_path / "global.cfg", xdg / "git" / "config", xdg / "git" / "ignore", Path("/etc/gitconfig"),
+        xdg / "logbook" / "pins.yaml"]
+
+    project = open_project(repo)
+    first = verify_memo.fingerprint(project, {})
+    (xdg / "git").mkdir(parents=True)
+    (xdg / "git" / "ignore").write_text("*.pdf\n")  # a global ignore rule changes what git lists as ignored
     assert verify_memo.fingerprint(project, {}) != first

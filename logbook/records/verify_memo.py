@@ -46,12 +46,13 @@ _IN_PROGRESS = ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge",
 _CODE = Path(__file__).resolve().parent.parent  # the logbook package
 
 
-def _stat(path: Path) -> tuple[Any, ...]:
+def _stat(path: str | Path) -> tuple[Any, ...]:
+    """Type, size, times and inode of `path` itself; its name is given by where it stands in the fingerprint."""
     try:
         st = os.lstat(path)
-    except OSError:
-        return (str(path), None)
-    return (str(path), st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    except OSError:  # missing, or gone since a listing named it
+        return (None,)
+    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def _tree_stats(top: Path, skip: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
@@ -67,8 +68,7 @@ def _tree_stats(top: Path, skip: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
         for e in entries:
             if e.name in skip:
                 continue
-            st = e.stat(follow_symlinks=False)
-            out.append((e.path, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            out.append((e.path, *_stat(e.path)))
             if e.is_dir(follow_symlinks=False):
                 stack.append(Path(e.path))
     return out
@@ -127,7 +127,7 @@ def _parts(project: Project, scope: dict[str, Any], git_dir: Path, refs: str) ->
 def recall(project: Project, digest: str) -> dict[str, Any] | None:
     """The report kept under `digest`, or None."""
     try:
-        kept = json.loads((project.state_dir / MEMO_FILE).read_text("utf-8"))
+        kept = json.loads((project.state_dir / MEMO_FILE).read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(kept, dict) or kept.get("fingerprint") != digest or not isinstance(kept.get("report"), dict):
