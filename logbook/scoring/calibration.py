@@ -210,6 +210,17 @@ class Forecasts:
     def empty(self) -> bool:
         return not (self.probability or self.intervals)
 
+    @property
+    def brier(self) -> float | None:
+        """Mean Brier score of the forecasts with a stated confidence; None without one."""
+        m = murphy(self.probability)
+        return m.brier if m else None
+
+    @property
+    def covered(self) -> float | None:
+        """Share of point forecasts whose value landed inside their interval, whatever its level; None without one."""
+        return sum(c for _, c in self.intervals) / len(self.intervals) if self.intervals else None
+
     def coverage(self) -> list[dict[str, Any]]:
         """Per nominal level: intervals, how many held, the rate and its 95% interval."""
         out = []
@@ -246,7 +257,7 @@ class Forecasts:
         m = murphy(self.probability)
         return {"probability": len(self.probability), "murphy": m.to_dict() if m else None,
                 "reliability": [b.to_dict() for b in reliability_bins(self.probability)],
-                "coverage": self.coverage(), "errors": self.errors(),
+                "coverage": self.coverage(), "covered": self.covered, "errors": self.errors(),
                 "mean_log": (sum(math.log(p if o else 1 - p) for p, o in self.probability) / len(self.probability)
                              if self.probability else None)}
 

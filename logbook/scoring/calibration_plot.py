@@ -14,6 +14,10 @@ outcomes give the same bytes:
    scores, drawn as a line).
 4. Interval coverage per period, with a dashed line at each nominal level
    the intervals were stated at: the rate they should reach.
+
+Every number drawn is one `Calibration` states (and `--json` prints); this
+module only places them. Its look is the tables below, one per kind of mark,
+so every panel matches and the reader's matplotlib settings change nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +31,19 @@ from logbook.scoring.calibration import Calibration, reliability_bins
 _BLUE, _PURPLE, _GREY = "#1f4e79", "#7f3f98", "#888888"
 _TOP = 1.12
 """Room above 1.0 on every probability axis, so a count at the top sits below the panel's title."""
+_TITLE = {"fontsize": 11}
+_LABEL = {"fontsize": 10}
+_TICKS = {"labelsize": 9}
+_GRID = {"alpha": 0.3}
+_DIAGONAL = {"ls": "--", "lw": 0.8, "color": _GREY}
+_POINT = {"ms": 5, "lw": 0.8, "capsize": 2}
+_LINE = {"ms": 5, "lw": 1.2}
+_TICKS_TEXT = {"fontsize": 9}
+_COUNT = {"textcoords": "offset points", "fontsize": 8}
+_EMPTY = {"ha": "center", "va": "center", "fontsize": 10, "color": _GREY}
+_LEGEND = {"fontsize": 8}
+_CHANCE = {"ls": "--", "lw": 0.9, "color": _GREY}
+_NOMINAL = {"lw": 1.0, "color": _PURPLE, "alpha": 0.7}
 
 
 def calibration_figure(cal: Calibration):
@@ -53,19 +70,32 @@ def write_calibration_plot(cal: Calibration, out_path: Path) -> Path:
     return Path(out_path)
 
 
-def _square(ax, title: str, xlabel: str, ylabel: str) -> None:
-    ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color=_GREY)
-    ax.set_xlim(0, 1)
+def _frame(ax, title: str, xlabel: str, ylabel: str) -> None:
+    """Title, labels and grid of a panel whose y axis is a probability."""
+    ax.set_title(title, **_TITLE)
+    ax.set_xlabel(xlabel, **_LABEL)
+    ax.set_ylabel(ylabel, **_LABEL)
+    ax.tick_params(**_TICKS)
+    ax.grid(True, **_GRID)
     ax.set_ylim(-0.02, _TOP)
-    ax.set_title(title, fontsize=11)
-    ax.set_xlabel(xlabel, fontsize=10)
-    ax.set_ylabel(ylabel, fontsize=10)
-    ax.tick_params(labelsize=9)
-    ax.grid(True, alpha=0.3)
+
+
+def _square(ax, title: str, xlabel: str, ylabel: str) -> None:
+    """A panel of probability against probability, with the diagonal where the two agree."""
+    _frame(ax, title, xlabel, ylabel)
+    ax.plot([0, 1], [0, 1], **_DIAGONAL)
+    ax.set_xlim(0, 1)
 
 
 def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, transform=ax.transAxes, color=_GREY)
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, **_EMPTY)
+
+
+def _point(ax, x: float, y: float, ci, marker: str, color: str, hollow: bool, count: str, offset) -> None:
+    """One estimate with its 95% interval and its count beside it; hollow when too few to read."""
+    ax.errorbar([x], [y], yerr=[[y - ci[0]], [ci[1] - y]], fmt=marker, color=color,
+                mfc="white" if hollow else color, **_POINT)
+    ax.annotate(count, (x, y), xytext=offset, **_COUNT)
 
 
 def _reliability(ax, cal: Calibration) -> None:
@@ -74,13 +104,9 @@ def _reliability(ax, cal: Calibration) -> None:
     if not bins:
         _empty(ax, "no forecast with a stated\nconfidence scored yet")
         return
-    for b in bins:
-        face = "white" if b.few else _BLUE
-        ax.errorbar([b.mean_forecast], [b.observed], yerr=[[b.observed - b.ci[0]], [b.ci[1] - b.observed]],
-                    fmt="o", ms=5, color=_BLUE, mfc=face, lw=0.8, capsize=2)
-        ax.annotate(f"n={b.n}", (b.mean_forecast, b.observed),  # inside the panel, clear of the title
-                    xytext=(-26 if b.mean_forecast > 0.9 else 5, -12 if b.observed > 0.9 else 4),
-                    textcoords="offset points", fontsize=8)
+    for b in bins:  # the count inside the panel, clear of the title and of the right edge
+        _point(ax, b.mean_forecast, b.observed, b.ci, "o", _BLUE, b.few, f"n={b.n}",
+               (-26 if b.mean_forecast > 0.9 else 5, -12 if b.observed > 0.9 else 4))
 
 
 def _coverage(ax, cal: Calibration) -> None:
@@ -90,46 +116,41 @@ def _coverage(ax, cal: Calibration) -> None:
         _empty(ax, "no point forecast\nscored yet")
         return
     for r in rows:
-        face = "white" if r["few"] else _PURPLE
-        ax.errorbar([r["level"]], [r["rate"]], yerr=[[r["rate"] - r["ci"][0]], [r["ci"][1] - r["rate"]]],
-                    fmt="s", ms=5, color=_PURPLE, mfc=face, lw=0.8, capsize=2)
-        ax.annotate(f"{r['covered']}/{r['n']}", (r["level"], r["rate"]), xytext=(5, -12), textcoords="offset points",
-                    fontsize=8)
+        _point(ax, r["level"], r["rate"], r["ci"], "s", _PURPLE, r["few"], f"{r['covered']}/{r['n']}", (5, -12))
 
 
 def _periods(ax, cal: Calibration, title: str, ylabel: str):
     """The per-period panel's frame; the periods and their forecasts, or None when nothing is scored yet."""
     periods = cal.forecasts_by.get("period", {})
-    ax.set_title(title, fontsize=11)
-    ax.set_ylabel(ylabel, fontsize=10)
-    ax.set_xlabel(cal.period, fontsize=10)
-    ax.tick_params(labelsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.set_ylim(-0.02, _TOP)
+    _frame(ax, title, cal.period, ylabel)
     if not periods:
         _empty(ax, "nothing scored yet")
         return None
     keys = list(periods)
     ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels(keys, rotation=30, ha="right", fontsize=9)
+    ax.set_xticklabels(keys, rotation=30, ha="right", **_TICKS_TEXT)
     ax.set_xlim(-0.5, len(keys) - 0.5)
     return [(x, periods[k]) for x, k in enumerate(keys)]
+
+
+def _trend(ax, pts: list[tuple[int, float, int]], marker: str, color: str, label: str, offset, none: str) -> None:
+    """The measure per period as a line, each point with its count; `none` said when no period has one."""
+    if not pts:
+        _empty(ax, none)
+        return
+    ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], marker, color=color, label=label, **_LINE)
+    for x, y, n in pts:
+        ax.annotate(f"n={n}", (x, y), xytext=offset, **_COUNT)
 
 
 def _brier_over_time(ax, cal: Calibration) -> None:
     rows = _periods(ax, cal, f"Brier score by {cal.period}", "mean Brier score (lower is better)")
     if rows is None:
         return
-    ax.axhline(0.25, ls="--", lw=0.9, color=_GREY, label="always 50% (0.25)")
-    pts = [(x, sum((p - o) ** 2 for p, o in f.probability) / len(f.probability), len(f.probability))
-           for x, f in rows if f.probability]
-    if not pts:
-        _empty(ax, "no forecast with a stated\nconfidence scored yet")
-    else:
-        ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "o-", ms=5, lw=1.2, color=_BLUE, label="mean Brier")
-        for x, y, n in pts:
-            ax.annotate(f"n={n}", (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.axhline(0.25, label="always 50% (0.25)", **_CHANCE)
+    _trend(ax, [(x, f.brier, len(f.probability)) for x, f in rows if f.brier is not None], "o-", _BLUE,
+           "mean Brier", (5, 4), "no forecast with a stated\nconfidence scored yet")
+    ax.legend(loc="upper right", **_LEGEND)
 
 
 def _coverage_over_time(ax, cal: Calibration) -> None:
@@ -138,13 +159,7 @@ def _coverage_over_time(ax, cal: Calibration) -> None:
         return
     levels = sorted({lv for _, f in rows for lv, _ in f.intervals})
     for lv, ls in zip(levels, ["--", ":", "-."] * len(levels)):  # the rate each stated level promises
-        ax.axhline(lv, ls=ls, lw=1.0, color=_PURPLE, alpha=0.7, label=f"nominal {lv * 100:g}%")
-    pts = [(x, sum(c for _, c in f.intervals) / len(f.intervals), len(f.intervals)) for x, f in rows if f.intervals]
-    if not pts:
-        _empty(ax, "no point forecast\nscored yet")
-    else:
-        ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "s-", ms=5, lw=1.2, color=_PURPLE,
-                label="observed coverage")
-        for x, y, n in pts:
-            ax.annotate(f"n={n}", (x, y), xytext=(5, -12), textcoords="offset points", fontsize=8)
-    ax.legend(fontsize=8, loc="lower right")
+        ax.axhline(lv, ls=ls, label=f"nominal {lv * 100:g}%", **_NOMINAL)
+    _trend(ax, [(x, f.covered, len(f.intervals)) for x, f in rows if f.covered is not None], "s-", _PURPLE,
+           "observed coverage", (5, -12), "no point forecast\nscored yet")
+    ax.legend(loc="lower right", **_LEGEND)
