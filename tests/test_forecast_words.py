@@ -46,3 +46,29 @@ def test_the_calibration_json_names_every_group_and_a_scorecards_forecasts_keep_
     assert RunForecasts(probability=2, late=1).to_dict() == {
         "probability": 2, "mean_brier": None, "mean_log": None, "points": 0, "covered": 0,
         "mean_abs_rel_error": None, "late": 1}
+
+
+@pytest.mark.parametrize("text, says", [
+    ("val_loss ≈ {50% 2.6 [2.4, 2.8], final: 2 [1, 3]} 80%",
+     "expected `:` between a trajectory's point and its forecast (`50%: 2.6 [2.4, 2.8]`) at column 17"),
+    ("val_loss ≈ {50%: 2.6 [2.4, 2.8] final: 2 [1, 3]} 80%", "expected `,` or `}` after a trajectory point at column 33"),
+    ("val_loss ≈ {50%: 2.6 [2.4, 2.8]} 80%",
+     "a trajectory needs at least two points; a single one is a point forecast (`@50% ≈ ...`) at column 33"),
+    ("val_loss ≈ {" + ", ".join(f"{s}: 2 [1, 3]" for s in range(1, 102)) + "} 80%", "a trajectory has at most 100 points"),
+])
+def test_a_refused_trajectory_says_in_full_what_it_expected(text, says):
+    from logbook.core.errors import UsageError
+    from logbook.promises.predictions import parse_prediction
+
+    with pytest.raises(UsageError) as e:
+        parse_prediction(text)
+    assert e.value.message.startswith(f"invalid prediction {text!r}: {says}"), e.value.message
+
+
+def test_a_trajectory_of_exactly_the_most_points_is_taken_and_its_separators_need_no_spaces():
+    from logbook.promises.predictions import parse_prediction
+
+    most = parse_prediction("loss ≈ {" + ", ".join(f"{s}: 2 [1, 3]" for s in range(1, 101)) + "} 80%")
+    assert len(most.points) == 100
+    tight = parse_prediction("val_loss ≈ {50%:2.6 [2.4, 2.8],final:2 [1, 3]} (80%)")
+    assert tight.to_text() == "val_loss ≈ {50%: 2.6 [2.4, 2.8], final: 2 [1, 3]} 80%"

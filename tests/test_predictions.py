@@ -223,3 +223,26 @@ def test_an_unknown_metric_lists_the_known_ones():
     with pytest.raises(UsageError) as err:
         parse_prediction("foo@final < 3")
     assert err.value.hint == "known metrics: " + ", ".join(sorted(METRICS))
+
+
+def test_a_trajectory_to_dict_names_its_metric_level_and_points_and_rebuilds_from_them():
+    from logbook.promises.predictions import Trajectory, forecast_from_dict
+
+    t = parse_prediction("val_loss ≈ {50%: 2.6 [2.4, 2.8], final: 2 [1, 3]} 80%")
+    d = t.to_dict()
+    assert d == {"text": "val_loss ≈ {50%: 2.6 [2.4, 2.8], final: 2 [1, 3]} 80%", "kind": "trajectory",
+                 "metric": "val_loss", "level": 0.8,
+                 "points": [{"at": {"kind": "fraction", "value": 0.5}, "value": 2.6, "interval": [2.4, 2.8]},
+                            {"at": {"kind": "final", "value": None}, "value": 2, "interval": [1, 3]}]}
+    assert forecast_from_dict(d) == Trajectory.from_dict(d) == t
+    assert [(p.metric, p.tolerance, p.confidence, p.curve) for p in t.points] == [("val_loss", 0.0, 0.8, d["text"])] * 2
+    for key, other in (("metric", "loss"), ("level", 0.5), ("points", d["points"][:1])):
+        with pytest.raises(UsageError) as e:
+            Trajectory.from_dict({**d, key: other})
+        assert e.value.message == f"trajectory {d['text']!r}: its fields disagree with its text"
+    with pytest.raises(UsageError) as e:
+        Trajectory.from_dict({"kind": "trajectory"})
+    assert e.value.message == "empty prediction"
+    with pytest.raises(UsageError) as e:
+        Trajectory.from_dict({"text": "val_loss@final < 2", "kind": "trajectory"})
+    assert e.value.message == "prediction 'val_loss@final < 2' is marked as a trajectory but is not one"

@@ -60,7 +60,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from logbook.core.errors import UsageError
@@ -652,11 +652,9 @@ def _parse_trajectory(cur: _Cursor, metric: Metric) -> Trajectory:
     if len(raw_points) < 2:
         raise cur.fail("a trajectory needs at least two points; a single one is a point forecast (`@50% ≈ ...`)")
     level = _parse_level(cur, parens="optional")
-    shell = Trajectory(metric.name, level, tuple(Prediction(metric.name, a, POINT_OP, v, 0.0, level, lo, hi)
-                                                 for a, v, lo, hi in raw_points))
-    curve = shell.to_text()
-    points = tuple(Prediction(metric.name, a, POINT_OP, v, 0.0, level, lo, hi, curve) for a, v, lo, hi in raw_points)
-    return Trajectory(metric.name, level, points)
+    points = tuple(Prediction(metric.name, a, POINT_OP, v, confidence=level, lo=lo, hi=hi) for a, v, lo, hi in raw_points)
+    curve = Trajectory(metric.name, level, points).to_text()  # each point knows the curve it belongs to
+    return Trajectory(metric.name, level, tuple(replace(p, curve=curve) for p in points))
 
 
 def _lookup_metric(name: str) -> Metric:
