@@ -144,7 +144,7 @@ def test_the_figure_draws_the_numbers_the_calibration_states_and_no_others():
     assert _counts(brier) == [("n=4", (0, by["2026-11"]["murphy"]["brier"])), ("n=2", (1, by["2026-12"]["murphy"]["brier"]))]
     [shares] = [ln for ln in cover.get_lines() if ln.get_label() == "observed coverage"]
     assert list(shares.get_xdata()) == [0, 1, 2]
-    assert list(shares.get_ydata()) == [by[k]["covered"] for k in periods] == [0.5, 2 / 3, 0.0]
+    assert list(shares.get_ydata()) == [by[k]["covered_share"] for k in periods] == [0.5, 2 / 3, 0.0]
     assert [t for t, _ in _counts(cover)] == ["n=2", "n=3", "n=1"]
     # Each count sits beside its mark, inside the panel: left of a mark near the right edge, below one near the top.
     assert [t.xyann for t in rel.texts] == [(-26 if b["mean_forecast"] > 0.9 else 5, -12 if b["observed"] > 0.9 else 4)
@@ -159,6 +159,6 @@ def test_the_figure_draws_the_numbers_the_calibration_states_and_no_others():
 
 def test_a_forecasts_brier_score_and_share_covered_are_its_own_means():
     f = Forecasts(probability=[(0.9, 1), (0.6, 0)], intervals=[(0.8, True), (0.5, False), (0.8, True)])
-    assert f.brier == pytest.approx(((0.9 - 1) ** 2 + 0.6 ** 2) / 2) and f.covered == pytest.approx(2 / 3)
-    assert Forecasts().brier is None and Forecasts().covered is None
-    assert f.to_dict()["covered"] == f.covered and Forecasts().to_dict()["covered"] is None
+    assert f.brier == pytest.approx(((0.9 - 1) ** 2 + 0.6 ** 2) / 2) and f.covered_share == pytest.approx(2 / 3)
+    assert Forecasts().brier is None and Forecasts().covered_share is None
+    assert f.to_dict()["covered_share"] == f.covered_share and Forecasts().to_dict()["covered_share"] is None

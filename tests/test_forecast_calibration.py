@@ -166,3 +166,13 @@ def test_a_forecast_an_older_scorecard_holds_twice_is_counted_once(logbook_repo,
                                                    "data": old["data"], "scorecard": card})
     assert len(outcome_records(project, "story")[-1]["scorecard"]["predictions"]) == 3
     assert calibration(project).forecasts.intervals == [(0.8, True), (0.8, True)]
+
+
+def test_the_mean_log_score_is_the_mean_log_of_what_each_forecast_gave_to_what_happened():
+    import math
+
+    from logbook.scoring.calibration import Forecasts
+
+    f = Forecasts(probability=[(0.8, 1), (0.7, 0), (0.6, 1)])
+    assert f.to_dict()["mean_log"] == pytest.approx((math.log(0.8) + math.log(0.3) + math.log(0.6)) / 3)
+    assert Forecasts().to_dict()["mean_log"] is None

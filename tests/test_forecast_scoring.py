@@ -29,8 +29,9 @@ def test_brier_is_the_squared_gap_between_the_stated_probability_and_what_happen
 def test_log_score_is_the_log_of_the_probability_given_to_what_happened():
     assert log_score(0.8, True) == pytest.approx(-0.2231435513)  # ln 0.8
     assert log_score(0.7, False) == pytest.approx(-1.2039728043)  # ln 0.3
-    with pytest.raises(ValueError):
-        log_score(1.0, False)  # the grammar refuses 100%, so this never comes from a preregistration
+    for p, held in ((1.0, False), (1.0, True), (0.0, False), (0.0, True), (1.5, True)):
+        with pytest.raises(ValueError, match="strictly between 0 and 1"):
+            log_score(p, held)  # the grammar refuses 0% and 100%, so this never comes from a preregistration
 
 
 def test_interval_score_charges_the_width_plus_misses_scaled_by_two_over_alpha():

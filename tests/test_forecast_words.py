@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from logbook.scoring.calibration import MIN_PROBABILITY, Calibration, Forecasts
+from logbook.scoring.calibration import MIN_POINTS, MIN_PROBABILITY, Calibration, Forecasts
 from logbook.scoring.forecasts import RunForecasts, describe_scores
 
 
@@ -20,6 +20,8 @@ from logbook.scoring.forecasts import RunForecasts, describe_scores
      "error +0.4, outside its 50% interval, interval score 2"),
     ({"kind": "interval", "error": 1e-5, "rel_error": 0.0, "covered": True, "level": 0.9,
       "interval_score": 0.00012345}, "error +1e-05 (+0.0%), inside its 90% interval, interval score 0.000123"),
+    ({"kind": "interval", "error": 1.5, "rel_error": 0.5, "covered": False, "level": 0.8, "interval_score": 9.0},
+     "error +1.5 (+50.0%), outside its 80% interval, interval score 9"),
 ])
 def test_a_scorecard_row_says_its_forecast_scores_in_one_phrase(forecast, words):
     assert describe_scores({"forecast": forecast}) == words
@@ -36,6 +38,12 @@ def test_small_samples_are_named_with_their_size_and_where_they_are():
     assert Forecasts().warnings() == []
     enough = Forecasts(probability=[(0.9, 1)] * MIN_PROBABILITY)
     assert enough.warnings() == [] and Forecasts(probability=[(0.9, 1)] * (MIN_PROBABILITY - 1)).warnings()
+    assert Forecasts(rel_errors=[0.1] * MIN_POINTS).warnings() == []
+    assert Forecasts(rel_errors=[0.1] * (MIN_POINTS - 1)).warnings() == [
+        f"only {MIN_POINTS - 1} point forecast(s): a mean relative error from so few is anecdote"]
+    nine = Forecasts(intervals=[(0.8, True)] * 9)  # both ends of the interval in whole percent
+    assert nine.warnings() == ["only 9 interval(s) at 80%: coverage of 9 of 9 cannot be told apart from 80% "
+                               "(95% interval 70–100%)"]
 
 
 def test_the_calibration_json_names_every_group_and_a_scorecards_forecasts_keep_their_names():

@@ -142,3 +142,23 @@ def test_the_chronicle_names_the_rule_and_its_difference(logbook_repo, story_clo
     text = "".join(p.read_text() for p in sorted(project.entries.glob("[0-9]*/[0-9]*/[0-9]*.md")))
     assert ("Preregistered contingency rule 1 applied here, with a difference: skipped 13 batches, the rule said 10. "
             "Recorded as a deviation.") in text
+
+
+def test_an_older_logs_rollback_is_read_only_from_the_events_written_with_its_action():
+    """The rollback and learning-rate change written together with an action are its terms; the same step reached
+    again later (after a restart) and acted on again is another action, never borrowed."""
+    from logbook.runs.facts import _recorded_rollback
+
+    def ev(kind, step, **data):
+        return {"kind": kind, "step": step, "data": data}
+
+    events = [ev("divergence_detected", 24, action="rollback"), ev("rollback", 24, batches_skipped=[12, 24]),
+              ev("lr_scaled", 24, factor=0.9), ev("checkpoint_saved", 24), ev("attempt_started", 20),
+              ev("divergence_detected", 24, action="skip"), ev("divergence_detected", 24, action="rollback"),
+              ev("rollback", 24, batches_skipped=[20, 24]), ev("lr_scaled", 24, factor=0.5)]
+    assert _recorded_rollback(events, 0) == {"skip_batches": 13, "lr_factor": 0.9}
+    assert _recorded_rollback(events, 5) == {"skip_batches": 5, "lr_factor": 0.5}
+    alone = [ev("divergence_detected", 24, action="skip"), ev("attempt_started", 20), ev("divergence_detected", 24),
+             ev("rollback", 24, batches_skipped=[12, 24])]
+    assert _recorded_rollback(alone, 0) is None
+    assert _recorded_rollback([ev("rollback", 24, batches_skipped=[12, 24])], 0) == {"skip_batches": 13, "lr_factor": 1.0}

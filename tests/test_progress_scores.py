@@ -151,6 +151,8 @@ def test_a_standing_is_met_failed_on_track_at_risk_or_unknown():
 def test_a_point_passed_with_nothing_measured_stays_unknown_and_values_are_kept_to_six_places():
     facts = RunFacts(run="r1", series={"loss": {15: 2.123456789}}, last_step=15, total_steps=100)
     assert standing(parse_prediction("loss@step:12 < 3"), facts)["status"] == "unknown"  # reached: today says nothing
+    assert standing(parse_prediction("loss@step:15 < 3"), RunFacts(  # reached at this very step, not measured there
+        run="r1", series={"loss": {10: 2.0}}, last_step=15, total_steps=100))["status"] == "unknown"
     assert standing(parse_prediction("loss@step:16 < 3"), facts) == {
         "expr": "loss@step:16 < 3", "status": "on track", "value": 2.123457}
 

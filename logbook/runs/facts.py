@@ -13,6 +13,7 @@ run's records; records written after the run by people's commands (the
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -361,9 +362,11 @@ def off_plan_words(plan: dict[str, Any]) -> str:
 
 
 def _recorded_rollback(events: list[dict[str, Any]], i: int) -> dict[str, Any] | None:
-    """{skip_batches, lr_factor} of the rollback that event `i` belongs to (its step's), as the log recorded it."""
+    """{skip_batches, lr_factor} of the rollback that event `i` belongs to, as the log recorded it: the guard
+    writes one action's events together, at one step, so only those that follow `i` at its step without a break
+    are its (the same step reached again after a restart or a rollback is another action's)."""
     step = events[i].get("step")
-    same = [e for e in events[i:] if e.get("step") == step][:6]
+    same = list(itertools.takewhile(lambda e: e.get("step") == step, events[i:]))
     rb = next((Event.of(e).data for e in same if is_kind(e, "rollback")), None)
     if rb is None:
         return None

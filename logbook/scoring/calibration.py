@@ -104,9 +104,9 @@ def wilson(k: int, n: int) -> tuple[float, float] | None:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def bin_index(p: float, bins: int = BINS) -> int:
-    """Bin k holds confidences in [k/bins, (k+1)/bins); the epsilon keeps 0.3 out of bin 2."""
-    return min(bins - 1, max(0, math.floor(float(p) * bins + 1e-9)))
+def bin_index(p: float) -> int:
+    """Bin k holds confidences in [k/BINS, (k+1)/BINS); the epsilon keeps 0.3 out of bin 2."""
+    return min(BINS - 1, max(0, math.floor(float(p) * BINS + 1e-9)))
 
 
 @dataclass
@@ -131,16 +131,16 @@ class ReliabilityBin:
         return {**self.__dict__, "ci": list(self.ci)}
 
 
-def reliability_bins(pairs: list[tuple[float, int]], bins: int = BINS) -> list[ReliabilityBin]:
+def reliability_bins(pairs: list[tuple[float, int]]) -> list[ReliabilityBin]:
     """The non-empty bins of (stated probability, outcome 0/1) pairs, by confidence."""
     groups: dict[int, list[tuple[float, int]]] = {}
     for p, o in pairs:
-        groups.setdefault(bin_index(p, bins), []).append((p, o))
+        groups.setdefault(bin_index(p), []).append((p, o))
     out = []
     for k in sorted(groups):
         g = groups[k]
         held = sum(o for _, o in g)
-        out.append(ReliabilityBin(k / bins, (k + 1) / bins, len(g), sum(p for p, _ in g) / len(g), held / len(g),
+        out.append(ReliabilityBin(k / BINS, (k + 1) / BINS, len(g), sum(p for p, _ in g) / len(g), held / len(g),
                                   wilson(held, len(g)), len(g) < MIN_BIN))
     return out
 
@@ -170,14 +170,15 @@ class Murphy:
         return {**self.__dict__, "skill": self.skill}
 
 
-def murphy(pairs: list[tuple[float, int]], bins: int = BINS) -> Murphy | None:
-    """Brier = reliability - resolution + uncertainty over `bins` bins (+ residual); None without pairs."""
+def murphy(pairs: list[tuple[float, int]]) -> Murphy | None:
+    """Brier = reliability - resolution + uncertainty over the reliability diagram's bins (+ residual); None
+    without pairs."""
     n = len(pairs)
     if not n:
         return None
     brier = sum((p - o) ** 2 for p, o in pairs) / n
     base = sum(o for _, o in pairs) / n
-    rows = reliability_bins(pairs, bins)
+    rows = reliability_bins(pairs)
     rel = sum(b.n * (b.mean_forecast - b.observed) ** 2 for b in rows) / n
     res = sum(b.n * (b.observed - base) ** 2 for b in rows) / n
     unc = base * (1 - base)
@@ -217,7 +218,7 @@ class Forecasts:
         return m.brier if m else None
 
     @property
-    def covered(self) -> float | None:
+    def covered_share(self) -> float | None:
         """Share of point forecasts whose value landed inside their interval, whatever its level; None without one."""
         return sum(c for _, c in self.intervals) / len(self.intervals) if self.intervals else None
 
@@ -257,7 +258,7 @@ class Forecasts:
         m = murphy(self.probability)
         return {"probability": len(self.probability), "murphy": m.to_dict() if m else None,
                 "reliability": [b.to_dict() for b in reliability_bins(self.probability)],
-                "coverage": self.coverage(), "covered": self.covered, "errors": self.errors(),
+                "coverage": self.coverage(), "covered_share": self.covered_share, "errors": self.errors(),
                 "mean_log": (sum(math.log(p if o else 1 - p) for p, o in self.probability) / len(self.probability)
                              if self.probability else None)}
 

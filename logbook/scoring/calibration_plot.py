@@ -160,6 +160,6 @@ def _coverage_over_time(ax, cal: Calibration) -> None:
     levels = sorted({lv for _, f in rows for lv, _ in f.intervals})
     for lv, ls in zip(levels, ["--", ":", "-."] * len(levels)):  # the rate each stated level promises
         ax.axhline(lv, ls=ls, label=f"nominal {lv * 100:g}%", **_NOMINAL)
-    _trend(ax, [(x, f.covered, len(f.intervals)) for x, f in rows if f.covered is not None], "s-", _PURPLE,
+    _trend(ax, [(x, f.covered_share, len(f.intervals)) for x, f in rows if f.covered_share is not None], "s-", _PURPLE,
            "observed coverage", (5, -12), "no point forecast\nscored yet")
     ax.legend(loc="lower right", **_LEGEND)
