@@ -176,3 +176,17 @@ def test_the_mean_log_score_is_the_mean_log_of_what_each_forecast_gave_to_what_h
     f = Forecasts(probability=[(0.8, 1), (0.7, 0), (0.6, 1)])
     assert f.to_dict()["mean_log"] == pytest.approx((math.log(0.8) + math.log(0.3) + math.log(0.6)) / 3)
     assert Forecasts().to_dict()["mean_log"] is None
+
+
+def test_a_wilson_interval_never_leaves_zero_to_one_even_by_a_rounding():
+    assert wilson(16, 16)[1] == 1.0 and wilson(0, 27)[0] == 0.0  # where the float formula lands a hair outside
+
+
+def test_a_bin_or_a_level_is_too_few_to_read_only_below_its_minimum():
+    from logbook.scoring.calibration import MIN_BIN, MIN_COVERAGE, Forecasts
+
+    assert [b.few for b in reliability_bins([(0.85, 1)] * MIN_BIN)] == [False]
+    assert [b.few for b in reliability_bins([(0.85, 1)] * (MIN_BIN - 1))] == [True]
+    assert [r["few"] for r in Forecasts(intervals=[(0.8, True)] * MIN_COVERAGE).coverage()] == [False]
+    assert [r["few"] for r in Forecasts(intervals=[(0.8, True)] * (MIN_COVERAGE - 1)).coverage()] == [True]
+    assert bin_index(1.0) == 9  # a certainty (never from the grammar) still falls in the top bin

@@ -80,3 +80,53 @@ def test_a_trajectory_of_exactly_the_most_points_is_taken_and_its_separators_nee
     assert len(most.points) == 100
     tight = parse_prediction("val_loss ≈ {50%:2.6 [2.4, 2.8],final:2 [1, 3]} (80%)")
     assert tight.to_text() == "val_loss ≈ {50%: 2.6 [2.4, 2.8], final: 2 [1, 3]} 80%"
+
+
+@pytest.mark.parametrize("text, says, hint", [
+    ("mfu@final ≈ 0.5 [0, 1] 80%", "forecast 'mfu@final ≈ 0.5 [0, 1] 80%' cannot fail: its interval covers all of "
+     "mfu's range [0, 1]", "state the interval you actually expect the value to land in"),
+    ("mfu@final ≈ 1.5 [1.2, 1.8] 80%", "forecast 'mfu@final ≈ 1.5 [1.2, 1.8] 80%' can never hold: mfu is always in "
+     "[0, 1]", "check the interval's bounds"),
+    ("val_loss@final ≈ 2.25 [2.25, 2.25] 80%", "forecast 'val_loss@final ≈ 2.25 [2.25, 2.25] 80%' practically never "
+     "holds: val_loss is continuous and the interval has no width", "give the interval you expect, e.g. `[2.20, 2.30]`"),
+])
+def test_a_forecast_that_cannot_fail_or_hold_is_refused_in_full_with_what_to_do(text, says, hint):
+    from logbook.core.errors import UsageError
+    from logbook.promises.predictions import parse_prediction
+
+    with pytest.raises(UsageError) as e:
+        parse_prediction(text)
+    assert (e.value.message, e.value.hint) == (says, hint)
+
+
+def test_an_interval_that_starts_at_the_top_of_the_range_can_still_hold():
+    from logbook.promises.predictions import parse_prediction
+
+    assert parse_prediction("mfu@final ≈ 1 [1, 1.2] 80%").to_text() == "mfu@final ≈ 1 [1, 1.2] 80%"
+
+
+@pytest.mark.parametrize("text, says", [
+    ("val_loss@final ≈ [2.2, 2.3] 80%", "expected the forecast value after `≈`"),
+    ("val_loss@final ≈ 2.25 80%", "a point forecast needs an interval: write `≈ 2.25 [2.20, 2.30] 80%`"),
+    ("val_loss@final ≈ 2.25% [2.2, 2.3] 80%", "a percentage is not allowed for the forecast value"),
+    ("val_loss@final ≈ 2.25 [2.2%, 2.3] 80%", "a percentage is not allowed for the interval's lower bound"),
+    ("val_loss@final ≈ 2.25 [2.2, 2.3%] 80%", "a percentage is not allowed for the interval's upper bound"),
+    ("val_loss@final ≈ 2.25 [2.2, 2.3] x", "expected a level as a percentage, such as `80%`"),
+    ("val_loss@final < 2.31 (x)", "expected a confidence as a percentage, such as `(80%)`"),
+    ("val_loss@final < 2.31 (0%)", "a confidence must be above 0% and below 100% (certainty cannot be scored)"),
+    ("val_loss@final < 2.31 (80% x", "expected `)` after the confidence"),
+])
+def test_a_forecasts_parse_error_says_in_full_what_it_expected(text, says):
+    from logbook.core.errors import UsageError
+    from logbook.promises.predictions import parse_prediction
+
+    with pytest.raises(UsageError) as e:
+        parse_prediction(text)
+    assert e.value.message.startswith(f"invalid prediction {text!r}: {says} at column "), e.value.message
+
+
+def test_a_level_in_many_digits_is_written_back_as_it_was_given():
+    from logbook.promises.predictions import parse_prediction
+
+    for text in ("val_loss@final < 2.31 (28.57142857%)", "val_loss@final ≈ 2.25 [2.2, 2.3] 22.22222222%"):
+        assert parse_prediction(text).to_text() == text

@@ -545,7 +545,7 @@ def parse_prediction_syntax(text: str) -> Forecast:
         return _finish(cur, _parse_trajectory(cur, metric))
     if op == POINT_OP:
         value, lo, hi = _parse_interval(cur, metric)
-        level = _parse_level(cur, parens="optional")
+        level = _parse_level(cur)
         return _finish(cur, Prediction(metric.name, at, op, value, 0.0, level, lo, hi))
     raw = cur.match(_NUMBER)
     if raw is None:
@@ -561,7 +561,7 @@ def parse_prediction_syntax(text: str) -> Forecast:
             raise cur.fail("expected a non-negative tolerance after `±`")
         tolerance = _number(raw_t, cur, "the tolerance", percent_ok=metric.unit == "fraction")
     cur.skip_ws()
-    confidence = _parse_level(cur, parens="required") if cur.text.startswith("(", cur.pos) else None
+    confidence = _parse_level(cur) if cur.text.startswith("(", cur.pos) else None
     return _finish(cur, Prediction(metric.name, at, op, threshold, tolerance, confidence))
 
 
@@ -601,14 +601,12 @@ def _parse_interval(cur: _Cursor, metric: Metric) -> tuple[float, float, float]:
     return value, lo, hi
 
 
-def _parse_level(cur: _Cursor, *, parens: str) -> float:
+def _parse_level(cur: _Cursor) -> float:
     """A confidence or interval level: `80%` (or `(80%)`), strictly between 0% and 100%."""
     cur.skip_ws()
     opened = cur.text.startswith("(", cur.pos)
     if opened:
         cur.pos += 1
-    elif parens == "required":
-        raise cur.fail("expected a stated confidence such as `(80%)`")
     before = cur.pos
     raw = cur.match(_LEVEL)
     if raw is None:
@@ -651,7 +649,7 @@ def _parse_trajectory(cur: _Cursor, metric: Metric) -> Trajectory:
             raise cur.fail(f"a trajectory has at most {_MAX_POINTS} points")
     if len(raw_points) < 2:
         raise cur.fail("a trajectory needs at least two points; a single one is a point forecast (`@50% ≈ ...`)")
-    level = _parse_level(cur, parens="optional")
+    level = _parse_level(cur)
     points = tuple(Prediction(metric.name, a, POINT_OP, v, confidence=level, lo=lo, hi=hi) for a, v, lo, hi in raw_points)
     curve = Trajectory(metric.name, level, points).to_text()  # each point knows the curve it belongs to
     return Trajectory(metric.name, level, tuple(replace(p, curve=curve) for p in points))

@@ -43,6 +43,7 @@ from logbook.core.errors import UsageError
 from logbook.core.project import Project
 from logbook.eventlog.eventstream import list_event_runs
 from logbook.scoring.outcome import load_outcome
+from logbook.scoring.rules import log_score
 
 
 @dataclass
@@ -259,7 +260,7 @@ class Forecasts:
         return {"probability": len(self.probability), "murphy": m.to_dict() if m else None,
                 "reliability": [b.to_dict() for b in reliability_bins(self.probability)],
                 "coverage": self.coverage(), "covered_share": self.covered_share, "errors": self.errors(),
-                "mean_log": (sum(math.log(p if o else 1 - p) for p, o in self.probability) / len(self.probability)
+                "mean_log": (sum(log_score(p, bool(o)) for p, o in self.probability) / len(self.probability)
                              if self.probability else None)}
 
 
