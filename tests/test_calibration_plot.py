@@ -3,6 +3,8 @@ measure should reach drawn, and no count printed over a title."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from logbook.scoring.calibration import Calibration, Forecasts
@@ -162,3 +164,63 @@ def test_a_forecasts_brier_score_and_share_covered_are_its_own_means():
     assert f.brier == pytest.approx(((0.9 - 1) ** 2 + 0.6 ** 2) / 2) and f.covered_share == pytest.approx(2 / 3)
     assert Forecasts().brier is None and Forecasts().covered_share is None
     assert f.to_dict()["covered_share"] == f.covered_share and Forecasts().to_dict()["covered_share"] is None
+
+
+def test_every_panel_has_the_same_look_whatever_it_draws():
+    """The figure's house style, read back: sizes, colours, markers, grids, legends and tick labels. A panel that
+    loses its style no longer matches the others (and the PDF's other figures)."""
+    from matplotlib.colors import to_hex
+
+    cal = _cal()
+    cal.forecasts_by["period"] = {"2026-10": Forecasts(intervals=[(0.8, True)]), **cal.forecasts_by["period"]}
+    fig = calibration_figure(cal)
+    assert tuple(fig.get_size_inches()) == (10, 8) and fig.dpi == 110
+    rel, cov, brier, cover = axes = fig.get_axes()
+    for ax in axes:
+        assert (ax.title.get_fontsize(), ax.xaxis.label.get_fontsize(), ax.yaxis.label.get_fontsize()) == (11, 10, 10)
+        assert {t.get_fontsize() for t in ax.get_yticklabels()} == {9}
+        assert all(g.get_visible() and g.get_alpha() == 0.3 for g in ax.get_xgridlines() + ax.get_ygridlines())
+        assert {t.get_fontsize() for t in ax.texts} == {8}  # the counts
+    for ax, colour, marker in ((rel, "#1f4e79", "o"), (cov, "#7f3f98", "s")):
+        [diagonal] = [ln for ln in ax.get_lines() if list(ln.get_xdata()) == [0, 1]]
+        assert (diagonal.get_linestyle(), diagonal.get_linewidth(), to_hex(diagonal.get_color())) == ("--", 0.8, "#888888")
+        for c in ax.containers:
+            line, caps, (bars,) = c.lines
+            assert (line.get_marker(), to_hex(line.get_color()), line.get_markersize()) == (marker, colour, 5)
+            assert to_hex(line.get_markerfacecolor()) in ("#ffffff", colour) and len(caps) == 2
+            assert caps[0].get_markersize() == 4 and bars.get_linewidth()[0] == 0.8  # capsize 2 draws caps of 4 points
+    for ax, colour, marker, loc in ((brier, "#1f4e79", "o", 1), (cover, "#7f3f98", "s", 4)):
+        assert ax.get_legend()._loc == loc and {t.get_fontsize() for t in ax.get_legend().get_texts()} == {8}
+        assert {(t.get_rotation(), t.get_ha(), t.get_fontsize()) for t in ax.get_xticklabels()} == {(30, "right", 9)}
+        [trend] = [ln for ln in ax.get_lines() if ln.get_label() in ("mean Brier", "observed coverage")]
+        assert (trend.get_marker(), trend.get_linestyle(), to_hex(trend.get_color())) == (marker, "-", colour)
+        assert (trend.get_markersize(), trend.get_linewidth()) == (5, 1.2)
+    [chance] = [ln for ln in brier.get_lines() if ln.get_label().startswith("always")]
+    assert (chance.get_linestyle(), chance.get_linewidth(), to_hex(chance.get_color())) == ("--", 0.9, "#888888")
+    nominal = [ln for ln in cover.get_lines() if ln.get_label().startswith("nominal")]
+    assert [(ln.get_linestyle(), ln.get_linewidth(), ln.get_alpha(), to_hex(ln.get_color())) for ln in nominal] == [
+        ("--", 1.0, 0.7, "#7f3f98"), (":", 1.0, 0.7, "#7f3f98")]
+
+
+def test_a_period_without_a_kind_of_forecast_is_left_out_of_that_panels_line_and_a_panel_with_none_says_so():
+    only_intervals = Forecasts(intervals=[(0.8, True), (0.5, False)])
+    only_confidence = Forecasts(probability=[(0.7, 1)])
+    cal = Calibration(period="week", runs=2, forecasts=Forecasts(intervals=only_intervals.intervals,
+                                                                 probability=only_confidence.probability),
+                      forecasts_by={"period": {"2026-W48": only_intervals, "2026-W49": only_confidence}})
+    _, _, brier, cover = calibration_figure(cal).get_axes()
+    [trend] = [ln for ln in brier.get_lines() if ln.get_label() == "mean Brier"]
+    assert list(trend.get_xdata()) == [1] and list(trend.get_ydata()) == [pytest.approx(0.09)]
+    [shares] = [ln for ln in cover.get_lines() if ln.get_label() == "observed coverage"]
+    assert list(shares.get_xdata()) == [0] and list(shares.get_ydata()) == [0.5]
+    none = Calibration(period="week", runs=1, forecasts=Forecasts(intervals=[(0.8, True)]),
+                       forecasts_by={"period": {"2026-W48": Forecasts(intervals=[(0.8, True)])}})
+    _, _, brier, _ = calibration_figure(none).get_axes()
+    assert [(t.get_text(), t.get_position()) for t in brier.texts] == [
+        ("no forecast with a stated\nconfidence scored yet", (0.5, 0.5))]
+    no_points = Calibration(period="week", runs=1, forecasts=Forecasts(probability=[(0.7, 1)]),
+                            forecasts_by={"period": {"2026-W48": Forecasts(probability=[(0.7, 1)])}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing for the reader's terminal: no legend of nothing
+        _, _, _, cover = calibration_figure(no_points).get_axes()
+    assert [t.get_text() for t in cover.texts] == ["no point forecast\nscored yet"] and cover.get_legend() is None

@@ -150,7 +150,7 @@ def _brier_over_time(ax, cal: Calibration) -> None:
     ax.axhline(0.25, label="always 50% (0.25)", **_CHANCE)
     _trend(ax, [(x, f.brier, len(f.probability)) for x, f in rows if f.brier is not None], "o-", _BLUE,
            "mean Brier", (5, 4), "no forecast with a stated\nconfidence scored yet")
-    ax.legend(loc="upper right", **_LEGEND)
+    _legend(ax, "upper right")
 
 
 def _coverage_over_time(ax, cal: Calibration) -> None:
@@ -162,4 +162,10 @@ def _coverage_over_time(ax, cal: Calibration) -> None:
         ax.axhline(lv, ls=ls, label=f"nominal {lv * 100:g}%", **_NOMINAL)
     _trend(ax, [(x, f.covered_share, len(f.intervals)) for x, f in rows if f.covered_share is not None], "s-", _PURPLE,
            "observed coverage", (5, -12), "no point forecast\nscored yet")
-    ax.legend(loc="lower right", **_LEGEND)
+    _legend(ax, "lower right")
+
+
+def _legend(ax, loc: str) -> None:
+    """The panel's legend, if anything in it is labelled (matplotlib warns on the reader's terminal otherwise)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc=loc, **_LEGEND)
