@@ -203,3 +203,50 @@ def test_the_files_outside_the_logbook_that_verify_reads_are_all_in_the_fingerpr
     (xdg / "git").mkdir(parents=True)
     (xdg / "git" / "ignore").write_text("*.pdf\n")  # a global ignore rule changes what git lists as ignored
     assert verify_memo.fingerprint(project, {}) != first
+
+
+def test_a_repository_without_a_commit_is_verified_in_full_and_nothing_is_remembered(tmp_path, monkeypatch, cli):
+    from logbook.records import verify_memo
+
+    repo = tmp_path / "unborn"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    monkeypatch.chdir(repo)
+    assert cli("init").exit_code == 0
+    git(repo, "update-ref", "-d", "refs/heads/main")  # HEAD names a branch with no commit yet, and no ref exists
+    project = open_project(repo)
+    assert verify_memo.fingerprint(project, {}) is None
+    verify_project(project)
+    assert not (project.state_dir / verify_memo.MEMO_FILE).exists()
+
+
+def test_the_environment_that_steers_git_and_the_logbook_and_gits_own_config_are_in_the_fingerprint(committed,
+                                                                                                   monkeypatch):
+    from logbook.records import verify_memo
+
+    repo, _ = committed
+    project = open_project(repo)
+    first = verify_memo.fingerprint(project, {})
+    monkeypatch.setenv("UNRELATED_SETTING", "1")
+    assert verify_memo.fingerprint(project, {}) == first
+    for name in ("GIT_NOTES_REF", "LOGBOOK_SOMETHING"):
+        monkeypatch.setenv(name, "x")
+        assert verify_memo.fingerprint(project, {}) != first, name
+        monkeypatch.delenv(name)
+    assert verify_memo.fingerprint(project, {}) == first
+    git(repo, "config", "core.quotePath", "false")  # the repository's own git config
+    assert verify_memo.fingerprint(project, {}) != first
+
+
+def test_a_file_name_that_is_not_utf8_in_the_entries_folder_is_seen_and_read_without_error(committed):
+    from logbook.records import verify_memo
+
+    repo, _ = committed
+    project = open_project(repo)
+    first = verify_memo.fingerprint(project, {})
+    odd = os.path.join(os.fsencode(repo / "entries"), b"week-\xff.txt")
+    with open(odd, "wb") as f:
+        f.write(b"x")
+    assert verify_memo.fingerprint(project, {}) != first
+    report = verify_project(open_project(repo))
+    assert any("week-" in f.path for f in report.problems + report.warnings)

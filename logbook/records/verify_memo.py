@@ -107,8 +107,8 @@ def fingerprint(project: Project, scope: dict[str, Any]) -> str | None:
     root = project.root
     top = gitbind.git(root, "rev-parse", "--absolute-git-dir", check=False).strip()
     refs = gitbind.git(root, "show-ref", "--head", check=False)
-    if not top or not refs.startswith(tuple("0123456789abcdef")):
-        return None  # an unborn branch: nothing to remember
+    if not top or not refs:
+        return None  # no commit and no ref yet: nothing to remember
     parts = _parts(project, scope, Path(top), refs)
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
