@@ -44,8 +44,9 @@ FACTS_TESTS = ["tests/test_outcome.py", "tests/test_predictions.py", "tests/test
                "tests/test_milestone_notes.py", "tests/test_live_change_once.py", "tests/test_guard_rule_terms.py",
                "tests/test_views_read_facts.py", "tests/test_forecast_grammar.py", "tests/test_fuzz_predictions.py",
                "tests/test_kind_questions.py", "tests/test_run_facts.py", "tests/test_progress_scores.py",
-               "tests/test_forecast_curves.py", "tests/test_forecast_words.py", "tests/test_report.py",
-               "tests/test_new_kind_recipe.py"]
+               "tests/test_forecast_curves.py", "tests/test_forecast_words.py", "tests/test_new_kind_recipe.py"]
+# Left out: tests that render a PDF. mutmut forks each mutant's run from a parent whose PDF engine already started
+# threads, and the fork's copy of a held lock hangs it until a wall-clock timeout that mutmut would count as a kill.
 
 VERIFY_TESTS = ["tests/test_verify.py", "tests/test_verify_checks.py", "tests/test_history.py", "tests/test_verify_memo.py",
                 "tests/test_trust_pins.py", "tests/test_timestamps.py", "tests/test_signatures.py"]
