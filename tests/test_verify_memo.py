@@ -250,3 +250,69 @@ def test_a_file_name_that_is_not_utf8_in_the_entries_folder_is_seen_and_read_wit
     assert verify_memo.fingerprint(project, {}) != first
     report = verify_project(open_project(repo))
     assert any("week-" in f.path for f in report.problems + report.warnings)
+
+
+def _checks_counted(monkeypatch) -> list[int]:
+    """Each time verify runs its checks (instead of answering from the memo), a 1 is appended."""
+    calls: list[int] = []
+    real = verify_mod._verify
+
+    def counted(*a):
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(verify_mod, "_verify", counted)
+    return calls
+
+
+def test_a_record_edited_again_while_git_already_lists_it_as_changed_is_checked_again(committed, monkeypatch):
+    """`git status` says " M" before and after the second edit; only the file's own stat tells them apart."""
+    repo, path = committed
+    path.write_text(path.read_text() + "first edit\n")
+    calls = _checks_counted(monkeypatch)
+    verify_project(open_project(repo))
+    verify_project(open_project(repo))
+    assert calls == [1]
+    path.write_text(path.read_text() + "second edit\n")
+    verify_project(open_project(repo))
+    assert calls == [1, 1]
+
+
+def test_a_file_inside_an_ignored_folder_changing_is_checked_again(committed, monkeypatch):
+    """git lists an ignored folder as one line; the walk of the folder sees what changes inside it."""
+    repo, pre = committed
+    (repo / ".gitignore").write_text("aside/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "an ignore rule")
+    inner = pre.parent / "aside" / "deeper" / "copy.md"
+    inner.parent.mkdir(parents=True)
+    inner.write_bytes(pre.read_bytes())
+    calls = _checks_counted(monkeypatch)
+    verify_project(open_project(repo))
+    verify_project(open_project(repo))
+    assert calls == [1]
+    inner.write_bytes(pre.read_bytes() + b"\n")
+    verify_project(open_project(repo))
+    assert calls == [1, 1]
+
+
+def test_the_walk_of_a_folder_skips_one_that_vanished_and_never_follows_a_link(tmp_path, monkeypatch):
+    """A folder removed while it is walked (a run cleaning up) is passed over, the rest still walked; a link is
+    stat'ed as a link, so one that points back up its own tree cannot make the walk endless."""
+    from logbook.records import verify_memo
+
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.txt").write_text(name)
+    (tmp_path / "c" / "up").symlink_to(tmp_path, target_is_directory=True)
+    real = os.scandir
+
+    def vanishing(folder):
+        if str(folder).endswith("/b"):
+            raise FileNotFoundError(folder)
+        return real(folder)
+
+    monkeypatch.setattr(verify_memo.os, "scandir", vanishing)
+    walked = [row[0] for row in verify_memo._tree_stats(tmp_path)[1:]]
+    assert sorted(p.removeprefix(str(tmp_path)) for p in walked) == [
+        "/a", "/a/f.txt", "/b", "/c", "/c/f.txt", "/c/up"]

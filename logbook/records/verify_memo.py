@@ -95,7 +95,7 @@ def _named_files(project: Project) -> list[Path]:
     names += [root / a.ca for a in (stamping.authorities if stamping else [])]
     if project.config.signing is not None:
         names.append(root / project.config.signing.allowed_signers)
-    home = Path(os.environ.get("HOME", "~")).expanduser()
+    home = Path.home()  # $HOME, as git reads it
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
     names += [Path(os.environ.get("GIT_CONFIG_GLOBAL") or home / ".gitconfig"), xdg / "git" / "config",
               xdg / "git" / "ignore", Path("/etc/gitconfig"), xdg / "logbook" / "pins.yaml"]
