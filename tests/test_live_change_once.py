@@ -71,3 +71,30 @@ def test_the_same_request_applied_again_without_the_flag_is_still_one_change(log
     facts._again = None
     assert [c["reapplied_at"] for c in facts.live_changes()] == [[10]]
     assert facts.count("lr_changes") == 1
+
+
+def test_which_change_a_live_change_applies_again_is_decided_by_its_flag_or_its_request_key_and_value():
+    """`reapplies` over one run's changes, in order: the trainer's `reapplied` flag finds the change by key and
+    value; an older log's change is the same one only with the same request, key and value; a new request, another
+    key or another value is a change of its own, and so is one with no request id to match."""
+    from logbook.runs.facts import reapplies
+
+    def ch(seq, source="live", request=None, key="lr_scale", new=0.8, flag=None):
+        data = {"source": source, "key": key, "new": new}
+        data.update({"request_id": request} if request else {})
+        data.update({"reapplied": flag} if flag is not None else {})
+        return {"kind": "hparam_change", "seq": seq, "data": data}
+
+    run = [(ch(1, request="r1"), None), (ch(2, source="config", request="r1"), None),
+           (ch(3, request="r1"), 1),                          # an older log: the same request, key and value
+           (ch(4, flag=True), 1), (ch(5, request="r9", flag=True), 1),  # flagged: found by key and value
+           (ch(6, source="advice", request="a1", key="wd", new=0.1), None), (ch(7, source="advice", request="a1",
+                                                                                 key="wd", new=0.1), 6),
+           (ch(8, request="r2", new=0.5), None), (ch(9), None), (ch(10, flag=True, key="wd", new=0.2), None),
+           (ch(11), None),                                    # no request id: nothing to match, never remembered
+           (ch(12, request="r3"), None),                      # the same value asked for again: a new change
+           (ch(13, request="r4", new=0.7), None), (ch(14, request="r4", key="wd", new=0.7), None),
+           (ch(15, request="r5", new=0.6), None), (ch(16, request="r5", new=0.65), None),
+           (ch(17, request="r5", new=0.65), 16)]
+    seen: dict = {}
+    assert [(e["seq"], reapplies(e, seen)) for e, _ in run] == [(e["seq"], want) for e, want in run]

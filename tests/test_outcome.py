@@ -307,3 +307,49 @@ def test_following_the_readme_records_no_false_code_change_and_a_real_one_is_nam
     story_run(project, story_clock, "again", pid, snapshot=snap)
     (code,) = [d for d in evaluate(project, "again").deviations if d["kind"] == "code"]
     assert "1 file(s) (tool.py)" in code["text"]
+
+
+def test_a_scorecard_and_its_record_name_every_field_a_reader_or_a_script_reads(logbook_repo, story_clock):
+    """The scorecard's JSON, the record written for it and what a second scoring of the same outcome gives back:
+    each field under its own name, with the value it stands for (an `outcome --json` reader keys on them)."""
+    from logbook.promises.amend import amend_prereg
+    from logbook.scoring.outcome import SCHEMA
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4"])
+    story_run(project, story_clock, "story", pid)
+    card = record_outcome(project, "story")
+    d = card.to_dict()
+    assert set(card.content()) == {"schema", "run", "prereg_id", "prereg_sha256", "prereg_title", "prereg_author",
+                                   "prereg_created", "run_state", "final", "last_step", "total_steps", "verify",
+                                   "counts", "predictions", "deviations", "code_diff"}
+    assert set(d) - set(card.content()) == {"label", "computed_at", "computed_by", "event", "supersedes",
+                                            "already_recorded"}
+    assert (d["schema"], d["run"], d["prereg_id"], d["run_state"], d["verify"]) == (
+        SCHEMA, "story", pid, "finished", {"ok": True, "problems": []})
+    assert (d["last_step"], d["total_steps"], d["prereg_title"]) == (card.last_step, card.total_steps,
+                                                                     "qk-norm keeps the loss smooth")
+    assert d["deviations"] == card.deviations and d["code_diff"] == card.code_diff and d["label"] == card.label
+    assert d["prereg_sha256"] == card.prereg_sha256 and len(card.prereg_sha256) == 64
+
+    (rec,) = outcome_records(project, "story")
+    # The record holds the scorecard as it stood before the record's own id (its event) existed.
+    assert (rec["kind"], rec["run"], rec["step"], rec["scorecard"]) == ("outcome", "story", card.last_step,
+                                                                        {**d, "event": None})
+    data = rec["data"]
+    assert {k: v for k, v in data.items() if k not in ("content_sha256", "predictions")} == {
+        "prereg_id": pid, "prereg_sha256": card.prereg_sha256, "verify_ok": True, "verify_problems": [],
+        "run_state": "finished", "counts": card.counts, "outcome_file": "entries/runs/story/outcomes",
+        "supersedes": None, "computed_by": "Ada Tester <ada@example.org>",
+        "deviations": [{"kind": x["kind"], "text": x["text"], "entry": x["entry"]} for x in card.deviations]}
+    assert card.computed_by == "Ada Tester <ada@example.org>" and card.computed_at == rec["ts"]
+
+    again = record_outcome(project, "story")  # nothing new: the record already written, as it was written
+    assert (again.already_recorded, again.event, again.computed_at, again.computed_by, again.supersedes) == (
+        True, card.event, rec["ts"], card.computed_by, None)
+    amend_prereg(project, pid, reason="add the throughput promise", seen="results",
+                 predictions=["tokens_per_s@final >= 1000"])
+    second = record_outcome(project, "story")
+    third = record_outcome(project, "story")
+    assert (third.already_recorded, third.event, third.supersedes) == (True, second.event, card.event)
+    assert [r["id"] for r in outcome_records(project, "story")] == [card.event.split(":")[1], second.event.split(":")[1]]
