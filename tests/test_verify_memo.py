@@ -316,3 +316,26 @@ def test_the_walk_of_a_folder_skips_one_that_vanished_and_never_follows_a_link(t
     walked = [row[0] for row in verify_memo._tree_stats(tmp_path)[1:]]
     assert sorted(p.removeprefix(str(tmp_path)) for p in walked) == [
         "/a", "/a/f.txt", "/b", "/c", "/c/f.txt", "/c/up"]
+
+
+def test_head_moved_to_another_commit_with_the_same_entries_and_refs_is_checked_again(committed, monkeypatch):
+    """A detached HEAD on an older commit: no ref moved and no file of the logbook differs, yet HEAD's history
+    (what verify reads) is another."""
+    repo, _ = committed
+    (repo / "README.md").write_text("a change outside the logbook\n")
+    git(repo, "commit", "-q", "-am", "outside the logbook")
+    calls = _checks_counted(monkeypatch)
+    verify_project(open_project(repo))
+    git(repo, "checkout", "-q", "--detach", "HEAD~1")
+    verify_project(open_project(repo))
+    assert calls == [1, 1]
+
+
+def test_the_memo_answers_when_verify_is_asked_from_another_folder(committed, monkeypatch, tmp_path):
+    repo, _ = committed
+    project = open_project(repo)
+    monkeypatch.chdir(tmp_path)  # not a repository: git must be asked about the logbook's, not the working folder
+    calls = _checks_counted(monkeypatch)
+    verify_project(project)
+    verify_project(project)
+    assert calls == [1]

@@ -109,19 +109,17 @@ def fingerprint(project: Project, scope: dict[str, Any]) -> str | None:
     refs = gitbind.git(root, "show-ref", "--head", check=False)
     if not top or not refs:
         return None  # no commit and no ref yet: nothing to remember
-    parts = _parts(project, scope, Path(top), refs)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(_parts(project, scope, Path(top), refs)).encode()).hexdigest()
 
 
-def _parts(project: Project, scope: dict[str, Any], git_dir: Path, refs: str) -> dict[str, Any]:
+def _parts(project: Project, scope: dict[str, Any], git_dir: Path, refs: str) -> list[Any]:
+    """What the fingerprint digests, each part in its own place (plain JSON: the scope's keys come in one order)."""
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("GIT_", "LOGBOOK_")))
-    return {
-        "version": VERSION, "scope": scope, "refs": refs, "env": env,
-        "git": [_stat(git_dir / name) for name in _IN_PROGRESS],
-        "files": [_stat(p) for p in _named_files(project)],
-        "entries": _worktree(project),
-        "code": _tree_stats(_CODE, skip=("__pycache__",)),
-    }
+    return [VERSION, scope, refs, env,
+            [_stat(git_dir / name) for name in _IN_PROGRESS],
+            [_stat(p) for p in _named_files(project)],
+            _worktree(project),
+            _tree_stats(_CODE, skip=("__pycache__",))]
 
 
 def recall(project: Project, digest: str) -> dict[str, Any] | None:
