@@ -130,3 +130,51 @@ def test_a_level_in_many_digits_is_written_back_as_it_was_given():
 
     for text in ("val_loss@final < 2.31 (28.57142857%)", "val_loss@final ≈ 2.25 [2.2, 2.3] 22.22222222%"):
         assert parse_prediction(text).to_text() == text
+
+
+@pytest.mark.parametrize("text, says, hint", [
+    ("restarts@final <= 2.5", "prediction 'restarts@final <= 2.5' compares a count with a fraction: restarts is a "
+     "whole number, so `<= 2.5` means `<= 2`", "say the whole number you mean: `restarts@final <= 2`"),
+    ("restarts@final >= 1.5", "prediction 'restarts@final >= 1.5' compares a count with a fraction: restarts is a "
+     "whole number, so `>= 1.5` means `>= 2`", "say the whole number you mean: `restarts@final >= 2`"),
+    ("restarts@final > 1.5", "prediction 'restarts@final > 1.5' compares a count with a fraction: restarts is a "
+     "whole number, so `> 1.5` means `>= 2`", "say the whole number you mean: `restarts@final >= 2`"),
+    ("restarts@final <= 2 ± 0.5", "prediction 'restarts@final <= 2 ± 0.5' gives a count a fractional tolerance: "
+     "restarts is a whole number", "use a whole-number tolerance, or none: `restarts@final <= 2`"),
+])
+def test_a_count_compared_with_a_fraction_is_refused_naming_the_whole_number_meant(text, says, hint):
+    from logbook.core.errors import UsageError
+    from logbook.promises.predictions import parse_prediction
+
+    with pytest.raises(UsageError) as e:
+        parse_prediction(text)
+    assert (e.value.message, e.value.hint) == (says, hint)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("loss@ < 3", "expected a point in the run after '@' (`final`, `step:5000`, `5000` or `50%`)"),
+    ("loss@step:50% < 3", "a step must be a whole number, not a percentage"),
+    ("loss@0% < 3", "a fraction of the run must be above 0% and at most 100%"),
+    ("loss@100.5% < 3", "a fraction of the run must be above 0% and at most 100%"),
+    ("loss@12.5 < 3", "a step must be a whole number"),
+])
+def test_a_point_in_the_run_that_is_not_one_is_refused_in_full(text, says):
+    from logbook.core.errors import UsageError
+    from logbook.promises.predictions import parse_prediction
+
+    with pytest.raises(UsageError) as e:
+        parse_prediction(text)
+    assert e.value.message.startswith(f"invalid prediction {text!r}: {says} at column "), e.value.message
+
+
+def test_points_in_the_run_take_their_separators_and_their_edges():
+    from logbook.promises.predictions import milestone_step, parse_prediction
+
+    assert parse_prediction("loss@1_000 < 3").to_text() == parse_prediction("loss@1,000 < 3").to_text() == \
+        "loss@step:1000 < 3"
+    assert parse_prediction("loss@1_0% < 3").at.value == parse_prediction("loss@1,0% < 3").at.value == 0.1
+    assert parse_prediction("loss@100% < 3").at.value == 1.0 and parse_prediction("loss@0.5% < 3").at.value == 0.005
+    assert [milestone_step(f, 10) for f in (0.01, 0.3, 1.0)] == [1, 3, 10] and milestone_step(0.5, 1) == 1
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match=f"total_steps must be positive, got {bad}"):
+            milestone_step(0.5, bad)

@@ -353,3 +353,43 @@ def test_a_scorecard_and_its_record_name_every_field_a_reader_or_a_script_reads(
     third = record_outcome(project, "story")
     assert (third.already_recorded, third.event, third.supersedes) == (True, second.event, card.event)
     assert [r["id"] for r in outcome_records(project, "story")] == [card.event.split(":")[1], second.event.split(":")[1]]
+
+
+def test_a_config_other_than_the_preregistered_one_is_one_deviation_named_with_both_hashes(logbook_repo):
+    from logbook.promises.prereg import load_prereg
+    from logbook.runs.facts import RunFacts
+    from logbook.runs.record import RunRecord
+    from logbook.scoring.outcome import deviations
+
+    project = project_of(logbook_repo)
+    (logbook_repo / "configs").mkdir()
+    (logbook_repo / "configs" / "story.yaml").write_text("train:\n  steps: 100\n")
+    git(logbook_repo, "add", "-A")
+    git(logbook_repo, "commit", "-q", "-m", "the config")
+    prereg = load_prereg(project, make_prereg(project, ["loss@final < 4"], config="configs/story.yaml"))
+    want = prereg.config["sha256"]
+
+    def rec(config_hash, said=()):
+        return RunRecord(run_id="r", created="2026-11-30T08:00:00Z", config_path="configs/story.yaml",
+                         config_hash=config_hash, prereg_id=prereg.id, deviations=list(said))
+
+    def config_devs(r):
+        return [d for d in deviations(project, r, prereg, RunFacts(run="r"))[0] if d["kind"] == "config"]
+
+    assert config_devs(rec(want)) == [] and config_devs(None) == []
+    assert config_devs(rec("d" * 64)) == [{"kind": "config", "entry": None, "step": None, "text": (
+        f"config configs/story.yaml has sha256 dddddddddddd, the preregistration recorded {want[:12]}")}]
+    said = "config overridden on the command line: optim.lr=0.1"  # the launcher's own words: not said twice
+    assert config_devs(rec("d" * 64, [said])) == [{"kind": "config", "entry": None, "step": None, "text": said}]
+    assert config_devs(rec(want, [said])) == [{"kind": "config", "entry": None, "step": None, "text": said}]
+
+
+def test_a_tally_counts_each_result_once_by_its_status_and_tolerance():
+    from logbook.scoring.calibration import Tally
+
+    t = Tally()
+    for p in ({"status": "confirmed"}, {"status": "confirmed", "within_tolerance": True}, {"status": "refuted"},
+              {"status": "inconclusive"}, {}, {"status": "confirmed", "within_tolerance": False}):
+        t.add(p)
+    assert (t.confirmed, t.within_tolerance, t.refuted, t.inconclusive, t.total) == (3, 1, 1, 2, 6)
+    assert t.rate == 0.75 and Tally().rate is None
