@@ -70,3 +70,37 @@ def test_the_cli_prints_tables_and_json(logbook_repo, story_clock, cli):
 def test_no_outcomes_yet_says_how_to_get_one(logbook_repo, cli):
     res = cli("calibration")
     assert res.exit_code == 0 and "logbook outcome RUN" in res.stderr and res.stdout == ""
+
+
+def test_calibration_counts_each_final_scorecards_predictions_once_and_skips_what_is_not_one(monkeypatch):
+    """Over scorecards as stored (read through `load_outcome`): a provisional one, one without a list of
+    predictions, an entry that is no mapping, a forecast stated twice under one text and a late one each count
+    as they should, and the people are grouped by the name before their address."""
+    import pytest
+
+    from logbook.core.errors import UsageError
+    from logbook.scoring import calibration as cal_mod
+
+    def p(text, status="confirmed", **more):
+        return {"text": text, "source": "original", "metric": text.split("@")[0], "status": status, **more}
+
+    cards = {
+        "a": {"final": True, "prereg_author": "Ada Lovelace <ada@example.org> <second>", "prereg_created": "2026-11-02T10:00:00Z",
+              "predictions": ["not a mapping", p("loss@final < 3"), p("loss@final < 3"), p("spikes@final == 0", "refuted"),
+                              p("val_loss@final < 2", late=True)]},
+        "b": {"final": False, "prereg_author": "Bo", "predictions": [p("loss@final < 9")]},
+        "c": {"final": True, "predictions": "not a list"},
+        "d": {"final": True, "prereg_author": None, "prereg_created": None, "predictions": [p("loss@final < 4", "inconclusive")]},
+        "e": None,
+    }
+    monkeypatch.setattr(cal_mod, "list_event_runs", lambda project: list(cards))
+    monkeypatch.setattr(cal_mod, "load_outcome", lambda project, run: cards[run])
+    cal = cal_mod.calibration(object())
+    assert (cal.runs, cal.run_ids, cal.late_count) == (2, ["a", "d"], 1)
+    assert (cal.overall.confirmed, cal.overall.refuted, cal.overall.inconclusive) == (1, 1, 1)
+    assert {k: v.total for k, v in cal.by_author.items()} == {"Ada Lovelace": 2, "unknown": 1}
+    assert {k: v.total for k, v in cal.by_period.items()} == {"2026-11": 2, period_key("", "month"): 1}
+    assert {k: v.total for k, v in cal.by_metric.items()} == {"loss": 2, "spikes": 1}
+    with pytest.raises(UsageError) as e:
+        cal_mod.calibration(object(), period="day")
+    assert e.value.message == "period must be month or week, got 'day'"
