@@ -178,3 +178,17 @@ def test_points_in_the_run_take_their_separators_and_their_edges():
     for bad in (0, -5):
         with pytest.raises(ValueError, match=f"total_steps must be positive, got {bad}"):
             milestone_step(0.5, bad)
+
+
+def test_a_scorecards_forecast_summary_counts_each_kind_once_and_says_it_in_one_line():
+    from logbook.scoring.forecasts import run_summary, summary_text
+
+    s = run_summary([{"forecast": "an error note, no brier"},  # not a forecast's scores: left out
+                     {"late": True, "forecast": {"kind": "probability", "p": 0.8, "brier": 0.1, "log": -0.1}},
+                     {"forecast": {"kind": "interval", "error": 0.1, "covered": True, "rel_error": None}},
+                     {"forecast": {"kind": "interval", "error": 0.3, "covered": False, "rel_error": None}},
+                     {"forecast": {"kind": "probability", "p": 0.8, "brier": 0.04, "log": -0.2}}])
+    assert (s.probability, s.points, s.covered, s.late, s.mean_abs_rel_error) == (1, 2, 1, 1, None)
+    assert summary_text(s) == ("Forecasts: 1 with a stated confidence: mean Brier 0.040, mean log score -0.200; "
+                               "2 point forecast(s): 1 of 2 intervals held; 1 late forecast(s) scored apart.")
+    assert summary_text(RunForecasts()) == ""

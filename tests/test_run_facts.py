@@ -254,3 +254,15 @@ def test_a_run_with_no_attempt_has_no_wall_time_and_a_timeless_event_does_not_en
     assert _facts(events=[_e("note", 0, 0)]).wall_seconds() is None
     f = _facts(events=[{**_e("note", 1, 0), "ts": None}, _e("run_started", 0, 1, 1)])
     assert set(f.attempt_spans()) == {1}
+
+
+def test_a_count_up_to_a_step_takes_the_events_strictly_before_the_first_pass_and_those_without_a_time():
+    """Restarts counted at step 10: the run first went past it at T0 + 5; an event at that very time is after."""
+    def at(kind, seq, t):
+        return {"kind": kind, "seq": seq, "step": 1, "run": "r1", "data": {"cause": "unknown"}, "ts": t}
+
+    events = [at("note", 0, _at(T0)), at("restart", 1, _at(T0 + 1)), at("restart", 2, _at(T0 + 5)),
+              at("restart", 3, None), at("restart", 4, _at(T0 + 9))]
+    f = RunFacts(run="r1", events=events, first_past=[(11, T0 + 5)])
+    assert f.time_past(10) == T0 + 5
+    assert (f.count("restarts", 10), f.count("restarts")) == (2, 4)
