@@ -339,3 +339,29 @@ def test_the_memo_answers_when_verify_is_asked_from_another_folder(committed, mo
     verify_project(project)
     verify_project(project)
     assert calls == [1]
+
+
+def test_a_new_untracked_file_listed_before_another_is_checked_again(committed, monkeypatch):
+    """Every path git lists counts, not only the last: a file named to sort first still changes the fingerprint."""
+    repo, _ = committed
+    (repo / "entries" / "z-notes.txt").write_text("kept aside\n")
+    calls = _checks_counted(monkeypatch)
+    verify_project(open_project(repo))
+    (repo / "entries" / "a-notes.txt").write_text("another\n")
+    verify_project(open_project(repo))
+    assert calls == [1, 1]
+
+
+def test_a_linked_folder_is_not_walked_so_what_changes_behind_the_link_is_not_read(committed, monkeypatch, tmp_path):
+    """verify never reads a record through a link (a link is itself a finding), so the fingerprint takes the link
+    and not what it points to: a large or looping folder behind it costs nothing."""
+    repo, _ = committed
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "data.txt").write_text("1\n")
+    (repo / "entries" / "linked").symlink_to(outside, target_is_directory=True)
+    calls = _checks_counted(monkeypatch)
+    verify_project(open_project(repo))
+    (outside / "data.txt").write_text("22\n")
+    verify_project(open_project(repo))
+    assert calls == [1]
