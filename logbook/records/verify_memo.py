@@ -104,12 +104,12 @@ def _named_files(project: Project) -> list[Path]:
 
 def fingerprint(project: Project, scope: dict[str, Any]) -> str | None:
     """A digest of everything `verify_project` reads, for the call described by `scope`; None: no memo (no HEAD)."""
-    root = project.root
-    top = gitbind.git(root, "rev-parse", "--absolute-git-dir", check=False).strip()
-    refs = gitbind.git(root, "show-ref", "--head", check=False)
-    if not top or not refs:
+    root = project.root  # a git repository: `open_project` refuses any other folder
+    refs = gitbind.git(root, "show-ref", "--head", check=False)  # exit 1 when there is no ref
+    if not refs:
         return None  # no commit and no ref yet: nothing to remember
-    return hashlib.sha256(json.dumps(_parts(project, scope, Path(top), refs)).encode()).hexdigest()
+    git_dir = Path(gitbind.git(root, "rev-parse", "--absolute-git-dir").strip())
+    return hashlib.sha256(json.dumps(_parts(project, scope, git_dir, refs)).encode()).hexdigest()
 
 
 def _parts(project: Project, scope: dict[str, Any], git_dir: Path, refs: str) -> list[Any]:
