@@ -393,3 +393,29 @@ def test_a_tally_counts_each_result_once_by_its_status_and_tolerance():
         t.add(p)
     assert (t.confirmed, t.within_tolerance, t.refuted, t.inconclusive, t.total) == (3, 1, 1, 2, 6)
     assert t.rate == 0.75 and Tally().rate is None
+
+
+def test_an_amendment_made_after_results_were_seen_and_in_force_at_launch_is_a_deviation_in_its_own_words(
+        logbook_repo, story_clock):
+    from datetime import datetime, timezone
+
+    from scoring_helpers import T0, write_record
+
+    from logbook.promises.amend import amend_prereg
+    from logbook.promises.prereg import load_prereg
+    from logbook.runs.facts import RunFacts
+    from logbook.scoring.outcome import deviations
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4"])
+    amend_prereg(project, pid, reason="the pilot's loss was lower", seen="results",
+                 predictions=["loss@final < 3.5"], now=datetime.fromtimestamp(T0 - 1800, timezone.utc))
+    amend_prereg(project, pid, reason="a rule for spikes", seen="nothing", contingency=["loss is nan -> abort"],
+                 now=datetime.fromtimestamp(T0 - 1700, timezone.utc))
+    rec = write_record(project, "r", pid)  # both in force at launch
+    prereg = load_prereg(project, pid)
+    [first, _] = prereg.amendments
+    out, diff = deviations(project, rec, prereg, RunFacts(run="r"))
+    assert out == [{"kind": "amendment", "entry": None, "step": None,
+                    "text": f"amendment 1 ({first.created}) was made after results were seen: the pilot's loss was lower"}]
+    assert diff == ""  # no code snapshot to compare: no diff, said as empty text
