@@ -9,6 +9,16 @@ from logbook.scoring.calibration import MIN_POINTS, MIN_PROBABILITY, Calibration
 from logbook.scoring.forecasts import RunForecasts, describe_scores
 
 
+def _refused(text: str):
+    """The UsageError that parsing `text` as a prediction raises."""
+    from logbook.core.errors import UsageError
+    from logbook.promises.predictions import parse_prediction
+
+    with pytest.raises(UsageError) as e:
+        parse_prediction(text)
+    return e.value
+
+
 @pytest.mark.parametrize("forecast, words", [
     (None, ""), ("0.8", ""), ({}, ""),
     ({"kind": "probability", "p": 0.8}, "stated 80%, not decided"),
@@ -63,14 +73,46 @@ def test_the_calibration_json_names_every_group_and_a_scorecards_forecasts_keep_
     ("val_loss ≈ {50%: 2.6 [2.4, 2.8]} 80%",
      "a trajectory needs at least two points; a single one is a point forecast (`@50% ≈ ...`) at column 33"),
     ("val_loss ≈ {" + ", ".join(f"{s}: 2 [1, 3]" for s in range(1, 102)) + "} 80%", "a trajectory has at most 100 points"),
+    ("val_loss@final ≈ [2.2, 2.3] 80%", "expected the forecast value after `≈`"),
+    ("val_loss@final ≈ 2.25 80%", "a point forecast needs an interval: write `≈ 2.25 [2.20, 2.30] 80%`"),
+    ("val_loss@final ≈ 2.25% [2.2, 2.3] 80%", "a percentage is not allowed for the forecast value"),
+    ("val_loss@final ≈ 2.25 [2.2%, 2.3] 80%", "a percentage is not allowed for the interval's lower bound"),
+    ("val_loss@final ≈ 2.25 [2.2, 2.3%] 80%", "a percentage is not allowed for the interval's upper bound"),
+    ("val_loss@final ≈ 2.25 [2.2, 2.3] x", "expected a level as a percentage, such as `80%`"),
+    ("val_loss@final < 2.31 (x)", "expected a confidence as a percentage, such as `(80%)`"),
+    ("val_loss@final < 2.31 (0%)", "a confidence must be above 0% and below 100% (certainty cannot be scored)"),
+    ("val_loss@final < 2.31 (80% x", "expected `)` after the confidence"),
+    ("loss@ < 3", "expected a point in the run after '@' (`final`, `step:5000`, `5000` or `50%`)"),
+    ("loss@step:50% < 3", "a step must be a whole number, not a percentage"),
+    ("loss@0% < 3", "a fraction of the run must be above 0% and at most 100%"),
+    ("loss@100.5% < 3", "a fraction of the run must be above 0% and at most 100%"),
+    ("loss@12.5 < 3", "a step must be a whole number"),
 ])
-def test_a_refused_trajectory_says_in_full_what_it_expected(text, says):
-    from logbook.core.errors import UsageError
-    from logbook.promises.predictions import parse_prediction
+def test_a_prediction_that_does_not_parse_says_in_full_what_it_expected_and_where(text, says):
+    message = _refused(text).message
+    assert message.startswith(f"invalid prediction {text!r}: {says} "), message  # then where: ` at column N`
 
-    with pytest.raises(UsageError) as e:
-        parse_prediction(text)
-    assert e.value.message.startswith(f"invalid prediction {text!r}: {says}"), e.value.message
+
+@pytest.mark.parametrize("text, says, hint", [
+    ("mfu@final ≈ 0.5 [0, 1] 80%", "forecast 'mfu@final ≈ 0.5 [0, 1] 80%' cannot fail: its interval covers all of "
+     "mfu's range [0, 1]", "state the interval you actually expect the value to land in"),
+    ("mfu@final ≈ 1.5 [1.2, 1.8] 80%", "forecast 'mfu@final ≈ 1.5 [1.2, 1.8] 80%' can never hold: mfu is always in "
+     "[0, 1]", "check the interval's bounds"),
+    ("val_loss@final ≈ 2.25 [2.25, 2.25] 80%", "forecast 'val_loss@final ≈ 2.25 [2.25, 2.25] 80%' practically never "
+     "holds: val_loss is continuous and the interval has no width", "give the interval you expect, e.g. `[2.20, 2.30]`"),
+    ("restarts@final <= 2.5", "prediction 'restarts@final <= 2.5' compares a count with a fraction: restarts is a "
+     "whole number, so `<= 2.5` means `<= 2`", "say the whole number you mean: `restarts@final <= 2`"),
+    ("restarts@final >= 1.5", "prediction 'restarts@final >= 1.5' compares a count with a fraction: restarts is a "
+     "whole number, so `>= 1.5` means `>= 2`", "say the whole number you mean: `restarts@final >= 2`"),
+    ("restarts@final > 1.5", "prediction 'restarts@final > 1.5' compares a count with a fraction: restarts is a "
+     "whole number, so `> 1.5` means `>= 2`", "say the whole number you mean: `restarts@final >= 2`"),
+    ("restarts@final <= 2 ± 0.5", "prediction 'restarts@final <= 2 ± 0.5' gives a count a fractional tolerance: "
+     "restarts is a whole number", "use a whole-number tolerance, or none: `restarts@final <= 2`"),
+])
+def test_a_prediction_that_cannot_fail_hold_or_mean_what_it_says_is_refused_in_full_with_what_to_do(
+        text, says, hint):
+    e = _refused(text)
+    assert (e.message, e.hint) == (says, hint)
 
 
 def test_a_trajectory_of_exactly_the_most_points_is_taken_and_its_separators_need_no_spaces():
@@ -82,47 +124,10 @@ def test_a_trajectory_of_exactly_the_most_points_is_taken_and_its_separators_nee
     assert tight.to_text() == "val_loss ≈ {50%: 2.6 [2.4, 2.8], final: 2 [1, 3]} 80%"
 
 
-@pytest.mark.parametrize("text, says, hint", [
-    ("mfu@final ≈ 0.5 [0, 1] 80%", "forecast 'mfu@final ≈ 0.5 [0, 1] 80%' cannot fail: its interval covers all of "
-     "mfu's range [0, 1]", "state the interval you actually expect the value to land in"),
-    ("mfu@final ≈ 1.5 [1.2, 1.8] 80%", "forecast 'mfu@final ≈ 1.5 [1.2, 1.8] 80%' can never hold: mfu is always in "
-     "[0, 1]", "check the interval's bounds"),
-    ("val_loss@final ≈ 2.25 [2.25, 2.25] 80%", "forecast 'val_loss@final ≈ 2.25 [2.25, 2.25] 80%' practically never "
-     "holds: val_loss is continuous and the interval has no width", "give the interval you expect, e.g. `[2.20, 2.30]`"),
-])
-def test_a_forecast_that_cannot_fail_or_hold_is_refused_in_full_with_what_to_do(text, says, hint):
-    from logbook.core.errors import UsageError
-    from logbook.promises.predictions import parse_prediction
-
-    with pytest.raises(UsageError) as e:
-        parse_prediction(text)
-    assert (e.value.message, e.value.hint) == (says, hint)
-
-
 def test_an_interval_that_starts_at_the_top_of_the_range_can_still_hold():
     from logbook.promises.predictions import parse_prediction
 
     assert parse_prediction("mfu@final ≈ 1 [1, 1.2] 80%").to_text() == "mfu@final ≈ 1 [1, 1.2] 80%"
-
-
-@pytest.mark.parametrize("text, says", [
-    ("val_loss@final ≈ [2.2, 2.3] 80%", "expected the forecast value after `≈`"),
-    ("val_loss@final ≈ 2.25 80%", "a point forecast needs an interval: write `≈ 2.25 [2.20, 2.30] 80%`"),
-    ("val_loss@final ≈ 2.25% [2.2, 2.3] 80%", "a percentage is not allowed for the forecast value"),
-    ("val_loss@final ≈ 2.25 [2.2%, 2.3] 80%", "a percentage is not allowed for the interval's lower bound"),
-    ("val_loss@final ≈ 2.25 [2.2, 2.3%] 80%", "a percentage is not allowed for the interval's upper bound"),
-    ("val_loss@final ≈ 2.25 [2.2, 2.3] x", "expected a level as a percentage, such as `80%`"),
-    ("val_loss@final < 2.31 (x)", "expected a confidence as a percentage, such as `(80%)`"),
-    ("val_loss@final < 2.31 (0%)", "a confidence must be above 0% and below 100% (certainty cannot be scored)"),
-    ("val_loss@final < 2.31 (80% x", "expected `)` after the confidence"),
-])
-def test_a_forecasts_parse_error_says_in_full_what_it_expected(text, says):
-    from logbook.core.errors import UsageError
-    from logbook.promises.predictions import parse_prediction
-
-    with pytest.raises(UsageError) as e:
-        parse_prediction(text)
-    assert e.value.message.startswith(f"invalid prediction {text!r}: {says} at column "), e.value.message
 
 
 def test_a_level_in_many_digits_is_written_back_as_it_was_given():
@@ -130,41 +135,6 @@ def test_a_level_in_many_digits_is_written_back_as_it_was_given():
 
     for text in ("val_loss@final < 2.31 (28.57142857%)", "val_loss@final ≈ 2.25 [2.2, 2.3] 22.22222222%"):
         assert parse_prediction(text).to_text() == text
-
-
-@pytest.mark.parametrize("text, says, hint", [
-    ("restarts@final <= 2.5", "prediction 'restarts@final <= 2.5' compares a count with a fraction: restarts is a "
-     "whole number, so `<= 2.5` means `<= 2`", "say the whole number you mean: `restarts@final <= 2`"),
-    ("restarts@final >= 1.5", "prediction 'restarts@final >= 1.5' compares a count with a fraction: restarts is a "
-     "whole number, so `>= 1.5` means `>= 2`", "say the whole number you mean: `restarts@final >= 2`"),
-    ("restarts@final > 1.5", "prediction 'restarts@final > 1.5' compares a count with a fraction: restarts is a "
-     "whole number, so `> 1.5` means `>= 2`", "say the whole number you mean: `restarts@final >= 2`"),
-    ("restarts@final <= 2 ± 0.5", "prediction 'restarts@final <= 2 ± 0.5' gives a count a fractional tolerance: "
-     "restarts is a whole number", "use a whole-number tolerance, or none: `restarts@final <= 2`"),
-])
-def test_a_count_compared_with_a_fraction_is_refused_naming_the_whole_number_meant(text, says, hint):
-    from logbook.core.errors import UsageError
-    from logbook.promises.predictions import parse_prediction
-
-    with pytest.raises(UsageError) as e:
-        parse_prediction(text)
-    assert (e.value.message, e.value.hint) == (says, hint)
-
-
-@pytest.mark.parametrize("text, says", [
-    ("loss@ < 3", "expected a point in the run after '@' (`final`, `step:5000`, `5000` or `50%`)"),
-    ("loss@step:50% < 3", "a step must be a whole number, not a percentage"),
-    ("loss@0% < 3", "a fraction of the run must be above 0% and at most 100%"),
-    ("loss@100.5% < 3", "a fraction of the run must be above 0% and at most 100%"),
-    ("loss@12.5 < 3", "a step must be a whole number"),
-])
-def test_a_point_in_the_run_that_is_not_one_is_refused_in_full(text, says):
-    from logbook.core.errors import UsageError
-    from logbook.promises.predictions import parse_prediction
-
-    with pytest.raises(UsageError) as e:
-        parse_prediction(text)
-    assert e.value.message.startswith(f"invalid prediction {text!r}: {says} at column "), e.value.message
 
 
 def test_points_in_the_run_take_their_separators_and_their_edges():
