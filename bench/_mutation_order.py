@@ -17,9 +17,9 @@ kills are appended (one JSON line each; two workers may append at once, and
 lines this short are written whole).
 
 A mutant's tests also run under a cap on memory (MEMORY_CAP): a mutant that
-makes a loop endless (a folder walk that never pops) then fails fast with a
-MemoryError, which is what it is, instead of growing until the kernel kills
-the process and the machine with it.
+makes a loop endless and grows a list without bound ends in a MemoryError
+instead of taking the machine's memory; one that grows slowly still ends at
+mutmut's own CPU-time limit (a timeout, which counts as killed).
 """
 
 import json
