@@ -294,7 +294,8 @@ def judge(p: Prediction, m: Measurement) -> tuple[str, bool, str]:
             return "refuted", False, f"already {m.value:g} before the point, above the interval, and counts only grow"
         return "inconclusive", False, m.missing or ""
     exceeded = m.value > p.threshold + p.tolerance
-    if p.op in ("<", "<=", "==") and verdict == "refuted" and exceeded:
+    # An upper bound once broken stays broken; `==` broken from below may still be met.
+    if verdict == "refuted" and (p.op in ("<", "<=") or (p.op == "==" and exceeded)):
         return "refuted", False, f"already {m.value:g} before the point, and counts only grow"
     if p.op in (">", ">=") and verdict != "refuted":
         return "confirmed", verdict == "within_tolerance", f"already {m.value:g} before the point, and counts only grow"
