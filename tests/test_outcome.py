@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import ROOT, git
 from scoring_helpers import (
-    STORY_PREDICTIONS, make_prereg, project_of, sha256_of, story_clock, story_run,  # noqa: F401
+    STORY_PREDICTIONS, make_prereg, project_of, sha256_of, story_clock, story_run, write_record,  # noqa: F401
 )
 
 from logbook.records import gitbind
@@ -187,7 +187,24 @@ def test_a_preregistration_that_fails_verify_stops_the_outcome_and_nothing_is_wr
     assert "was edited after HEAD committed it" in res.stderr and "Traceback" not in res.output
     assert sha256_of(run_dir / "events.jsonl") == before and not _has_outcome(project, "story")
     # The library still scores it, flagged, for whoever asks it directly.
-    assert evaluate(project, "story").verify_ok is False
+    card = evaluate(project, "story")
+    assert card.verify_ok is False and any("was edited after HEAD committed it" in m for m in card.verify_problems)
+
+
+def test_a_preregistration_that_cannot_be_read_is_named_with_its_first_problem_and_how_to_restore_it(
+        logbook_repo, story_clock):
+    from logbook.core.errors import TamperedError
+    from logbook.promises.verify import verify_project
+
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4"])
+    story_run(project, story_clock, "story", pid)
+    (project.prereg_dir / f"{pid}.md").write_text("no front matter at all\n")
+    first = verify_project(project, pid).problems[0].message
+    with pytest.raises(TamperedError) as e:
+        evaluate(project, "story")
+    assert e.value.message == f"preregistration {pid} of run story cannot be read, so it cannot be scored: {first}"
+    assert e.value.hint == "run `logbook verify` for the full list; restore the record from git"
 
 
 def test_an_exploratory_run_is_refused_and_nothing_is_written(logbook_repo, story_clock, cli):
@@ -198,6 +215,59 @@ def test_an_exploratory_run_is_refused_and_nothing_is_written(logbook_repo, stor
     assert res.exit_code == 3
     assert "exploratory" in res.stderr and "nothing to score" in res.stderr and "Traceback" not in res.output
     assert sha256_of(run_dir / "events.jsonl") == before and not _has_outcome(project, "explore")
+    from logbook.core.errors import RefusedError
+
+    with pytest.raises(RefusedError) as e:
+        evaluate(project, "explore")
+    assert e.value.message == ("run explore is exploratory: it answers to no preregistration, so there is nothing "
+                               "to score")
+    assert e.value.hint == ("preregister the next run (`logbook prereg`) and launch it with "
+                            "`logbook run --prereg ID`")
+
+
+def test_a_run_is_scored_against_the_preregistration_its_record_names_or_failing_that_its_log(
+        logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4"])
+    write_record(project, "named", pid)
+    story_run(project, story_clock, "named", None, with_record=False)  # its log does not say
+    assert evaluate(project, "named").prereg_id == pid
+    story_run(project, story_clock, "logged", pid, with_record=False)  # no record at all
+    assert evaluate(project, "logged").prereg_id == pid
+
+
+def test_a_run_whose_record_says_it_failed_is_final_and_scored_as_failed(logbook_repo, story_clock):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4"])
+    write_record(project, "story", pid, status="failed")
+    story_run(project, story_clock, "story", pid, finish=False, with_record=False)
+    card = evaluate(project, "story")
+    assert (card.run_state, card.final) == ("failed", True)
+    assert card.computed_at == card.computed_at.strip() and card.computed_at.startswith("2026-11-30T")
+
+
+def test_an_amendment_not_in_force_at_launch_is_scored_late_and_its_contingency_does_not_judge_the_run(
+        logbook_repo, story_clock):
+    from datetime import datetime, timezone
+
+    from scoring_helpers import T0
+
+    from logbook.promises.amend import amend_prereg
+
+    project = project_of(logbook_repo)
+    from logbook.runs.record import RunRecord, write_run_record
+
+    pid = make_prereg(project, ["loss@final < 4"])
+    amend_prereg(project, pid, reason="a rule for spikes", seen="nothing", predictions=["spikes@final <= 1"],
+                 contingency=["loss spike -> skip"], now=datetime.fromtimestamp(T0 - 1700, timezone.utc))
+    # launched from a checkout that did not have the amendment yet: its record holds none in force
+    write_run_record(project, RunRecord(run_id="story", created="2026-11-30T08:00:00Z", config_path="configs/story.yaml",
+                                        config_hash="c" * 64, prereg_id=pid, amendments=[], status="finished"))
+    story_run(project, story_clock, "story", pid, with_record=False)
+    card = evaluate(project, "story")
+    (late,) = [p for p in card.predictions if p.source == "amend-1"]
+    assert late.late == "amendment 1 was not in force when this run started"
+    assert [d["kind"] for d in card.deviations].count("off_plan") == 1  # the skip is judged by no rule
 
 
 def test_an_unknown_run_is_refused_with_the_known_ones(logbook_repo, story_clock, cli):
@@ -327,8 +397,7 @@ def test_a_scorecard_and_its_record_name_every_field_a_reader_or_a_script_reads(
                                             "already_recorded"}
     assert (d["schema"], d["run"], d["prereg_id"], d["run_state"], d["verify"]) == (
         SCHEMA, "story", pid, "finished", {"ok": True, "problems": []})
-    assert (d["last_step"], d["total_steps"], d["prereg_title"]) == (card.last_step, card.total_steps,
-                                                                     "qk-norm keeps the loss smooth")
+    assert (d["last_step"], d["total_steps"], d["prereg_title"]) == (100, 100, "qk-norm keeps the loss smooth")
     assert d["deviations"] == card.deviations and d["code_diff"] == card.code_diff and d["label"] == card.label
     assert d["prereg_sha256"] == card.prereg_sha256 and len(card.prereg_sha256) == 64
 
