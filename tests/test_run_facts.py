@@ -266,3 +266,41 @@ def test_a_count_up_to_a_step_takes_the_events_strictly_before_the_first_pass_an
     f = RunFacts(run="r1", events=events, first_past=[(11, T0 + 5)])
     assert f.time_past(10) == T0 + 5
     assert (f.count("restarts", 10), f.count("restarts")) == (2, 4)
+
+
+def test_the_deviations_are_each_live_change_once_in_full_and_each_off_plan_incident_with_its_actions():
+    off = {"rule": None, "follows": False}
+    said = {"rule": 1, "follows": False, "differences": ["skipped 13 batches, the rule said 10"]}
+    change = dict(key="lr_scale", old=1.0, new=0.8, who="Ada Tester", source="live", reason="too noisy",
+                  request_id="r-1", plan=off)
+    events = [_e("run_started", 0, 0), _e("hparam_change", 5, 1, **change),
+              _e("hparam_change", 6, 2, key="grad_clip", old=1.0, new=0.5, source="advice", request_id="r-2", plan=off),
+              _e("hparam_change", 7, 3, key="data.weights.web", old=1.0, new=0.5, source="schedule",
+                 plan={"rule": None, "follows": True}),
+              _e("divergence_detected", 8, 4, action="skip", plan=off),
+              _e("checkpoint_saved", 8, 5),  # between a divergence and its actions: the incident goes on
+              _e("step_skipped", 8, 6, plan=off),
+              _e("straggler", 9, 7, rank=1),  # anything else ends it
+              _e("step_skipped", 10, 8, plan=off),
+              _e("rollback", 11, 9, plan=said),
+              {**_e("note", 11, 10), "data": None},
+              _e("restart", 5, 11, 2), _e("run_started", 5, 12, 2),
+              _e("hparam_change", 5, 13, 2, **{**change, "reapplied": True})]
+    assert _facts(events=events).event_deviations() == [
+        {"kind": "live_change", "entry": "r1:1", "step": 5,
+         "text": "live change at step 5 by Ada Tester: lr_scale 1.0 → 0.8 (too noisy); "
+                 "re-applied after a restart at step 5 (the same change)"},
+        {"kind": "live_change", "entry": "r1:2", "step": 6, "text": "advice change at step 6 by unknown: grad_clip 1.0 → 0.5"},
+        {"kind": "off_plan", "entry": "r1:4", "step": 8, "entries": ["r1:4", "r1:6"],
+         "text": "divergence detected (action: skip) at step 8 was not in the preregistered contingency plan; "
+                 "carried out as: step skipped"},
+        {"kind": "off_plan", "entry": "r1:8", "step": 10, "entries": ["r1:8"],
+         "text": "step skipped at step 10 was not in the preregistered contingency plan"},
+        {"kind": "off_plan", "entry": "r1:9", "step": 11, "entries": ["r1:9"],
+         "text": "rollback at step 11 carried out contingency rule 1 with a difference: skipped 13 batches, the rule "
+                 "said 10"}]
+    first = _facts(events=[_e("step_skipped", 3, 0, plan=off), _e("divergence_detected", 4, 1, plan=off),
+                           _e("divergence_detected", 5, 2, action="rollback", plan=off)]).event_deviations()
+    assert [(d["entry"], d["text"].split(" was ")[0]) for d in first] == [
+        ("r1:0", "step skipped at step 3"), ("r1:1", "divergence detected at step 4"),
+        ("r1:2", "divergence detected (action: rollback) at step 5")]  # a second divergence is its own incident
