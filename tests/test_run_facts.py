@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 from logbook.eventlog.eventschema import parse_ts
 from logbook.promises.contingency import parse_rule
-from logbook.runs.facts import RunFacts, _read_metrics, _recorded_rollback
+from logbook.runs.facts import RunFacts, _read_metrics, _recorded_rollback, _state
 
 
 def _facts(series=None, events=None) -> RunFacts:
@@ -304,3 +304,35 @@ def test_the_deviations_are_each_live_change_once_in_full_and_each_off_plan_inci
     assert [(d["entry"], d["text"].split(" was ")[0]) for d in first] == [
         ("r1:0", "step skipped at step 3"), ("r1:1", "divergence detected at step 4"),
         ("r1:2", "divergence detected (action: rollback) at step 5")]  # a second divergence is its own incident
+
+
+def test_the_metric_rows_are_read_as_the_branch_that_counts_with_each_attempts_span_and_when_each_step_was_first_passed():
+    rows = [{"step": 0, "attempt": 1, "time": 100.0, "loss": 5.0},
+            {"step": True, "loss": 1.0}, {"step": "3", "loss": 1.0},  # not steps: passed over
+            {"step": 1, "attempt": 1, "time": 101.0, "loss": 4.0, "val_loss": 3.9},
+            {"step": 1, "attempt": 1, "time": "late", "tokens": 2},  # a time that is not one: the row counts, untimed
+            {"step": 2, "attempt": 1, "time": 102.0, "loss": 9.0, "lr": 0.1, "skipped": True},  # the guard refused it
+            {"step": 3, "attempt": 1, "time": 103.0, "loss": 3.8, "val_loss": 3.7},
+            {"step": 2, "attempt": 2, "time": 110.0, "loss": 3.5},  # resumed from step 2: a new branch
+            {"step": 3, "attempt": 2, "time": 111.0, "loss": 3.4},
+            {"step": 4, "attempt": 2, "time": 112.0, "loss": 3.3}, {"step": 4, "attempt": 2, "time": 112.5, "mfu": 0.4}]
+    f = _facts()
+    _read_metrics(f, rows)
+    assert f.series == {"loss": {0: 5.0, 1: 4.0, 2: 3.5, 3: 3.4, 4: 3.3}, "val_loss": {1: 3.9}, "tokens": {1: 2.0},
+                        "lr": {}, "mfu": {4: 0.4}}  # the refused step's learning rate went with its branch
+    assert f.refused == set() and f.rows is rows
+    assert f.attempt_times == {1: (100.0, 103.0), 2: (110.0, 112.5)}
+    assert f.first_past == [(0, 100.0), (1, 101.0), (2, 102.0), (3, 103.0), (4, 112.0)]
+
+    kept = _facts()
+    _read_metrics(kept, rows[:6])  # before the new branch: the refused step and its other figures stand
+    assert kept.refused == {2} and kept.series["lr"] == {2: 0.1} and 2 not in kept.series["loss"]
+
+
+def test_a_runs_state_is_its_logs_last_word_or_failing_that_the_records_ending():
+    started, finished = _e("run_started", 0, 0), _e("run_finished", 9, 1)
+    for events, status, want in (([], None, "running"), ([], "running", "running"), ([], "stopped", "running"),
+                                 ([], "failed", "failed"), ([], "aborted", "aborted"), ([], "finished", "finished"),
+                                 ([started], "failed", "failed"), ([started, finished], "failed", "finished"),
+                                 ([started, finished], None, "finished")):
+        assert _state(events, status) == want, (events, status)
