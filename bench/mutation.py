@@ -45,7 +45,8 @@ FACTS_TESTS = ["tests/test_outcome.py", "tests/test_predictions.py", "tests/test
                "tests/test_views_read_facts.py", "tests/test_forecast_grammar.py", "tests/test_fuzz_predictions.py",
                "tests/test_kind_questions.py", "tests/test_run_facts.py", "tests/test_progress_scores.py",
                "tests/test_forecast_curves.py", "tests/test_forecast_words.py", "tests/test_new_kind_recipe.py",
-               "tests/test_metric_measures.py", "tests/test_partial_counts.py", "tests/test_load_facts.py"]
+               "tests/test_metric_measures.py", "tests/test_partial_counts.py", "tests/test_load_facts.py",
+               "tests/test_code_diff.py"]
 # Left out: tests that render a PDF. mutmut forks each mutant's run from a parent whose PDF engine already started
 # threads, and the fork's copy of a held lock hangs it until a wall-clock timeout that mutmut would count as a kill.
 
