@@ -145,6 +145,23 @@ def test_a_guard_action_off_its_rule_names_each_part_that_differed():
     assert "skipped 13 batches, the rule said 10" in dev["text"] and dev["step"] == 12
 
 
+def test_every_guard_event_of_an_old_incident_is_judged_and_a_judgement_the_guard_wrote_is_kept():
+    wrote = {"follows": False, "rule": 1, "differences": ["as the guard wrote it"]}
+    events = [_e("divergence_detected", 3, 10, plan={"follows": False, "rule": 1}),  # no rollback recorded with it
+              _e("rollback", 7, 11, plan=wrote), *_incident([8, 20], 0.5)]
+    f = _facts(events=events)
+    f.judge_plans([RULE])
+    said = ["skipped 13 batches, the rule said 10", "scaled the learning rate by 0.5, the rule said 0.9"]
+    assert [e["data"]["plan"].get("differences") for e in f.events] == [None, ["as the guard wrote it"], said, said, None]
+
+
+def test_an_old_rollback_judged_by_a_rule_without_one_says_what_was_done_and_what_the_rule_said():
+    f = _facts(events=_incident([8, 20]))
+    f.judge_plans([parse_rule("loss spike > 4 sigma -> lr x 0.5")])
+    assert f.events[0]["data"]["plan"]["differences"] == [
+        "rolled back, the rule said: scale the learning rate"]
+
+
 def test_a_guard_action_that_did_what_its_rule_says_has_no_difference_to_name():
     f = _facts(events=_incident([3, 12], 0.9))
     f.judge_plans([RULE])

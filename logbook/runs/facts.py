@@ -187,13 +187,15 @@ class RunFacts:
         "said otherwise". The rule's own terms and what the run recorded (the
         batches a rollback skipped, the factor the learning rate was scaled by)
         say which part differed; the rollback's configured distance is not in the
-        log, so it is taken as the rule's. Done once, before any view reads the plans.
+        log, so it is taken as the rule's. The judgement goes on the divergence and the
+        rollback (the guard writes a scaling after its rollback, and an incident's
+        deviation is read from its first event). Done once, before any view reads the plans.
         """
         table = {n: acts for n, _, acts in structured_rules(rules)}
         for i, e in enumerate(self.events):
             plan = Event.of(e).data.get("plan")
             if not (isinstance(plan, dict) and plan.get("follows") is False and plan.get("rule") in table
-                    and "differences" not in plan and is_kind(e, "divergence_detected", "rollback", "lr_scaled")):
+                    and "differences" not in plan and is_kind(e, "divergence_detected", "rollback")):
                 continue
             done = _recorded_rollback(self.events, i)
             if done is None:
