@@ -51,6 +51,15 @@ def test_a_plain_threshold_has_no_forecast_scores_and_an_undecided_one_no_probab
                                                                                             "p": 0.8}
 
 
+def test_a_point_forecasts_interval_takes_both_its_ends_and_states_its_width():
+    p = parse_prediction("val_loss@final ≈ 3.4 [3.2, 3.6] 80%")
+    stated = {"kind": "point", "value": 3.4, "lo": 3.2, "hi": 3.6, "level": 0.8, "width": pytest.approx(0.4)}
+    assert forecast_scores(p, "inconclusive", None) == stated  # nothing measured: only what was stated
+    for value, covered in ((3.2, True), (3.6, True), (3.1999, False), (3.6001, False)):
+        got = forecast_scores(p, "confirmed", value)
+        assert got["covered"] is covered and got["width"] == pytest.approx(0.4), value
+
+
 def test_outcome_scores_confident_thresholds_point_forecasts_and_trajectories(logbook_repo, story_clock):
     project = project_of(logbook_repo)
     pid = make_prereg(project, [

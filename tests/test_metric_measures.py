@@ -102,3 +102,27 @@ def test_mfu_is_the_logged_value_and_only_failing_that_the_latest_progress_notes
     both = _run(extra_rows=[{"step": 20, "attempt": 2, "mfu": 0.41}],
                 events=[_e("milestone", 15, 3, T0 + 45, 2, fraction=0.5, mfu=0.38)])
     assert value_at("mfu", both, 20).value == 0.41  # the logged value wins over the note's
+
+
+def test_a_step_whose_update_the_guard_refused_is_measured_at_the_last_accepted_one_and_says_so():
+    f = RunFacts(run="r1", series={"loss": {19: 3.0, 20: 2.5}}, refused={21})
+    got = value_at("loss", f, 21)
+    assert (got.value, got.step) == (2.5, 20)
+    assert got.rule == "at step 20, the last step whose update the guard accepted (it skipped step 21's)"
+
+
+def test_a_value_never_logged_names_the_nearest_logged_steps_only_where_there_are_some():
+    f = _run()
+    assert value_at("val_loss", f, 15).missing == "not measured: no val_loss was logged at step 15 (logged nearest: step 10 and 20)"
+    assert value_at("grad_norm", f, 15).missing == "not measured: no grad_norm was logged at step 15"
+
+
+def test_a_scored_prediction_carries_its_own_terms_and_what_was_measured():
+    from logbook.promises.predictions import parse_prediction
+    from logbook.scoring.outcome import score
+
+    r = score(parse_prediction("val_loss@step:20 < 1.4 ± 0.2"), "amend-1", _run(), late="amendment 1 was late")
+    assert (r.text, r.metric, r.source, r.op, r.threshold, r.tolerance) == (
+        "val_loss@step:20 < 1.4 ± 0.2", "val_loss", "amend-1", "<", 1.4, 0.2)
+    assert (r.status, r.within_tolerance, r.value, r.at_step, r.rule, r.reason, r.late, r.forecast) == (
+        "confirmed", True, 1.5, 20, "at step 20", "", "amendment 1 was late", None)
