@@ -87,6 +87,14 @@ def test_the_calibration_json_names_every_group_and_a_scorecards_forecasts_keep_
     ("loss@0% < 3", "a fraction of the run must be above 0% and at most 100%"),
     ("loss@100.5% < 3", "a fraction of the run must be above 0% and at most 100%"),
     ("loss@12.5 < 3", "a step must be a whole number"),
+    ("@final < 3", "expected a metric name"),
+    ("loss@final 3", "expected a comparator (<, <=, >, >=, ==, !=) or ≈ for a point forecast"),
+    ("loss@final = 3", "`=` is ambiguous: write `==` for equality"),
+    ("val_loss@final ≈ {50%: 2 [1, 3], final: 2 [1, 3]} 80%", "a trajectory names its points inside `{...}`, not after `@`"),
+    ("loss@final < 3 ± -1", "expected a non-negative tolerance after `±`"),
+    ("loss@final < 3 ± +1", "expected a non-negative tolerance after `±`"),
+    ("loss@final < 3 ± 5%", "a percentage is not allowed for the tolerance"),
+    ("loss@final < 3%", "a percentage is not allowed for the threshold"),
 ])
 def test_a_prediction_that_does_not_parse_says_in_full_what_it_expected_and_where(text, says):
     message = _refused(text).message
@@ -108,11 +116,65 @@ def test_a_prediction_that_does_not_parse_says_in_full_what_it_expected_and_wher
      "whole number, so `> 1.5` means `>= 2`", "say the whole number you mean: `restarts@final >= 2`"),
     ("restarts@final <= 2 ± 0.5", "prediction 'restarts@final <= 2 ± 0.5' gives a count a fractional tolerance: "
      "restarts is a whole number", "use a whole-number tolerance, or none: `restarts@final <= 2`"),
+    (" restarts@final<=2.5 ", "prediction 'restarts@final<=2.5' compares a count with a fraction: restarts is a "
+     "whole number, so `<= 2.5` means `<= 2`", "say the whole number you mean: `restarts@final <= 2`"),  # as written
+    ("spikes@final == 0.5", "prediction 'spikes@final == 0.5' can never hold: spikes is a whole number",
+     "use a whole-number threshold such as `spikes@final == 0`"),
+    ("spikes@final != 0.5", "prediction 'spikes@final != 0.5' cannot fail: spikes is a whole number",
+     "use a whole-number threshold such as `spikes@final != 0`"),
+    ("loss@final == 1.2", "prediction 'loss@final == 1.2' practically never holds: loss is continuous, an exact match "
+     "is never seen", "give a tolerance (`loss@final == 1.2 ± 0.01`) or use < / >"),
+    ("loss@final != 1.2", "prediction 'loss@final != 1.2' practically cannot fail: loss is continuous, an exact match "
+     "is never seen", "give a tolerance (`loss@final != 1.2 ± 0.01`) or use < / >"),
+    ("goodput@final <= 1", "prediction 'goodput@final <= 1' cannot fail: goodput is always in [0, 1]",
+     "a prediction must name an outcome that could turn out false; tighten the threshold"),
+    ("goodput@final>1", "prediction 'goodput@final>1' can never hold: goodput is always in [0, 1]",
+     "check the comparator's direction and the threshold"),
+    ("goodput@final >= 1.5", "prediction 'goodput@final >= 1.5' can never hold: goodput is always in [0, 1]",
+     "check the comparator's direction and the threshold"),
+    ("goodput@final == 1.2 ± 0.1", "prediction 'goodput@final == 1.2 ± 0.1' can never hold: goodput is always in "
+     "[0, 1]", "check the comparator's direction and the threshold"),
+    ("goodput@final == -0.2 ± 0.1", "prediction 'goodput@final == -0.2 ± 0.1' can never hold: goodput is always in "
+     "[0, 1]", "check the comparator's direction and the threshold"),
+    ("loss@final<3±5", "prediction 'loss@final<3±5' can hardly fail: its tolerance ± 5 is wider than everything the "
+     "threshold accepts ([0, 3)), so the tolerance, not the threshold, decides",
+     "a tolerance is a small grace margin; state the threshold you expect and a margin smaller than it"),
+    ("goodput@final > 0.9 ± 0.2", "prediction 'goodput@final > 0.9 ± 0.2' can hardly fail: its tolerance ± 0.2 is "
+     "wider than everything the threshold accepts ((0.9, 1]), so the tolerance, not the threshold, decides",
+     "a tolerance is a small grace margin; state the threshold you expect and a margin smaller than it"),
 ])
 def test_a_prediction_that_cannot_fail_hold_or_mean_what_it_says_is_refused_in_full_with_what_to_do(
         text, says, hint):
     e = _refused(text)
     assert (e.message, e.hint) == (says, hint)
+
+
+def test_an_empty_or_overlong_prediction_is_refused_before_it_is_read():
+    from logbook.promises.predictions import parse_prediction
+
+    for empty in ("", "   "):
+        e = _refused(empty)
+        assert (e.message, e.hint) == ("empty prediction", "write e.g. `val_loss@final < 1.45`")
+    longest = "loss@final < 3" + " " * 186  # 200 characters: the most a prediction may take
+    assert parse_prediction(longest).to_text() == "loss@final < 3"
+    assert _refused(longest + " ").message == f"prediction longer than 200 characters: {longest[:40]!r}..."
+
+
+def test_a_fractions_threshold_and_tolerance_may_be_percentages_and_a_point_forecast_has_no_tolerance():
+    from logbook.promises.predictions import parse_prediction
+
+    p = parse_prediction("goodput@final > 80% ± 5%")
+    assert (p.threshold, p.tolerance, p.to_text()) == (0.8, 0.05, "goodput@final > 0.8 ± 0.05")
+    assert parse_prediction("val_loss@final ≈ 3.4 [3.2, 3.6] 80%").tolerance == 0.0
+
+
+@pytest.mark.parametrize("text", ["goodput@final >= 1", "goodput@final == 1.1 ± 0.1", "goodput@final == 0 ± 0.1",
+                                  "goodput@final == 1 ± 0.1", "goodput@final == 0.95 ± 0.1",
+                                  "goodput@final != 0.95 ± 0.1", "goodput@final != 0 ± 0.1"])
+def test_a_prediction_at_the_edge_of_its_metrics_range_or_a_band_reaching_past_it_can_still_go_either_way(text):
+    from logbook.promises.predictions import parse_prediction
+
+    assert parse_prediction(text).to_text() == text
 
 
 def test_a_trajectory_of_exactly_the_most_points_is_taken_and_its_separators_need_no_spaces():

@@ -46,11 +46,26 @@ def test_prediction_to_dict_carries_every_field_and_rebuilds():
     assert Prediction.from_dict(d) == p
 
 
-def test_from_dict_refuses_fields_that_disagree_with_the_text():
-    d = parse_prediction("spikes@final == 0").to_dict()
-    d["metric"] = "restarts"
-    with pytest.raises(UsageError, match="disagree"):
+@pytest.mark.parametrize("key, value", [("metric", "restarts"), ("op", "<="), ("threshold", 1), ("tolerance", 1),
+                                        ("at", {"kind": "step", "value": 5}), ("confidence", 0.9),
+                                        ("interval", [0, 1])])
+def test_from_dict_refuses_any_field_that_disagrees_with_the_text(key, value):
+    d = {**parse_prediction("spikes@final == 0").to_dict(), key: value}
+    with pytest.raises(UsageError) as e:
         Prediction.from_dict(d)
+    assert e.value.message == "prediction 'spikes@final == 0': its fields disagree with its text"
+
+
+def test_from_dict_refuses_a_trajectory_or_no_text_and_takes_fields_that_agree():
+    text = "val_loss ≈ {50%: 2.6 [2.4, 2.8], final: 2.2 [2.0, 2.4]} 80%"
+    with pytest.raises(UsageError) as e:
+        Prediction.from_dict({"text": text})
+    assert e.value.message == f"prediction {text!r} is a trajectory, not a single prediction"
+    with pytest.raises(UsageError) as e:
+        Prediction.from_dict({})
+    assert e.value.message == "empty prediction"
+    assert Prediction.from_dict({"text": "spikes@final == 0", "metric": "spikes", "note": "a key it does not check"}) == \
+        parse_prediction("spikes@final == 0")
 
 
 @pytest.mark.parametrize(
