@@ -132,6 +132,10 @@ def test_a_prediction_that_does_not_parse_says_in_full_what_it_expected_and_wher
      "check the comparator's direction and the threshold"),
     ("goodput@final >= 1.5", "prediction 'goodput@final >= 1.5' can never hold: goodput is always in [0, 1]",
      "check the comparator's direction and the threshold"),
+    *[(t, f"prediction {t!r} cannot fail: goodput is always in [0, 1]",
+       "a prediction must name an outcome that could turn out false; tighten the threshold")
+      for t in ("goodput@final < 1.5", "goodput@final > -0.5", "goodput@final != 1.5 ± 0.1",
+                "goodput@final != -0.5 ± 0.1")],
     ("goodput@final == 1.2 ± 0.1", "prediction 'goodput@final == 1.2 ± 0.1' can never hold: goodput is always in "
      "[0, 1]", "check the comparator's direction and the threshold"),
     ("goodput@final == -0.2 ± 0.1", "prediction 'goodput@final == -0.2 ± 0.1' can never hold: goodput is always in "
@@ -160,6 +164,20 @@ def test_an_empty_or_overlong_prediction_is_refused_before_it_is_read():
     assert _refused(longest + " ").message == f"prediction longer than 200 characters: {longest[:40]!r}..."
 
 
+def test_a_metric_name_in_capitals_and_digits_grouped_by_underscores_are_read_as_meant():
+    from logbook.promises.predictions import parse_prediction
+
+    assert parse_prediction("VAL_LOSS@final < 3").to_text() == "val_loss@final < 3"
+    assert parse_prediction("tokens_per_s@final > 2_000").threshold == 2000.0
+
+
+def test_a_number_refused_is_pointed_at_where_it_starts():
+    assert _refused("loss@final < 3%").message == ("invalid prediction 'loss@final < 3%': a percentage is not allowed "
+                                                   "for the threshold at column 14 (found '3%')")
+    assert _refused("goodput@final > 1e400").message == (
+        "invalid prediction 'goodput@final > 1e400': the threshold must be a finite number at column 17 (found '1e400')")
+
+
 def test_a_fractions_threshold_and_tolerance_may_be_percentages_and_a_point_forecast_has_no_tolerance():
     from logbook.promises.predictions import parse_prediction
 
@@ -170,7 +188,9 @@ def test_a_fractions_threshold_and_tolerance_may_be_percentages_and_a_point_fore
 
 @pytest.mark.parametrize("text", ["goodput@final >= 1", "goodput@final == 1.1 ± 0.1", "goodput@final == 0 ± 0.1",
                                   "goodput@final == 1 ± 0.1", "goodput@final == 0.95 ± 0.1",
-                                  "goodput@final != 0.95 ± 0.1", "goodput@final != 0 ± 0.1"])
+                                  "goodput@final != 0.95 ± 0.1", "goodput@final != 0 ± 0.1",
+                                  "goodput@final != -0.1 ± 0.1", "goodput@final != 1.1 ± 0.1",
+                                  "goodput@final != 0.05 ± 0.1"])
 def test_a_prediction_at_the_edge_of_its_metrics_range_or_a_band_reaching_past_it_can_still_go_either_way(text):
     from logbook.promises.predictions import parse_prediction
 

@@ -261,3 +261,47 @@ def test_a_trajectory_to_dict_names_its_metric_level_and_points_and_rebuilds_fro
     with pytest.raises(UsageError) as e:
         Trajectory.from_dict({"text": "val_loss@final < 2", "kind": "trajectory"})
     assert e.value.message == "prediction 'val_loss@final < 2' is marked as a trajectory but is not one"
+
+
+@pytest.mark.parametrize("text, sentence", [
+    ("loss@final < 3", "training loss (cross-entropy) at the end of the run: below 3"),
+    ("loss@step:500 <= 3 ± 0.1", "training loss (cross-entropy) at step 500: at most 3 (tolerance 0.1)"),
+    ("loss@50% > 3 (80%)", "training loss (cross-entropy) at 50% of the run: above 3, stated confidence 80%"),
+    ("loss@final >= 3", "training loss (cross-entropy) at the end of the run: at least 3"),
+    ("restarts@final == 0", "restarts after failures at the end of the run: equal to 0"),
+    ("grad_norm@final != 1 ± 0.5", "global gradient norm at the end of the run: not equal to 1 (tolerance 0.5)"),
+])
+def test_each_comparator_reads_as_its_own_words(text, sentence):
+    assert parse_prediction(text).describe() == sentence
+
+
+TRAJECTORY = "val_loss ≈ {50%: 2.6 [2.4, 2.8], final: 2.2 [2.0, 2.4]} 80%"
+
+
+@pytest.mark.parametrize("texts, says", [
+    ([TRAJECTORY, "val_loss@final ≈ 2.3 [2.1, 2.5] 80%"],
+     "val_loss@final is forecast twice at 80%: 2.2 [2, 2.4] in prediction 1 (a trajectory) and 2.3 [2.1, 2.5] in "
+     "prediction 2"),
+    (["val_loss@final ≈ 2.3 [2.1, 2.5] 80%", "val_loss@final ≈ 2.2 [2.0, 2.4] 80%"],
+     "val_loss@final is forecast twice at 80%: 2.3 [2.1, 2.5] in prediction 1 and 2.2 [2, 2.4] in prediction 2"),
+    (["val_loss@final ≈ 2.2 [2.0, 2.4] 80%", "val_loss@final ≈ 2.2 [2.0, 2.4] 80%"],
+     "val_loss@final is forecast twice at 80%: 2.2 [2, 2.4] in prediction 1 and 2.2 [2, 2.4] in prediction 2"),
+    ([TRAJECTORY, TRAJECTORY], "val_loss@50% is forecast twice at 80%: 2.6 [2.4, 2.8] in prediction 1 (a trajectory) "
+                               "and 2.6 [2.4, 2.8] in prediction 2 (a trajectory)"),
+])
+def test_one_point_forecast_twice_is_refused_naming_both_places(texts, says):
+    from logbook.promises.predictions import merge_stated_twice, parse_prediction_syntax
+
+    with pytest.raises(UsageError) as e:
+        merge_stated_twice([parse_prediction_syntax(t) for t in texts])
+    assert (e.value.message, e.value.hint) == (says, "state each forecast once: keep the one you mean")
+
+
+def test_a_lone_point_that_its_trajectory_states_too_is_kept_once_in_the_trajectory_with_a_warning():
+    from logbook.promises.predictions import merge_stated_twice, parse_prediction_syntax
+
+    items = [parse_prediction_syntax(t) for t in ("loss@final < 3", TRAJECTORY, "val_loss@final ≈ 2.2 [2.0, 2.4] 80%")]
+    kept, warnings = merge_stated_twice(items)
+    assert kept == items[:2]
+    assert warnings == ["prediction 3 (val_loss@final ≈ 2.2 [2, 2.4] 80%) is also a point of the trajectory: it is "
+                        "kept once, in the trajectory, and scored once"]
