@@ -104,3 +104,17 @@ def test_calibration_counts_each_final_scorecards_predictions_once_and_skips_wha
     with pytest.raises(UsageError) as e:
         cal_mod.calibration(object(), period="day")
     assert e.value.message == "period must be month or week, got 'day'"
+
+
+def test_a_forecast_counts_only_once_decided_or_measured_and_levels_group_to_six_places():
+    from logbook.scoring.calibration import Forecasts
+
+    f = Forecasts()
+    for p in ({"forecast": "0.8"}, {"forecast": None}, {},
+              {"forecast": {"kind": "probability", "p": 0.8}},  # not decided yet
+              {"forecast": {"kind": "point", "level": 0.8, "value": 2.0, "lo": 1.0, "hi": 3.0}},  # nothing measured
+              {"forecast": {"kind": "probability", "p": 0.7, "brier": 0.09, "outcome": 1}},
+              {"forecast": {"kind": "point", "level": 0.8000004, "covered": True, "rel_error": -0.1}},
+              {"forecast": {"kind": "point", "level": 0.5, "covered": False, "rel_error": None}}):
+        f.add(p)
+    assert (f.probability, f.intervals, f.rel_errors) == ([(0.7, 1)], [(0.8, True), (0.5, False)], [-0.1])

@@ -353,3 +353,11 @@ def test_a_runs_state_is_its_logs_last_word_or_failing_that_the_records_ending()
                                  ([started], "failed", "failed"), ([started, finished], "failed", "finished"),
                                  ([started, finished], None, "finished")):
         assert _state(events, status) == want, (events, status)
+
+
+def test_learning_rate_changes_count_only_the_changes_that_touch_it_wherever_they_come_in_the_log():
+    events = [_e("hparam_change", 3, 0, key="grad_clip", old=1.0, new=0.5, source="live", request_id="a"),
+              _e("hparam_change", 4, 1, key="lr_scale", old=1.0, new=0.8, source="live", request_id="b"),
+              _e("hparam_change", 5, 2, key="data.weights.web", old=1.0, new=0.5, source="schedule"),
+              _e("lr_scaled", 6, 3, old=0.8, new=0.4, factor=0.5)]
+    assert _facts(events=events).count("lr_changes") == 2
