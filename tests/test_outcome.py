@@ -489,3 +489,21 @@ def test_an_amendment_made_after_results_were_seen_and_in_force_at_launch_is_a_d
     assert out == [{"kind": "amendment", "entry": None, "step": None,
                     "text": f"amendment 1 ({first.created}) was made after results were seen: the pilot's loss was lower"}]
     assert diff == ""  # no code snapshot to compare: no diff, said as empty text
+
+
+def test_a_recorded_outcome_names_who_computed_it_from_the_repositorys_identity_and_never_a_guess(
+        logbook_repo, story_clock, monkeypatch, tmp_path):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, ["loss@final < 4"])
+    story_run(project, story_clock, "story", pid)
+    story_run(project, story_clock, "other", pid)
+    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "empty.gitconfig").write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "empty.gitconfig"))  # no identity but the repository's
+    git(logbook_repo, "config", "user.name", "Rin Repo")
+    git(logbook_repo, "config", "user.email", "rin@example.org")
+    monkeypatch.chdir(tmp_path)  # wherever the command runs, the repository's identity counts
+    assert record_outcome(project, "story").computed_by == "Rin Repo <rin@example.org>"
+    git(logbook_repo, "config", "--unset", "user.email")
+    assert record_outcome(project, "other").computed_by is None  # a guessed address names nobody
