@@ -95,6 +95,8 @@ def test_the_calibration_json_names_every_group_and_a_scorecards_forecasts_keep_
     ("loss@final < 3 ± +1", "expected a non-negative tolerance after `±`"),
     ("loss@final < 3 ± 5%", "a percentage is not allowed for the tolerance"),
     ("loss@final < 3%", "a percentage is not allowed for the threshold"),
+    ("loss@final < 3 80%", "a threshold's stated confidence goes in parentheses: `(80%)`"),
+    ("loss@final < 3 x", "unexpected text after the prediction"),
 ])
 def test_a_prediction_that_does_not_parse_says_in_full_what_it_expected_and_where(text, says):
     message = _refused(text).message
@@ -169,6 +171,21 @@ def test_a_metric_name_in_capitals_and_digits_grouped_by_underscores_are_read_as
 
     assert parse_prediction("VAL_LOSS@final < 3").to_text() == "val_loss@final < 3"
     assert parse_prediction("tokens_per_s@final > 2_000").threshold == 2000.0
+
+
+def test_a_trajectory_point_that_cannot_fail_is_named_as_that_point():
+    e = _refused("goodput ≈ {50%: 0.5 [0, 1], final: 0.6 [0.5, 0.7]} 80%")
+    assert e.message == "forecast 'goodput@50% ≈ 0.5 [0, 1] 80%' cannot fail: its interval covers all of goodput's range [0, 1]"
+
+
+def test_points_in_the_run_are_read_in_their_other_spellings_and_written_back_in_one():
+    from logbook.promises.predictions import parse_prediction
+
+    assert parse_prediction("loss@end < 3").to_text() == "loss@final < 3"
+    assert parse_prediction("loss@5_0% < 3").to_dict()["at"] == {"kind": "fraction", "value": 0.5}
+    d = parse_prediction("val_loss@~60±10 < 10").to_dict()
+    assert d["at"] == {"kind": "step", "value": 60, "window": 10}
+    assert isinstance(d["threshold"], int) and isinstance(d["at"]["value"], int)  # whole numbers stay whole
 
 
 def test_a_number_refused_is_pointed_at_where_it_starts():
