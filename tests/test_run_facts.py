@@ -302,11 +302,15 @@ def test_the_deviations_are_each_live_change_once_in_full_and_each_off_plan_inci
               _e("rollback", 11, 9, plan=said),
               {**_e("note", 11, 10), "data": None},
               _e("restart", 5, 11, 2), _e("run_started", 5, 12, 2),
-              _e("hparam_change", 5, 13, 2, **{**change, "reapplied": True})]
+              _e("hparam_change", 5, 13, 2, **{**change, "reapplied": True}),
+              _e("restart", 7, 14, 3), _e("run_started", 7, 15, 3),
+              _e("hparam_change", 7, 16, 3, **{**change, "reapplied": True}),
+              _e("hparam_change", 9, 17, 3, key="grad_clip", old=0.5, new=0.25, source="live", who="Ada Tester",
+                 request_id="r-3", plan=off)]
     assert _facts(events=events).event_deviations() == [
         {"kind": "live_change", "entry": "r1:1", "step": 5,
          "text": "live change at step 5 by Ada Tester: lr_scale 1.0 → 0.8 (too noisy); "
-                 "re-applied after a restart at step 5 (the same change)"},
+                 "re-applied after a restart at steps 5 and 7 (the same change)"},
         {"kind": "live_change", "entry": "r1:2", "step": 6, "text": "advice change at step 6 by unknown: grad_clip 1.0 → 0.5"},
         {"kind": "off_plan", "entry": "r1:4", "step": 8, "entries": ["r1:4", "r1:6"],
          "text": "divergence detected (action: skip) at step 8 was not in the preregistered contingency plan; "
@@ -315,7 +319,9 @@ def test_the_deviations_are_each_live_change_once_in_full_and_each_off_plan_inci
          "text": "step skipped at step 10 was not in the preregistered contingency plan"},
         {"kind": "off_plan", "entry": "r1:9", "step": 11, "entries": ["r1:9"],
          "text": "rollback at step 11 carried out contingency rule 1 with a difference: skipped 13 batches, the rule "
-                 "said 10"}]
+                 "said 10"},
+        {"kind": "live_change", "entry": "r1:17", "step": 9,
+         "text": "live change at step 9 by Ada Tester: grad_clip 0.5 → 0.25"}]  # after the re-applied ones
     first = _facts(events=[_e("step_skipped", 3, 0, plan=off), _e("divergence_detected", 4, 1, plan=off),
                            _e("divergence_detected", 5, 2, action="rollback", plan=off)]).event_deviations()
     assert [(d["entry"], d["text"].split(" was ")[0]) for d in first] == [
@@ -353,6 +359,13 @@ def test_a_runs_state_is_its_logs_last_word_or_failing_that_the_records_ending()
                                  ([started], "failed", "failed"), ([started, finished], "failed", "finished"),
                                  ([started, finished], None, "finished")):
         assert _state(events, status) == want, (events, status)
+
+
+def test_the_steps_a_change_was_re_applied_at_read_as_a_list_in_words():
+    from logbook.runs.facts import _steps_text
+
+    assert [_steps_text(s) for s in ([], [5], [5, 7], [5, 7, 9])] == [
+        "", "step 5", "steps 5 and 7", "steps 5, 7 and 9"]
 
 
 def test_learning_rate_changes_count_only_the_changes_that_touch_it_wherever_they_come_in_the_log():

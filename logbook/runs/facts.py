@@ -222,12 +222,12 @@ class RunFacts:
             if is_kind(kind, "hparam_change") and d.get("source") in ("live", "advice"):
                 if e.get("seq") not in again:
                     continue  # the same change re-applied after a restart: already listed
-                steps = ", ".join(str(s) for s in again[e.get("seq")])
+                steps = _steps_text(again[e.get("seq")])
                 out.append({"kind": "live_change", "entry": eid, "step": e.get("step"),
                             "text": f"{d.get('source')} change at step {e.get('step')} by {d.get('who') or 'unknown'}: "
                                     f"{d.get('key')} {fmt_setting(d.get('old'))} → {fmt_setting(d.get('new'))}"
                                     + (f" ({d['reason']})" if d.get("reason") else "")
-                                    + (f"; re-applied after a restart at step {steps} (the same change)" if steps else "")})
+                                    + (f"; re-applied after a restart at {steps} (the same change)" if steps else "")})
             elif plan.get("follows") is False and incident is not None and has_flag(kind, guard="action"):
                 incident["actions"].append(str(kind).replace("_", " "))
                 incident["entries"].append(eid)
@@ -350,6 +350,14 @@ class RunFacts:
 
     def device_hours(self, seconds: float | None) -> float | None:
         return None if seconds is None else self.world_size * seconds / 3600.0
+
+
+def _steps_text(steps: list[Any]) -> str:
+    """`step 5`, `steps 5 and 7`, `steps 5, 7 and 9`; "" for none."""
+    shown = [str(s) for s in steps]
+    if len(shown) < 2:
+        return f"step {shown[0]}" if shown else ""
+    return f"steps {', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def off_plan_words(plan: dict[str, Any]) -> str:
