@@ -137,7 +137,10 @@ def test_a_prediction_that_does_not_parse_says_in_full_what_it_expected_and_wher
     *[(t, f"prediction {t!r} cannot fail: goodput is always in [0, 1]",
        "a prediction must name an outcome that could turn out false; tighten the threshold")
       for t in ("goodput@final < 1.5", "goodput@final > -0.5", "goodput@final != 1.5 ± 0.1",
-                "goodput@final != -0.5 ± 0.1")],
+                "goodput@final != -0.5 ± 0.1", "goodput@final <= 0.95 ± 0.1", "goodput@final >= 0.05 ± 0.1")],
+    *[(t, f"prediction {t!r} can never hold: goodput is always in [0, 1]",
+       "check the comparator's direction and the threshold")
+      for t in ("goodput@final < -0.5", "goodput@final > 1.5")],  # past the range's far end, not its near one
     ("goodput@final == 1.2 ± 0.1", "prediction 'goodput@final == 1.2 ± 0.1' can never hold: goodput is always in "
      "[0, 1]", "check the comparator's direction and the threshold"),
     ("goodput@final == -0.2 ± 0.1", "prediction 'goodput@final == -0.2 ± 0.1' can never hold: goodput is always in "
