@@ -71,6 +71,11 @@ def write_record(project: Project, run: str, prereg_id: str | None, *, status: s
     return rec
 
 
+def ts_at(t: float) -> str:
+    """An event's `ts` for the POSIX time `t`, to the millisecond, as the sink writes it."""
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 def _row(step: int, attempt: int, loss: float, t: float) -> dict[str, Any]:
     return {"step": step, "attempt": attempt, "loss": loss, "time": t, "tokens": step * 1024, "lr": 1e-3,
             "grad_norm": 0.8, "tokens_per_s": 1024.0}

@@ -10,7 +10,7 @@ with the wrong unit gives a different number.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from scoring_helpers import ts_at
 
 from logbook.runs.facts import RunFacts, _read_metrics
 from logbook.scoring.outcome import value_at
@@ -18,12 +18,8 @@ from logbook.scoring.outcome import value_at
 T0 = 1_780_000_000.0
 
 
-def _at(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def _e(kind: str, step: int, seq: int, t: float, attempt: int = 1, **data) -> dict:
-    return {"kind": kind, "step": step, "seq": seq, "attempt": attempt, "run": "r1", "data": data, "ts": _at(t)}
+    return {"kind": kind, "step": step, "seq": seq, "attempt": attempt, "run": "r1", "data": data, "ts": ts_at(t)}
 
 
 def _run(extra_rows=(), events=()) -> RunFacts:

@@ -8,7 +8,7 @@ way, and steps on either side of a point.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from scoring_helpers import ts_at
 
 from logbook.eventlog.eventschema import parse_ts
 from logbook.promises.contingency import parse_rule
@@ -203,19 +203,15 @@ def test_an_attempt_spans_its_metric_rows_and_the_events_it_wrote_itself():
 T0 = 1_780_000_000.0
 
 
-def _at(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def _restarted_run() -> RunFacts:
     """30 steps at 0.5 s each; killed after step 15, restarted from step 10 after 10 s of downtime."""
     rows = [{"step": s, "time": T0 + 0.5 * s, "attempt": 1, "loss": 1.0} for s in range(1, 16)]
     rows += [{"step": s, "time": T0 + 20 + 0.5 * s, "attempt": 2, "loss": 1.0} for s in range(11, 31)]
-    events = [{**_e("run_started", 0, 0, 1, total_steps=30), "ts": _at(T0)},
+    events = [{**_e("run_started", 0, 0, 1, total_steps=30), "ts": ts_at(T0)},
               {**_e("restart", 10, 1, 2, cause="signal", downtime_s=10.0, seconds_lost=2.5, steps_lost=5),
-               "ts": _at(T0 + 19)},
-              {**_e("run_started", 10, 2, 2, total_steps=30), "ts": _at(T0 + 19.5)},
-              {**_e("checkpoint_saved", 20, 3, 2), "ts": _at(T0 + 30)}]
+               "ts": ts_at(T0 + 19)},
+              {**_e("run_started", 10, 2, 2, total_steps=30), "ts": ts_at(T0 + 19.5)},
+              {**_e("checkpoint_saved", 20, 3, 2), "ts": ts_at(T0 + 30)}]
     f = RunFacts(run="r1", events=events)
     _read_metrics(f, rows)
     f.last_step, f.world_size = 30, 2
@@ -258,7 +254,7 @@ def test_goodput_up_to_a_step_takes_records_strictly_before_the_first_pass_and_t
     f = _restarted_run()
     cutoff = f.time_past(12)
     assert cutoff == T0 + 6.5  # step 13's row
-    f.events.insert(1, {**_e("checkpoint_saved", 13, 9, 1), "ts": _at(cutoff)})  # at the first pass: not before it
+    f.events.insert(1, {**_e("checkpoint_saved", 13, 9, 1), "ts": ts_at(cutoff)})  # at the first pass: not before it
     f.rows.insert(0, {"step": 5, "attempt": 1, "val_loss": 2.0})  # a row without a time is kept
     before = [e for e in f.run_events() if parse_ts(e["ts"]) < cutoff]
     rows = [r for r in f.rows if "time" not in r or r["time"] < cutoff]
@@ -278,8 +274,8 @@ def test_a_count_up_to_a_step_takes_the_events_strictly_before_the_first_pass_an
     def at(kind, seq, t):
         return {"kind": kind, "seq": seq, "step": 1, "run": "r1", "data": {"cause": "unknown"}, "ts": t}
 
-    events = [at("note", 0, _at(T0)), at("restart", 1, _at(T0 + 1)), at("restart", 2, _at(T0 + 5)),
-              at("restart", 3, None), at("restart", 4, _at(T0 + 9))]
+    events = [at("note", 0, ts_at(T0)), at("restart", 1, ts_at(T0 + 1)), at("restart", 2, ts_at(T0 + 5)),
+              at("restart", 3, None), at("restart", 4, ts_at(T0 + 9))]
     f = RunFacts(run="r1", events=events, first_past=[(11, T0 + 5)])
     assert f.time_past(10) == T0 + 5
     assert (f.count("restarts", 10), f.count("restarts")) == (2, 4)
