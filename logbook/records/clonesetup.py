@@ -40,8 +40,9 @@ from logbook.eventlog.files import iter_folder
 
 SETUP_KEY = "logbook.records.clonesetup"
 """git config key a set-up clone carries; its value is the set-up's version."""
-SETUP_VERSION = "2"
-"""2: the hooks write merged reports again, and report PDFs are not committed."""
+SETUP_VERSION = "3"
+"""2: the hooks write merged reports again, and report PDFs are not committed.
+3: the hooks run the installed `logbook` by absolute path, never `python -m logbook` in the repository."""
 HOOKS = ("post-merge", "post-rewrite")
 LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
 """Code snapshots (`gitbind.SNAPSHOT_REF_PREFIX`) are neither fetched nor pushed by default."""
@@ -83,9 +84,26 @@ def hooks_dir(root: Path) -> Path:
     return p if p.is_absolute() else root / p
 
 
+def _installed_logbook() -> list[str]:
+    """How a hook starts this installed logbook without importing anything from the repository.
+
+    git runs hooks in the repository, so `python -m logbook` there would import a
+    `logbook/` committed by anyone with push rights, at every teammate's next
+    pull. The console script by absolute path puts only its own folder on
+    Python's path; without one, `python -P` keeps the working directory off it.
+    """
+    import sysconfig
+
+    for folder in (sysconfig.get_path("scripts"), Path(sys.executable).parent):
+        script = Path(folder) / "logbook"
+        if script.is_file() and os.access(script, os.X_OK):
+            return [str(script.resolve())]
+    return [sys.executable, "-P", "-m", "logbook"]
+
+
 def _hook_text() -> str:
     # ORIG_HEAD: where the branch was before the merge or rebase, so the reports it merged are written again.
-    cmd = f"{shlex.quote(sys.executable)} -m logbook render --reports-since ORIG_HEAD"
+    cmd = " ".join(shlex.quote(a) for a in [*_installed_logbook(), "render", "--reports-since", "ORIG_HEAD"])
     # A failed render must not turn a successful pull into a failed one: the records are merged either way.
     return f"#!/bin/sh\n{HOOK_MARK} (written by `logbook init`)\n{cmd} || echo 'logbook: run `logbook render`' >&2\n"
 
@@ -198,6 +216,30 @@ def _share_snapshots(root: Path, remote: str, res: SetupResult) -> None:
     res.done.append(f"restored {len(missing)} code snapshot(s) that {remote} lacked: {names}")
 
 
+def refresh_own_hooks(root: Path) -> list[str]:
+    """Rewrite this clone's logbook hooks that an older logbook wrote; the names of those rewritten.
+
+    A hook of an older version may run `python -m logbook` in the repository, so
+    it is replaced by any logbook command that writes, before the next pull runs
+    it, rather than waiting for someone to run `logbook init` again. Hooks
+    without logbook's mark are a person's own and are left alone.
+    """
+    text, done = _hook_text(), []
+    for name in HOOKS:
+        path = hooks_dir(root) / name
+        try:
+            current = path.read_text("utf-8", errors="replace")
+        except OSError:
+            continue
+        if HOOK_MARK in current and current != text:
+            atomic_write_text(path, text)
+            os.chmod(path, 0o755)
+            done.append(name)
+    if done and _git(root, "config", "--get", SETUP_KEY).stdout.strip() == "2":
+        _git(root, "config", SETUP_KEY, SETUP_VERSION)  # 3 differs from 2 in the hooks alone
+    return done
+
+
 def clone_is_set_up(root: Path) -> bool:
     return _git(root, "config", "--get", SETUP_KEY).stdout.strip() == SETUP_VERSION
 
@@ -209,7 +251,10 @@ def setup_warning(project: Project) -> str | None:
                 not any(isinstance(r.get("legacy"), str) for r in iter_folder(project.reviews_dir)):
             return ("this logbook still keeps notes or reviews in shared logs (notes.jsonl, reviews.jsonl), "
                     "which are no longer read: run `logbook migrate` once, then `logbook commit`")
+    refreshed = refresh_own_hooks(project.root)
     if clone_is_set_up(project.root):
-        return None
+        return (f"rewrote this clone's {' and '.join(refreshed)} hooks: an older logbook's ran `python -m logbook` "
+                "inside the repository, where a committed `logbook/` could run; they now run the installed "
+                "logbook") if refreshed else None
     return ("this clone is not set up for a shared logbook: after a `git pull` its day files stay stale "
             "until someone renders them; run `logbook init` once here")

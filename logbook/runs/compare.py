@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from logbook.core.bundled import with_own_source
+from logbook.core.bundled import safe_env, safe_python
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
 from logbook.eventlog.eventschema import Event
@@ -154,10 +153,11 @@ def _resolve_with_trainer(project: Project, text: str, overrides: list[str]) -> 
     with tempfile.TemporaryDirectory(prefix="logbook-compare-") as tmp:
         cfg = Path(tmp) / "config.yaml"
         cfg.write_text(text, "utf-8")
-        env = with_own_source(os.environ)
+        # The installed trainer, from a folder the repository does not control: a `trainer/` committed
+        # there must not run on the reader's machine (`compare` only reads).
         try:
-            proc = subprocess.run([sys.executable, "-m", "trainer", "--print-config", str(cfg), *overrides],
-                                  cwd=project.root, env=env, capture_output=True, text=True, timeout=120)
+            proc = subprocess.run(safe_python("-m", "trainer", "--print-config", str(cfg), *overrides),
+                                  cwd=tmp, env=safe_env(os.environ), capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired):
             return None
     if proc.returncode != 0:

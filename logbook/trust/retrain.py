@@ -7,9 +7,10 @@ run's record and preregistration go in beside it (the trainer reads the
 contingency plan from them, and the plan sets the guard), then the trainer
 runs there as a subprocess, exactly as `logbook run` starts it (`python -m
 trainer ... CONFIG OVERRIDES train.seed=SEED`), on the CPU, with the thread
-count the run recorded. Inside the snapshot, `python -m trainer` imports the
-snapshot's own `trainer` and `logbook` when it holds them (the current folder
-comes first on Python's path); otherwise the installed ones.
+count the run recorded. The trainer that runs is always the reader's own
+installed one (`python -P`: the snapshot, the working directory, is never on
+Python's path), so a `trainer/` or `logbook/` the snapshot ships cannot stand
+in for it; the snapshot supplies only the config and the data.
 
 Stopping after N steps must not change the config (its hash is compared): the
 replay watches the trainer's heartbeat and sends SIGTERM once step N is done,
@@ -26,7 +27,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logbook.core.bundled import with_own_source
+from logbook.core.bundled import safe_env, safe_python
 from logbook.core.errors import LogbookError, RefusedError
 from logbook.core.project import Project, open_project
 from logbook.core.settings import CONFIG_FILE
@@ -212,11 +212,13 @@ def _checkpoint_override(config: Path, overrides: list[str], work: Path) -> list
 def _train(work: Path, run_id: str, config: Path, overrides: list[str], steps: int, threads: Any,
            timeout_s: float) -> str:
     """Run the trainer in `work` until step `steps` is done (or the run ends); its error lines, if it failed."""
-    env = with_own_source(os.environ)
+    # The reader's own installed trainer: `-P` keeps the snapshot (the working directory) off sys.path,
+    # so a `trainer/`, `logbook/` or `sitecustomize.py` it ships cannot stand in for it.
+    env = safe_env(os.environ)
     env.update(PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="", WANDB_MODE="disabled")
     if isinstance(threads, int) and threads > 0:
         env["OMP_NUM_THREADS"] = str(threads)  # what torch's default thread count follows (train.threads: 0)
-    cmd = [sys.executable, "-m", "trainer", "--project", str(work), "--run", run_id, str(config), *overrides]
+    cmd = [*safe_python("-m", "trainer"), "--project", str(work), "--run", run_id, str(config), *overrides]
     heartbeat = work / ".logbook" / "heartbeat" / f"{run_id}.json"
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
