@@ -38,7 +38,7 @@ from logbook.eventlog.chain import iter_records
 from logbook.eventlog.eventstream import check_run_id, run_log_path
 from logbook.eventlog.files import run_record_problem
 from logbook.eventlog.sink import full_metrics_path
-from logbook.trust.retrain import ReplayImpossible, first_losses, retrain
+from logbook.trust.retrain import ReplayImpossible, first_losses, retrain, shadowing_paths
 from logbook.eventlog.eventschema import is_kind
 
 SEED_DOMAIN = b"logbook-seed\0"
@@ -269,6 +269,12 @@ def replay_run(project: Project, run_id: str, steps: int, *, timeout_s: float = 
         verdict.message = f"run {run_id} not replayed: {why}"
         return verdict
     try:
+        shadows = shadowing_paths(project, run_id, raw)
+        if shadows:
+            verdict.message = (f"run {run_id} not replayed: the run's own code replaces the trainer (its snapshot "
+                               f"ships {', '.join(shadows)}, which ran when it trained); a replay with this "
+                               "machine's trainer proves nothing about that code, and the replay never runs it")
+            return verdict
         result = retrain(project, run_id, raw, seed=int(seed), steps=steps, threads=starts[0].get("threads"),
                          timeout_s=timeout_s)
     except ReplayImpossible as e:
@@ -334,15 +340,9 @@ def _judge(verdict: ReplayVerdict, first: dict[str, Any], result: Any, logged: l
     run_id = verdict.run_id
     keys = [k for k in _SAME_INPUTS if not (k == "config_hash" and result.config_altered)]
     differ = [k for k in keys if k in first and k in result.started and first[k] != result.started[k]]
-    if differ and not (differ == ["config_hash"] and result.own_code):
+    if differ:
         verdict.message = (f"run {run_id} not replayed: the replay's {', '.join(differ)} differ from the run's, so "
                            "its losses would not be comparable (another trainer version or another corpus here?)")
-        return verdict
-    if differ:  # the run's own code resolves its config, overrides and seed to another config than it recorded
-        verdict.state = "differs"
-        verdict.message = (f"run {run_id}: its config, overrides and seed {verdict.seed} resolve, in its own code, to "
-                           f"config hash {result.started['config_hash'][:12]}, but its run_started records "
-                           f"{first['config_hash'][:12]}: this run was not trained from the seed it records")
         return verdict
     for stream in logged:
         for step in sorted(stream):

@@ -60,8 +60,6 @@ class Retrained:
     """step -> the first training loss the replay logged for it."""
     started: dict[str, Any]
     """The payload of the replay's own `run_started`."""
-    own_code: bool
-    """True when the snapshot holds the trainer, so the replay ran the run's own code."""
     config_altered: bool
     """True when a setting had to change for the replay (a checkpoint folder outside the scratch folder)."""
     seconds: float
@@ -90,8 +88,24 @@ def retrain(project: Project, run_id: str, raw: dict[str, Any], *, seed: int, st
                         if is_kind(e, "run_started")), None)
         if started is None or not losses:
             raise ReplayImpossible(f"the trainer did not train in the replay: {err or 'no run_started, no loss'}")
-        own = (work / "trainer" / "__main__.py").is_file()
-    return Retrained(losses, started, own, bool(extra), time.monotonic() - t0)
+    return Retrained(losses, started, bool(extra), time.monotonic() - t0)
+
+
+SHADOWING_NAMES = ("trainer", "logbook", "torch", "numpy", "yaml", "sitecustomize", "usercustomize")
+"""Top-level modules that, shipped in a repository, stand in for the installed ones when Python runs there."""
+
+
+def shadowing_paths(project: Project, run_id: str, raw: dict[str, Any]) -> list[str]:
+    """What in the run's code snapshot would replace the installed trainer when the run trained in it.
+
+    `logbook run` trains with the repository as the working directory, so a
+    `trainer/` (or `logbook/`, `torch/`, `sitecustomize.py`, a `.pth` file...)
+    at its top ran instead of, or inside, the installed trainer. The replay
+    trains with the reader's own trainer, so its losses say nothing of such a run.
+    """
+    commit = _snapshot_commit(project, run_id, raw)
+    names = gitbind.git(project.root, "ls-tree", "--name-only", commit).splitlines()
+    return sorted(n for n in names if n.endswith(".pth") or n.removesuffix(".py") in SHADOWING_NAMES)
 
 
 def _snapshot_commit(project: Project, run_id: str, raw: dict[str, Any]) -> str:
