@@ -398,6 +398,33 @@ def test_case1_post_hoc_with_the_log_times_moved_forward_is_exit_4(tmp_path, loc
     assert res.exit_code == 4, report["timestamps"]["runs"][RUN]
 
 
+def test_a_log_dated_after_the_stamp_of_its_head_is_named_with_both_times(tmp_path, local_tsa, pins_home):
+    """A forger writes a run's log dated an hour ahead (the run "happened" later than it did) and stamps its head
+    now: the authority saw the line an hour before the time it claims, beyond the five minutes a clock may be off."""
+    from datetime import datetime, timedelta, timezone
+
+    story = _honest(tmp_path, local_tsa)
+    mallory = story.team["mallory"]
+    log = mallory.path / LOG
+    old = read_log(log)
+    ahead = (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    rechain(log, [{**r, "ts": ahead} for r in old])
+    for r in old:
+        shutil.rmtree(mallory.path / "entries/stamps" / r["hash"], ignore_errors=True)
+    assert timestamps.stamp_digest(open_project(mallory.path), read_log(log)[-1]["hash"], what="head").written
+    _squash_run_commit(story, mallory)
+    force_push(mallory)
+    res, report = _fresh(story.team)
+    (w,) = [w for w in report["warnings"] if w["kind"] == "stamp_before_event"]
+    n = len(old)
+    assert w["path"] == LOG
+    assert re.fullmatch(rf"run {RUN}: line {n} says {re.escape(ahead)}, but its stamp's time is (59|60) min earlier: "
+                        r"more than the 300 s a clock may be off, so the line's time is not the time it was written",
+                        w["message"]), w["message"]
+    required = story.team["fresh"].cli("verify", "--require-stamps")
+    assert required.exit_code == 4 and f"CHANGED  run {RUN}: line {n} says {ahead}" in required.stdout
+
+
 # --- forgeries that remove the proof rather than break it ----------------------------------------------
 
 

@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from logbook.core.clockskew import AHEAD_S
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
 from logbook.eventlog.chain import iter_records
@@ -60,7 +61,7 @@ class TimeFinding:
     path: str
     kind: str
     """stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run |
-    unproven_tail"""
+    unproven_tail | stamp_before_event"""
     message: str
     problem: bool
     """True: exit 4; False: a warning."""
@@ -285,7 +286,8 @@ def _check_tails(project: Project, records: list[Stampable], stamps: dict[str, _
             event = _parse_ts(ts)
             if first is not None and event is not None:
                 heads.append((n, (first.time - event).total_seconds()))
-        timely = max((n for n, lag in heads if lag <= late_after), default=0)
+        _check_early_heads(run, heads, lines, out, require)
+        timely = max((n for n, lag in heads if -AHEAD_S <= lag <= late_after), default=0)
         if total <= timely:
             continue
         late = max(((n, lag) for n, lag in heads if n > timely), default=None)
@@ -301,6 +303,23 @@ def _check_tails(project: Project, records: list[Stampable], stamps: dict[str, _
             f"run {run.run_id}: {_tail_words(timely, total)} no third-party time: {last}, and {why}"
             + ("; the run has not ended, so its launcher may still stamp them" if pending else "")),
             require and not pending))
+
+
+def _check_early_heads(run: Stampable, heads: list[tuple[int, float]], lines: dict[str, tuple[str, int, str]],
+                       out: TimeReport, require: bool) -> None:
+    """A stamp earlier than the time its line claims, beyond the clock-skew allowance, is a finding.
+
+    The authority saw the line's hash at its time, so the line existed then: a
+    line dated later than that was dated by a clock far ahead, or by hand. It
+    proves nothing for the tail either (`_check_tails` takes no such stamp as timely).
+    """
+    when = {n: ts for rid, n, ts in lines.values() if rid == run.run_id}
+    for n, lag in sorted(heads):
+        if lag < -AHEAD_S:
+            out.findings.append(TimeFinding(run.path.rsplit("/", 1)[0] + "/events.jsonl", "stamp_before_event", (
+                f"run {run.run_id}: line {n} says {when.get(n)}, but its stamp's time is {_duration(-lag)} earlier: "
+                f"more than the {AHEAD_S:g} s a clock may be off, so the line's time is not the time it was written"),
+                require))
 
 
 def _tail_words(timely: int, total: int) -> str:
