@@ -598,17 +598,25 @@ def test_a_ca_swapped_for_the_forgers_own_authority_is_exit_4_for_a_reader_who_p
     finally:
         forger.stop()
     forged_ca = hashlib.sha256(forger.ca_pem_path.read_bytes()).hexdigest()
+    origin = story.team.origin
+    for i, spelling in enumerate((f"{origin}/", f"file://{origin}", f"{origin.parent}/x/../{origin.name}")):
+        other = story.team.join(f"respelled{i}")
+        other.git("remote", "set-url", "origin", spelling)  # the same repository, spelled otherwise: pinned still
+        respelled = other.cli("verify")
+        assert respelled.exit_code == 4 and "is trusted under trust/tsa-root.pem, whose sha256 is" in respelled.stdout, (spelling,
+                                                                                                respelled.output)
     unpinned = story.team.join("unpinned")
-    unpinned.git("remote", "set-url", "origin", f"{story.team.origin}/")  # another name: no pin applies
+    pins_home.rename(pins_home.with_name("elsewhere"))  # another machine, whose reader pinned nothing
     assert unpinned.cli("verify").exit_code == 0  # the hole, for a reader who pinned nothing
+    given = unpinned.cli("verify", "--ca-sha256", honest_ca)
+    assert given.exit_code == 4 and f"whose sha256 is {forged_ca}, but --ca-sha256" in given.stdout
+    pins_home.with_name("elsewhere").rename(pins_home)
     res, report = _fresh(story.team)
     assert res.exit_code == 4, res.output
     p = _problem(report, "pin_differs")
     assert p["path"] == "trust/tsa-root.pem"
     assert f"is trusted under trust/tsa-root.pem, whose sha256 is {forged_ca}, but the pin for" in p["message"]
     assert f"trusts only CA sha256 {honest_ca[:12]}…" in p["message"]
-    given = unpinned.cli("verify", "--ca-sha256", honest_ca)
-    assert given.exit_code == 4 and f"whose sha256 is {forged_ca}, but --ca-sha256" in given.stdout
 
 
 # --- an acknowledgement of one's own forgery -------------------------------------------------------------

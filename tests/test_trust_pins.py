@@ -167,3 +167,60 @@ def test_verify_asked_without_a_pin_holds_the_repository_to_the_readers_own_pin(
     # The pin's own requirement applies, and its difference from logbook.yaml is named.
     assert [p.kind for p in report.problems] == ["pin_differs", "stamp_missing"]
     assert report.problems[0].path == "logbook.yaml"
+
+
+@pytest.mark.parametrize("pinned, cloned", [
+    ("{o}", "file://{o}"), ("{o}", "{o}/"), ("{o}", "{p}/x/../{n}"), ("file://{o}/", "{o}"),
+    ("git@Git.Example.org:lab/exp.git", "https://git.example.org/lab/exp"),
+    ("ssh://git@git.example.org:22/lab/exp.git", "git@git.example.org:lab/exp"),
+    ("https://git.example.org:443/lab/./exp.git/", "https://GIT.example.org/lab/exp.git"),
+])
+def test_one_repository_spelled_two_ways_is_one_pin(tmp_path, pinned, cloned):
+    from logbook.trust.pins import normalize_remote
+
+    o = tmp_path / "lab" / "origin.git"
+    o.mkdir(parents=True)
+    fill = {"o": o, "p": o.parent, "n": o.name}
+    assert normalize_remote(pinned.format(**fill)) == normalize_remote(cloned.format(**fill), tmp_path)
+
+
+@pytest.mark.parametrize("pinned, other", [
+    ("https://git.example.org/lab/exp.git", "https://git.example.org/lab/exp2.git"),
+    ("https://git.example.org/lab/exp.git", "https://git.example.org:8443/lab/exp.git"),
+    ("https://git.example.org/lab/exp.git", "https://evil.example.org/lab/exp.git"),
+    ("git@git.example.org:lab/exp.git", "git@git.example.org:other/exp.git"),
+])
+def test_another_repository_is_never_taken_for_the_pinned_one(pinned, other):
+    from logbook.trust.pins import normalize_remote
+
+    assert normalize_remote(pinned) != normalize_remote(other)
+
+
+def test_a_clone_reached_by_another_address_is_pinned_by_its_root_commits(tmp_path, local_tsa, pins_home):
+    team = make_team(tmp_path, ["ada"])
+    ada = team["ada"]
+    local_tsa.configure(ada.path)
+    ada.push()
+    ada.ok("pin")
+    mirror = tmp_path / "mirror.git"
+    import shutil
+    shutil.copytree(team.origin, mirror)  # the same repository, moved: another address, the same root commits
+    bo = team.join("bo")
+    bo.git("remote", "set-url", "origin", str(mirror))
+    assert f"the pin for {team.origin}" in bo.ok("verify").stdout
+
+
+def test_a_reader_with_no_matching_pin_is_told_the_nearest_and_why_it_did_not_match(tmp_path, local_tsa, pins_home):
+    team = make_team(tmp_path, ["ada"])
+    ada = team["ada"]
+    local_tsa.configure(ada.path)
+    ada.push()
+    path = pins_path()
+    path.parent.mkdir(parents=True)
+    path.write_text("version: 1\nrepositories:\n  https://git.example.org/lab/origin.git:\n    ca_sha256: []\n"
+                    "    require: false\n")
+    res = ada.ok("verify")
+    assert ("this repository's trust root is not pinned on this machine: `logbook pin` records it, so that a "
+            "history rewritten to drop or swap the authority is exit 4 here; the nearest pin is "
+            "https://git.example.org/lab/origin.git (git.example.org/lab/origin), which is not this repository "
+            f"(file:{team.origin.with_suffix('')}) and shares none of its root commits") in " ".join(res.stderr.split())

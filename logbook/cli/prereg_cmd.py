@@ -352,7 +352,8 @@ def _echo_time(facts: dict[str, Any], ok: bool) -> None:
         typer.echo(f"Trust root pinned by {facts['pin']}.")
     elif ok:
         err("note: this repository's trust root is not pinned on this machine: `logbook pin` records it, so that "
-            "a history rewritten to drop or swap the authority is exit 4 here")
+            "a history rewritten to drop or swap the authority is exit 4 here"
+            + (f"; {facts['pin_nearest']}" if facts.get("pin_nearest") else ""))
     typer.echo(f"Third-party time: {facts.get('stamps', 0)} valid stamp(s) from {', '.join(facts['authorities'])}"
                + (f"; {len(pending)} record(s) not stamped yet (`logbook stamp`)" if pending else "") + ".")
     for url, ca in sorted((facts.get("ca_sha256") or {}).items()):  # what a reader pins from outside the repository

@@ -285,6 +285,8 @@ def _verify(project: Project, prereg_id: str | None, full: bool, pin: pins.Trust
     for d in pins.differences(project, pin) if pin is not None else []:
         report.problems.insert(0, Finding(d.path, "pin_differs", d.message, hint=d.hint))
     report.timestamps["pin"] = pin.source if pin is not None else None
+    if pin is None and report.timestamps.get("state") == "on":
+        report.timestamps["pin_nearest"] = pins.nearest_pin(project, pins.load_pins())
     return report
 
 

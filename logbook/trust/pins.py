@@ -9,11 +9,12 @@ reach: in the reader's own per-user file, or on `verify`'s command line.
 
     version: 1
     repositories:
-      https://git.example.org/lab/exp.git:     # the repository's origin url (or its absolute path)
+      https://git.example.org/lab/exp.git:     # origin url (or path), matched however it is spelled
         ca_sha256: [<64 hex>, ...]             # the CA files whose authorities this reader trusts
         require: true                          # a missing, invalid or late stamp is exit 4
         allowed_signers_sha256: <64 hex>       # the allowed_signers file as HEAD commits it (or null)
         pinned: 2026-12-03T20:00:00Z
+        roots: [<commit id>, ...]              # the root commits: a mirror at another address is this repository
 
 Trust on first use: `logbook pin` writes the repository's current trust root
 once per machine; afterwards every `verify` there compares the repository
@@ -42,7 +43,8 @@ from logbook.core.project import Project
 from logbook.core.yamlsafe import load_yaml_text
 
 HEX_RE = re.compile(r"^[0-9a-f]{64}$")
-_FIELDS = ("ca_sha256", "require", "allowed_signers_sha256", "pinned")
+HEX40_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+_FIELDS = ("ca_sha256", "require", "allowed_signers_sha256", "pinned", "roots")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class TrustPin:
     """The allowed_signers file as HEAD commits it, hashed; None: not pinned."""
     pinned: str = ""
     """When the pin was written (UTC, ISO 8601); "" for a pin given on the command line."""
+    roots: tuple[str, ...] = ()
+    """The repository's root commits when pinned: a clone reached by another address is still this repository."""
     source: str = "the command line"
     """Where the pin comes from, in words, for messages."""
     compare: bool = False
@@ -71,7 +75,8 @@ class TrustPin:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ca_sha256": list(self.ca_sha256), "require": self.require,
-                "allowed_signers_sha256": self.allowed_signers_sha256, "pinned": self.pinned}
+                "allowed_signers_sha256": self.allowed_signers_sha256, "pinned": self.pinned,
+                "roots": list(self.roots)}
 
 
 @dataclass
@@ -118,6 +123,91 @@ def repo_key(project: Project) -> str:
     return url or str(project.root.resolve())
 
 
+_DEFAULT_PORTS = {"ssh": "22", "git+ssh": "22", "ssh+git": "22", "http": "80", "https": "443", "git": "9418"}
+_SCP_RE = re.compile(r"^(?:[^@/:]+@)?(?P<host>\[[^\]]+\]|[^:/]+):(?P<path>.*)$")
+
+
+def normalize_remote(url: str, base: Path | None = None) -> str:
+    """One spelling for every way of writing one repository's address: what pins are matched by.
+
+    As git's `url_normalize` does for `http.<url>.*` config: scheme and host
+    lowercased, a default port dropped, dot segments resolved, and here also
+    the user, a trailing slash and `.git` dropped, so that the ssh and https
+    forms of one host and path are one repository. scp-style `host:path` is
+    `ssh://host/path`. A local path (or `file://` URL) is resolved on disk,
+    relative to `base` (the clone) when relative, so `../lab/origin.git` and
+    `file:///…/origin.git/` name the same folder.
+    """
+    from urllib.parse import unquote, urlsplit
+
+    url = url.strip()
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme.lower() == "file":
+            return _local(unquote(parts.path), None)
+        host = (parts.hostname or "").lower()
+        port = parts.port if parts.port is not None else None
+        if port is not None and str(port) != _DEFAULT_PORTS.get(parts.scheme.lower()):
+            host = f"{host}:{port}"
+        return host + _clean_path(unquote(parts.path))
+    m = _SCP_RE.match(url)
+    if m and not url.startswith(("/", "./", "../")) and not (base is not None and (base / url).exists()):
+        return m.group("host").strip("[]").lower() + _clean_path("/" + m.group("path").lstrip("/"))
+    return _local(url, base)
+
+
+def _clean_path(path: str) -> str:
+    import posixpath
+
+    path = posixpath.normpath(path) if path else "/"
+    path = path.rstrip("/")
+    return path[:-4] if path.endswith(".git") else path
+
+
+def _local(path: str, base: Path | None) -> str:
+    p = Path(path).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = base / p
+    return "file:" + _clean_path(str(p.resolve()))
+
+
+def root_commits(project: Project) -> tuple[str, ...]:
+    """The repository's root commits: the same on every clone, whatever its remote is called or where it lives."""
+    from logbook.records import gitbind
+
+    out = gitbind.git(project.root, "rev-list", "--max-parents=0", "HEAD", check=False)
+    return tuple(sorted(line for line in out.split() if HEX40_RE.match(line)))
+
+
+def find_pin(project: Project, pins: dict[str, TrustPin]) -> tuple[str, TrustPin] | None:
+    """This repository's entry in `pins`: the same address however it is spelled, or the same root commits."""
+    here = normalize_remote(repo_key(project), project.root)
+    for key, pin in pins.items():
+        if normalize_remote(key) == here:
+            return key, pin
+    roots = set(root_commits(project))
+    for key, pin in pins.items():
+        if roots and roots & set(pin.roots):
+            return key, pin
+    return None
+
+
+def nearest_pin(project: Project, pins: dict[str, TrustPin]) -> str | None:
+    """For a repository with no pin: the entry whose address is nearest, and why it is not this one."""
+    import difflib
+
+    if not pins:
+        return None
+    here = normalize_remote(repo_key(project), project.root)
+    spelled = {normalize_remote(k): k for k in pins}
+    close = difflib.get_close_matches(here, list(spelled), n=1, cutoff=0.0)
+    if not close:
+        return None
+    key = spelled[close[0]]
+    return (f"the nearest pin is {key} ({close[0]}), which is not this repository ({here}) and shares none of its "
+            "root commits")
+
+
 def load_pins(path: Path | None = None) -> dict[str, TrustPin]:
     """Every pin in the pins file (none when it does not exist); UsageError naming what is wrong in it."""
     path = path or pins_path()
@@ -153,9 +243,12 @@ def _parse_pin(raw: Any, where: str, path: str, key: str) -> TrustPin:
     if not isinstance(require, bool):
         raise UsageError(f"{where}.require must be true or false, got {require!r}")
     signers = raw.get("allowed_signers_sha256")
+    roots = raw.get("roots") or []
+    if not isinstance(roots, list) or not all(isinstance(r, str) and HEX40_RE.match(r) for r in roots):
+        raise UsageError(f"{where}.roots must be a list of commit ids (40 or 64 hex)")
     return TrustPin(tuple(check_hex(c, f"{where}.ca_sha256") for c in cas), require,
                     None if signers is None else check_hex(signers, f"{where}.allowed_signers_sha256"),
-                    str(raw.get("pinned") or ""), f"the pin for {key} in {path}", compare=True)
+                    str(raw.get("pinned") or ""), tuple(roots), f"the pin for {key} in {path}", compare=True)
 
 
 def check_hex(value: Any, where: str) -> str:
@@ -209,7 +302,8 @@ def reader_pin(project: Project, *, ca_sha256: list[str] | None = None, require:
 
     `ca_sha256` (from `--ca-sha256`) replaces the file's CA list; `require` (`--require-stamps`) adds to it.
     """
-    pin = load_pins().get(repo_key(project))
+    found = find_pin(project, load_pins())
+    pin = found[1] if found else None
     cas = tuple(check_hex(c, "--ca-sha256") for c in ca_sha256 or [])
     if not cas and not require:
         return pin
@@ -271,11 +365,16 @@ def write_pin(project: Project, *, update: bool = False, require: bool = False, 
         raise RefusedError("nothing to pin: logbook.yaml names no timestamp authority and no signing",
                            hint="name an authority (`timestamping:`, see docs/trust.md), commit it, then `logbook pin`")
     _refuse_uncommitted(project)
-    new = replace(current, require=current.require or require, pinned=now or utc_now()[:19] + "Z", compare=True)
+    new = replace(current, require=current.require or require, pinned=now or utc_now()[:19] + "Z", compare=True,
+                  roots=root_commits(project))
     path, key = pins_path(), repo_key(project)
     with exclusive(path.with_name(path.name + ".lock")):
         pins = load_pins(path)
-        old = pins.get(key)
+        found = find_pin(project, pins)
+        if found is not None:
+            key, old = found  # the entry as first written, however this clone spells the address
+        else:
+            old = None
         changes = _changes(old, new) if old is not None else []
         if old is not None and not changes:
             return PinWrite(key, path, old, [], "unchanged")
