@@ -507,3 +507,25 @@ def test_a_recorded_outcome_names_who_computed_it_from_the_repositorys_identity_
     assert record_outcome(project, "story").computed_by == "Rin Repo <rin@example.org>"
     git(logbook_repo, "config", "--unset", "user.email")
     assert record_outcome(project, "other").computed_by is None  # a guessed address names nobody
+
+
+def test_a_recorded_scorecard_whose_verdict_was_flipped_is_exit_4_in_verify_and_outcome(logbook_repo, story_clock,
+                                                                                         cli):
+    project = project_of(logbook_repo)
+    pid = make_prereg(project, STORY_PREDICTIONS)
+    run_dir = story_run(project, story_clock, "story", pid)
+    assert cli("outcome", "story").exit_code == 0
+    (rec,) = outcome_records(project, "story")
+    path = run_dir / "outcomes" / f"{rec['id']}.json"
+    doc = json.loads(path.read_text())
+    first = doc["scorecard"]["predictions"][0]
+    was = first["status"]
+    first["status"] = "refuted" if was == "confirmed" else "confirmed"
+    path.chmod(0o644)
+    path.write_text(json.dumps(doc))
+    res = cli("verify", "--json")
+    assert res.exit_code == 4
+    (p,) = [p for p in json.loads(res.stdout)["problems"] if p["kind"] == "scorecard_differs"]
+    assert p["message"].startswith(f"scorecard outcome:{rec['id']} of run story says {first['text']}: "
+                                   f"{first['status']}") and f"give {was}" in p["message"]
+    assert cli("outcome", "story").exit_code == 4  # never "already recorded; nothing written"

@@ -81,7 +81,7 @@ class Finding:
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
     log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), third-party time's
     (stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run |
-    unproven_tail, see `logbook.trust.timecheck`), the reader's pin's (pin_differs, see `logbook.trust.pins`), identity's (signature_invalid | signature_orphan | unsigned; warnings:
+    unproven_tail | stamp_before_event, see `logbook.trust.timecheck`), scorecard_differs (`logbook.scoring.outcome`), the reader's pin's (pin_differs, see `logbook.trust.pins`), identity's (signature_invalid | signature_orphan | unsigned; warnings:
     signature_unknown_key | signature_unchecked | unsigned_before_require | allowed_signers_missing: see
     `logbook.trust.signed_records`), the seed kinds (seed_mismatch | seed_source_missing | seed_source_foreign |
     seed_not_earliest | seed_not_anchored, see `logbook.trust.replay`) and `verify --replay`'s
@@ -271,6 +271,7 @@ def _verify(project: Project, prereg_id: str | None, full: bool, pin: pins.Trust
     head_files = _head_blobs(project)
     _check_preregs(project, prereg_id, hist, head_files, report)
     _check_logs(project, prereg_id, report)
+    _check_scorecards(project, prereg_id, report)
     _check_time(project, report, use_cache=not full, require=bool(pin and pin.requires))
     report.identity = ident = signed_records.check_identity(project, prereg_id, hist.introduced)
     report.problems += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.problems]
@@ -539,6 +540,17 @@ def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport) -
             (report.warnings if kind == "log_torn_tail" else report.problems).append(finding)
         if not problems and rel.endswith("/events.jsonl"):
             _check_nothing_after_the_end(project.root / rel, rel, report)
+
+
+def _check_scorecards(project: Project, prereg_id: str | None, report: VerifyReport) -> None:
+    """Every recorded scorecard computed again from its run's log and preregistration (`scoring.outcome`)."""
+    from logbook.scoring.outcome import recheck_scorecards
+
+    runs = None if prereg_id is None else sorted(runs_referencing(project).get(prereg_id, []))
+    hint = ("a scorecard is computed from records anyone can read: restore it from git, or see who edited it with "
+            "`git log -p -- PATH`; a correction is a new scorecard (`logbook outcome RUN`), never an edit")
+    report.problems += [Finding(m.path, "scorecard_differs", m.message, hint=hint.replace("PATH", m.path))
+                        for m in recheck_scorecards(project, runs)]
 
 
 def _check_nothing_after_the_end(path: Path, rel: str, report: VerifyReport) -> None:

@@ -409,12 +409,17 @@ def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Sc
         first = report.problems[0].message if report.problems else e.message
         raise TamperedError(f"preregistration {pid} of run {run_id} cannot be read, so it cannot be scored: {first}",
                             hint="run `logbook verify` for the full list; restore the record from git") from None
-    card = Scorecard(run=run_id, prereg_id=pid, prereg_sha256=prereg.sha256, prereg_title=prereg.title,
+    card = _score_card(project, run_id, rec, facts, prereg)
+    card.verify_ok, card.verify_problems = report.ok, [f.message for f in report.problems]
+    return card
+
+
+def _score_card(project: Project, run_id: str, rec: RunRecord | None, facts: RunFacts, prereg) -> Scorecard:
+    """The scorecard of a run against its preregistration, `verify` aside: what `outcome` and `verify` both compute."""
+    card = Scorecard(run=run_id, prereg_id=prereg.id, prereg_sha256=prereg.sha256, prereg_title=prereg.title,
                      prereg_author=prereg.author, prereg_created=prereg.created, run_state=facts.state,
                      final=facts.state in ("finished", "failed", "aborted"), last_step=facts.last_step,
-                     total_steps=facts.total_steps, verify_ok=report.ok,
-                     verify_problems=[f.message for f in report.problems])
-
+                     total_steps=facts.total_steps, verify_ok=True)
     # Amendments made after the run started are scored too, but apart and
     # labelled late (and listed as deviations): never as if preregistered.
     in_force = rec.amendments if rec is not None else None
@@ -424,6 +429,100 @@ def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Sc
     card.deviations, card.code_diff = deviations(project, rec, prereg, facts)
     card.computed_at = chain.utc_now()
     return card
+
+
+# --- checking what was recorded ---------------------------------------------------------------
+
+
+@dataclass
+class ScorecardMismatch:
+    """A recorded scorecard that says other than its run's log and preregistration give."""
+
+    path: str
+    """The outcome record's file, relative to the repository root."""
+    message: str
+
+
+def recheck_scorecards(project: Project, run_ids: list[str] | None = None) -> list[ScorecardMismatch]:
+    """Score every run that has a recorded scorecard again, with `outcome`'s own code, and name what differs.
+
+    A scorecard is a claim about a log and a preregistration that are both in
+    the repository, so anyone can compute it again: a verdict, value or count
+    that a forger flipped (and re-hashed, re-signed, re-stamped) differs from
+    what the records give. Only the measured parts are compared: what verify
+    said, and when and by whom it was computed, may differ honestly.
+    """
+    out: list[ScorecardMismatch] = []
+    runs = project.runs_dir
+    for run_dir in sorted(runs.iterdir()) if run_ids is None and runs.is_dir() else \
+            [project.run_dir(r) for r in run_ids or []]:
+        records = outcome_records(project, run_dir.name) if (run_dir / "outcomes").is_dir() else []
+        if records:
+            out += _recheck_run(project, run_dir.name, records)
+    return out
+
+
+def _recheck_run(project: Project, run_id: str, records: list[dict[str, Any]]) -> list[ScorecardMismatch]:
+    try:
+        rec = load_run_record(project, run_id)
+    except NotFoundError:
+        rec = None
+    facts = load_facts(project, run_id, rec)
+    out, cards = [], {}
+    for r in records:
+        stored = r["scorecard"]
+        pid = str(stored.get("prereg_id") or "")
+        rel = f"{outcomes_dir(project, run_id).relative_to(project.root).as_posix()}/{r.get('id')}.json"
+        if pid not in cards:
+            try:
+                cards[pid] = _score_card(project, run_id, rec, facts, load_prereg(project, pid))
+            except (NotFoundError, TamperedError, RefusedError):
+                cards[pid] = None  # an unreadable preregistration is verify's own finding
+        if cards[pid] is not None:
+            out += [ScorecardMismatch(rel, m) for m in _differences(run_id, r, cards[pid])]
+    return out
+
+
+def _differences(run_id: str, record: dict[str, Any], card: Scorecard) -> list[str]:
+    stored, cite = record["scorecard"], f"scorecard {OUTCOME_SOURCE}:{record.get('id')} of run {run_id}"
+    ours = {(p.text, p.source): p for p in card.predictions}
+    out = []
+    for p in stored.get("predictions") or []:
+        mine = ours.get((p.get("text"), p.get("source"))) if isinstance(p, dict) else None
+        if mine is None:
+            continue
+        said = (p.get("status"), _num(p.get("value")), p.get("at_step"))
+        if said != (mine.status, _num(mine.value), mine.at_step):
+            out.append(f"{cite} says {p.get('text')}: {_verdict(*said)}, but its log and preregistration give "
+                       f"{_verdict(mine.status, _num(mine.value), mine.at_step)}")
+    if not out and stored.get("counts") != card.counts and len(stored.get("predictions") or []) == len(ours):
+        out.append(f"{cite} counts {_tally(stored.get('counts'))}, but its log and preregistration give "
+                   f"{_tally(card.counts)}")
+    payload = [(p.get("text"), p.get("status")) for p in (record.get("data") or {}).get("predictions") or []
+               if isinstance(p, dict)]
+    for text, status in payload:
+        mine = next((m for m in card.predictions if m.text == text), None)
+        if mine is not None and status != mine.status and not out:
+            out.append(f"{cite}'s outcome event says {text}: {status}, but its log and preregistration give "
+                       f"{mine.status}")
+    return out
+
+
+def _num(v: Any) -> Any:
+    return round(float(v), 12) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else v
+
+
+def _verdict(status: Any, value: Any, step: Any) -> str:
+    if value is None:
+        return f"{status}"
+    return f"{status} at {value:g}" + (f" (step {step})" if step is not None else "") if isinstance(value, float) \
+        else f"{status} at {value}" + (f" (step {step})" if step is not None else "")
+
+
+def _tally(counts: Any) -> str:
+    if not isinstance(counts, dict):
+        return repr(counts)
+    return ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES)
 
 
 # --- recording ------------------------------------------------------------------------------
@@ -454,6 +553,11 @@ def record_outcome(project: Project, run_id: str) -> Scorecard:
     card = evaluate(project, run_id)
     if not card.final:
         return card
+    wrong = recheck_scorecards(project, [run_id])
+    if wrong:
+        raise TamperedError(wrong[0].message + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""),
+                            hint="a recorded scorecard is never edited: restore it from git "
+                                 f"(`git checkout HEAD -- {wrong[0].path}`), or run `logbook verify` to see who changed it")
     folder = outcomes_dir(project, run_id)
     previous = outcome_records(project, run_id)
     prev = previous[-1] if previous else None
