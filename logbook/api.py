@@ -36,6 +36,7 @@ way that breaks a caller.
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,6 +154,8 @@ class Run:
     launched: bool = False
     """True under `logbook run -- CMD`: the launcher records attempts, restarts and the end from outside."""
     _closed: bool = field(default=False, repr=False)
+    _told_first: bool = field(default=False, repr=False)
+    _start_written: bool = field(default=False, repr=False)
 
     @property
     def writes(self) -> bool:
@@ -166,11 +169,65 @@ class Run:
         Field values must be plain Python (numbers, strings, lists, dicts):
         turn tensors into numbers first.
         """
+        if self.launched and self.writes and not self._start_written:
+            self._wait_for_start()
         return self.sink.emit(kind, step=step, tokens=tokens, drill=drill, **fields)
 
+    def _wait_for_start(self) -> None:
+        """Under the launcher, the attempt's start is its to write: ask for it and wait, so it comes first."""
+        from logbook.launch.handshake import handshake_path, wait_for_start
+
+        self._start_written = True
+        self._tell(first_event_at=round(time.time(), 3))
+        wait_for_start(handshake_path(self.project.state_dir, self.run_id, self.attempt))
+
     def log_metrics(self, step: int, values: dict[str, Any]) -> None:
-        """One row of per-step scalars (`loss`, `lr`, ...); a no-op off rank 0."""
-        self.metrics.write({"step": step, "attempt": self.attempt, **values})
+        """One row of per-step scalars (`loss`, `lr`, ...); a no-op off rank 0.
+
+        Each row carries its wall time (`time`) unless the caller gave one: a
+        restart's downtime and lost seconds are read from it.
+        """
+        if not self.writes:
+            return
+        now = values.get("time") if isinstance(values.get("time"), (int, float)) else round(time.time(), 3)
+        if self.launched and not self._told_first:
+            self._told_first = True
+            self._tell(first_step=int(step), first_step_at=float(now))
+        self.metrics.write({"step": step, "attempt": self.attempt, **values, "time": now})
+
+    def resumed(self, step: int) -> None:
+        """This attempt resumed from its checkpoint of step `step` (0: from scratch); call it before the first step.
+
+        Under `logbook run -- CMD` it tells the launcher, which records the
+        restart with it; a loop started otherwise records its own start and
+        passes the step there. Without it a wrapped attempt's resume step is
+        recorded as unknown.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise UsageError(f"Run.resumed: the step must be a whole number 0 or more, got {step!r}")
+        if self.launched:
+            self._tell(resumed_from_step=step)
+
+    def config(self, values: dict[str, Any], *, source: str, seed: int | None = None) -> dict[str, Any] | None:
+        """Record the hyperparameters the loop trains with (`config_recorded`), once per attempt.
+
+        `values`: a flat or nested mapping (a framework's arguments, a module's
+        hyperparameters); values that are not plain JSON are kept as their
+        text. `source`: where they come from, in words ("TrainingArguments and
+        model.config"). Returns the record written, or None off rank 0.
+        """
+        from logbook.core.plainjson import plain_mapping
+
+        if not isinstance(values, dict):
+            raise UsageError(f"Run.config: the hyperparameters must be a mapping, got {type(values).__name__}")
+        return self.emit("config_recorded", hparams=plain_mapping(values), source=str(source),
+                         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None)
+
+    def _tell(self, **fields: Any) -> None:
+        from logbook.launch.handshake import handshake_path, tell_launcher
+
+        if self.writes:
+            tell_launcher(handshake_path(self.project.state_dir, self.run_id, self.attempt), **fields)
 
     def contingency_rules(self) -> list[Any] | None:
         """The preregistered contingency rules (with accepted amendments); None for a run with no preregistration
@@ -246,6 +303,8 @@ def run_from_env(run_id: str | None = None, *, project_root: Path | str | None =
         run = open_run(os.environ.get(PROJECT_ENV) or project_root or ".", os.environ[RUN_ENV], rank=rank,
                        attempt=attempt, total_steps=total_steps)
         run.launched = True
+        world = os.environ.get("WORLD_SIZE", "1")
+        run._tell(world_size=int(world) if world.isdigit() and int(world) > 0 else None)
         return run
     if run_id is None:
         script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else "run"

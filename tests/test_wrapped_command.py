@@ -33,12 +33,18 @@ start = 0
 if os.path.exists("ckpt.pt"):
     state = torch.load("ckpt.pt")
     model.load_state_dict(state["model"]); opt.load_state_dict(state["opt"]); start = state["step"]
+if os.environ.get("SAY_RESUME"):
+    print(f"logbook: resumed from step {start}", flush=True)
 with open("train.pid", "w") as f:
     f.write(str(os.getpid()))
+with open("starts.txt", "a") as f:
+    f.write(f"{start}\\n")
 x, y = torch.randn(64, 8), torch.randn(64, 1)
 for step in range(start + 1, 41):
     loss = torch.nn.functional.mse_loss(model(x), y)
     opt.zero_grad(); loss.backward(); opt.step()
+    with open("steps.txt", "a") as f:
+        f.write(f"{os.getpid()} {step} {time.time()}\\n")
     print(f"step {step} loss {loss.item():.4f}", flush=True)
     if step % 5 == 0:
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, "ckpt.tmp")
@@ -63,16 +69,33 @@ def _steps_seen(repo: Path, run: str) -> int:
     return max((r["step"] for r in rows), default=0)
 
 
-def test_an_unmodified_script_killed_mid_run_is_restarted_and_chronicled(logbook_repo, cli):
+def _real_downtime(repo: Path) -> float:
+    """From the killed process's last step to the next process's first, as the script itself wrote them."""
+    rows = [ln.split() for ln in (repo / "steps.txt").read_text().splitlines()]
+    pids = list(dict.fromkeys(r[0] for r in rows))
+    last = max(float(r[2]) for r in rows if r[0] == pids[0])
+    first = min(float(r[2]) for r in rows if r[0] == pids[1])
+    return first - last
+
+
+def _real_seconds_lost(repo: Path, resumed: int) -> float:
+    rows = [ln.split() for ln in (repo / "steps.txt").read_text().splitlines()]
+    first = [r for r in rows if r[0] == rows[0][0]]
+    return max(float(r[2]) for r in first) - next(float(r[2]) for r in first if int(r[1]) == resumed)
+
+
+@pytest.mark.parametrize("says_resume", [True, False], ids=["says-its-resume-step", "says-nothing"])
+def test_an_unmodified_script_killed_mid_run_is_restarted_and_chronicled(logbook_repo, cli, says_resume):
     (logbook_repo / "train.py").write_text(SCRIPT)
-    (logbook_repo / ".gitignore").write_text("ckpt.pt\nckpt.tmp\ntrain.pid\n")
+    (logbook_repo / ".gitignore").write_text("ckpt.pt\nckpt.tmp\ntrain.pid\nsteps.txt\nstarts.txt\n")
     git(logbook_repo, "add", "train.py", ".gitignore")
     git(logbook_repo, "commit", "-q", "-m", "a training script of our own")
     run = "plain-script"
     proc = subprocess.Popen([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", run,
                              "--steps", "40", "--metrics-regex", REGEX, "--max-restarts", "2", "--json",
                              "--", sys.executable, "train.py"],
-                            cwd=logbook_repo, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=logbook_repo, env={**_env(), **({"SAY_RESUME": "1"} if says_resume else {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while _steps_seen(logbook_repo, run) < 12:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -92,10 +115,18 @@ def test_an_unmodified_script_killed_mid_run_is_restarted_and_chronicled(logbook
     restart = next(e for e in events if e["kind"] == "restart")
     d = restart["data"]
     assert d["cause"] == "signal" and d["signal"] == signal.SIGKILL and d["prev_attempt"] == 1
-    assert d["resumed_from_step"] % 5 == 0 and d["failed_at_step"] >= 12
-    assert d["steps_lost"] == d["failed_at_step"] - d["resumed_from_step"]
-    second = [e for e in events if e["kind"] == "run_started"][1]
+    starts = [int(x) for x in (logbook_repo / "starts.txt").read_text().split()]  # what the script really did
+    first, second = [e for e in events if e["kind"] == "run_started"]
+    assert first["data"]["resumed_from_step"] == 0 and first["data"]["world_size"] == 1  # a first attempt starts at 0
+    assert d["failed_at_step"] >= 12
+    if says_resume:
+        assert d["resumed_from_step"] == starts[1] and d["steps_lost"] == d["failed_at_step"] - starts[1]
+    else:  # nothing says where it resumed: unknown, never its first printed step minus one
+        assert d["resumed_from_step"] is None and d["steps_lost"] is None
     assert second["attempt"] == 2 and second["data"]["resumed_from_step"] == d["resumed_from_step"]
+    assert abs(d["downtime_s"] - _real_downtime(logbook_repo)) < 1.5
+    if says_resume:  # the work thrown away: from reaching the checkpoint's step to the kill, as the script timed it
+        assert abs(d["seconds_lost"] - _real_seconds_lost(logbook_repo, starts[1])) < 1.0
     fractions = [e["data"]["fraction"] for e in events if e["kind"] == "milestone"]
     assert sorted(fractions) == sorted(set(fractions)) and 1.0 in fractions
     record = json.loads((logbook_repo / "entries" / "runs" / run / "run.json").read_text())
@@ -105,7 +136,10 @@ def test_an_unmodified_script_killed_mid_run_is_restarted_and_chronicled(logbook
     assert cli("render").exit_code == 0
     day = "".join(p.read_text() for p in (logbook_repo / "entries").glob("20*/*/*.md"))
     assert "Attempt 1 was killed by signal 9 (SIGKILL)" in day  # the restart entry, from outside
-    assert f"Resumed from the checkpoint at step {d['resumed_from_step']}: {d['steps_lost']} steps lost" in day
+    if says_resume:
+        assert f"Resumed from the checkpoint at step {d['resumed_from_step']}: {d['steps_lost']} steps (" in day
+    else:
+        assert "Resumed from a step nothing recorded" in day
     assert "**100% of the run**: step 40 of 40." in day  # milestone notes from the command's own output
     status = json.loads(cli("status", run, "--json").stdout)
     assert (status["state"], status["attempt"], status["step"]) == ("finished", 2, 40)
@@ -249,6 +283,7 @@ import os, sys
 from torch.utils.tensorboard import SummaryWriter
 
 start = int(open("progress").read()) if os.path.exists("progress") else 0
+print(f"logbook: resumed from step {start}", flush=True)  # the documented handshake of a script off the API
 writer = SummaryWriter("runs/tb")
 for step in range(start + 1, 31):
     writer.add_scalar("train/loss", 3.0 / step, step)

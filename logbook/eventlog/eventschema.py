@@ -335,6 +335,13 @@ def _sum_preempted(e: Event) -> str:
     return f"{RESTART_CAUSES['preempted']}{by}, saved at step {fmt_int(e.data.get('saved_step'))}"
 
 
+def _sum_config(e: Event) -> str:
+    d = e.data
+    n = len(d["hparams"]) if isinstance(d.get("hparams"), dict) else 0
+    seed = f", seed {d['seed']}" if isinstance(d.get("seed"), int) else ""
+    return f"{n} hyperparameter(s) from {d.get('source') or 'the trainer'}{seed}"
+
+
 def _sum_hang(e: Event) -> str:
     d = e.data
     return f"no progress for {fmt_duration(d.get('elapsed_s'))} (timeout {fmt_duration(d.get('timeout_s'))})"
@@ -360,7 +367,9 @@ _KINDS: tuple[Kind, ...] = (
          starts_attempt=True, reopens=True, run_state="running", summary=_sum_started, fields=(
              _f("config_hash", "str", "hash of the resolved config"),
              _f("config_path", "str", "the config file the run was launched with"),
-             _f("world_size", "int", "number of workers"),
+             _f("script", "str", "the script a wrapped command runs (`logbook run -- CMD`)"),
+             _f("script_sha256", "str", "sha256 of that script as launched"),
+             _f("world_size", "int", "number of workers (null: unknown)"),
              _f("prereg_id", "str", "the preregistration the run tests"),
              _f("exploratory", "bool", "launched without a preregistration"),
              _f("snapshot_commit", "str", "commit of the code snapshot"),
@@ -416,6 +425,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("exception_message", "str", "its message"),
              _f("signal", "any", "the signal that ended it (number or name)"),
              _f("peer_lost", "bool", "rank 0 lost a peer that left no record"),
+             _f("failed_rank", "int", "the rank that failed first (a wrapped torchrun's summary)"),
+             _f("local_rank", "int", "its local rank on its node"),
              _f("exit_code", "int", "the exit code a command under `logbook run -- CMD` ended with"),
              _f("oom_kills", "int", "OOM kills the kernel counted in the memory cgroup while the ended attempt ran"
                 " (absent: it keeps no count)"),
@@ -618,6 +629,15 @@ _KINDS: tuple[Kind, ...] = (
              _f("commit", "str", "the commit that made the change", required=True),
              _f("committer", "str", "`Name <email>` of whoever committed it"),
              _f("changes", "list", "one sentence per setting that changed"),
+         )),
+    Kind("config_recorded", "the hyperparameters a trainer reported it trains with (a framework's arguments, a"
+         " module's hyperparameters, a wrapped command's config file or argv)", "hyperparameters",
+         summary=_sum_config, fields=(
+             _f("hparams", "dict", "the settings, as plain JSON", required=True),
+             _f("source", "str", "where they come from, in words", required=True),
+             _f("seed", "int", "the seed, where the trainer names one"),
+             _f("config_path", "str", "the config file they were read from"),
+             _f("config_sha256", "str", "sha256 of that file as read"),
          )),
     Kind("wandb_run", "the run is mirrored to W&B: id, path, project, entity, mode, dir, url (online only)",
          "W&B mirror", fields=(

@@ -7,7 +7,9 @@ What each hook records (the recording itself is `recorder.Recorder`'s):
 
 - `on_train_begin`: opens the run with `run_from_env(total_steps=state.max_steps)`;
   outside `logbook run`, a `restart` owed by a killed attempt and `run_started`
-  (world size, and the step `resume_from_checkpoint` restored).
+  (world size, and the step `resume_from_checkpoint` restored; under the
+  launcher that step is handed to it); `config_recorded` with
+  `{**model.config.to_dict(), **args.to_dict()}` and `args.seed`.
 - `on_step_end`: when a milestone falls due, asks the Trainer to log this step,
   so the note carries this step's loss.
 - `on_pre_optimizer_step` (with `on_divergence="skip"`): the Trainer shows
@@ -76,6 +78,11 @@ class LogbookCallback(TrainerCallback):
         self.recorder.begin(total_steps=int(state.max_steps or 0), step=step, world_size=int(args.world_size),
                             resumed_from=folder if step > 0 and os.path.isdir(folder) else None,
                             device=str(args.device))
+        model = kwargs.get("model")
+        cfg = getattr(model, "config", None)
+        # What the W&B and MLflow callbacks of transformers log: the model's config, then the arguments over it.
+        values = {**(cfg.to_dict() if hasattr(cfg, "to_dict") else {}), **args.to_dict()}
+        self.recorder.config(values, source="TrainingArguments and model.config", seed=args.seed)
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         if self.recorder.on_divergence != "skip" or model is None or args.deepspeed or args.fsdp:

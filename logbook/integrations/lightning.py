@@ -8,7 +8,9 @@ What each hook records (the recording itself is `recorder.Recorder`'s):
 - `on_train_start` (after Lightning restored `ckpt_path`): opens the run with
   `run_from_env(total_steps=max_steps or estimated_stepping_batches)`; outside
   `logbook run`, a `restart` owed by a killed attempt and `run_started`
-  (world size, the step resumed from and the checkpoint file).
+  (world size, the step resumed from and the checkpoint file; under the
+  launcher that step is handed to it); `config_recorded` with the module's and
+  datamodule's `hparams_initial` and the seed `seed_everything` set.
 - `on_before_backward` (with `on_divergence="skip"`): the loss-spike check on
   the loss about to be backpropagated (its mean over the ranks, so that they
   all decide alike); a spike or a non-finite loss is recorded
@@ -76,6 +78,12 @@ class LogbookCallback(Callback):
         self.recorder.begin(total_steps=int(total) if math.isfinite(total) else 0, step=step,
                             world_size=int(trainer.world_size), device=str(pl_module.device),
                             resumed_from=str(trainer.ckpt_path) if step > 0 and trainer.ckpt_path else None)
+        # What Lightning's own `Logger.log_hyperparams` receives: the module's and the datamodule's initial hparams.
+        dm = getattr(trainer, "datamodule", None)
+        values = {**dict(getattr(dm, "hparams_initial", None) or {}), **dict(pl_module.hparams_initial or {})}
+        seed = os.environ.get("PL_GLOBAL_SEED", "")  # what `seed_everything` set
+        self.recorder.config(values, source="the LightningModule's and LightningDataModule's hparams_initial",
+                             seed=int(seed) if seed.lstrip("-").isdigit() else None)
 
     def on_before_backward(self, trainer, pl_module, loss):
         if self.recorder.on_divergence != "skip":

@@ -157,6 +157,7 @@ class Recorder:
         self._first_started: float | None = None
         self._mark = (time.time(), 0)  # (time, step) this attempt began training
         self._flushed_at = time.time()
+        self._configured = False
 
     # --- start -------------------------------------------------------------------------------
 
@@ -181,6 +182,8 @@ class Recorder:
             run.emit("run_started", step=step, total_steps=self.total_steps or None, world_size=world_size,
                      resumed_from_step=step, resumed_from=resumed_from, device=device, exploratory=run.record is None,
                      started_at=round(time.time(), 3))
+        else:
+            run.resumed(step)  # the launcher writes the restart and the start; only this process knows the step
         self._emit_due(step)  # a resume may land past a milestone the killed attempt never wrote
         return run
 
@@ -216,6 +219,14 @@ class Recorder:
         else:
             out.update(cause=how if how in RESTART_CAUSES else "unknown", detail=f"attempt {prev} ended: {how}")
         return out
+
+    def config(self, values: dict[str, Any], *, source: str, seed: Any = None) -> None:
+        """The hyperparameters the framework trains with (`config_recorded`); once per attempt."""
+        if self.run is None or self._configured:
+            return
+        self._configured = True
+        self.run.config(values, source=source, seed=seed if isinstance(seed, int) and not isinstance(seed, bool)
+                        else None)
 
     # --- during training ---------------------------------------------------------------------
 
@@ -364,3 +375,4 @@ class Recorder:
         if self.run is not None:
             self.run.close()
             self.run = None
+            self._configured = False

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +42,8 @@ from typing import Any, Callable
 from logbook.core.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, RefusedError, UsageError
 from logbook.core.project import Project
 from logbook.launch.launcher import Rendezvous, _checked_prereg, _new_plan, _term_with_parent, new_run_id
+from logbook.launch.handshake import RESUMED_LINE, handshake_path, mark_started, read_handshake
+from logbook.launch.torchrun_facts import is_torchrun, root_cause, torchrun_world_size
 from logbook.launch.watch import RunResult
 from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
 from logbook.runs.milestones import due_milestones, emitted_milestones
@@ -103,17 +106,22 @@ class _Attempt:
     """What this process saw of one attempt."""
 
     number: int
-    started: float = field(default_factory=time.time)
+    began_at: float = field(default_factory=time.time)
+    """Wall time its process was started."""
     first_step: int | None = None
+    first_step_at: float | None = None
+    """Wall time its first step was seen on its output (a command on the API says it through the handshake)."""
     last_step: int | None = None
     last_loss: float | None = None
     started: bool = False
     """Its `run_started` is written."""
+    said_resumed: int | None = None
+    """The step its output said it resumed from (`logbook: resumed from step N`)."""
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+    """Its last lines of output: where torchrun's failure summary is."""
     hung: bool = False
     preempted: str | None = None
     """The signal that stopped it for a scheduler (SIGTERM, SIGUSR1), when one did."""
-    last_heard: float = field(default_factory=time.time)
-    """Wall time of the command's last line: its last sign of life, where a restart's downtime starts."""
 
 
 @dataclass
@@ -123,13 +131,15 @@ class _Ended:
     number: int
     last_step: int | None
     cause: dict[str, Any]
-    at: float
-    """Its last sign of life (wall time)."""
 
 
-def _cause(attempt: _Attempt, code: int) -> dict[str, Any]:
+def _cause(attempt: _Attempt, code: int, torchrun: bool) -> dict[str, Any]:
+    """Why the attempt ended: a hang, torchrun's first failed rank (its signal or exit code), or the exit."""
     if attempt.hung:
         return {"cause": "hang"}
+    failed = root_cause(attempt.tail) if torchrun else None
+    if failed is not None:
+        return {"cause": "signal" if "signal" in failed else "exit", **failed}
     return {"cause": "signal", "signal": -code} if code < 0 else {"cause": "exit", "exit_code": code}
 
 
@@ -241,8 +251,7 @@ def resume_command(project: Project, run_id: str, opts: WrappedOptions, say: Say
         last = events[-1]
         steps = [e["step"] for e in events if isinstance(e.get("step"), int)]
         cause = {"cause": "preempted"} if is_kind(last, "preempted") else {"cause": "unknown"}
-        sup.resumed_after = _Ended(first - 1, max(steps, default=None), cause,
-                                   project.run_dir(run_id).joinpath("events.jsonl").stat().st_mtime)
+        sup.resumed_after = _Ended(first - 1, max(steps, default=None), cause)
     return sup.run()
 
 
@@ -301,18 +310,18 @@ class _Supervisor:
                                     f"`logbook run --resume {self.record.run_id}`")
             if code == 0:
                 self._sink(number).emit("run_finished", step=attempt.last_step, final_loss=attempt.last_loss,
-                                        attempt_wall_s=round(time.time() - attempt.started, 3))
+                                        attempt_wall_s=round(time.time() - attempt.began_at, 3))
                 return self._result("finished", number, restarts, 0)
             if code == -signal.SIGINT or code == EXIT_INTERRUPTED:
                 reason = "interrupted by Ctrl-C"
                 self._sink(number).emit("run_failed", step=attempt.last_step, reason=reason, exit_code=EXIT_INTERRUPTED,
                                         attempts=number, status="failed")
                 return self._result("failed", number, restarts, EXIT_INTERRUPTED, reason)
-            prev = _Ended(attempt.number, attempt.last_step, _cause(attempt, code), attempt.last_heard)
+            prev = _Ended(attempt.number, attempt.last_step, _cause(attempt, code, is_torchrun(self.opts.command)))
             if number < last:
                 restarts += 1
-                self.say(f"  attempt {number} {'hung' if attempt.hung else _ended(code)}; restarting")
-        how = "hung" if attempt.hung else _ended(code)
+                self.say(f"  attempt {number} {_how(attempt, prev.cause, code)}; restarting")
+        how = _how(attempt, prev.cause, code)
         reason = f"attempt {attempt.number} {how}, and no restart was left ({self.opts.max_restarts} allowed)"
         self._sink(attempt.number).emit("run_failed", step=attempt.last_step, reason=reason,
                                         exit_code=code if code > 0 else 1, attempts=attempt.number, status="failed")
@@ -335,15 +344,17 @@ class _Supervisor:
         heard = [time.monotonic()]
         if self.opts.hang_timeout_s:
             threading.Thread(target=self._watch, args=(proc, attempt, heard), daemon=True).start()
-        if self.pattern is None and self.tb is None:  # no step to wait for: the start is written as it starts
-            self._start(attempt, prev)
-            attempt.started = True
+        if self.pattern is None and self.tb is None:  # a command on the API says its first step through the handshake
+            threading.Thread(target=self._follow_handshake, args=(proc, attempt, prev), daemon=True).start()
         if self.tb is not None:
             threading.Thread(target=self._follow_tensorboard, args=(proc, attempt, prev), daemon=True).start()
         try:
             for line in proc.stdout:  # type: ignore[union-attr]
-                heard[0], attempt.last_heard = time.monotonic(), time.time()
+                heard[0] = time.monotonic()
                 sys.stderr.write(line)
+                attempt.tail.append(line)
+                if (said := RESUMED_LINE.match(line)) and attempt.said_resumed is None:
+                    attempt.said_resumed = int(said.group(1))
                 seen = self._metrics(line)
                 if seen is not None:
                     self._seen(attempt, prev, *seen)
@@ -354,12 +365,29 @@ class _Supervisor:
             code = -signal.SIGINT
         if self.tb is not None:
             self._read_tensorboard(attempt, prev)  # what the writer flushed as the command closed it
-        if not attempt.started:
-            self._start(attempt, prev)
-            attempt.started = True
         if self.pattern is None and self.tb is None:
             self._progress_from_api(attempt)
+        with self._lock:
+            if not attempt.started:  # it never made a step: its start is written as it ends
+                self._start(attempt, prev)
+                attempt.started = True
         return code
+
+    def _follow_handshake(self, proc: subprocess.Popen[str], attempt: _Attempt, prev: _Ended | None) -> None:
+        """A command on the API: its start is written once it says its first step (the resume step is known then)."""
+        path = handshake_path(self.project.state_dir, self.record.run_id, attempt.number)
+        while proc.poll() is None and not attempt.started:
+            told = read_handshake(path)
+            if told.keys() & {"first_step", "resumed_from_step", "first_event_at"}:
+                with self._lock:
+                    if not attempt.started:
+                        attempt.first_step = told.get("first_step")
+                        # Down until it trained again: its first step, else the moment it said it resumed.
+                        attempt.first_step_at = told.get("first_step_at") or time.time()
+                        self._start(attempt, prev)
+                        attempt.started = True
+                return
+            time.sleep(0.05)
 
     def _follow_tensorboard(self, proc: subprocess.Popen[str], attempt: _Attempt, prev: _Ended | None) -> None:
         while proc.poll() is None:
@@ -374,9 +402,11 @@ class _Supervisor:
     def _seen(self, attempt: _Attempt, prev: _Ended | None, step: int, row: dict[str, float]) -> None:
         """One step's metrics: written, and the attempt's start and milestones once due."""
         with self._lock:
-            attempt.first_step = step if attempt.first_step is None else attempt.first_step
+            now = time.time()
+            if attempt.first_step is None:
+                attempt.first_step, attempt.first_step_at = step, now
             attempt.last_step, attempt.last_loss = step, row.get("loss", attempt.last_loss)
-            self.metrics.write({"step": step, "attempt": attempt.number, **row})
+            self.metrics.write({"step": step, "attempt": attempt.number, **row, "time": round(now, 3)})
             if not attempt.started:
                 self._start(attempt, prev)
                 attempt.started = True
@@ -420,21 +450,51 @@ class _Supervisor:
         return (row.pop("step"), row) if "step" in row else None
 
     def _start(self, attempt: _Attempt, prev: _Ended | None) -> None:
-        """`restart` (for every attempt after the first), then `run_started`, as the bundled trainer writes them."""
+        """`restart` (for every attempt after the first), then `run_started`, as the bundled trainer writes them.
+
+        Each fact from the best source there is, else unknown (None): the
+        resume step from what the command said (the API's handshake, or its
+        `logbook: resumed from step N` line; a first attempt starts at 0),
+        the cost from the run's own metrics rows and events, as every other
+        path reads it, the downtime up to this attempt's first step.
+        """
         sink = self._sink(attempt.number)
-        resumed = attempt.first_step - 1 if attempt.first_step else None
+        told = read_handshake(handshake_path(self.project.state_dir, self.record.run_id, attempt.number))
+        if prev is None and attempt.number == 1:
+            resumed: int | None = 0
+        else:
+            resumed = told.get("resumed_from_step", attempt.said_resumed)
         if prev is not None:
-            lost = (prev.last_step - resumed) if prev.last_step is not None and resumed is not None else None
             sink.emit("restart", step=resumed, prev_attempt=prev.number, next_attempt=attempt.number,
-                      failed_at_step=prev.last_step, resumed_from_step=resumed,
-                      steps_lost=max(lost, 0) if lost is not None else None,
-                      downtime_s=round(time.time() - prev.at, 3), **prev.cause,  # last sign of life to resumed
-                      **_slurm())
+                      resumed_from_step=resumed, **self._cost(prev, resumed, attempt.first_step_at),
+                      **prev.cause, **_slurm())
         rec = self.record
-        sink.emit("run_started", step=resumed or 0, config_hash=rec.config_hash, config_path=rec.config_path,
-                  world_size=1, prereg_id=rec.prereg_id, exploratory=rec.exploratory,
+        world = told.get("world_size") or torchrun_world_size(self.opts.command)
+        if world is None and not is_torchrun(self.opts.command):
+            world = None if told else 1  # one process of ours, which did not say it is more
+        sink.emit("run_started", step=resumed, script=rec.config_path, script_sha256=rec.config_hash,
+                  world_size=world, prereg_id=rec.prereg_id, exploratory=rec.exploratory,
                   snapshot_commit=(rec.snapshot or {}).get("commit"), total_steps=self.opts.steps,
-                  resumed_from_step=resumed or 0, **_slurm())
+                  resumed_from_step=resumed, started_at=round(attempt.began_at, 3), **_slurm())
+        mark_started(handshake_path(self.project.state_dir, rec.run_id, attempt.number))
+
+    def _cost(self, prev: _Ended, resumed: int | None, first_step_at: float | None) -> dict[str, Any]:
+        """{failed_at_step, steps_lost, seconds_lost, downtime_s} of the attempt that ended: None where unknown."""
+        from logbook.runs.attempt_ends import RunHistory, last_signs, restart_cost
+
+        self.metrics.flush()
+        history = RunHistory.of_run(self.project, self.record.run_id)
+        failed_at, last_alive = last_signs(history, prev.number)
+        failed_at = failed_at if failed_at is not None else prev.last_step
+        if resumed is not None and first_step_at is not None:
+            cost = restart_cost(history, prev.number, resumed, first_step_at)
+        else:
+            cost = {"steps_lost": None, "seconds_lost": None, "downtime_s": None}
+            if first_step_at is not None and last_alive is not None:
+                cost["downtime_s"] = round(max(0.0, first_step_at - last_alive), 3)
+        if failed_at is not None and resumed is not None:
+            cost["steps_lost"] = max(0, failed_at - resumed)
+        return {**cost, "failed_at_step": failed_at}
 
     def _milestones(self, attempt: _Attempt) -> None:
         total = self.opts.steps
@@ -465,6 +525,17 @@ def _slurm() -> dict[str, Any]:
 
     info = slurm_info(os.environ)
     return {"slurm": info} if info else {}
+
+
+def _how(attempt: _Attempt, cause: dict[str, Any], code: int) -> str:
+    """How an attempt ended, in words: "hung", "rank 1 was killed by SIGKILL", "exited with code 3"."""
+    if attempt.hung:
+        return "hung"
+    if isinstance(cause.get("failed_rank"), int):
+        sig = cause.get("signal")
+        return f"rank {cause['failed_rank']} " + (_ended(-sig) if isinstance(sig, int) else
+                                                  _ended(int(cause.get("exit_code") or code)))
+    return _ended(code)
 
 
 def _ended(code: int) -> str:
