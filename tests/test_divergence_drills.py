@@ -196,7 +196,7 @@ def test_a_live_lr_scale_from_logbook_set_survives_a_sigkill_and_a_rejected_requ
                             cwd=logbook_repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     run_json = logbook_repo / "entries" / "runs" / "lr" / "run.json"
     try:
-        _wait_until(lambda: run_json.exists() and json.loads(run_json.read_text())["status"] == "running", proc)
+        _wait_until(lambda: run_json.exists() and json.loads(run_json.read_text())["run_id"], proc)
         asked = cli("set", "lr", "lr_scale=0.5", "--reason", "gentler after the spike")
         assert asked.exit_code == 0, asked.output
         bogus = submit_change(open_project(logbook_repo), "lr", {"data.weights.nosuch": 2.0}, "a source it lacks")

@@ -95,8 +95,9 @@ from logbook.integrations.lightning import LogbookCallback
 
 
 class Tiny(L.LightningModule):
-    def __init__(self):
+    def __init__(self, lr=0.05, hidden=16):
         super().__init__()
+        self.save_hyperparameters()
         self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 
     def training_step(self, batch, i):
@@ -123,7 +124,11 @@ class Tiny(L.LightningModule):
         self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.05)
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    def on_train_start(self):
+        with open(os.path.join(sys.argv[1], "starts"), "a") as f:  # the step Lightning restored, for the test
+            f.write(f"{self.global_step} {os.getpid()}\\n")
 
 
 def data(n):
@@ -133,7 +138,8 @@ def data(n):
 
 
 out = sys.argv[1]
-torch.manual_seed(0)
+os.makedirs(out, exist_ok=True)
+L.seed_everything(0)
 trainer = L.Trainer(max_steps=int(os.environ.get("MAX_STEPS", "36")), accelerator="cpu", devices=1, default_root_dir=out, val_check_interval=12,
                     limit_val_batches=2, num_sanity_val_steps=0, log_every_n_steps=1, enable_progress_bar=False,
                     enable_model_summary=False, logger=CSVLogger(out, name="csv"),
@@ -382,13 +388,67 @@ def test_an_exception_in_lightning_ends_the_run_failed_and_the_rerun_records_the
     assert "Attempt 1 raised `RuntimeError`: “the data loader lost its file”." in days
 
 
-def test_under_logbook_run_the_callback_leaves_starts_and_ends_to_the_launcher(logbook_repo, tmp_path):
-    _run(_lightning(tmp_path), logbook_repo, LOGBOOK_PROJECT=str(logbook_repo), LOGBOOK_RUN_ID="pl-launched",
-         LOGBOOK_ATTEMPT="1")
-    events = _events(logbook_repo, "pl-launched")
-    assert not any(is_kind(e, "run_started", "restart", "run_finished") for e in events)
+def _killed_under_logbook_run(repo: Path, tmp_path: Path, script: str, run_id: str) -> list[dict]:
+    """`logbook run -- python train.py OUT`, its training process SIGKILLed mid-run, restarted with `resume`."""
+    path = repo / "train.py"
+    path.write_text(script)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", run_id, "--resume-arg", "resume",
+           "--max-restarts", "1", "--", sys.executable, "train.py", str(out)]
+    proc = subprocess.Popen(cmd, cwd=repo, env=_env(SLOW_STEP_S="0.15"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    metrics = full_metrics_path(open_project(repo).state_dir, run_id)
+    deadline = time.time() + 120
+    while _last_metrics_step(metrics) < 14 or _progress(out) % 6 in (0, 5):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            pytest.fail(f"the first attempt ended before step 14: {proc.communicate()[0][-3000:]}")
+        time.sleep(0.02)
+    pid = int((out / "starts").read_text().split()[1])
+    os.kill(pid, signal.SIGKILL)  # the training process, not the launcher: a lost worker
+    output = proc.communicate(timeout=240)[0]
+    assert proc.returncode == 0, output[-3000:]
+    return _events(repo, run_id)
+
+
+def test_lightning_resumed_by_itself_under_logbook_run_is_recorded_from_the_step_it_restored(logbook_repo, tmp_path,
+                                                                                              cli):
+    events = _killed_under_logbook_run(logbook_repo, tmp_path, LIGHTNING_SCRIPT, "pl-launched")
+    restored = int((tmp_path / "out" / "starts").read_text().split()[2])  # what Lightning itself restored
+    assert restored > 0 and restored % 6 == 0
+    restart, = [e for e in events if is_kind(e, "restart")]
+    starts = [e for e in events if is_kind(e, "run_started")]
+    assert [s["data"]["resumed_from_step"] for s in starts] == [0, restored]
+    assert restart["data"]["resumed_from_step"] == restored and restart["data"]["cause"] == "signal"
+    assert restart["data"]["steps_lost"] == restart["data"]["failed_at_step"] - restored
+    assert all(s["data"]["world_size"] == 1 for s in starts)
     assert [e["data"]["fraction"] for e in events if is_kind(e, "milestone")] == [0.1, 0.25, 0.5, 0.75, 1.0]
-    assert any(is_kind(e, "checkpoint_saved") for e in events)
+    configs = [e["data"] for e in events if is_kind(e, "config_recorded")]
+    assert [c["hparams"] for c in configs] == [{"lr": 0.05, "hidden": 16}] * 2 and configs[0]["seed"] == 0
+    assert is_kind(events[-1], "run_finished") and events[-1]["step"] == 36
+    record = json.loads((open_project(logbook_repo).run_dir("pl-launched") / "run.json").read_text())
+    assert "status" not in record  # written once at launch, it claims no state; the log says how the run ended
+    assert json.loads(cli("status", "pl-launched", "--json").stdout)["state"] == "finished"
+    assert cli("render").exit_code == 0
+    days = "\n".join(p.read_text() for p in sorted(open_project(logbook_repo).entries.glob("2*/*/*.md")))
+    assert f"Resumed from the checkpoint at step {restored}" in days
+    assert "hparams\\_initial: 2 settings (lr 0.05); seed 0." in days
+
+
+def test_hf_trainer_under_logbook_run_records_its_arguments_and_model_config(logbook_repo, tmp_path, cli):
+    (logbook_repo / "train.py").write_text(HF_SCRIPT)
+    res = subprocess.run([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "hf-launched", "--",
+                          sys.executable, "train.py", str(tmp_path / "out")], cwd=logbook_repo,
+                         env=_env(MAX_STEPS="6"), capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    events = _events(logbook_repo, "hf-launched")
+    config, = [e["data"] for e in events if is_kind(e, "config_recorded")]
+    h = config["hparams"]
+    assert (h["learning_rate"], h["per_device_train_batch_size"], h["max_steps"]) == (1e-3, 8, 6)
+    assert (h["n_embd"], h["n_layer"], h["vocab_size"]) == (32, 1, 64)  # the model's config under the arguments
+    assert config["seed"] == 0 and config["source"] == "TrainingArguments and model.config"
+    started, = [e for e in events if is_kind(e, "run_started")]
+    assert events.index(started) == 0 and started["data"]["resumed_from_step"] == 0
 
 
 def test_the_spike_check_flags_non_finite_and_outlying_losses_and_absorbs_a_new_level():

@@ -59,7 +59,8 @@ class RunRecord:
     author: str = ""
     """Who launched it (git config user.name <user.email>)."""
     status: str = "running"
-    """The state at launch, always `running` in new records; `run_status` reads the state from the event log."""
+    """Not written in new records (run.json is written once, at launch, and must not claim a state it no longer
+    has): `run_status` reads the state from the event log. Older records may carry one."""
     deviations: list[str] = field(default_factory=list)
     """Deviations recorded at launch (config differs from the preregistered one, ...)."""
     seed: int | None = None
@@ -79,6 +80,8 @@ class RunRecord:
         for key in ("command", "command_options"):
             if d[key] is None:  # the bundled trainer's records keep the shape they always had
                 del d[key]
+        if d["status"] == "running":  # written once, at launch: a state it would go on claiming after the end
+            del d["status"]
         return d
 
 
