@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 API_VERSION = 1
 """Raised when a name below changes in a way that breaks a caller."""
+FLUSH_EVERY_S = 1.0
+"""`Run.log_metrics` rows reach the disk at least this often."""
 
 _LAZY: dict[str, str] = {
     # small pure helpers
@@ -156,6 +158,7 @@ class Run:
     _closed: bool = field(default=False, repr=False)
     _told_first: bool = field(default=False, repr=False)
     _start_written: bool = field(default=False, repr=False)
+    _flushed_at: float = field(default_factory=time.monotonic, repr=False)
 
     @property
     def writes(self) -> bool:
@@ -194,6 +197,9 @@ class Run:
             self._told_first = True
             self._tell(first_step=int(step), first_step_at=float(now))
         self.metrics.write({"step": step, "attempt": self.attempt, **values, "time": now})
+        if time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:  # a kill loses a second of rows, not a run's worth
+            self.metrics.flush()
+            self._flushed_at = time.monotonic()
 
     def resumed(self, step: int) -> None:
         """This attempt resumed from its checkpoint of step `step` (0: from scratch); call it before the first step.

@@ -88,7 +88,9 @@ def test_nanogpt_train_py_unmodified_is_killed_resumed_and_chronicled(logbook_re
     assert json.loads(out)["restarts"] == 1
     events = list(iter_events(logbook_repo / "entries" / "runs" / "nanogpt" / "events.jsonl"))
     restart = next(e for e in events if e["kind"] == "restart")
-    assert restart["data"]["cause"] == "signal" and restart["data"]["resumed_from_step"] == 9  # iters 0-9 saved
+    # nanoGPT, unmodified, does not say which iteration it resumed from: unknown, not guessed from its first print.
+    assert restart["data"]["cause"] == "signal" and restart["data"]["resumed_from_step"] is None
+    assert restart["data"]["steps_lost"] is None and restart["data"]["failed_at_step"] >= 9
     assert events[-1]["kind"] == "run_finished" and cli("verify").exit_code == 0
     assert cli("render").exit_code == 0
     day = "".join(p.read_text() for p in (logbook_repo / "entries").glob("20*/*/*.md"))

@@ -320,3 +320,48 @@ def test_a_command_writing_tensorboard_files_gets_its_metrics_and_milestones_fro
     fractions = sorted(e["data"]["fraction"] for e in events if e["kind"] == "milestone")
     assert fractions == sorted(set(fractions)) and 1.0 in fractions
     assert json.loads(cli("status", "tb", "--json").stdout)["step"] == 30
+
+
+TWO_RANKS = '''\
+import os, signal, time
+import torch
+import torch.distributed as dist
+from logbook.api import run_from_env
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+run = run_from_env(total_steps=20)
+attempt = int(os.environ["LOGBOOK_ATTEMPT"])
+run.resumed(0)  # no checkpoint: every attempt starts again from scratch
+for step in range(1, 21):
+    t = torch.ones(1) * step
+    dist.all_reduce(t)
+    run.log_metrics(step, {"loss": 1.0 / step})
+    if attempt == 1 and rank == 1 and step == 8:
+        os.kill(os.getpid(), signal.SIGKILL)  # a lost worker: no record of its own
+    time.sleep(0.25)
+run.close()
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+def test_a_wrapped_torchrun_records_its_world_size_and_the_rank_and_signal_that_ended_an_attempt(logbook_repo):
+    (logbook_repo / "ddp.py").write_text(TWO_RANKS)
+    git(logbook_repo, "add", "ddp.py")
+    git(logbook_repo, "commit", "-q", "-m", "a two-rank script")
+    res = subprocess.run([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "ddp", "--max-restarts",
+                          "1", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node", "2", "ddp.py"],
+                         cwd=logbook_repo, env={**_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    events = list(iter_events(logbook_repo / "entries" / "runs" / "ddp" / "events.jsonl"))
+    starts = [e for e in events if e["kind"] == "run_started"]
+    assert [s["data"]["world_size"] for s in starts] == [2, 2]  # what torchrun's ranks said, not 1
+    restart, = [e for e in events if e["kind"] == "restart"]
+    d = restart["data"]
+    assert (d["cause"], d["signal"], d["failed_rank"], d["local_rank"]) == ("signal", 9, 1, 1)
+    # Rank 0's rows reach the disk every second: the last ones before the kill are lost with it.
+    assert d["resumed_from_step"] == 0 and d["steps_lost"] == d["failed_at_step"] and 4 <= d["failed_at_step"] <= 8
+    assert "attempt 1 rank 1 was killed by SIGKILL; restarting" in res.stderr  # torchrun itself exited with 1

@@ -32,8 +32,6 @@ from logbook.api import (Run, RunHistory, UsageError, check_run_id, due_mileston
 from logbook.eventlog.eventschema import RESTART_CAUSES
 from logbook.runs.attempt_ends import restart_cost
 
-FLUSH_EVERY_S = 1.0
-"""Metrics rows reach the disk at least this often, so a kill loses seconds of rows, not a run's worth."""
 NO_RECORD = ("the process was killed (SIGKILL, the OOM killer, a lost node) or exited without closing the run, "
              "and left no record of how it ended")
 """A restart's detail when the previous attempt left a `run_started` and nothing that ends it."""
@@ -156,7 +154,6 @@ class Recorder:
         self._emitted: set[float] = set()
         self._first_started: float | None = None
         self._mark = (time.time(), 0)  # (time, step) this attempt began training
-        self._flushed_at = time.time()
         self._configured = False
 
     # --- start -------------------------------------------------------------------------------
@@ -248,7 +245,6 @@ class Recorder:
             if check:
                 stop = self._check_spike(step, row["loss"])
         self._emit_due(step)
-        self._maybe_flush()
         return stop
 
     def validation(self, step: int, val_loss: Any) -> None:
@@ -327,14 +323,8 @@ class Recorder:
         if self.run is None:
             return
         self.run.metrics.flush()
-        self._flushed_at = time.time()
         self.run.emit("checkpoint_saved", step=step, path=path,
                       blocking_s=round(blocking_s, 6) if blocking_s is not None else None)
-
-    def _maybe_flush(self) -> None:
-        if time.time() - self._flushed_at >= FLUSH_EVERY_S:
-            self.run.metrics.flush()
-            self._flushed_at = time.time()
 
     # --- the end -------------------------------------------------------------------------------
 
