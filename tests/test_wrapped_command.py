@@ -365,3 +365,51 @@ def test_a_wrapped_torchrun_records_its_world_size_and_the_rank_and_signal_that_
     # Rank 0's rows reach the disk every second: the last ones before the kill are lost with it.
     assert d["resumed_from_step"] == 0 and d["steps_lost"] == d["failed_at_step"] and 4 <= d["failed_at_step"] <= 8
     assert "attempt 1 rank 1 was killed by SIGKILL; restarting" in res.stderr  # torchrun itself exited with 1
+
+
+NO_CHECKPOINT = '''\
+import os, time
+with open("train.pid", "w") as f:
+    f.write(str(os.getpid()))
+for step in range(1, 31):
+    with open("steps.txt", "a") as f:
+        f.write(f"{os.getpid()} {step} {time.time()}\\n")
+    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
+    time.sleep(0.1)
+'''
+
+
+def test_a_script_with_no_checkpoint_killed_and_started_again_loses_its_whole_attempt_in_every_view(logbook_repo, cli):
+    (logbook_repo / "plain.py").write_text(NO_CHECKPOINT)
+    (logbook_repo / ".gitignore").write_text("train.pid\nsteps.txt\n")
+    git(logbook_repo, "add", "plain.py", ".gitignore")
+    git(logbook_repo, "commit", "-q", "-m", "a script with no checkpoint")
+    proc = subprocess.Popen([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", "nockpt", "--steps",
+                             "30", "--metrics-regex", REGEX, "--max-restarts", "1", "--", sys.executable, "plain.py"],
+                            cwd=logbook_repo, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while _steps_seen(logbook_repo, "nockpt") < 12:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(int((logbook_repo / "train.pid").read_text()), signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    events = list(iter_events(logbook_repo / "entries" / "runs" / "nockpt" / "events.jsonl"))
+    d = next(e for e in events if e["kind"] == "restart")["data"]
+    lost = _real_seconds_lost_from_start(logbook_repo)
+    # Its first step is the run's first again: from scratch, every step of the first attempt lost.
+    assert d["resumed_from_step"] == 0 and d["steps_lost"] == d["failed_at_step"] >= 12
+    assert abs(d["seconds_lost"] - lost) < 1.0
+    from logbook.runs.goodput import goodput_of_run
+
+    rep = goodput_of_run(logbook_repo / "entries" / "runs" / "nockpt")
+    assert abs(rep.lost_restart_s - lost) < 1.0  # the report's "work lost to restarts", not "<1 ms"
+    assert cli("report", "nockpt").exit_code == 0
+    text = (logbook_repo / "entries" / "reports" / "nockpt.md").read_text()
+    assert "automatic restart (logbook run)" in text and "torchrun" not in text
+
+
+def _real_seconds_lost_from_start(repo: Path) -> float:
+    rows = [ln.split() for ln in (repo / "steps.txt").read_text().splitlines()]
+    first = [float(r[2]) for r in rows if r[0] == rows[0][0]]
+    return max(first) - min(first)

@@ -105,17 +105,17 @@ def incidents(facts: RunFacts) -> list[dict[str, Any]]:
             summary += " (drill)"
         out.append({"id": f"{facts.run}:{e.get('seq')}", "ts": e.get("ts"), "kind": kind, "step": e.get("step"),
                     "attempt": e.get("attempt"), "drill": e.get("drill") is True, "summary": summary,
-                    "action": _action(e, is_kind(kind, "restart") and facts.manual_restart(e)), "steps_lost": d.get("steps_lost"), "seconds_lost": d.get("seconds_lost"),
+                    "action": _action(e, facts.restarted_by(e) if is_kind(kind, "restart") else ""), "steps_lost": d.get("steps_lost"), "seconds_lost": d.get("seconds_lost"),
                     "downtime_s": d.get("downtime_s"), "cost_s": lost_s, "device_hours": _hours(facts, lost_s)})
     return out
 
 
-def _action(e: dict[str, Any], manual: bool = False) -> str:
+def _action(e: dict[str, Any], restarted_by: str = "") -> str:
     d, kind = Event.of(e).data, kind_of(e)
     words = plan_words(d.get("plan"))
     tag = f" ({words})" if words else ""
     if is_kind(kind, "restart"):
-        return "relaunched by hand" if manual else "automatic restart (torchrun)"
+        return "relaunched by hand" if restarted_by == "by hand" else f"automatic restart ({restarted_by})"
     if is_kind(kind, "divergence_detected"):
         return f"ladder: {d.get('action') or 'none'}{tag}"
     if is_kind(kind, "rollback"):

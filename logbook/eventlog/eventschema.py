@@ -332,7 +332,9 @@ def _sum_outcome(e: Event) -> str:
 def _sum_preempted(e: Event) -> str:
     sig = e.data.get("signal")
     by = f" by {signal_name(sig)}" if sig else ""
-    return f"{RESTART_CAUSES['preempted']}{by}, saved at step {fmt_int(e.data.get('saved_step'))}"
+    saved = e.data.get("saved_step")
+    return f"{RESTART_CAUSES['preempted']}{by}, " + (f"saved at step {fmt_int(saved)}" if isinstance(saved, int)
+                                                      else "whether it saved is not recorded")
 
 
 def _sum_config(e: Event) -> str:
@@ -349,7 +351,9 @@ def _sum_hang(e: Event) -> str:
 
 def _sum_stopped(e: Event) -> str:
     d = e.data
-    s = f"stopped by {d.get('who') or 'unknown'}, saved at step {fmt_int(d.get('saved_step'))}"
+    saved = d.get("saved_step")
+    s = f"stopped by {d.get('who') or 'unknown'}, " + (f"saved at step {fmt_int(saved)}" if isinstance(saved, int)
+                                                         else "whether it saved is not recorded")
     return s + (f": {d['reason']}" if d.get("reason") else "")
 
 

@@ -458,15 +458,24 @@ class _Supervisor:
         the cost from the run's own metrics rows and events, as every other
         path reads it, the downtime up to this attempt's first step.
         """
+        from logbook.runs.attempt_ends import RunHistory
+
         sink = self._sink(attempt.number)
         told = read_handshake(handshake_path(self.project.state_dir, self.record.run_id, attempt.number))
+        self.metrics.flush()
+        history = RunHistory.of_run(self.project, self.record.run_id)
         if prev is None and attempt.number == 1:
             resumed: int | None = 0
         else:
             resumed = told.get("resumed_from_step", attempt.said_resumed)
+        if resumed is None and attempt.first_step is not None:
+            # Its first step is the run's very first one again: it started from scratch (no checkpoint).
+            firsts = [r["step"] for r in history.metrics if r.get("attempt") == 1 and isinstance(r.get("step"), int)]
+            if firsts and attempt.first_step <= min(firsts):
+                resumed = 0
         if prev is not None:
             sink.emit("restart", step=resumed, prev_attempt=prev.number, next_attempt=attempt.number,
-                      resumed_from_step=resumed, **self._cost(prev, resumed, attempt.first_step_at),
+                      resumed_from_step=resumed, **self._cost(history, prev, resumed, attempt.first_step_at),
                       **prev.cause, **_slurm())
         rec = self.record
         world = told.get("world_size") or torchrun_world_size(self.opts.command)
@@ -478,12 +487,11 @@ class _Supervisor:
                   resumed_from_step=resumed, started_at=round(attempt.began_at, 3), **_slurm())
         mark_started(handshake_path(self.project.state_dir, rec.run_id, attempt.number))
 
-    def _cost(self, prev: _Ended, resumed: int | None, first_step_at: float | None) -> dict[str, Any]:
+    @staticmethod
+    def _cost(history: Any, prev: _Ended, resumed: int | None, first_step_at: float | None) -> dict[str, Any]:
         """{failed_at_step, steps_lost, seconds_lost, downtime_s} of the attempt that ended: None where unknown."""
-        from logbook.runs.attempt_ends import RunHistory, last_signs, restart_cost
+        from logbook.runs.attempt_ends import last_signs, restart_cost
 
-        self.metrics.flush()
-        history = RunHistory.of_run(self.project, self.record.run_id)
         failed_at, last_alive = last_signs(history, prev.number)
         failed_at = failed_at if failed_at is not None else prev.last_step
         if resumed is not None and first_step_at is not None:

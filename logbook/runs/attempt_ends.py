@@ -200,7 +200,8 @@ def classify_restart(history: RunHistory, prev: int, resumed_from_step: int, sta
     elif "preempted" in ends:
         d = ends["preempted"].get("data", {})
         out.update(cause="preempted", signal=d.get("signal"),
-                   detail=f"attempt {prev} was preempted ({d.get('signal')}) and saved at step {d.get('saved_step')}")
+                   detail=f"attempt {prev} was preempted ({d.get('signal')})" + (
+                       f" and saved at step {d['saved_step']}" if isinstance(d.get("saved_step"), int) else ""))
     elif "stopped" in ends:
         d = ends["stopped"].get("data", {})
         out.update(cause="stopped", detail=f"attempt {prev} was stopped on request by {d.get('who')} and saved at "

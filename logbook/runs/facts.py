@@ -259,6 +259,15 @@ class RunFacts:
                 return Event.of(e).data.get("torchelastic_restart_count") == 0
         return False
 
+    def restarted_by(self, restart: dict[str, Any]) -> str:
+        """Who made a restart: "by hand", "logbook run" (a wrapped command's supervisor) or "torchrun"."""
+        if self.manual_restart(restart):
+            return "by hand"
+        for e in self.of_kind("run_started"):
+            if e.get("attempt") == restart.get("attempt") and Event.of(e).data.get("script"):
+                return "logbook run"
+        return "torchrun"
+
     def interventions(self) -> list[tuple[str, int, int]]:
         """(what, by hand, automatic) for each kind of intervention, in the order a report lists them.
 
