@@ -42,9 +42,9 @@ from logbook.eventlog.eventschema import is_kind, kind_of, kinds_where
 from logbook.records.init import init_logbook as init
 from logbook.promises.prereg import create_prereg
 from logbook.promises.prereg_input import PreregInput
-from logbook.promises.verify import verify_project
+from logbook.proof.verify import verify_project
 from logbook.scoring.forecasts import run_summary, summary_text
-from logbook.scoring.outcome import record_outcome
+from logbook.proof.scorecard import record_outcome
 
 DEFAULT_STEPS = 120
 """Training steps of the demo run: under a minute of training on 2 idle CPU cores."""

@@ -9,7 +9,7 @@ from conftest import git
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
 from logbook.scoring.calibration import calibration, period_key
-from logbook.scoring.outcome import record_outcome
+from logbook.proof.scorecard import record_outcome
 
 
 def _two_authors(repo, clock):

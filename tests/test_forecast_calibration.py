@@ -10,7 +10,7 @@ from conftest import git
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
 from logbook.scoring.calibration import bin_index, calibration, murphy, reliability_bins, wilson
-from logbook.scoring.outcome import record_outcome
+from logbook.proof.scorecard import record_outcome
 
 # Four forecasts at 80% (three held) and three at 30% (one held): N = 7, base rate 4/7.
 PAIRS = [(0.8, 1), (0.8, 1), (0.8, 0), (0.8, 1), (0.3, 0), (0.3, 1), (0.3, 0)]
@@ -67,7 +67,7 @@ BEFORE = datetime(2026, 10, 5, 7, 0, tzinfo=timezone.utc)
 
 def _forecasting_lab(repo, clock):
     """Ada (October) and Bo (November) forecast; Bo adds a late forecast after his run started."""
-    from logbook.promises.amend import amend_prereg
+    from logbook.proof.amend import amend_prereg
 
     project = project_of(repo)
     ada = make_prereg(project, ["loss@final < 4 (80%)", "val_loss@final < 0.5 (30%)",
@@ -152,7 +152,8 @@ def test_a_forecast_an_older_scorecard_holds_twice_is_counted_once(logbook_repo,
     from scoring_helpers import make_prereg, project_of, story_run
 
     from logbook.eventlog.files import write_record
-    from logbook.scoring.outcome import outcome_records, outcomes_dir, record_outcome
+    from logbook.scoring.outcome import outcome_records, outcomes_dir
+    from logbook.proof.scorecard import record_outcome
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["val_loss ≈ {50%: 4.0 [3.9, 4.1], final: 2.5 [2.4, 2.6]} 80%"])

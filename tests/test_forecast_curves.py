@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 from scoring_helpers import T0, make_prereg, project_of, story_clock, story_run  # noqa: F401  (story_clock: a fixture)
 
-from logbook.promises.amend import amend_prereg
+from logbook.proof.amend import amend_prereg
 from logbook.promises.predictions import parse_prediction
 from logbook.promises.prereg import load_prereg
 from logbook.runs.facts import RunFacts, load_facts

@@ -14,7 +14,7 @@ import pytest
 from scoring_helpers import make_prereg, project_of, story_clock, story_run  # noqa: F401
 
 from logbook.promises.predictions import parse_prediction
-from logbook.scoring.outcome import evaluate, record_outcome
+from logbook.proof.scorecard import evaluate, record_outcome
 from logbook.scoring.rules import brier, forecast_scores, interval_score, log_score, point_errors
 
 BEFORE_RUN = datetime(2026, 11, 30, 7, 0, tzinfo=timezone.utc)  # the story run starts at 08:00
@@ -94,7 +94,7 @@ def test_outcome_scores_confident_thresholds_point_forecasts_and_trajectories(lo
 
 
 def test_a_forecast_amended_after_the_run_started_is_scored_apart_as_late(logbook_repo, story_clock, cli):
-    from logbook.promises.amend import amend_prereg
+    from logbook.proof.amend import amend_prereg
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["val_loss@final ≈ 3 [2.8, 3.2] 80%"], now=BEFORE_RUN)

@@ -357,7 +357,7 @@ def test_case10_seen_run_started_after_the_run_ended_and_was_scored_is_refused_a
     assert res.exit_code == 3, res.output
     assert "`--seen run-started` says no results were seen, but run qknorm failed" in res.stderr
     # The forger writes it with the library, skipping the command's check, and pushes.
-    from logbook.promises import amend
+    from logbook.proof import amend
     from logbook.trust import no_third_party
 
     real = no_third_party.results_before

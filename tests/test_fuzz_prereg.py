@@ -22,7 +22,7 @@ from logbook.core.errors import LogbookError
 from logbook.promises.prereg import create_prereg, load_prereg
 from logbook.promises.prereg_format import render_record, split_record
 from logbook.promises.prereg_input import PreregInput
-from logbook.promises.verify import verify_project
+from logbook.proof.verify import verify_project
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])

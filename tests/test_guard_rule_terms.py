@@ -11,7 +11,7 @@ from logbook.chronicle.review import review_queue
 from logbook.eventlog.plan import judge_against_plan
 from logbook.promises.prereg import load_prereg
 from logbook.eventlog.sink import EventSink, MetricsWriter
-from logbook.scoring.outcome import evaluate
+from logbook.proof.scorecard import evaluate
 
 RULE = "loss spike > 4 sigma twice within 50 steps -> rollback 5 steps, skip 10 batches, lr x 0.9"
 

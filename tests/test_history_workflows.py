@@ -14,7 +14,7 @@ from test_history import _prereg, _synthetic_run, _tampered, _verify
 from logbook.core.errors import TamperedError
 from logbook.core.project import open_project
 from logbook.eventlog.chain import ChainedLog
-from logbook.promises.trust import require_intact
+from logbook.proof.intact import require_intact
 from logbook.runs.record import RunRecord, write_run_record
 
 

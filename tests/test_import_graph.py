@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-LOGBOOK_LAYERS = ("core", "eventlog", "records", "promises", "runs", "scoring", "chronicle", "launch")
+LOGBOOK_LAYERS = ("core", "eventlog", "records", "promises", "runs", "scoring", "proof", "chronicle", "launch")
 """logbook/'s subpackages, lowest first; the CLI, the demo and the package root sit above them all."""
 TOP_LAYER = ("cli", "integrations")
 """Subpackages at the top, beside `api.py` and the demo: they may import the API and anything below.

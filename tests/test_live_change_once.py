@@ -8,7 +8,7 @@ from logbook.chronicle.report import report_data
 from logbook.chronicle.review import review_queue
 from logbook.eventlog.sink import EventSink, MetricsWriter
 from logbook.runs.facts import load_facts
-from logbook.scoring.outcome import evaluate
+from logbook.proof.scorecard import evaluate
 
 
 def _killed_after_a_live_change(project, clock, pid: str, run: str = "live") -> None:

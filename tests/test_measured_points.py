@@ -22,7 +22,7 @@ from logbook.promises.measurable import (
 from logbook.promises.predictions import parse_prediction
 from logbook.promises.prereg import load_prereg
 from logbook.eventlog.sink import EventSink, MetricsWriter
-from logbook.scoring.outcome import evaluate
+from logbook.proof.scorecard import evaluate
 
 
 def _config(repo: Path, steps: int = 60, eval_every: int = 10, name: str = "every10.yaml") -> str:

@@ -15,7 +15,8 @@ from scoring_helpers import (
 
 from logbook.records import gitbind
 from logbook.eventlog.chain import iter_records
-from logbook.scoring.outcome import evaluate, load_outcome, outcome_records, record_outcome
+from logbook.scoring.outcome import load_outcome, outcome_records
+from logbook.proof.scorecard import evaluate, record_outcome
 
 
 def _by_text(card):
@@ -194,7 +195,7 @@ def test_a_preregistration_that_fails_verify_stops_the_outcome_and_nothing_is_wr
 def test_a_preregistration_that_cannot_be_read_is_named_with_its_first_problem_and_how_to_restore_it(
         logbook_repo, story_clock):
     from logbook.core.errors import TamperedError
-    from logbook.promises.verify import verify_project
+    from logbook.proof.verify import verify_project
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["loss@final < 4"])
@@ -252,7 +253,7 @@ def test_an_amendment_not_in_force_at_launch_is_scored_late_and_its_contingency_
 
     from scoring_helpers import T0
 
-    from logbook.promises.amend import amend_prereg
+    from logbook.proof.amend import amend_prereg
 
     project = project_of(logbook_repo)
     from logbook.runs.record import RunRecord, write_run_record
@@ -279,7 +280,7 @@ def test_an_unknown_run_is_refused_with_the_known_ones(logbook_repo, story_clock
 
 
 def test_a_new_amendment_supersedes_the_recorded_outcome(logbook_repo, story_clock):
-    from logbook.promises.amend import amend_prereg
+    from logbook.proof.amend import amend_prereg
 
     project = project_of(logbook_repo)
     pid = make_prereg(project, ["loss@final < 4"])
@@ -383,7 +384,7 @@ def test_following_the_readme_records_no_false_code_change_and_a_real_one_is_nam
 def test_a_scorecard_and_its_record_name_every_field_a_reader_or_a_script_reads(logbook_repo, story_clock):
     """The scorecard's JSON, the record written for it and what a second scoring of the same outcome gives back:
     each field under its own name, with the value it stands for (an `outcome --json` reader keys on them)."""
-    from logbook.promises.amend import amend_prereg
+    from logbook.proof.amend import amend_prereg
     from logbook.scoring.outcome import SCHEMA
 
     project = project_of(logbook_repo)
@@ -471,7 +472,7 @@ def test_an_amendment_made_after_results_were_seen_and_in_force_at_launch_is_a_d
 
     from scoring_helpers import T0, write_record
 
-    from logbook.promises.amend import amend_prereg
+    from logbook.proof.amend import amend_prereg
     from logbook.promises.prereg import load_prereg
     from logbook.runs.facts import RunFacts
     from logbook.scoring.outcome import deviations

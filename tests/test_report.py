@@ -9,7 +9,7 @@ from logbook.chronicle.review import add_review, review_queue
 from logbook.promises.prereg import load_prereg
 from logbook.trust.stamping import stamp_prereg_record
 from logbook.eventlog.sink import EventSink
-from logbook.scoring.outcome import record_outcome
+from logbook.proof.scorecard import record_outcome
 
 
 def _reviewed_story(repo, clock):

@@ -156,7 +156,7 @@ def test_a_bad_ca_digest_on_the_command_line_is_exit_2(logbook_repo, cli, pins_h
 
 def test_verify_asked_without_a_pin_holds_the_repository_to_the_readers_own_pin(tmp_path, local_tsa, pins_home):
     from logbook.core.project import open_project
-    from logbook.promises.verify import verify_project
+    from logbook.proof.verify import verify_project
 
     story = _honest(tmp_path, local_tsa)
     ada = story.team["ada"]

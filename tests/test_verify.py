@@ -15,7 +15,7 @@ from logbook.eventlog.chain import ChainedLog
 from logbook.promises.prereg import load_prereg
 from logbook.promises.prereg_format import record_hash, render_record, split_record
 from logbook.eventlog.sink import EventSink
-from logbook.promises.verify import verify_project
+from logbook.proof.verify import verify_project
 from logbook.runs.record import RunRecord, write_run_record
 
 FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",

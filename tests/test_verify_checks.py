@@ -19,7 +19,7 @@ from conftest import git
 from logbook.core.errors import RefusedError, TamperedError
 from logbook.core.project import open_project
 from logbook.eventlog.chain import ChainedLog, canonical, record_hash
-from logbook.promises.verify import Finding, VerifyReport, fix_hint, verify_project
+from logbook.proof.verify import Finding, VerifyReport, fix_hint, verify_project
 
 HAD, LOST = "a" * 40, "b" * 40
 REL = "entries/notes/n-1.json"
@@ -782,7 +782,7 @@ def test_a_commit_without_a_hash_trailer_proves_by_its_bytes_alone(logbook_repo,
 
 
 def test_verify_or_raise_returns_the_report_of_its_scope_and_raises_on_a_change(logbook_repo, cli):
-    from logbook.promises.verify import verify_or_raise
+    from logbook.proof.verify import verify_or_raise
 
     a, b = _prereg(cli), _prereg(cli)
     (logbook_repo / "entries" / "prereg" / f"{b}.md").write_text("rewritten\n")

@@ -18,8 +18,8 @@ import pytest
 from conftest import git
 
 from logbook.core.project import open_project
-from logbook.promises import verify as verify_mod
-from logbook.promises.verify import verify_project
+from logbook.proof import verify as verify_mod
+from logbook.proof.verify import verify_project
 from logbook.trust.pins import TrustPin
 
 FLAGS = ("--title", "QK-norm removes loss spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",

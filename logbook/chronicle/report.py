@@ -51,7 +51,8 @@ from logbook.runs.record import RunRecord, check_run_id, load_run_record
 from logbook.scoring.calibration import calibration
 from logbook.scoring.calibration_plot import write_calibration_plot
 from logbook.scoring.forecasts import run_summary, summary_text
-from logbook.scoring.outcome import evaluate, load_outcome
+from logbook.scoring.outcome import load_outcome
+from logbook.proof.scorecard import evaluate
 from logbook.trust.disclosure import same_question
 from logbook.trust.timestamps import earliest
 

@@ -24,7 +24,7 @@ def acknowledge_cmd(
 
     Example: logbook acknowledge entries/runs/qknorm/events.jsonl --reason "a test line appended by hand on 12-01"
     """
-    from logbook.promises.verify import verify_project
+    from logbook.proof.verify import verify_project
     from logbook.trust.ack import ENTRY_PREFIX, acknowledge
 
     project = open_for_writing()

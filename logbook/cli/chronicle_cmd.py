@@ -83,7 +83,7 @@ def render_cmd(
     """
     from logbook.chronicle.build import check_chronicle, render_chronicle, render_markdown_file
     from logbook.core.project import open_project
-    from logbook.promises.trust import require_intact
+    from logbook.proof.intact import require_intact
 
     fmt = output_format(fmt, out)
     out = checked_out_path(out)

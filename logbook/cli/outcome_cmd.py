@@ -32,8 +32,8 @@ def outcome_cmd(
     Example: logbook outcome qknorm-3f9a
     """
     from logbook.chronicle.build import rerender_days
-    from logbook.scoring.outcome import record_outcome
-    from logbook.promises.trust import require_intact
+    from logbook.proof.scorecard import record_outcome
+    from logbook.proof.intact import require_intact
 
     set_wide(wide)
     project = open_for_writing()
@@ -148,7 +148,7 @@ def calibration_cmd(
     """
     from logbook.scoring.calibration import calibration
     from logbook.core.project import open_project
-    from logbook.promises.trust import require_intact
+    from logbook.proof.intact import require_intact
 
     if period not in ("month", "week"):
         raise UsageError(f"--period must be month or week, got {period!r}")
@@ -281,7 +281,7 @@ def report_cmd(
     """
     from logbook.core.project import open_project
     from logbook.chronicle.report import write_report
-    from logbook.promises.trust import require_intact
+    from logbook.proof.intact import require_intact
 
     fmt = output_format(fmt, out)
     project = open_project()

@@ -201,7 +201,7 @@ def amend_cmd(
 
     Example: logbook prereg amend 2026-11-30-qknorm-removes-spikes-3f9a --seen nothing --reason "budget halved" --predict "restarts@final <= 2"
     """
-    from logbook.promises.amend import amend_prereg
+    from logbook.proof.amend import amend_prereg
     from logbook.promises.prereg import resolve_prereg_id
 
     project = open_for_writing()
@@ -286,7 +286,7 @@ def verify_cmd(
     from logbook.core.errors import RefusedError, UsageError
     from logbook.promises.prereg import resolve_prereg_id
     from logbook.core.project import open_project
-    from logbook.promises.verify import verify_project
+    from logbook.proof.verify import verify_project
 
     project = open_project()
     if run is not None and replay is None:
@@ -329,7 +329,7 @@ def verify_cmd(
 
 def _replay(project: Any, steps: int, pid: str | None, run: str | None, report: Any) -> list[Any]:
     """`verify --replay`: each run's verdict; a run whose losses differ joins the report's problems."""
-    from logbook.promises.verify import Finding
+    from logbook.proof.verify import Finding
     from logbook.trust.replay import replay_runs
 
     verdicts = replay_runs(project, steps, prereg_id=pid, run_id=run)
@@ -514,7 +514,7 @@ def show_cmd(
     from logbook.promises.prereg import load_prereg, resolve_prereg_id, runs_referencing
     from logbook.core.project import open_project
     from logbook.eventlog.eventstream import RUN_ID_RE
-    from logbook.promises.verify import verify_project
+    from logbook.proof.verify import verify_project
 
     project = open_project()
     if RUN_ID_RE.match(ident) and ".." not in ident and (project.run_dir(ident) / "run.json").exists():

@@ -62,7 +62,7 @@ def review_cmd(
 def _checked_project(run: str | None = None, entry: str | None = None):
     """The project, once `verify` passes for what a review reads (exit 4 naming the record otherwise); reviewing
     an acknowledgement (`ack:<id>`) does not wait for the findings it acknowledges."""
-    from logbook.promises.trust import require_intact
+    from logbook.proof.intact import require_intact
     from logbook.trust.ack import acknowledged_paths
 
     project = open_for_writing()  # a review is a record: warn when this clone is not set up for sharing

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.errors import NotFoundError, RefusedError, TamperedError
-from logbook.core.identity import git_identity
 from logbook.core.project import Project
 from logbook.eventlog import chain
 from logbook.records import gitbind
@@ -53,13 +52,11 @@ from logbook.eventlog.chain import canonical
 from logbook.eventlog.files import iter_folder, write_record
 from logbook.promises.predictions import Prediction
 from logbook.promises.prereg import load_prereg
-from logbook.promises.verify import verify_project
 from logbook.runs.facts import Measurement, RunFacts, load_facts
 from logbook.runs.milestones import milestone_step
 from logbook.runs.record import RunRecord, check_run_id, load_run_record
 from logbook.scoring.forecasts import late_sources, run_start_time
 from logbook.scoring.rules import forecast_scores
-from logbook.trust.signatures import sign_record
 
 SCHEMA = 1
 STATUSES = ("confirmed", "refuted", "inconclusive")
@@ -316,7 +313,7 @@ def score(p: Prediction, source: str, facts: RunFacts, late: str | None = None) 
 # --- the run, its preregistration, its deviations -------------------------------------------
 
 
-def _prereg_id(rec: RunRecord | None, facts: RunFacts) -> str | None:
+def prereg_id_of(rec: RunRecord | None, facts: RunFacts) -> str | None:
     if rec is not None:
         if rec.exploratory or not rec.prereg_id:
             return None
@@ -388,33 +385,7 @@ def code_diff(project: Project, base: str | None, snapshot: str | None,
                                      f"run's snapshot {snapshot[:7]}: {len(files)} file(s) ({shown})"}
 
 
-def evaluate(project: Project, run_id: str, facts: RunFacts | None = None) -> Scorecard:
-    """Score a run without writing anything (`facts`: the run as already read, to save a second read)."""
-    check_run_id(run_id)
-    try:
-        rec = load_run_record(project, run_id)
-    except NotFoundError:
-        rec = None
-    facts = facts if facts is not None else load_facts(project, run_id, rec)
-    if rec is None and not facts.events:
-        load_run_record(project, run_id)  # raises the not-found error with the known runs
-    pid = _prereg_id(rec, facts)
-    if pid is None:
-        raise RefusedError(f"run {run_id} is exploratory: it answers to no preregistration, so there is nothing to score",
-                           hint="preregister the next run (`logbook prereg`) and launch it with `logbook run --prereg ID`")
-    report = verify_project(project, pid)
-    try:
-        prereg = load_prereg(project, pid)
-    except (NotFoundError, TamperedError) as e:
-        first = report.problems[0].message if report.problems else e.message
-        raise TamperedError(f"preregistration {pid} of run {run_id} cannot be read, so it cannot be scored: {first}",
-                            hint="run `logbook verify` for the full list; restore the record from git") from None
-    card = _score_card(project, run_id, rec, facts, prereg)
-    card.verify_ok, card.verify_problems = report.ok, [f.message for f in report.problems]
-    return card
-
-
-def _score_card(project: Project, run_id: str, rec: RunRecord | None, facts: RunFacts, prereg) -> Scorecard:
+def score_card(project: Project, run_id: str, rec: RunRecord | None, facts: RunFacts, prereg) -> Scorecard:
     """The scorecard of a run against its preregistration, `verify` aside: what `outcome` and `verify` both compute."""
     card = Scorecard(run=run_id, prereg_id=prereg.id, prereg_sha256=prereg.sha256, prereg_title=prereg.title,
                      prereg_author=prereg.author, prereg_created=prereg.created, run_state=facts.state,
@@ -475,7 +446,7 @@ def _recheck_run(project: Project, run_id: str, records: list[dict[str, Any]]) -
         rel = f"{outcomes_dir(project, run_id).relative_to(project.root).as_posix()}/{r.get('id')}.json"
         if pid not in cards:
             try:
-                cards[pid] = _score_card(project, run_id, rec, facts, load_prereg(project, pid))
+                cards[pid] = score_card(project, run_id, rec, facts, load_prereg(project, pid))
             except (NotFoundError, TamperedError, RefusedError):
                 cards[pid] = None  # an unreadable preregistration is verify's own finding
         if cards[pid] is not None:
@@ -525,59 +496,11 @@ def _tally(counts: Any) -> str:
     return ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES)
 
 
-# --- recording ------------------------------------------------------------------------------
-
-
-def _event_payload(card: Scorecard, rel: str) -> dict[str, Any]:
-    return {"content_sha256": _content_hash(card), "prereg_id": card.prereg_id, "prereg_sha256": card.prereg_sha256,
-            "verify_ok": card.verify_ok, "verify_problems": card.verify_problems[:5], "run_state": card.run_state,
-            "counts": card.counts, "outcome_file": rel, "supersedes": card.supersedes,
-            "predictions": [{k: p.to_dict()[k] for k in ("text", "status", "value", "threshold", "tolerance", "at_step",
-                                                         "rule", "reason", "within_tolerance", "source")}
-                            for p in card.predictions],
-            "deviations": [{"kind": d["kind"], "text": d["text"], "entry": d["entry"]} for d in card.deviations]}
-
-
-def _content_hash(card: Scorecard) -> str:
+def content_hash(card: Scorecard) -> str:
+    """The hash of what a scorecard measured: equal hashes, nothing new to record."""
     import hashlib
 
     return hashlib.sha256(canonical(card.content()).encode("utf-8")).hexdigest()
-
-
-def record_outcome(project: Project, run_id: str) -> Scorecard:
-    """Score the run; write a new scorecard record when it is final and says something new.
-
-    The caller re-renders the day that shows a new record (`chronicle.rerender_days`
-    on `card.computed_at`'s day): scoring sits below the chronicle, which shows it.
-    """
-    card = evaluate(project, run_id)
-    if not card.final:
-        return card
-    wrong = recheck_scorecards(project, [run_id])
-    if wrong:
-        raise TamperedError(wrong[0].message + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""),
-                            hint="a recorded scorecard is never edited: restore it from git "
-                                 f"(`git checkout HEAD -- {wrong[0].path}`), or run `logbook verify` to see who changed it")
-    folder = outcomes_dir(project, run_id)
-    previous = outcome_records(project, run_id)
-    prev = previous[-1] if previous else None
-    if prev is not None and prev.get("data", {}).get("content_sha256") == _content_hash(card):
-        card.event, card.already_recorded = f"{OUTCOME_SOURCE}:{prev.get('id')}", True
-        card.supersedes = prev["scorecard"].get("supersedes")
-        card.computed_at, card.computed_by = str(prev.get("ts")), prev["scorecard"].get("computed_by")
-        return card
-    signer = git_identity(project.root)
-    card.computed_by = None if signer.guessed else str(signer)
-    card.supersedes = f"{OUTCOME_SOURCE}:{prev.get('id')}" if prev is not None else None
-    now = chain.utc_now()
-    card.computed_at = now
-    rel = folder.relative_to(project.root).as_posix()
-    payload = {**_event_payload(card, rel), "computed_by": card.computed_by}
-    rec = {"kind": "outcome", "run": run_id, "step": card.last_step, "data": payload, "scorecard": card.to_dict()}
-    written = write_record(folder, rec, ts=now)
-    card.event = f"{OUTCOME_SOURCE}:{written['id']}"
-    card.warnings += sign_record(project, written["hash"], what=f"scorecard {card.event}")
-    return card
 
 
 def load_outcome(project: Project, run_id: str) -> dict[str, Any] | None:

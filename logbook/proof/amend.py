@@ -16,7 +16,7 @@ from logbook.eventlog.files import new_record_id
 from logbook.promises.prereg import Written, amendment_path, load_prereg, relpath, runs_referencing, utc_or_now
 from logbook.promises.prereg_format import SCHEMA, SEEN, hash_as_written, render_amendment_body, render_record
 from logbook.promises.prereg_input import check_contingency, check_id, check_predictions, check_text
-from logbook.promises.verify import verify_project
+from logbook.proof.verify import verify_project
 from logbook.trust.signatures import sign_record
 
 

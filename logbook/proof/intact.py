@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from logbook.core.errors import TamperedError
 from logbook.core.project import Project
-from logbook.promises.verify import verify_project
+from logbook.proof.verify import verify_project
 
 
 def require_intact(project: Project, command: str, *, run: str | None = None,
