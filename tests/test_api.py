@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -55,3 +56,34 @@ def test_rank_zero_writes_events_and_metrics_and_other_ranks_write_nothing(logbo
 def test_a_run_id_that_is_not_a_plain_name_is_refused(logbook_repo):
     with pytest.raises(api.UsageError):
         api.open_run(logbook_repo, "../elsewhere")
+
+
+def _loop_run(repo, run_id: str, lr: float) -> None:
+    """A plain loop recorded through the API alone: no `logbook run`, so no run.json."""
+    run = api.open_run(repo, run_id, total_steps=4)
+    run.emit("run_started", step=0, total_steps=4, world_size=1, resumed_from_step=0)
+    run.config({"optim": {"lr": lr, "betas": [0.9, 0.95]}, "batch_size": 8}, source="the loop's own dict", seed=7)
+    for step in range(1, 5):
+        run.log_metrics(step, {"loss": 4.0 / step})
+    run.emit("run_finished", step=4)
+    run.close()
+
+
+def test_runs_a_loop_recorded_alone_are_listed_shown_and_compared_by_the_settings_they_reported(logbook_repo, cli):
+    _loop_run(logbook_repo, "loop-a", 3e-4)
+    _loop_run(logbook_repo, "loop-b", 1e-3)
+    assert not (logbook_repo / "entries" / "runs" / "loop-a" / "run.json").exists()
+    st = cli("status", "loop-b", "--json")
+    assert st.exit_code == 0, st.output
+    assert (json.loads(st.output)["state"], json.loads(st.output)["step"]) == ("finished", 4)
+    assert json.loads(cli("status", "--json").output)["run"] == "loop-b"  # the latest, by its log's start
+    rows = json.loads(cli("ls", "--runs", "--json").output)
+    assert [(r["id"], r["state"], r["steps"]) for r in rows] == [("loop-a", "finished", 4), ("loop-b", "finished", 4)]
+    res = cli("compare", "loop-a", "loop-b")
+    assert res.exit_code == 0, res.output
+    assert "as the trainer reported it" in res.output
+    lr_line, = [line for line in res.output.splitlines() if line.strip().startswith("optim.lr")]
+    assert "0.0003" in lr_line and "0.001" in lr_line
+    assert "batch_size" not in res.output  # the same in both: only what differs is shown
+    unknown = cli("status", "loop-c")
+    assert unknown.exit_code != 0 and "loop-a" in unknown.output  # the known runs, these included

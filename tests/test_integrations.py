@@ -239,7 +239,19 @@ def _check_the_story(events: list[dict], cli, repo: Path) -> dict:
     assert f"Resumed from the checkpoint at step {resumed}" in days
     for pct in ("10%", "25%", "50%", "75%", "100%"):
         assert f"**{pct} of the run**" in days
+    _check_listed(cli, restart["run"])
     return {"restart": restart, "resumed": resumed, "days": days}
+
+
+def _check_listed(cli, run_id: str) -> None:
+    """A run recorded by the callback alone (no `logbook run`, so no run.json) is a run to every listing."""
+    status = cli("status", run_id, "--json")
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.output)["state"] == "finished" and json.loads(status.output)["step"] == 36
+    listed = cli("ls", "--runs", "--json")
+    assert listed.exit_code == 0, listed.output
+    row, = [r for r in json.loads(listed.output) if r["id"] == run_id]
+    assert row["state"] == "finished" and row["steps"] == 36 and row["restarts"] == 1
 
 
 def _final_attempt_losses(repo: Path, run_id: str) -> dict[int, float]:

@@ -27,7 +27,7 @@ from logbook.core.errors import UsageError
 from logbook.core.project import Project
 from logbook.eventlog.eventschema import Event
 from logbook.runs.facts import COUNT_KINDS, RunFacts, load_facts
-from logbook.runs.record import RunRecord, check_run_id, load_run_record
+from logbook.runs.record import RunRecord, check_run_id, read_run_record
 
 FINAL_METRICS = ("loss", "val_loss")
 """Metrics compared at the run's end and at each progress note."""
@@ -62,7 +62,8 @@ class Comparison:
     states: list[str]
     """Each run's state as its event log says (finished, running, stopped, ...)."""
     config_source: list[str]
-    """Per run: `resolved` (by the trainer) or `as written` (file and overrides; defaults not known)."""
+    """Per run: `resolved` (by the trainer), `as the trainer reported it` (its `config_recorded`) or `as written`
+    (file and overrides; defaults not known)."""
     sections: list[Section]
     only_differences: bool
     """The config section holds only the keys whose values differ."""
@@ -111,6 +112,17 @@ def diff_configs(configs: list[dict[str, Any]], *, show_all: bool = False) -> tu
 
 NOT_SET = "(not set)"
 """A config key the run's config does not have (another run's has)."""
+
+
+def recorded_config(facts: RunFacts) -> tuple[dict[str, Any], str] | None:
+    """The hyperparameters the trainer itself reported (`config_recorded`, its last), when it reported any.
+
+    A framework's run (HF, Lightning, a script through `Run.config`) names what it trains with; that is a better
+    source than the file it was launched with, which for a wrapped script is the script itself.
+    """
+    last = next((e for e in reversed(facts.events) if e.get("kind") == "config_recorded"), None)
+    hparams = (last or {}).get("data", {}).get("hparams")
+    return (flatten(hparams), "as the trainer reported it") if isinstance(hparams, dict) else None
 
 
 def run_config(project: Project, rec: RunRecord) -> tuple[dict[str, Any], str]:
@@ -255,9 +267,9 @@ def compare_runs(project: Project, run_ids: list[str], *, show_all: bool = False
         raise UsageError("compare needs at least two runs", hint="logbook compare RUN RUN [RUN...]")
     if len(set(run_ids)) != len(run_ids):
         raise UsageError("a run is named twice", hint="name each run once")
-    recs = [load_run_record(project, check_run_id(r)) for r in run_ids]
+    recs = [read_run_record(project, check_run_id(r)) for r in run_ids]
     facts = [load_facts(project, r, rec) for r, rec in zip(run_ids, recs)]
-    configs = [run_config(project, rec) for rec in recs]
+    configs = [recorded_config(f) or run_config(project, rec) for rec, f in zip(recs, facts)]
     rows, same = diff_configs([c for c, _ in configs], show_all=show_all)
     sections = [
         Section("config", rows),

@@ -129,6 +129,47 @@ def load_run_record(project: Project, run_id: str) -> RunRecord:
 
 
 def list_run_ids(project: Project) -> list[str]:
+    """Runs launched by `logbook run` (they have a run.json): what `run --resume` and the launcher know."""
     if not project.runs_dir.exists():
         return []
     return sorted(p.name for p in project.runs_dir.iterdir() if (p / "run.json").exists())
+
+
+def all_run_ids(project: Project) -> list[str]:
+    """Every run, however it was recorded: launched (run.json) or written by a callback alone (only its log)."""
+    if not project.runs_dir.exists():
+        return []
+    return sorted(p.name for p in project.runs_dir.iterdir()
+                  if (p / "run.json").exists() or (p / "events.jsonl").exists())
+
+
+def read_run_record(project: Project, run_id: str) -> RunRecord:
+    """The run's record: its run.json, or, for a run a callback recorded alone, what its first `run_started` says.
+
+    Raises NotFoundError (naming the known runs) when the run has neither.
+    """
+    if run_record_path(project, run_id).exists():
+        return load_run_record(project, run_id)
+    rec = record_from_log(project, run_id)
+    if rec is None:
+        known = all_run_ids(project)
+        hint = f"known runs: {', '.join(known[-10:])}" if known else "no runs yet: start one with `logbook run`"
+        raise NotFoundError(f"unknown run {run_id!r}", hint=hint)
+    return rec
+
+
+def record_from_log(project: Project, run_id: str) -> RunRecord | None:
+    """A run record read from the log's first `run_started` (None without one): nothing is filled in that it lacks."""
+    for e in iter_records(run_log_path(project, run_id)):
+        if e.get("kind") != "run_started":
+            continue
+        d = e.get("data") if isinstance(e.get("data"), dict) else {}
+        pid = d.get("prereg_id") if isinstance(d.get("prereg_id"), str) and d.get("prereg_id") else None
+        world = d.get("world_size") if isinstance(d.get("world_size"), int) and d.get("world_size") > 0 else 1
+        commit = d.get("snapshot_commit")
+        return RunRecord(run_id=run_id, created=str(e.get("ts") or ""),
+                         config_path=str(d.get("config_path") or ""),
+                         config_hash=str(d.get("config_hash") or ""), prereg_id=pid, exploratory=pid is None,
+                         snapshot={"commit": commit} if isinstance(commit, str) and commit else {}, nproc=world,
+                         seed=d.get("seed") if isinstance(d.get("seed"), int) else None)
+    return None

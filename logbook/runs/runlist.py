@@ -15,7 +15,7 @@ from typing import Any
 from logbook.core.errors import NotFoundError, UsageError
 from logbook.core.project import Project
 from logbook.runs.facts import load_facts
-from logbook.runs.record import list_run_ids, load_run_record
+from logbook.runs.record import all_run_ids, read_run_record
 
 STATES = ("running", "finished", "failed", "aborted", "preempted")
 """What `--state` accepts: a run's state as its event log says (logbook.eventlog.eventschema.run_state)."""
@@ -83,7 +83,7 @@ def created_since(created: str, since: datetime | None) -> bool:
 
 def run_row(project: Project, run_id: str) -> RunRow:
     """One run's row, from its record (who launched it, when, for which preregistration) and its facts."""
-    rec = load_run_record(project, run_id)
+    rec = read_run_record(project, run_id)
     facts = load_facts(project, run_id, rec)
     at = facts.value_at_or_before("loss", facts.last_step) if facts.last_step is not None else None
     return RunRow(id=run_id, state=facts.state, prereg=rec.prereg_id, steps=facts.last_step,
@@ -102,8 +102,8 @@ def list_runs(project: Project, *, state: str | None = None, prereg: str | None 
         raise UsageError(f"--state {state!r} is no run state", hint=f"one of: {', '.join(STATES)}")
     wanted = _prereg_filter(project, prereg)
     rows = []
-    for run_id in list_run_ids(project):
-        rec = load_run_record(project, run_id)
+    for run_id in all_run_ids(project):
+        rec = read_run_record(project, run_id)
         if prereg is not None and rec.prereg_id != wanted:
             continue
         if not created_since(rec.created, since):

@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.core.errors import NotFoundError
+from logbook.core.errors import LogbookError, NotFoundError
 from logbook.core.project import Project
 from logbook.eventlog.eventschema import get_kind, kind_of, kinds_where, label, parse_ts, run_state, summary
 from logbook.eventlog.sink import full_metrics_path
 from logbook.runs.attempt_ends import heartbeat_path, read_heartbeat
 from logbook.runs.facts import RunFacts, load_facts
-from logbook.runs.record import list_run_ids, load_run_record
+from logbook.runs.record import all_run_ids, read_run_record
 from logbook.runs.runlock import dead_holder
 
 STALL_FLOOR_S = 120.0
@@ -105,14 +105,14 @@ def event_line(rec: dict[str, Any]) -> EventLine:
 
 def latest_run(project: Project) -> str:
     """The run launched last (by its record's creation time); NotFoundError when there is none."""
-    ids = list_run_ids(project)
+    ids = all_run_ids(project)
     if not ids:
         raise NotFoundError("no runs yet", hint="start one with `logbook run CONFIG`")
 
     def created(run_id: str) -> str:
         try:
-            return json.loads((project.run_dir(run_id) / "run.json").read_text("utf-8")).get("created") or ""
-        except (OSError, ValueError):
+            return read_run_record(project, run_id).created or ""
+        except LogbookError:
             return ""
 
     return max(ids, key=lambda r: (created(r), r))
@@ -130,7 +130,7 @@ def launcher_gone(project: Project, run_id: str) -> str | None:
 def run_status(project: Project, run_id: str, *, events: int = LAST_EVENTS, now: float | None = None,
                facts: RunFacts | None = None) -> RunStatus:
     """Where `run_id` stands now. Raises NotFoundError for an unknown run."""
-    rec = load_run_record(project, run_id)
+    rec = read_run_record(project, run_id)
     facts = facts or load_facts(project, run_id, rec)
     now = time.time() if now is None else now
     beat = read_heartbeat(heartbeat_path(project.state_dir, run_id))
