@@ -270,8 +270,12 @@ def test_hf_trainer_run_killed_and_resumed_is_chronicled_with_its_restart(logboo
     ours = _final_attempt_losses(logbook_repo, "hf-tiny")
     assert sorted(ours) == list(range(story["resumed"] + 1, 37))
     assert all(ours[s] == pytest.approx(logged[s], rel=1e-6) for s in ours)  # the Trainer's own logged losses
-    vals = [e["data"]["val_loss"] for e in events if is_kind(e, "milestone")]
-    assert isinstance(vals[-1], float)  # evaluated every 12 steps: eval_loss reached the notes
+    evals = {h["step"]: h["eval_loss"] for h in history if "eval_loss" in h}
+    notes = {e["step"]: e["data"] for e in events if is_kind(e, "milestone")}
+    assert sorted(evals) == [12, 24, 36] and notes[36]["val_step"] == 36  # evaluated at the 100% note's own step
+    assert notes[36]["val_loss"] == pytest.approx(evals[36], rel=1e-6)  # quoted after that evaluation, not before
+    assert all(n["val_step"] in (None, max(s for s in evals if s <= step)) for step, n in notes.items() if step >= 12), \
+        notes  # never an earlier evaluation than the latest at the note's step (None: this attempt has not evaluated)
 
 
 def test_lightning_run_killed_and_resumed_is_chronicled_with_its_restart(logbook_repo, tmp_path, cli):

@@ -100,6 +100,8 @@ class LogbookCallback(TrainerCallback):
         self._last_hook = time.perf_counter()
         if self.recorder.milestone_due(int(state.global_step)):
             control.should_log = True  # the note reports this step's loss, not the last logged one
+            if control.should_evaluate:  # the Trainer's own flow decided it (DefaultFlowCallback runs first)
+                self.recorder.hold_milestones(int(state.global_step))  # and quotes this step's evaluation
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self._last_hook = time.perf_counter()

@@ -155,6 +155,7 @@ class Recorder:
         self._first_started: float | None = None
         self._mark = (time.time(), 0)  # (time, step) this attempt began training
         self._configured = False
+        self._held_for: int | None = None  # the step whose progress note waits for its evaluation
 
     # --- start -------------------------------------------------------------------------------
 
@@ -244,8 +245,14 @@ class Recorder:
             self.last_loss = row["loss"]
             if check:
                 stop = self._check_spike(step, row["loss"])
-        self._emit_due(step)
+        if self._held_for is None or step > self._held_for:
+            self._held_for = None
+            self._emit_due(step)
         return stop
+
+    def hold_milestones(self, step: int) -> None:
+        """An evaluation comes at `step`: a progress note due there waits for it, so it quotes that evaluation."""
+        self._held_for = step
 
     def validation(self, step: int, val_loss: Any) -> None:
         """An evaluation's loss (HF `eval_loss`, Lightning `val_loss`), recorded as `val_loss`."""
@@ -254,6 +261,9 @@ class Recorder:
             return
         self.last_val = (step, v)
         self.run.log_metrics(step, {"val_loss": v, "time": round(time.time(), 3)})
+        if self._held_for == step:
+            self._held_for = None
+            self._emit_due(step)
 
     def _check_spike(self, step: int, loss: float) -> bool:
         spike = self.detector.check(loss)
