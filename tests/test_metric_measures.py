@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from scoring_helpers import ts_at
 
-from logbook.runs.facts import RunFacts, _read_metrics
+from logbook.runs.facts import RunFacts, read_metric_rows
 from logbook.scoring.outcome import value_at
 
 T0 = 1_780_000_000.0
@@ -33,7 +33,7 @@ def _run(extra_rows=(), events=()) -> RunFacts:
            _e("restart", 10, 1, T0 + 38, 2, cause="signal", downtime_s=10.0, seconds_lost=5.0, steps_lost=5),
            _e("run_started", 10, 2, T0 + 39, 2, total_steps=30), *events]
     f = RunFacts(run="r1", events=log)
-    _read_metrics(f, sorted(rows, key=lambda r: r["time"]))
+    read_metric_rows(f, sorted(rows, key=lambda r: r["time"]))
     f.last_step, f.total_steps = 30, 30
     return f
 

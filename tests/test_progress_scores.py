@@ -29,11 +29,11 @@ def _e(kind: str, seq, step: int, **data) -> dict:
 def _hand_facts() -> RunFacts:
     events = [_e("run_started", 0, 0), _e("restart", 1, 5), _e("note", None, 6), _e("milestone", 2, 10),
               _e("rollback", 3, 12)]
-    rows = [{"step": 5, "time": T0 + 100},
+    rows = [{"step": 5, "time": T0 + 100, "loss": 3.0},
             {"step": 12, "time": NOTE_T},        # written by the note's time, past its step (the attempt died later)
             {"step": 8, "time": T0 + 300},       # written after the note, at an earlier step (a later attempt)
-            {"step": 9}, {"step": 11},           # rows without a time go by their step
-            {"step": 10, "time": "soon"},        # nor does a time that is no number
+            {"step": 9}, {"step": 11, "loss": 2.4},  # rows without a time go by their step
+            {"step": 10, "time": "soon", "loss": 2.5},  # nor does a time that is no number
             {"eval": 1}]                         # a row with no step is kept
     return RunFacts(run="r1", events=events, series={"loss": {5: 3.0, 10: 2.5, 11: 2.4}}, rows=rows,
                     first_past=[(5, T0 + 100), (12, NOTE_T), (13, T0 + 250)], last_step=20, state="finished")
@@ -162,3 +162,21 @@ def test_a_note_with_no_step_on_a_run_with_no_step_yet_has_no_forecast_standing(
     prereg = load_prereg(project, make_prereg(project, ["val_loss@final ≈ 3 [2.8, 3.2] 80%"]))
     facts = RunFacts(run="r1", series={"val_loss": {10: 3.0}}, events=[_e("milestone", 0, 0)])
     assert note_scores(facts, {"kind": "milestone", "seq": 0}, prereg)["forecasts"] == []
+
+
+def test_a_note_at_a_step_the_guard_refused_does_not_see_the_value_trained_there_after_the_rollback():
+    from logbook.runs.facts import read_metric_rows
+
+    rows = [{"step": s, "attempt": 1, "time": T0 + s, "loss": 4.0 - 0.1 * s} for s in range(1, 6)]
+    rows.append({"step": 6, "attempt": 1, "time": T0 + 6, "loss": 296.0, "skipped": True})  # the spike, refused
+    rows += [{"step": s, "attempt": 1, "time": T0 + 20 + s, "loss": 3.0} for s in (4, 5, 6)]  # re-trained, later
+    facts = RunFacts(run="r1", events=[_e("run_started", 0, 0), _e("milestone", 1, 6), _e("rollback", 2, 6)],
+                     last_step=6, state="finished")
+    read_metric_rows(facts, rows)
+    assert facts.series["loss"][6] == 3.0  # the run, now: step 6 as trained again
+    then = facts_at(facts, {**facts.events[1], "ts": _iso(T0 + 10)})  # the note, written after the refused row
+    assert 6 not in then.series["loss"] and then.series["loss"][5] == 3.5 and 6 in then.refused
+    p = parse_prediction("loss@step:6 < 3.5")
+    assert standing(p, facts) == {"expr": p.to_text(), "status": "met", "value": 3.0}
+    # When the note was written step 6 stood at its last accepted loss (the refused step's rule), not at 3.0.
+    assert standing(p, then) == {"expr": p.to_text(), "status": "already failed", "value": 3.5}

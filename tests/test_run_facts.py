@@ -12,7 +12,7 @@ from scoring_helpers import ts_at
 
 from logbook.eventlog.eventschema import parse_ts
 from logbook.promises.contingency import parse_rule
-from logbook.runs.facts import RunFacts, _read_metrics, _recorded_rollback, _state
+from logbook.runs.facts import RunFacts, read_metric_rows, _recorded_rollback, _state
 
 
 def _facts(series=None, events=None) -> RunFacts:
@@ -213,7 +213,7 @@ def _restarted_run() -> RunFacts:
               {**_e("run_started", 10, 2, 2, total_steps=30), "ts": ts_at(T0 + 19.5)},
               {**_e("checkpoint_saved", 20, 3, 2), "ts": ts_at(T0 + 30)}]
     f = RunFacts(run="r1", events=events)
-    _read_metrics(f, rows)
+    read_metric_rows(f, rows)
     f.last_step, f.world_size = 30, 2
     return f
 
@@ -336,7 +336,7 @@ def test_the_metric_rows_are_read_as_the_branch_that_counts_with_each_attempts_s
             {"step": 3, "attempt": 2, "time": 111.0, "loss": 3.4},
             {"step": 4, "attempt": 2, "time": 112.0, "loss": 3.3}, {"step": 4, "attempt": 2, "time": 112.5, "mfu": 0.4}]
     f = _facts()
-    _read_metrics(f, rows)
+    read_metric_rows(f, rows)
     assert f.series == {"loss": {0: 5.0, 1: 4.0, 2: 3.5, 3: 3.4, 4: 3.3}, "val_loss": {1: 3.9}, "tokens": {1: 2.0},
                         "lr": {}, "mfu": {4: 0.4}}  # the refused step's learning rate went with its branch
     assert f.refused == set() and f.rows is rows
@@ -344,7 +344,7 @@ def test_the_metric_rows_are_read_as_the_branch_that_counts_with_each_attempts_s
     assert f.first_past == [(0, 100.0), (1, 101.0), (2, 102.0), (3, 103.0), (4, 112.0)]
 
     kept = _facts()
-    _read_metrics(kept, rows[:6])  # before the new branch: the refused step and its other figures stand
+    read_metric_rows(kept, rows[:6])  # before the new branch: the refused step and its other figures stand
     assert kept.refused == {2} and kept.series["lr"] == {2: 0.1} and 2 not in kept.series["loss"]
 
 

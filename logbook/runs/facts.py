@@ -429,7 +429,8 @@ _REFUSED_BY_GUARD = {"loss", "z_loss", "grad_norm"}
 """Figures of a step whose update the guard skipped; its row keeps them, predictions do not see them."""
 
 
-def _read_metrics(facts: RunFacts, rows: list[dict[str, Any]]) -> None:
+def read_metric_rows(facts: RunFacts, rows: list[dict[str, Any]]) -> None:
+    """Fill `facts`' series, attempt spans, refused steps and first-past times from metric rows in written order."""
     series: dict[str, dict[int, float]] = {}
     furthest = -1
     last_seen = -1
@@ -466,7 +467,7 @@ def load_facts(project: Project, run_id: str, record=None) -> RunFacts:
     run_dir: Path = project.run_dir(run_id)
     facts = RunFacts(run=run_id)
     facts.events = list(iter_records(run_dir / "events.jsonl"))
-    _read_metrics(facts, read_metrics(run_dir))
+    read_metric_rows(facts, read_metrics(run_dir))
     steps = [e["step"] for e in facts.run_events() if isinstance(e.get("step"), int)]
     train = facts.series.get("loss") or {}
     facts.last_step = max([*steps, *train.keys()], default=None)

@@ -18,7 +18,7 @@ from typing import Any
 
 from logbook.core.textfmt import is_number
 from logbook.eventlog.eventschema import is_kind, kind_of, kinds_where, parse_ts
-from logbook.runs.facts import RunFacts
+from logbook.runs.facts import RunFacts, read_metric_rows
 from logbook.scoring.forecasts import forecast_standings
 from logbook.scoring.outcome import judge, measure, point_step, value_at
 
@@ -66,12 +66,16 @@ def facts_at(facts: RunFacts, note: dict[str, Any]) -> RunFacts:
         return dataclasses.replace(facts, events=events, _goodput={}, _again=None)
     # The rows written by then: by their time where they have one (a row of an attempt that went past the
     # note's step and died before it still counted then), else by their step.
+    # The series are read again from those rows: a step trained again after a rollback has, now, a value that did
+    # not exist when the note was written (its row then was the refused spike).
     when = parse_ts(note.get("ts"))
     rows = [r for r in facts.rows if _written_by(r, step, when)]
-    series = {m: {s: v for s, v in vals.items() if s <= step} for m, vals in facts.series.items()}
+    read = RunFacts(run=facts.run)
+    read_metric_rows(read, rows)
+    series = {m: {s: v for s, v in vals.items() if s <= step} for m, vals in read.series.items()}
     first_past = [(s, t) for s, t in facts.first_past if when is None or t <= when]
-    return dataclasses.replace(facts, events=events, series=series, rows=rows, last_step=step, state="running",
-                               first_past=first_past, _goodput={}, _again=None)
+    return dataclasses.replace(facts, events=events, series=series, rows=rows, refused=read.refused, last_step=step,
+                               state="running", first_past=first_past, _goodput={}, _again=None)
 
 
 def _written_by(row: dict[str, Any], step: int, when: float | None) -> bool:
