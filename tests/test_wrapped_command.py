@@ -413,3 +413,24 @@ def _real_seconds_lost_from_start(repo: Path) -> float:
     rows = [ln.split() for ln in (repo / "steps.txt").read_text().splitlines()]
     first = [float(r[2]) for r in rows if r[0] == rows[0][0]]
     return max(first) - min(first)
+
+
+def test_a_log_written_with_the_old_attempt_wall_s_reads_it_as_unknown_in_every_view(logbook_repo, cli):
+    """tests/assets/old_wrapped_run: a wrapped run's log as the launcher wrote it before attempt_wall_s was
+    seconds (it held the Unix time less one): the log keeps it, the views read it as unknown."""
+    import shutil
+
+    from logbook.eventlog.eventschema import Event
+    from logbook.eventlog.events import iter_events
+
+    run_dir = logbook_repo / "entries" / "runs" / "wrapped-2026-12-04"
+    run_dir.mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "assets" / "old_wrapped_run" / "events.jsonl", run_dir / "events.jsonl")
+    end = list(iter_events(run_dir / "events.jsonl"))[-1]
+    assert end["data"]["attempt_wall_s"] > 1.7e9  # what the old launcher wrote
+    assert Event.of(end).data["attempt_wall_s"] is None and Event.of(end).data["wall_s"] == 12.5
+    assert cli("render").exit_code == 0
+    day = (logbook_repo / "entries" / end["ts"][:4] / end["ts"][5:7] / f"{end['ts'][8:10]}.md").read_text()
+    assert "Checkpoints blocked training for 0.4 s in this attempt." in day
+    assert "(of " not in day and "years" not in day
+    assert cli("verify").exit_code == 0  # the log itself is intact: nothing was rewritten

@@ -864,6 +864,24 @@ def parse_ts(ts: Any) -> float | None:
         return None
 
 
+_DURATIONS = ("attempt_wall_s", "wall_s")
+"""Seconds a payload states; none of them can be as large as the time since the epoch."""
+
+
+def read_as_unknown(data: dict[str, Any], at: float | None) -> dict[str, Any]:
+    """The payload with the values known to be wrong in logs already written read as unknown (None).
+
+    The wrapped command once wrote `attempt_wall_s` as the time since the
+    epoch less one (a flag subtracted instead of the attempt's start): a
+    duration within a day of the event's own Unix time is that value, never
+    seconds of training. The log keeps what it holds; every view reads this.
+    """
+    if at is None or not any(isinstance(data.get(k), (int, float)) for k in _DURATIONS):
+        return data
+    bad = [k for k in _DURATIONS if isinstance(data.get(k), (int, float)) and abs(data[k] - at) < 86400]
+    return {**data, **dict.fromkeys(bad)} if bad else data
+
+
 @dataclass(frozen=True)
 class Event:
     """A typed view of one event record; the record itself stays the source of truth (`rec`)."""
@@ -890,6 +908,7 @@ class Event:
 
         kind = rec.get("kind")
         ts = rec.get("ts")
+        data = read_as_unknown(data, parse_ts(ts) if isinstance(ts, str) else None)
         return Event(kind if isinstance(kind, str) else None, data, ts if isinstance(ts, str) else None,
                      integer("step"), integer("attempt"), integer("seq"), rec.get("drill") is True, rec)
 
