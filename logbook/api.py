@@ -78,9 +78,11 @@ _LAZY: dict[str, str] = {
     "KINDS": "logbook.eventlog.eventschema", "kinds_where": "logbook.eventlog.eventschema",
     "is_kind": "logbook.eventlog.eventschema", "kind_of": "logbook.eventlog.eventschema",
     "ending": "logbook.eventlog.eventschema",
+    # the spike rule, defined once (the guard and the framework adapters judge with it)
+    "spike_signal": "logbook.runs.spikes", "judged_form": "logbook.runs.spikes", "judged_value": "logbook.runs.spikes",
+    "Signal": "logbook.runs.spikes", "SPIKE_METRICS": "logbook.runs.spikes:METRICS", "robust_stats": "logbook.runs.spikes",
     # milestones: which fractions are due, and at which step
-    "due_milestones": "logbook.runs.milestones", "emitted_milestones": "logbook.runs.milestones",
-    "milestone_step": "logbook.runs.milestones",
+    "ProgressNotes": "logbook.runs.milestones", "milestone_step": "logbook.runs.milestones",
     # what earlier attempts left (their events, metrics, heartbeat, rank marks) and how the last one ended
     "RankMark": "logbook.runs.rankmarks", "read_marks": "logbook.runs.rankmarks",
     "lost_ranks": "logbook.runs.rankmarks", "name_ranks": "logbook.runs.rankmarks",

@@ -22,7 +22,7 @@ from trainer.config import load_train_config
 from trainer.guard.callback import GuardCallback, checkpoints_to_keep, metrics_to_floats
 from trainer.guard.config import GuardConfig
 from trainer.guard.decision import Verdict
-from trainer.guard.detector import MAD_TO_SIGMA, judged_form, robust_stats, spike_signal
+from logbook.runs.spikes import MAD_TO_SIGMA, judged_form, robust_stats, spike_signal
 from trainer.guard.ladder import Guard, agree
 from trainer.guard.replay import replay_check
 

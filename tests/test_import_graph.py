@@ -220,3 +220,35 @@ def test_the_seam_check_finds_every_form_of_import(tmp_path):
     (pkg / "pkg.py").write_text("from logbook import api\n")
     assert logbook_imports_besides_the_seam(pkg) == [
         "trainer/late.py:2: logbook.core.fsutil", "trainer/pkg.py:1: logbook", "trainer/top.py:1: logbook.eventlog.sink"]
+
+
+def _calls_and_defs(tree: ast.AST) -> tuple[list[str], list[str]]:
+    """(string literals passed as the first argument of an `emit(...)` call, names defined or assigned)."""
+    emitted, defined = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "emit":
+            emitted.append(str(node.args[0].value))
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.append(node.name)
+        elif isinstance(node, ast.Assign):
+            defined += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.Constant) and node.value == 1.4826:
+            defined.append("1.4826")
+    return emitted, defined
+
+
+def test_the_spike_rule_and_the_progress_notes_are_defined_once_for_every_trainer():
+    """The bundled trainer, the framework adapters and the wrapped command judge spikes and write progress notes
+    with the same code: one module writes `milestone` events, one holds the spike test and its constants."""
+    emits, rules = {}, {}
+    for path in sorted([*(ROOT / "logbook").rglob("*.py"), *(ROOT / "trainer").rglob("*.py")]):
+        emitted, defined = _calls_and_defs(ast.parse(path.read_text("utf-8")))
+        rel = path.relative_to(ROOT).as_posix()
+        if "milestone" in emitted:
+            emits[rel] = emitted.count("milestone")
+        for name in ("spike_signal", "robust_stats", "MAD_TO_SIGMA", "1.4826"):
+            if name in defined:
+                rules.setdefault(name, []).append(rel)
+    assert emits == {"logbook/runs/milestones.py": 1}
+    assert rules == {n: ["logbook/runs/spikes.py"] for n in ("spike_signal", "robust_stats", "MAD_TO_SIGMA", "1.4826")}

@@ -27,10 +27,10 @@ import traceback
 from collections import deque
 from typing import Any
 
-from logbook.api import (Run, RunHistory, UsageError, check_run_id, due_milestones, emitted_milestones, ending, is_kind,
-                         milestone_step, run_from_env)
+from logbook.api import ProgressNotes, Run, RunHistory, UsageError, check_run_id, ending, is_kind, run_from_env
 from logbook.eventlog.eventschema import RESTART_CAUSES
 from logbook.runs.attempt_ends import restart_cost
+from logbook.runs.spikes import METRICS as SPIKE_METRICS, Thresholds, spike_signal
 
 NO_RECORD = ("the process was killed (SIGKILL, the OOM killer, a lost node) or exited without closing the run, "
              "and left no record of how it ended")
@@ -55,56 +55,38 @@ def as_float(value: Any) -> float | None:
 
 
 class SpikeDetector:
-    """Is this loss (or gradient norm) a spike? The divergence guard's test (trainer/guard/detector.py) on floats.
+    """Is this loss (or gradient norm) a spike? The divergence guard's own rule (`logbook/runs/spikes.py`).
 
-    A NaN or infinite value always is. A finite loss is a spike when it lies
-    more than `sigma` robust sigmas above the median of the last `window`
-    finite losses, one robust sigma being 1.4826 x their median absolute
-    deviation, floored at `min_rel_sigma` x |median| so a flat curve cannot
-    turn every wobble into a spike. A gradient norm (`metric="grad_norm"`) is
-    judged the same way on its logarithm (its noise is multiplicative), the
-    floor being `min_rel_sigma` itself; its baseline is reported as a norm.
-    Nothing finite is judged before `warmup` values. Finite spikes enter the
-    history, as in the guard: a real change of level is absorbed rather than
-    flagged forever, while one outlier moves the median and the MAD of the
-    window by one rank at most. Non-finite values never enter it. The
-    trainer's guard lives in trainer/ with torch, so logbook/ carries this
-    small copy of its rule; sorting a window of 128 floats per value costs
-    microseconds.
+    This keeps one metric's rolling history as the guard's ladder does:
+    finite values enter it, spikes too (a real change of level is absorbed
+    rather than flagged forever), non-finite ones never; `spike_signal` judges.
     """
-
-    MAD_TO_SIGMA = 1.4826
 
     def __init__(self, sigma: float = 6.0, window: int = 128, warmup: int = 32, min_rel_sigma: float = 0.005,
                  metric: str = "loss") -> None:
         for name, v in (("spike_sigma", sigma), ("window", window), ("warmup", warmup)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise UsageError(f"LogbookCallback: {name} must be a positive number, got {v!r}")
-        if metric not in ("loss", "grad_norm"):
+        if metric not in SPIKE_METRICS:
             raise ValueError(f"SpikeDetector: metric must be loss or grad_norm, got {metric!r}")
-        self.sigma, self.warmup, self.min_rel_sigma = float(sigma), int(warmup), float(min_rel_sigma)
+        self.rule = Thresholds(spike_sigma=float(sigma), grad_norm_sigma=float(sigma), warmup=int(warmup),
+                               min_rel_sigma=float(min_rel_sigma))
         self.metric = metric
-        self.history: deque[float] = deque(maxlen=int(window))  # as judged: the gradient norm's logarithms
+        self.history: deque[float] = deque(maxlen=int(window))
 
     def check(self, value: float) -> dict[str, Any] | None:
         """The `divergence_detected` fields when `value` is a spike, else None; a finite `value` joins the history."""
-        s = sorted(self.history)
-        med = _median(s) if s else None
-        log = self.metric == "grad_norm"
-        if not math.isfinite(value):
-            return {"metric": self.metric, "value": value, "baseline": math.exp(med) if log and s else med,
-                    "nonfinite": True, "threshold": self.sigma}
-        x = math.log(max(value, 1e-12)) if log else value
-        self.history.append(x)
-        if len(s) < self.warmup:
+        signal = spike_signal(self.rule, self.metric, value, list(self.history))
+        if math.isfinite(value):
+            self.history.append(value)
+        if signal is None:
             return None
-        floor = self.min_rel_sigma if log else self.min_rel_sigma * abs(med)
-        scale = max(self.MAD_TO_SIGMA * _median(sorted(abs(v - med) for v in s)), floor, 1e-12)
-        z = (x - med) / scale
-        if z <= self.sigma:
-            return None
-        return {"metric": self.metric, "value": value, "baseline": math.exp(med) if log else med, "scale": scale,
-                "threshold": self.sigma, "z": round(z, 3), "nonfinite": False}
+        threshold = self.rule.spike_sigma
+        if signal.nonfinite:
+            return {"metric": self.metric, "value": value, "baseline": signal.baseline, "nonfinite": True,
+                    "threshold": threshold}
+        return {"metric": self.metric, "value": value, "baseline": signal.baseline, "scale": signal.scale,
+                "threshold": threshold, "z": round(signal.z, 3), "nonfinite": False}
 
 
 def _what(spike: dict[str, Any]) -> str:
@@ -112,11 +94,6 @@ def _what(spike: dict[str, Any]) -> str:
     if spike["nonfinite"]:
         return f"a non-finite {spike['metric']}"
     return f"a {spike['metric']} {spike['z']:g} robust sigmas above its median"
-
-
-def _median(s: list[float]) -> float:
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 class Recorder:
@@ -151,7 +128,7 @@ class Recorder:
         self.stopped: dict[str, Any] | None = None  # the spike that stopped training
         self.last_loss: float | None = None
         self.last_val: tuple[int, float] | None = None
-        self._emitted: set[float] = set()
+        self.notes: ProgressNotes | None = None
         self._first_started: float | None = None
         self._mark = (time.time(), 0)  # (time, step) this attempt began training
         self._configured = False
@@ -171,7 +148,7 @@ class Recorder:
         if not run.writes:
             return run
         history = RunHistory.of_run(run.project, run.run_id)  # what earlier attempts left, as the trainer reads it
-        self._emitted = emitted_milestones(run.run_dir)
+        self.notes = ProgressNotes(self.fractions, self.total_steps, run.run_dir)
         self._first_started = history.first_started()
         if not run.launched:
             self._refuse_finished(history.events)
@@ -306,23 +283,15 @@ class Recorder:
 
     def milestone_due(self, step: int) -> bool:
         """Whether a milestone falls due at `step` (HF asks, to have this step's loss logged for the note)."""
-        return bool(self.run and self.total_steps and
-                    due_milestones(self.fractions or [], self.total_steps, step, self._emitted))
+        return bool(self.run and self.notes is not None and self.notes.due(step))
 
     def _emit_due(self, step: int) -> None:
-        if not (self.run and self.run.writes and self.total_steps):
+        if not (self.run and self.run.writes and self.notes is not None):
             return
-        due = due_milestones(self.fractions or [], self.total_steps, step, self._emitted)
-        if not due:
-            return
-        self.run.metrics.flush()  # the rows up to this step are what the note is scored against
-        for f in due:
-            self.run.emit("milestone", step=step, fraction=f, total_steps=self.total_steps,
-                          elapsed_s=round(time.time() - (self._first_started or self._mark[0]), 3),
-                          eta_s=self._eta(step), loss=self.last_loss,
-                          val_loss=self.last_val[1] if self.last_val else None,
-                          val_step=self.last_val[0] if self.last_val else None)
-            self._emitted.add(f)
+        self.notes.write_due(self.run.emit, step, lambda: {
+            "elapsed_s": round(time.time() - (self._first_started or self._mark[0]), 3), "eta_s": self._eta(step),
+            "loss": self.last_loss, "val_loss": self.last_val[1] if self.last_val else None,
+            "val_step": self.last_val[0] if self.last_val else None}, before=self.run.metrics.flush)
 
     def _eta(self, step: int) -> float | None:
         t0, s0 = self._mark

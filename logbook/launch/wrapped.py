@@ -46,7 +46,7 @@ from logbook.launch.handshake import RESUMED_LINE, handshake_path, mark_started,
 from logbook.launch.torchrun_facts import is_torchrun, root_cause, torchrun_world_size
 from logbook.launch.watch import RunResult
 from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
-from logbook.runs.milestones import due_milestones, emitted_milestones
+from logbook.runs.milestones import ProgressNotes
 from logbook.runs.record import check_run_id
 
 Say = Callable[[str], None]
@@ -274,7 +274,7 @@ class _Supervisor:
 
             self.tb = TensorBoardTail(parse_source(opts.metrics_from, project.root), parse_tags(opts.metrics_tags))
         self.run_dir = project.run_dir(record.run_id)
-        self.milestones: set[float] = emitted_milestones(self.run_dir)
+        self.notes = ProgressNotes(project.config.milestones, opts.steps, self.run_dir)
         self.metrics = MetricsWriter(self.run_dir, 0, flush_every=1,
                                      full_path=full_metrics_path(project.state_dir, record.run_id))
 
@@ -505,13 +505,10 @@ class _Supervisor:
         return {**cost, "failed_at_step": failed_at}
 
     def _milestones(self, attempt: _Attempt) -> None:
-        total = self.opts.steps
-        if not total or attempt.last_step is None:
+        if attempt.last_step is None:
             return
-        for f in due_milestones(self.project.config.milestones, total, attempt.last_step, self.milestones):
-            self.milestones.add(f)
-            self._sink(attempt.number).emit("milestone", step=attempt.last_step, fraction=f, total_steps=total,
-                                            loss=attempt.last_loss, loss_step=attempt.last_step)
+        self.notes.write_due(self._sink(attempt.number).emit, attempt.last_step,
+                             lambda: {"loss": attempt.last_loss, "loss_step": attempt.last_step})
 
     def _result(self, status: str, attempts: int, restarts: int, code: int, reason: str = "") -> RunResult:
         self.metrics.close()

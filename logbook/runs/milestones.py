@@ -11,11 +11,11 @@ past `milestone_step`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from logbook.eventlog.chain import iter_records
-from logbook.promises.predictions import milestone_step  # noqa: F401  (a fraction's step is the grammar's fact)
+from logbook.promises.predictions import milestone_step  # a fraction's step is the grammar's fact
 from logbook.eventlog.eventschema import is_kind
 
 _FRACTION_DIGITS = 9
@@ -58,3 +58,51 @@ def emitted_milestones(run_dir: Path) -> set[float]:
 def is_late(fraction: float, total_steps: int, step: int) -> bool:
     """A note written at a later step than its fraction falls on (a restart jumped past it)."""
     return step > milestone_step(fraction, total_steps)
+
+
+class ProgressNotes:
+    """One run's progress notes, each written once across restarts: the one place a `milestone` event is emitted.
+
+    The bundled trainer, the framework adapters' recorder and the wrapped
+    command's launcher each hold one per attempt and hand it the figures
+    they know; which notes are due is `due_milestones`, what was written
+    before is read from the log once (`emitted_milestones`).
+    """
+
+    def __init__(self, fractions: Iterable[float], total_steps: int | None, run_dir: Path | None = None,
+                 emitted: set[float] | None = None) -> None:
+        self.fractions = [float(f) for f in fractions]
+        self.total_steps = total_steps
+        self.emitted = set(emitted) if emitted is not None else (emitted_milestones(run_dir) if run_dir else set())
+
+    def due(self, step: int) -> list[float]:
+        """The fractions due at `step` and not written yet."""
+        if not self.total_steps:
+            return []
+        return due_milestones(self.fractions, self.total_steps, step, self.emitted)
+
+    def next_step(self) -> int | None:
+        """The step of the next note due (None: every note written), so a step with none costs one comparison."""
+        if not self.total_steps:
+            return None
+        pending = due_milestones(self.fractions, self.total_steps, self.total_steps, self.emitted)
+        return min((milestone_step(f, self.total_steps) for f in pending), default=None)
+
+    def write_due(self, emit: Callable[..., Any], step: int, figures: Callable[[], dict[str, Any]],
+                  before: Callable[[], Any] | None = None) -> list[float]:
+        """Emit one `milestone` per fraction due at `step`, with `figures()`; the fractions written.
+
+        `emit(kind, step=..., **fields)` writes an event; `before()` runs once
+        first when a note is due (the metrics flushed: they are what the note
+        is scored against); `figures()` is asked only then.
+        """
+        due = self.due(step)
+        if not due:
+            return []
+        if before is not None:
+            before()
+        fields = figures()
+        for f in due:
+            emit("milestone", step=step, fraction=f, total_steps=self.total_steps, **fields)
+            self.emitted.add(f)
+        return due

@@ -3,7 +3,7 @@
 After the backward pass and before `optimizer.step()`, `GuardCallback` hands
 each step's loss and gradient norm to the guard (`Guard` in
 trainer/guard/ladder.py), which judges them with robust rolling statistics
-(trainer/guard/detector.py) and answers with a `Decision`
+(logbook/runs/spikes.py) and answers with a `Decision`
 (trainer/guard/decision.py): carry on, skip the update, roll back to a
 checkpoint, or abort. The callback writes `divergence_detected`, sets the
 checkpoints around a rolled-back spike aside for study, optionally replays the

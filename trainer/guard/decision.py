@@ -25,10 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from logbook.api import ACTION_KINDS, judge_against_plan
+from logbook.api import ACTION_KINDS, Signal, judge_against_plan
 
 from .config import GuardConfig
-from .detector import Signal
 
 
 class Verdict(enum.IntEnum):

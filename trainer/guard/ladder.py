@@ -3,7 +3,7 @@
 After the backward pass and before `optimizer.step()`, every step hands its
 loss and gradient norm to `Guard.observe`. A NaN or inf in either is caught at
 once (the update must not happen); finite values are judged by the detector
-(trainer/guard/detector.py). The ladder, per run (`GuardConfig`):
+(logbook/runs/spikes.py). The ladder, per run (`GuardConfig`):
 
 1. skip: the update is dropped. The loop does not call `optimizer.step()`, so
    Adam's step counters (and bias correction) count real updates only; the
@@ -45,7 +45,7 @@ from typing import Any
 
 from .config import GuardConfig
 from .decision import Decision, Verdict, describe
-from .detector import METRICS, judged_form, judged_value, spike_signal
+from logbook.api import SPIKE_METRICS as METRICS, judged_form, judged_value, spike_signal
 
 STATE_VERSION = 1
 

@@ -1,11 +1,9 @@
 """Progress notes at the fractions of a run set in logbook.yaml (`milestones`), emitted by rank 0.
 
-After every step, and once right after resuming, the callback asks
-`due_milestones` which notes are due (exactly once per fraction across
-restarts: the fractions already in the event log are read once per attempt,
-then kept in memory) and emits one `milestone` event each with what the loop
-knows: step, tokens, elapsed time and ETA, loss, validation loss, throughput
-and MFU.
+After every step, and once right after resuming, the callback hands the
+logbook's `ProgressNotes` what the loop knows (step, tokens, elapsed time and
+ETA, loss, validation loss, throughput and MFU); it writes the notes due,
+exactly once per fraction across restarts, as it does for every trainer.
 
 Everything else a note shows is the logbook's to work out from the records,
 outside the training process: goodput so far, what happened since the last
@@ -19,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from logbook.api import due_milestones, emitted_milestones, milestone_step
+from logbook.api import ProgressNotes
 
 from .callbacks import Callback
 
@@ -32,7 +30,7 @@ class MilestoneNotes(Callback):
 
     def __init__(self, fractions: list[float] | None = None) -> None:
         self.fractions = fractions
-        self.emitted: set[float] = set()
+        self.notes: ProgressNotes | None = None
         self._next_step: int | None = None
         self._metrics: dict[str, Any] = {}
         self._mark: tuple[float, int, int] | None = None  # (time, step, tokens) when this attempt began training
@@ -43,7 +41,7 @@ class MilestoneNotes(Callback):
         tr = self.trainer
         if self.fractions is None:
             self.fractions = list(tr.project.config.milestones)
-        self.emitted = emitted_milestones(tr.run_dir)
+        self.notes = ProgressNotes(self.fractions, tr.cfg.train.steps, tr.run_dir)
         self._mark = (time.time(), tr.step, tr.tokens)
         self._plan()
         self._emit_due(tr.step, {})
@@ -60,31 +58,20 @@ class MilestoneNotes(Callback):
 
     def _plan(self) -> None:
         """The step of the next note due, so that a step with none costs one comparison."""
-        total = self.trainer.cfg.train.steps
-        pending = due_milestones(self.fractions or [], total, total, self.emitted)  # every one not written yet
-        self._next_step = min((milestone_step(f, total) for f in pending), default=None)
+        self._next_step = self.notes.next_step() if self.notes is not None else None
 
     def _emit_due(self, step: int, metrics: dict[str, Any]) -> None:
         tr = self.trainer
-        due = due_milestones(self.fractions or [], tr.cfg.train.steps, step, self.emitted)
-        if not due:
+        if self.notes is None:
             return
-        tr.metrics.flush()  # the rows up to this step are what the logbook scores the note against
-        for f in due:
-            self._emit_one(f, step, metrics)
-            self.emitted.add(f)
-        self._plan()
+        if self.notes.write_due(tr.emit, step, lambda: self._figures(step, metrics), before=tr.metrics.flush):
+            self._plan()
 
-    def _emit_one(self, fraction: float, step: int, metrics: dict[str, Any]) -> None:
-        tr = self.trainer
-        val = tr.last_val
-        tr.emit(
-            "milestone", fraction=fraction, total_steps=tr.cfg.train.steps,
-            elapsed_s=round(self._elapsed(), 3), eta_s=self._eta(step),
-            **self._loss(metrics), val_loss=val[1] if val else None,
-            val_step=val[0] if val else None, tokens_per_s=self._throughput(step, metrics),
-            mfu=metrics.get("mfu"),
-        )
+    def _figures(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
+        val = self.trainer.last_val
+        return {"elapsed_s": round(self._elapsed(), 3), "eta_s": self._eta(step), **self._loss(metrics),
+                "val_loss": val[1] if val else None, "val_step": val[0] if val else None,
+                "tokens_per_s": self._throughput(step, metrics), "mfu": metrics.get("mfu")}
 
     # --- figures ------------------------------------------------------------------------
 

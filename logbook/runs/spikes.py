@@ -1,4 +1,7 @@
-"""Spike detection for the divergence guard: robust rolling statistics and the spike test.
+"""The spike rule, defined once: robust rolling statistics and the spike test, on plain floats.
+
+The bundled trainer's divergence guard (trainer/guard/) and the framework
+adapters' recorder (logbook/integrations/recorder.py) both judge with it.
 
 A NaN or inf loss or gradient norm is always a spike. A finite loss is a spike
 when it lies more than `spike_sigma` robust sigmas above the median of the
@@ -8,8 +11,7 @@ wobble a spike). The gradient norm is judged the same way on its logarithm,
 against `grad_norm_sigma`: its noise is multiplicative and heavy-tailed, so
 "eight sigmas" means "far more times larger than usual than it ever is by
 chance". Spikes are judged only after `warmup` finite values of that metric.
-Non-finite values never enter the history; finite spikes do (the ladder in
-trainer/guard/ladder.py keeps the histories), so a genuine change of level (a
+Non-finite values never enter the history; finite spikes do (the guard's ladder and the recorder keep the histories), so a genuine change of level (a
 new data stage) is absorbed instead of flagged forever, and the median and MAD
 barely move for a handful of outliers.
 """
@@ -20,9 +22,30 @@ import bisect
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from .config import GuardConfig
+
+class SpikeRule(Protocol):
+    """The thresholds the test reads (the trainer's `GuardConfig` is one; `Thresholds` another)."""
+
+    spike_sigma: float
+    grad_norm_sigma: float
+    warmup: int
+    min_rel_sigma: float
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The spike rule's thresholds, for a caller without the trainer's guard config."""
+
+    spike_sigma: float = 6.0
+    """Robust sigmas above the median beyond which a loss is a spike."""
+    grad_norm_sigma: float = 8.0
+    """The same for the logarithm of the gradient norm."""
+    warmup: int = 32
+    """Finite values of a metric seen before any is judged."""
+    min_rel_sigma: float = 0.005
+    """Floor of the robust sigma, relative to |median| (for the gradient norm: of its logarithm, absolute)."""
 
 MIN_HISTORY = 8
 MAD_TO_SIGMA = 1.4826  # sigma of a normal distribution from its median absolute deviation
@@ -57,7 +80,7 @@ class Signal:
         return (value - self.baseline) / self.scale
 
 
-def spike_signal(cfg: GuardConfig, metric: str, value: float, hist: list[float],
+def spike_signal(cfg: SpikeRule, metric: str, value: float, hist: list[float],
                  ordered: list[float] | None = None) -> Signal | None:
     """The signal `value` raises against `hist`, the metric's rolling history; None if it is no spike.
 
@@ -81,7 +104,7 @@ def spike_signal(cfg: GuardConfig, metric: str, value: float, hist: list[float],
     return Signal(metric, value, baseline, sigma, z, False, threshold) if z > threshold else None
 
 
-def _below_any_threshold(cfg: GuardConfig, metric: str, value: float, s: list[float]) -> bool:
+def _below_any_threshold(cfg: SpikeRule, metric: str, value: float, s: list[float]) -> bool:
     """True when `value` is no spike whatever the spread: most steps, told without the MAD.
 
     Sigma is never below its floor, so z = (x - median) / sigma is at most
