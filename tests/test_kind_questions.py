@@ -41,6 +41,7 @@ NOT_EVENTS: dict[str, str] = {
 NOT_EVENT_EXPRS: dict[tuple[str, str], str] = {
     ("logbook/chronicle/report.py", "p['forecast']"): "a forecast's kind (point | probability)",
     ("logbook/scoring/outcome.py", "d"): "a deviation's kind (config | live_change | off_plan ...)",
+    ("logbook/proof/scorecard.py", "d"): "a deviation's kind (config | live_change | off_plan ...)",
     ("logbook/runs/facts.py", "a"): "a contingency rule's action (rollback | skip_batches | lr_scale)",
     ("logbook/promises/predictions.py", "d"): "a forecast's kind in a preregistration (trajectory | point ...)",
     ("logbook/promises/prereg_format.py", "front"): "a preregistration file's front matter (`kind: prereg | amendment`)",

@@ -17,13 +17,10 @@ from logbook.chronicle.markdown import MarkdownRenderer, Raw, View, view
 from logbook.chronicle.plots import progress_plot_path
 from logbook.core.project import Project
 from logbook.core.textfmt import is_number
-from logbook.eventlog.eventschema import Event, is_kind, kind_of, kinds_where
+from logbook.eventlog.eventschema import Event, is_kind, is_routine, kind_of
 from logbook.eventlog.eventstream import NOTES_SOURCE, Item
 from logbook.runs.milestones import is_late, milestone_step
 from logbook.trust.setting_history import SOURCE as SETTINGS_SOURCE
-
-# Routine events are summarised in one line per run per day instead of one entry each.
-ROUTINE_KINDS = frozenset(kinds_where(routine=True))
 
 
 def entry_id(source: str, seq: Any) -> str:
@@ -33,7 +30,7 @@ def entry_id(source: str, seq: Any) -> str:
 def entry_anchor(source: str, seq: Any, kind: str | None, day: str) -> str:
     if source == NOTES_SOURCE:
         return f"note-{seq}"
-    if kind in ROUTINE_KINDS:
+    if is_routine(kind):  # summarised in one line per run per day instead of one entry each
         return routine_anchor(source, day)
     return f"run-{source}-{seq}"
 
