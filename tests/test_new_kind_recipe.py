@@ -35,6 +35,8 @@ from logbook.runs.attempt_ends import RunHistory, classify_restart
 from logbook.runs.facts import RunFacts, load_facts
 from logbook.runs.goodput import goodput_report
 from logbook.runs.lineage import run_lineage
+from logbook.runs.status import is_quiet
+from logbook.scoring.progress import since_last
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
@@ -163,7 +165,7 @@ def test_a_routine_reviewable_counted_kind_is_read_everywhere(logbook_repo, cloc
     version = registry_version()
     unregister = register(BATCH_DROPPED)  # the recipe's in-process step, after every reader was imported
     try:
-        assert registry_version() != version
+        assert registry_version() != version and "batch_dropped" in kinds_where(routine=True)
         clock.set("2026-11-30T20:00:00")
         s = sink(project, "r1", 1)
         s.emit("run_started", step=0, total_steps=10)
@@ -181,6 +183,8 @@ def test_a_routine_reviewable_counted_kind_is_read_everywhere(logbook_repo, cloc
         assert sum(1 for kind, _ in queue if kind == "batch_dropped") == 2
         facts = load_facts(project, "r1")
         assert facts.count("skipped_steps") == 2 and "batch_dropped events" in facts.count_rule("skipped_steps")
+        assert since_last(facts.events)["skips"] == 2  # a progress note's "since the last note"
+        assert [is_quiet(e) for e in facts.of_kind("batch_dropped")] == [True, True]  # routine: the console skips it
     finally:
         unregister()
     assert "batch_dropped" not in KINDS and "batch_dropped" not in kinds_where(routine=True)
