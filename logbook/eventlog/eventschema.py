@@ -707,12 +707,12 @@ def kinds_where(predicate: Callable[[Kind], Any] | None = None, **flags: Any) ->
     import: a kind registered later is in the answer. A flag-only question is
     answered from a cache that each registration empties, so asking per event is cheap.
     """
+    key = tuple(sorted(flags.items())) if len(flags) > 1 else tuple(flags.items())
+    if predicate is None and key in _where:
+        return _where[key]  # only a checked question is ever stored
     unknown = set(flags) - _FLAGS
     if unknown:
         raise TypeError(f"no such event flag: {', '.join(sorted(unknown))}")
-    key = tuple(sorted(flags.items()))
-    if predicate is None and key in _where:
-        return _where[key]
     names = tuple(k.name for k in _REGISTRY.values() if all(getattr(k, f) == v for f, v in flags.items())
                   and (predicate is None or predicate(k)))
     if predicate is None:  # a predicate is often a fresh lambda: caching by it would only grow
