@@ -845,6 +845,11 @@ def run_state(rec: Any) -> str | None:
     return _flag(rec, "run_state")
 
 
+def run_states() -> tuple[str, ...]:
+    """Every state a run's latest lifecycle event may leave it in (`Kind.run_state`), in registry order."""
+    return tuple(dict.fromkeys(k.run_state for k in _REGISTRY.values() if k.run_state))
+
+
 def goodput_charge(rec: Any) -> str | None:
     """The goodput category the event charges (one of `GOODPUT_CHARGES`), or None."""
     return _flag(rec, "goodput")
