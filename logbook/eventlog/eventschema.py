@@ -38,16 +38,17 @@ Adding a new event kind (at most three files):
    a command.
 
 Readers ask the questions below (`ends_attempt`, `ending`, `ending_words`,
-`goodput_charge`, `counted_as`, `has_flag`, `is_terminal`, `run_state`,
-`summary`, `kinds_where`; `is_kind` for one kind's own payload) when they
-read, never a copy made at import (a module-level `kinds_where(...)` misses
-every kind registered after it ran), so they pick the new kind up with no change.
-`tests/test_kind_questions.py` fails when a module compares a kind with a
-literal or reads `["kind"]` raw; `tests/test_new_kind_recipe.py` registers an
-attempt-ending kind and checks attempts, endings, goodput, lineage and the
-summary, and a routine, reviewable, counted kind and finds it in the
-chronicle's routine line, the review queue and the run's counts; `tests/test_event_schema.py` checks that the docs, the templates and
-the code's kind names agree with this registry.
+`goodput_charge`, `counted_as`, `has_flag`, `is_routine`, `is_terminal`,
+`run_state`, `summary`, `kinds_where`; `is_kind` for one kind's own payload)
+when they read, never a copy made at import (a module-level `kinds_where(...)`
+misses every kind registered after it ran), so they pick the new kind up with
+no change. `tests/test_kind_questions.py` fails when a module compares a kind
+with a literal or reads `["kind"]` raw; `tests/test_new_kind_recipe.py`
+registers an attempt-ending kind and checks attempts, endings, goodput,
+lineage and the summary, and a routine, reviewable, counted kind, after every
+reader was imported, and finds it in the chronicle's routine line, the review
+queue and the run's counts; `tests/test_event_schema.py` checks that the docs,
+the templates and the code's kind names agree with this registry.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ LAST_EVENTS = 8
 
 
 def is_quiet(rec: dict[str, Any]) -> bool:
-    """A routine event a console leaves out (a checkpoint save); the guard's routine actions (a skipped step) still show."""
+    """A routine event a console leaves out (a checkpoint save); the guard's routine actions (a skip) still show."""
     return has_flag(rec, routine=True, guard=None)
 
 
