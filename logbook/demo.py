@@ -38,7 +38,7 @@ from logbook.launch.change_requests import read_answer, REPLY_KEY, submit_change
 from logbook.launch.launcher import launch_run, new_run_id, RunResult
 from logbook.records.commit import commit_logbook
 from logbook.eventlog.events import iter_events
-from logbook.eventlog.eventschema import is_kind, kind_of, kinds_where
+from logbook.eventlog.eventschema import get_kind, is_kind, kind_of
 from logbook.records.init import init_logbook as init
 from logbook.promises.prereg import create_prereg
 from logbook.promises.prereg_input import PreregInput
@@ -59,7 +59,6 @@ LIVE_REASON = "demo: gentler after the spike"
 GUARD = {"warmup": 8, "cooldown": 1, "rollback_after": 2, "rollback_window": 50, "rollback_steps": 5,
          "skip_batches": 10, "lr_factor": 0.9}
 """The guard as the demo's contingency rule says: two spikes within 50 steps -> back 5 steps, skip 10 batches, lr x 0.9."""
-GUARD_KINDS = kinds_where(lambda k: k.guard)
 
 Say = Callable[[str], None]
 
@@ -240,7 +239,7 @@ def train(st: DemoState) -> None:
         # scoring, reporting and pushing a run cut short as if it had been the demo's.
         raise KeyboardInterrupt
     events = _run_events(st)
-    st.guard_lines = [_guard_line(e) for e in events if kind_of(e) in GUARD_KINDS]
+    st.guard_lines = [_guard_line(e) for e in events if _by_guard(e)]
     st.change_lines = [_change_line(e) for e in events if is_kind(e, "hparam_change", "hparam_change_rejected")]
     if st.live_note:
         st.change_lines.append(st.live_note)
@@ -277,6 +276,12 @@ def _run_events(st: DemoState) -> list[dict[str, Any]]:
     if st.run_id is None:
         return []
     return list(iter_events(_project(st).run_dir(st.run_id) / "events.jsonl"))
+
+
+def _by_guard(e: dict[str, Any]) -> bool:
+    """Written by the divergence guard (a detection or an action), asked of the registry as the events are read."""
+    k = get_kind(kind_of(e))
+    return k is not None and k.guard is not None
 
 
 def _guard_line(e: dict[str, Any]) -> str:

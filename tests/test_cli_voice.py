@@ -165,6 +165,7 @@ def test_ls_runs_json_has_every_column_from_the_facts(with_runs):
 @pytest.mark.parametrize("args, ids", [
     (["--state", "finished"], [LONG_RUN]),
     (["--state", "running"], ["scratch-lr-sweep-a"]),
+    (["--state", "stopped"], []),  # a state of the registry's (`logbook stop`), though no run here is in it
     (["--prereg", "none"], ["scratch-lr-sweep-a"]),
     (["--runs", "--since", "2026-12-01"], ["scratch-lr-sweep-a"]),
     (["--runs", "--since", "2026-11-01T00:00"], [LONG_RUN, "scratch-lr-sweep-a"]),

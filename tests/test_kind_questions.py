@@ -10,7 +10,9 @@ kinds, which the next kind misses. This test walks the syntax of every module in
   that names a registered kind, or a `match` on an event's kind with such a case;
 - a lookup of a registered kind's literal name in a container a reader keyed by kind
   (`"hang" in kinds`, `by_kind["run_aborted"]`);
-- a raw read of a record's kind, `x["kind"]` or `x.get("kind")`.
+- a raw read of a record's kind, `x["kind"]` or `x.get("kind")`;
+- a name bound at import to an answer of the registry (`ROUTINE = kinds_where(routine=True)`),
+  which a kind registered later is missing from.
 
 The questions to ask instead: `kind_of`, `is_kind` (a reader that wants one
 kind's own payload), `ends_attempt`, `ending`, `ending_words`, `goodput_charge`,
@@ -41,6 +43,7 @@ NOT_EVENTS: dict[str, str] = {
 NOT_EVENT_EXPRS: dict[tuple[str, str], str] = {
     ("logbook/chronicle/report.py", "p['forecast']"): "a forecast's kind (point | probability)",
     ("logbook/scoring/outcome.py", "d"): "a deviation's kind (config | live_change | off_plan ...)",
+    ("logbook/proof/scorecard.py", "d"): "a deviation's kind (config | live_change | off_plan ...)",
     ("logbook/runs/facts.py", "a"): "a contingency rule's action (rollback | skip_batches | lr_scale)",
     ("logbook/promises/predictions.py", "d"): "a forecast's kind in a preregistration (trajectory | point ...)",
     ("logbook/promises/prereg_format.py", "front"): "a preregistration file's front matter (`kind: prereg | amendment`)",
@@ -127,6 +130,25 @@ def kind_violations(source: str, rel: str) -> list[str]:
     return out
 
 
+_REGISTRY_NAMES = {"KINDS", "kinds_where", "get_kind", "has_flag", "run_states"}
+
+
+def frozen_copies(source: str, rel: str) -> list[str]:
+    """Each module- or class-level name bound to an answer of the registry: a copy made at import, blind to later kinds."""
+    tree = ast.parse(source)
+    asked = _REGISTRY_NAMES | {a.asname for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                               for a in n.names if a.asname and a.name in _REGISTRY_NAMES}
+    out = []
+    bodies = [tree.body, *(n.body for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]
+    for stmt in (s for body in bodies for s in body):
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
+            continue
+        used = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} & asked
+        if used and not isinstance(stmt.value, ast.Lambda):
+            out.append(f"{rel}:{stmt.lineno}: keeps a copy of the registry made at import: {ast.unparse(stmt)[:100]}")
+    return out
+
+
 def _modules() -> list[Path]:
     return [p for folder in ("logbook", "trainer") for p in sorted((ROOT / folder).rglob("*.py"))]
 
@@ -139,6 +161,23 @@ def test_no_module_outside_the_registry_compares_kinds_or_reads_them_raw():
             continue
         found += kind_violations(path.read_text(encoding="utf-8"), rel)
     assert not found, "ask logbook/eventlog/eventschema.py instead:\n" + "\n".join(found)
+
+
+def test_no_module_keeps_a_copy_of_the_registry_made_at_import():
+    found = [v for path in _modules() if (rel := path.relative_to(ROOT).as_posix()) != REGISTRY
+             for v in frozen_copies(path.read_text(encoding="utf-8"), rel)]
+    assert not found, "ask the registry when you read (a kind registered later is missing from a copy):\n" + \
+        "\n".join(found)
+
+
+@pytest.mark.parametrize("planted", [
+    "ROUTINE_KINDS = frozenset(kinds_where(routine=True))\n",
+    "ALERTS = {name: k.alert for name, k in KINDS.items() if k.alert}\n",
+    "class Queue:\n    REVIEWED: tuple = kinds_where(reviewable=True)\n",
+    "from logbook.eventlog.eventschema import KINDS as SCHEMA\nKINDS = {n: k.description for n, k in SCHEMA.items()}\n",
+])
+def test_a_planted_copy_of_the_registry_is_found(planted):
+    assert frozen_copies(planted, "logbook/runs/planted.py"), planted
 
 
 def test_every_excuse_still_names_something_there():

@@ -1,12 +1,16 @@
 """The recipe in docs/architecture.md, checked: a new attempt-ending kind needs the registry entry and nothing else.
 
-Two kinds are registered in-process, as a plugin would, and no other file is
+Kinds are registered in-process, as a plugin would, and no other file is
 touched: `node_drained` ends its attempt the way a preemption does (the node
 is taken away after a save), and `gpu_lost` ends it in a way the registry has no
 words for. Every reader that asks about attempts, endings, goodput, lineage,
 incidents and the one-line summary must handle both: a `node_drained` exactly
 as it would a `preempted` at the same moment, and a `gpu_lost` by its own
 summary, never by another ending's words (lineage once showed such a kind as a hang).
+A third, `batch_dropped`, is routine, reviewable and counted, and is registered
+only after every reader was imported: the chronicle's routine line, the review
+queue and the run's counts must still find it (they once kept copies of the
+registry's lists made at import, which a later kind was missing from).
 """
 
 from __future__ import annotations
@@ -15,18 +19,24 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from chronicle_helpers import clock, project_of, sink  # noqa: F401  (clock is a fixture)
+
+from logbook.chronicle.build import day_path, render_chronicle
 from logbook.chronicle.report import incidents
+from logbook.chronicle.review import review_queue
 from logbook.launch.watch import event_line
 from logbook.eventlog.eventschema import (
     KINDS, Field, Kind, ends_attempt, ending, kinds_where, may_follow_end, reference_markdown, register,
-    summary,
+    registry_version, summary,
 )
 from logbook.eventlog.runends import check_run_log
 from logbook.eventlog.sink import EventSink
 from logbook.runs.attempt_ends import RunHistory, classify_restart
-from logbook.runs.facts import RunFacts
+from logbook.runs.facts import RunFacts, load_facts
 from logbook.runs.goodput import goodput_report
 from logbook.runs.lineage import run_lineage
+from logbook.runs.status import is_quiet
+from logbook.scoring.progress import since_last
 
 T0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
@@ -40,6 +50,12 @@ GPU_LOST = Kind(
     incident=True, ends_attempt=2, ending="hardware",
     summary=lambda e: f"GPU {e.data.get('gpu', '?')} fell off the bus (Xid {e.data.get('xid', '?')})",
     fields=(Field("gpu", "int", "the device"), Field("xid", "int", "the driver's error code")))
+
+BATCH_DROPPED = Kind(
+    "batch_dropped", "the data loader dropped a corrupt batch and trained on the next one", "batch dropped",
+    routine=True, reviewable=True, counted_as="skipped_steps",
+    summary=lambda e: f"batch {e.data.get('batch', '?')} dropped: {e.data.get('reason') or 'no reason recorded'}",
+    fields=(Field("batch", "int", "the batch index dropped"), Field("reason", "str", "why, in the loader's words")))
 
 
 @pytest.fixture
@@ -141,3 +157,47 @@ def test_a_terminal_kind_still_refuses_what_follows_it(new_kinds):
     # The new kinds end an attempt, not the run: anything may follow them; a finished run takes nothing more.
     assert not KINDS["node_drained"].terminal and not may_follow_end("node_drained", "run_started")
     assert not may_follow_end("run_finished", "node_drained")
+
+
+def test_a_routine_reviewable_counted_kind_is_read_everywhere(logbook_repo, clock):
+    project = project_of(logbook_repo)
+    assert "batch_dropped" not in kinds_where(routine=True)  # asked before: a stale answer would stay cached
+    version = registry_version()
+    unregister = register(BATCH_DROPPED)  # the recipe's in-process step, after every reader was imported
+    try:
+        assert registry_version() != version and "batch_dropped" in kinds_where(routine=True)
+        clock.set("2026-11-30T20:00:00")
+        s = sink(project, "r1", 1)
+        s.emit("run_started", step=0, total_steps=10)
+        s.emit("batch_dropped", step=3, batch=3, reason="crc mismatch")
+        s.emit("checkpoint_saved", step=5, blocking_s=0.5)
+        s.emit("batch_dropped", step=7, batch=7, reason="crc mismatch")
+        s.emit("run_finished", step=10)
+        render_chronicle(project)
+
+        day = day_path(project, "2026-11-30").read_text()
+        assert ("run r1: 1 checkpoint saved, last at step 5, median blocking 0.5 s; "
+                "batch dropped: 2, last at step 7.") in day
+        queue = [(i.kind, i.summary) for i in review_queue(project)]
+        assert queue.count(("batch_dropped", "batch 7 dropped: crc mismatch")) == 1
+        assert sum(1 for kind, _ in queue if kind == "batch_dropped") == 2
+        facts = load_facts(project, "r1")
+        assert facts.count("skipped_steps") == 2 and "batch_dropped events" in facts.count_rule("skipped_steps")
+        assert since_last(facts.events)["skips"] == 2  # a progress note's "since the last note"
+        assert [is_quiet(e) for e in facts.of_kind("batch_dropped")] == [True, True]  # routine: the console skips it
+    finally:
+        unregister()
+    assert "batch_dropped" not in KINDS and "batch_dropped" not in kinds_where(routine=True)
+
+
+def test_the_apis_kinds_is_the_live_registry_and_only_register_changes_it():
+    from logbook import api
+
+    undo = register(BATCH_DROPPED)
+    try:
+        assert api.KINDS["batch_dropped"] is BATCH_DROPPED and "batch_dropped" in api.kinds_where(reviewable=True)
+    finally:
+        undo()
+    assert "batch_dropped" not in api.KINDS
+    with pytest.raises(TypeError):  # a kind added behind register's back would outlive kinds_where's cache
+        api.KINDS["batch_dropped"] = BATCH_DROPPED  # type: ignore[index]

@@ -21,14 +21,14 @@ from typing import Any
 
 from logbook.chronicle.markdown import MarkdownRenderer
 from logbook.chronicle.plots import write_progress_plot
-from logbook.chronicle.views import ROUTINE_KINDS, entry_anchor, event_view, routine_views
+from logbook.chronicle.views import entry_anchor, event_view, routine_views
 from logbook.core.errors import LogbookError, NotFoundError, RefusedError, UsageError
 from logbook.core.fsutil import atomic_text_writer, atomic_write_text, exclusive
 from logbook.core.gitstate import state_of
 from logbook.core.project import Project
 from logbook.core.textfmt import fmt_fraction, fmt_int
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import AFTERWARDS_KINDS, Event, is_afterwards, is_kind, kind_of
+from logbook.eventlog.eventschema import Event, is_afterwards, is_kind, is_routine
 from logbook.eventlog.eventstream import (by_day, check_day, days_of, Item, list_event_runs, merged, NOTES_SOURCE, run_log_path, sources, torn_tail, TornTail)
 from logbook.eventlog.files import iter_folder
 from logbook.promises.prereg import load_prereg
@@ -173,7 +173,7 @@ class Chronicle:
                 page.notes += 1
             else:
                 page.events += 1
-                if kind_of(it.rec) in ROUTINE_KINDS:
+                if is_routine(it.rec):
                     routine.append(it)
                     continue
             page.entries.append(event_view(it, self.r, self.errata, self._plot_maker(), self.reviews,

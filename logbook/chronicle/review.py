@@ -43,7 +43,7 @@ from logbook.core.identity import signing_identity
 from logbook.core.project import Project
 from logbook.eventlog import chain
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import Event, is_kind, kind_of, kinds_where, summary
+from logbook.eventlog.eventschema import Event, has_flag, is_kind, kind_of, kinds_where, summary
 from logbook.eventlog.eventstream import list_event_runs, run_log_path
 from logbook.eventlog.files import damaged_records, iter_folder, write_record
 from logbook.promises.reviews import ACTIONS, review_records
@@ -56,8 +56,6 @@ from logbook.trust.people import People, Who
 from logbook.trust.setting_history import self_approval_allowed
 from logbook.trust.signatures import sign_record
 
-REVIEW_KINDS = kinds_where(reviewable=True)
-"""Event kinds that need a reviewer (hparam_change only when not scheduled by the config)."""
 MAX_TEXT_CHARS = 4000
 ID_HINT = ("entry ids look like `qknorm:17` (run:seq) or `outcome:<record id>`; "
            "`logbook review` lists those that need review")
@@ -128,11 +126,10 @@ class QueueItem:
 
 
 def needs_review(rec: dict[str, Any]) -> bool:
-    """True for an event a person should look at."""
-    kind = kind_of(rec)
-    if kind not in REVIEW_KINDS:
+    """True for an event a person should look at: a reviewable kind (hparam_change only when not scheduled)."""
+    if not has_flag(rec, reviewable=True):
         return False
-    if is_kind(kind, "hparam_change"):
+    if is_kind(rec, "hparam_change"):
         return Event.of(rec).data.get("source") != "schedule"
     return True
 
@@ -280,7 +277,7 @@ def find_reviewable(project: Project, entry_id: str) -> QueueItem:
             if not needs_review(rec):
                 raise RefusedError(
                     f"entry {entry_id} is a {kind_of(rec)} event, which is not in the review queue",
-                    hint=f"reviewed kinds: {', '.join(REVIEW_KINDS)}; to remark on any entry use `logbook note --about {entry_id}`")
+                    hint=f"reviewed kinds: {', '.join(kinds_where(reviewable=True))}; to remark on any entry use `logbook note --about {entry_id}`")
             item = _item(run, rec, needed)
             with People(project) as people:
                 _apply_verdicts(project, item, _verdicts(project, people).get(item.id), people)

@@ -17,13 +17,10 @@ from logbook.chronicle.markdown import MarkdownRenderer, Raw, View, view
 from logbook.chronicle.plots import progress_plot_path
 from logbook.core.project import Project
 from logbook.core.textfmt import is_number
-from logbook.eventlog.eventschema import Event, is_kind, kind_of, kinds_where
+from logbook.eventlog.eventschema import Event, is_kind, is_routine, kind_of, label
 from logbook.eventlog.eventstream import NOTES_SOURCE, Item
 from logbook.runs.milestones import is_late, milestone_step
 from logbook.trust.setting_history import SOURCE as SETTINGS_SOURCE
-
-# Routine events are summarised in one line per run per day instead of one entry each.
-ROUTINE_KINDS = frozenset(kinds_where(routine=True))
 
 
 def entry_id(source: str, seq: Any) -> str:
@@ -33,7 +30,7 @@ def entry_id(source: str, seq: Any) -> str:
 def entry_anchor(source: str, seq: Any, kind: str | None, day: str) -> str:
     if source == NOTES_SOURCE:
         return f"note-{seq}"
-    if kind in ROUTINE_KINDS:
+    if is_routine(kind):  # summarised in one line per run per day instead of one entry each
         return routine_anchor(source, day)
     return f"run-{source}-{seq}"
 
@@ -182,7 +179,7 @@ def plot_location(project: Project, run: str | None, data: dict[str, Any]) -> tu
 
 
 def routine_views(day: str, items: list[Item], r: MarkdownRenderer, errata: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One summary line per run for the day's checkpoints and skipped updates."""
+    """One summary line per run for the day's routine events: checkpoints, skipped updates, any other routine kind."""
     per_run: dict[str, dict[str, list[Item]]] = {}
     for it in items:
         per_run.setdefault(it.source, {}).setdefault(kind_of(it.rec), []).append(it)
@@ -197,6 +194,9 @@ def routine_views(day: str, items: list[Item], r: MarkdownRenderer, errata: dict
                 view["errata"].extend(View(x) for x in erratum_views(errata.get(eid, []), r))
         view["checkpoints"] = _view_or_none(_checkpoint_summary(kinds.get("checkpoint_saved", [])))
         view["skips"] = _view_or_none(_skip_summary(kinds.get("step_skipped", [])))
+        # A routine kind the line has no words of its own for is still counted, by its label, never dropped.
+        view["others"] = [View(_other_summary(kind, its)) for kind, its in kinds.items()
+                          if not is_kind(kind, "checkpoint_saved", "step_skipped")]
         view["body"] = r.routine(view)
         out.append(view)
     return out
@@ -221,6 +221,12 @@ def _checkpoint_summary(items: list[Item]) -> dict[str, Any] | None:
         "last_bytes": sizes[-1] if sizes else None,
         "drills": sum(1 for it in items if it.rec.get("drill") is True),
     }
+
+
+def _other_summary(kind: str, items: list[Item]) -> dict[str, Any]:
+    steps = [it.rec.get("step") for it in items if isinstance(it.rec.get("step"), int)]
+    return {"kind": kind, "label": label(kind), "count": len(items), "last_step": steps[-1] if steps else None,
+            "drills": sum(1 for it in items if it.rec.get("drill") is True)}
 
 
 def _skip_summary(items: list[Item]) -> dict[str, Any] | None:

@@ -373,7 +373,7 @@ def ls_cmd(
     runs: bool = typer.Option(False, "--runs", help="List runs instead: id, state, prereg, steps, final loss, "
                               "restarts, goodput, created."),
     state: Optional[str] = typer.Option(None, "--state", metavar="STATE", help="Only runs in this state: running, "
-                                        "finished, failed, aborted or preempted (implies --runs)."),
+                                        "finished, stopped, failed, aborted or preempted (implies --runs)."),
     prereg: Optional[str] = typer.Option(None, "--prereg", metavar="PREREG", help="Only runs of this "
                                          "preregistration (id or unique prefix; `none`: exploratory runs; implies --runs)."),
     since: Optional[str] = typer.Option(None, "--since", metavar="WHEN", help="Only what was created since WHEN: a "

@@ -71,17 +71,16 @@ class RunConsole:
         """New events of the run as their summaries, then the progress line from the metrics stream."""
         from logbook.launch.follow import progress_of, total_steps_of
         from logbook.launch.watch import EventTail
-        from logbook.eventlog.eventschema import is_kind, kind_of
-        from logbook.runs.status import QUIET_KINDS, event_line, follow_files
+        from logbook.eventlog.eventschema import is_kind
+        from logbook.runs.status import event_line, follow_files, is_quiet
 
         if self._tails is None:
             self._tails = EventTail(follow_files(project, run_id)[1], from_end=True)
         self._total = total_steps_of(new_events) or self._total
         for rec in new_events:
-            kind = kind_of(rec)
             if is_kind(rec, "run_started") and self._last_step is None:
                 self.phase(f"attempt {rec.get('attempt')}: loading data and model, waiting for the first step")
-            if kind not in QUIET_KINDS or kind in SHOWN_ROUTINE or rec.get("drill") is True:
+            if not is_quiet(rec) or is_kind(rec, *SHOWN_ROUTINE) or rec.get("drill") is True:
                 self.say(_event_text(event_line(rec)), wrapped=True)
         rows = [r for r in self._tails.new() if isinstance(r.get("step"), int) and "loss" in r]
         if rows:

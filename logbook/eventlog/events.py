@@ -1,4 +1,4 @@
-"""Run events: the closed, documented set of kinds, and how one event looks.
+"""Run events: how one event looks, and the run's log that holds them.
 
 An event is one line of a run's hash-chained log (see `chain.py`):
 
@@ -22,10 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from logbook.eventlog.chain import ChainedLog, LogContents, iter_records, read_log
-from logbook.eventlog.eventschema import KINDS as SCHEMA
-
-KINDS: dict[str, str] = {name: k.description for name, k in SCHEMA.items()}
-"""Each registered kind's one-sentence meaning (the registry is `logbook.eventlog.eventschema`)."""
 
 
 class RunLog(ChainedLog):

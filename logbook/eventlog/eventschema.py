@@ -38,22 +38,26 @@ Adding a new event kind (at most three files):
    a command.
 
 Readers ask the questions below (`ends_attempt`, `ending`, `ending_words`,
-`goodput_charge`, `counted_as`, `has_flag`, `is_terminal`, `run_state`,
-`summary`; `is_kind` for one kind's own payload) when they read, never a
-copy made at import, so they pick the new kind up with no change.
-`tests/test_kind_questions.py` fails when a module compares a kind with a
-literal or reads `["kind"]` raw; `tests/test_new_kind_recipe.py` registers an
-attempt-ending kind and checks attempts, endings, goodput, lineage and the
-summary; `tests/test_event_schema.py` checks that the docs, the templates and
-the code's kind names agree with this registry.
+`goodput_charge`, `counted_as`, `has_flag`, `is_routine`, `is_terminal`,
+`run_state`, `summary`, `kinds_where`; `is_kind` for one kind's own payload)
+when they read, never a copy made at import (a module-level `kinds_where(...)`
+misses every kind registered after it ran), so they pick the new kind up with
+no change. `tests/test_kind_questions.py` fails when a module compares a kind
+with a literal or reads `["kind"]` raw; `tests/test_new_kind_recipe.py`
+registers an attempt-ending kind and checks attempts, endings, goodput,
+lineage and the summary, and a routine, reviewable, counted kind, after every
+reader was imported, and finds it in the chronicle's routine line, the review
+queue and the run's counts; `tests/test_event_schema.py` checks that the docs,
+the templates and the code's kind names agree with this registry.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from logbook.eventlog.plan import plan_words
@@ -670,47 +674,71 @@ _KINDS: tuple[Kind, ...] = (
          )),
 )
 
-KINDS: dict[str, Kind] = {k.name: k for k in _KINDS}
-"""Every registered kind, by name, in the order of the reference."""
+_REGISTRY: dict[str, Kind] = {k.name: k for k in _KINDS}
+KINDS: Mapping[str, Kind] = MappingProxyType(_REGISTRY)
+"""Every registered kind, by name, in the order of the reference: a read-only view that `register` keeps current."""
 
 _FLAGS = {f.name for f in fields(Kind)} - {"name", "description", "label", "fields", "summary"}
+_version = 0
+_where: dict[tuple[tuple[str, Any], ...], tuple[str, ...]] = {}
+"""`kinds_where`'s answers to flag-only questions, for the registry as it stands (`_version`)."""
+
+
+def registry_version() -> int:
+    """A number that changes whenever a kind is registered or removed (for a reader that caches what it derives)."""
+    return _version
+
+
+def _changed() -> None:
+    global _version
+    _version += 1
+    _where.clear()
 
 
 def get_kind(name: Any) -> Kind | None:
     """The registered kind `name`, or None (an unknown kind: render it generically)."""
-    return KINDS.get(name) if isinstance(name, str) else None
+    return _REGISTRY.get(name) if isinstance(name, str) else None
 
 
 def kinds_where(predicate: Callable[[Kind], Any] | None = None, **flags: Any) -> tuple[str, ...]:
     """Names of the kinds whose flags equal `flags` (and satisfy `predicate`), in registry order.
 
     `kinds_where(incident=True)`, `kinds_where(counted_as="restarts")`,
-    `kinds_where(lambda k: k.ends_attempt)`.
+    `kinds_where(lambda k: k.ends_attempt)`. Ask when you read, never once at
+    import: a kind registered later is in the answer. A flag-only question is
+    answered from a cache that each registration empties, so asking per event is cheap.
     """
+    key = tuple(sorted(flags.items())) if len(flags) > 1 else tuple(flags.items())
+    if predicate is None and key in _where:
+        return _where[key]  # only a checked question is ever stored
     unknown = set(flags) - _FLAGS
     if unknown:
         raise TypeError(f"no such event flag: {', '.join(sorted(unknown))}")
-    return tuple(k.name for k in KINDS.values() if all(getattr(k, f) == v for f, v in flags.items())
-                 and (predicate is None or predicate(k)))
+    names = tuple(k.name for k in _REGISTRY.values() if all(getattr(k, f) == v for f, v in flags.items())
+                  and (predicate is None or predicate(k)))
+    if predicate is None:  # a predicate is often a fresh lambda: caching by it would only grow
+        _where[key] = names
+    return names
 
 
 def register(kind: Kind) -> Callable[[], None]:
     """Add `kind` to the registry in this process (a plugin's kind, a test's); returns what removes it again.
 
     Readers ask the registry when they read, so a kind registered here is
-    counted, ended, priced and summarised by them with no other change.
+    counted, ended, priced, reviewed, summarised and put in the chronicle's
+    routine line by them with no other change.
     """
-    if kind.name in KINDS:
+    if kind.name in _REGISTRY:
         raise ValueError(f"event kind {kind.name!r} is already registered")
-    KINDS[kind.name] = kind
+    _REGISTRY[kind.name] = kind
+    _changed()
 
     def unregister() -> None:
-        KINDS.pop(kind.name, None)
+        if _REGISTRY.get(kind.name) is kind:
+            del _REGISTRY[kind.name]
+            _changed()
     return unregister
 
-
-AFTERWARDS_KINDS = kinds_where(afterwards=True)
-"""Kinds recorded about a run after the fact, by people's commands: no attempt's life, no run's figures."""
 
 FINAL_STATES = ("finished",)
 """Run states no launch leaves again: `logbook run --resume` refuses a finished run."""
@@ -761,7 +789,7 @@ def is_kind(rec: Any, *names: str) -> bool:
     hash); a reader that asks what an event means asks by flag instead. Naming
     an unregistered kind raises, so a typo cannot quietly match nothing.
     """
-    unknown = [n for n in names if n not in KINDS]
+    unknown = [n for n in names if n not in _REGISTRY]
     if unknown:
         raise ValueError(f"not a registered event kind: {', '.join(unknown)}")
     kind = rec if isinstance(rec, str) else kind_of(rec)
@@ -818,6 +846,11 @@ def run_state(rec: Any) -> str | None:
     return _flag(rec, "run_state")
 
 
+def run_states() -> tuple[str, ...]:
+    """Every state a run's latest lifecycle event may leave it in (`Kind.run_state`), in registry order."""
+    return tuple(dict.fromkeys(k.run_state for k in _REGISTRY.values() if k.run_state))
+
+
 def goodput_charge(rec: Any) -> str | None:
     """The goodput category the event charges (one of `GOODPUT_CHARGES`), or None."""
     return _flag(rec, "goodput")
@@ -831,6 +864,11 @@ def counted_as(rec: Any) -> str | None:
 def is_afterwards(rec: Any) -> bool:
     """Recorded about the run after the fact by a person's command, not by any attempt (`outcome`)."""
     return bool(_flag(rec, "afterwards"))
+
+
+def is_routine(rec: Any) -> bool:
+    """Summarised in one line per run and day in the chronicle (a checkpoint save), not one entry each."""
+    return bool(_flag(rec, "routine"))
 
 
 def has_flag(rec: Any, **flags: Any) -> bool:

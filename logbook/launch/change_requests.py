@@ -41,7 +41,7 @@ from logbook.core.project import Project
 from logbook.launch.live_settings import check_reason, validate_changes
 from logbook.eventlog.chain import utc_now
 from logbook.eventlog.events import iter_events
-from logbook.eventlog.eventschema import kind_of, kinds_where, run_state
+from logbook.eventlog.eventschema import is_terminal, run_state, starts_attempt
 from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_status
 from logbook.runs.runlock import dead_holder
 
@@ -56,8 +56,6 @@ REPLY_KEY = "outcome"
 
 Named "outcome" on disk since the first request files; trainer/live_control.py
 writes and reads the same key, so the name stays for compatibility."""
-TERMINAL_KINDS = kinds_where(terminal=True)
-_LIFECYCLE_KINDS = (*kinds_where(starts_attempt=True), *TERMINAL_KINDS)
 
 
 # --- run state -----------------------------------------------------------------
@@ -70,7 +68,7 @@ def run_accepts_changes(project: Project, run_id: str) -> RunRecord:
         raise RefusedError(f"run {run_id} is {status}: it no longer takes changes",
                            hint="live changes go to a running run; start a new run to try other settings")
     last = last_lifecycle_event(project.run_dir(run_id) / "events.jsonl")
-    if last is not None and kind_of(last) in TERMINAL_KINDS:
+    if last is not None and is_terminal(last):
         ended = run_state(last)
         raise RefusedError(f"run {run_id} has {ended} (event at step {last.get('step')}): it no longer takes changes",
                            hint="live changes go to a running run; start a new run to try other settings")
@@ -85,10 +83,10 @@ def run_accepts_changes(project: Project, run_id: str) -> RunRecord:
 
 
 def last_lifecycle_event(events_path: Path) -> dict[str, Any] | None:
-    """The last run_started / restart / run_finished / run_failed / run_aborted event."""
+    """The last event that starts an attempt or ends the run (run_started, restart, run_finished, run_failed, ...)."""
     last = None
     for rec in iter_events(events_path):
-        if kind_of(rec) in _LIFECYCLE_KINDS:
+        if starts_attempt(rec) or is_terminal(rec):
             last = rec
     return last
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from logbook.core.project import Project
 from logbook.launch.watch import EventTail
-from logbook.eventlog.eventschema import is_kind, kind_of, run_state
-from logbook.runs.status import QUIET_KINDS, EventLine, event_line, follow_files, launcher_gone
+from logbook.eventlog.eventschema import is_kind, run_state
+from logbook.runs.status import EventLine, event_line, follow_files, is_quiet, launcher_gone
 
 PROGRESS_EVERY_S = 2.0
 """Least seconds between two progress lines (a step of a tiny run takes milliseconds)."""
@@ -84,7 +84,7 @@ def follow(project: Project, run_id: str, *, until_end: bool, poll_s: float = 0.
 
 
 def _shown(rec: dict[str, Any]) -> bool:
-    return kind_of(rec) not in QUIET_KINDS or rec.get("drill") is True
+    return not is_quiet(rec) or rec.get("drill") is True
 
 
 def total_steps_of(records: list[dict[str, Any]]) -> int | None:

@@ -26,7 +26,7 @@ from logbook.core.bundled import safe_env, safe_python
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
 from logbook.eventlog.eventschema import Event
-from logbook.runs.facts import COUNT_KINDS, RunFacts, load_facts
+from logbook.runs.facts import COUNTS, RunFacts, load_facts
 from logbook.runs.record import RunRecord, check_run_id, read_run_record
 
 FINAL_METRICS = ("loss", "val_loss")
@@ -222,7 +222,7 @@ def _verdicts(f: RunFacts) -> dict[str, Any]:
 
 
 def _incidents(f: RunFacts) -> dict[str, Any]:
-    out: dict[str, Any] = {metric.replace("_", " "): f.count(metric) for metric in COUNT_KINDS}
+    out: dict[str, Any] = {metric.replace("_", " "): f.count(metric) for metric in COUNTS}
     out["live changes"] = len(f.live_changes())
     return out
 

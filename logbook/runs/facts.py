@@ -23,19 +23,32 @@ from logbook.core.textfmt import fmt_setting, is_number
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.plan import rule_differences, structured_rules
 from logbook.eventlog.eventschema import (
-    Event, changes_lr, counted_as, ending, goodput_charge, has_flag, is_afterwards, is_kind, kind_of, kinds_where,
-    parse_ts, run_state,
+    LR_KEYS, Event, changes_lr, counted_as, ending, get_kind, goodput_charge, has_flag, is_afterwards, is_kind, kind_of,
+    kinds_where, parse_ts, run_state,
 )
 from logbook.eventlog.sink import read_metrics
 from logbook.runs.goodput import goodput_report
 
-COUNT_KINDS = {**{c: kinds_where(counted_as=c) for c in ("restarts", "spikes", "rollbacks", "skipped_steps")},
-               "lr_changes": kinds_where(lr_change=True)}
-_COUNT_RULES = {
-    "restarts": "restart events", "spikes": "divergence_detected events", "rollbacks": "rollback events",
-    "skipped_steps": "step_skipped events",
-    "lr_changes": "lr_scaled events plus hparam_change events of lr, lr_scale or muon_lr",
-}
+COUNTS = ("restarts", "spikes", "rollbacks", "skipped_steps", "lr_changes")
+"""The counts predictions and outcomes are written in; which kinds add to each is the registry's (`count_kinds`)."""
+
+
+def count_kinds(metric: str) -> tuple[str, ...]:
+    """The kinds that add to a count, asked of the registry now (a kind registered later is among them)."""
+    if metric not in COUNTS:
+        raise KeyError(metric)
+    return kinds_where(lr_change=True) if metric == "lr_changes" else kinds_where(counted_as=metric)
+
+
+def _count_rule(metric: str) -> str:
+    """What a count counts, in words: "restart events", "lr_scaled events plus hparam_change events of lr, ..."."""
+    lr_keys = f" of {', '.join(LR_KEYS[:-1])} or {LR_KEYS[-1]}"
+
+    def words(kind: str) -> str:
+        # A kind that names the setting it changed (hparam_change) counts as an lr change only for an lr key.
+        keyed = metric == "lr_changes" and get_kind(kind).field("key") is not None
+        return f"{kind} events" + (lr_keys if keyed else "")
+    return " plus ".join(words(k) for k in count_kinds(metric)) or f"events counted as {metric} (no kind is)"
 
 
 @dataclass
@@ -135,7 +148,7 @@ class RunFacts:
 
         A live change re-applied after a restart is the change already counted, not another one.
         """
-        kinds = COUNT_KINDS[metric]
+        kinds = count_kinds(metric)
         cutoff = None if step is None else self.time_past(step)
         again = self.reapplications()
         n = 0
@@ -309,7 +322,7 @@ class RunFacts:
         return spans
 
     def count_rule(self, metric: str) -> str:
-        return _COUNT_RULES[metric]
+        return _count_rule(metric)
 
     def incidents(self) -> list[dict[str, Any]]:
         """The events a report lists as incidents (the registry's `incident` kinds), in log order."""

@@ -14,11 +14,10 @@ from typing import Any
 
 from logbook.core.errors import NotFoundError, UsageError
 from logbook.core.project import Project
+from logbook.eventlog.eventschema import run_states
 from logbook.runs.facts import load_facts
 from logbook.runs.record import all_run_ids, read_run_record
 
-STATES = ("running", "finished", "failed", "aborted", "preempted")
-"""What `--state` accepts: a run's state as its event log says (logbook.eventlog.eventschema.run_state)."""
 
 _AGO = re.compile(r"^(\d+)([hdw])$")
 _UNIT = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
@@ -98,8 +97,9 @@ def list_runs(project: Project, *, state: str | None = None, prereg: str | None 
     `prereg` is a preregistration id or a unique prefix of it (or of its title
     part), as everywhere else; `none` picks the exploratory runs.
     """
-    if state is not None and state not in STATES:
-        raise UsageError(f"--state {state!r} is no run state", hint=f"one of: {', '.join(STATES)}")
+    states = run_states()  # what `--state` accepts: a run's state as its event log says (a `run_state` of the registry)
+    if state is not None and state not in states:
+        raise UsageError(f"--state {state!r} is no run state", hint=f"one of: {', '.join(states)}")
     wanted = _prereg_filter(project, prereg)
     rows = []
     for run_id in all_run_ids(project):

@@ -26,7 +26,7 @@ from typing import Any
 
 from logbook.core.errors import LogbookError, NotFoundError
 from logbook.core.project import Project
-from logbook.eventlog.eventschema import get_kind, kind_of, kinds_where, label, parse_ts, run_state, summary
+from logbook.eventlog.eventschema import get_kind, has_flag, kind_of, label, parse_ts, run_state, summary
 from logbook.eventlog.sink import full_metrics_path
 from logbook.runs.attempt_ends import heartbeat_path, read_heartbeat
 from logbook.runs.facts import RunFacts, load_facts
@@ -39,8 +39,11 @@ STALL_STEPS = 20
 """...nor before this many median steps passed without a sign of life."""
 LAST_EVENTS = 8
 """Events `status` shows by default."""
-QUIET_KINDS = kinds_where(routine=True, guard=None)
-"""Routine events a console leaves out (checkpoint saves); the guard's routine actions (a skipped step) still show."""
+
+
+def is_quiet(rec: dict[str, Any]) -> bool:
+    """A routine event a console leaves out (a checkpoint save); the guard's routine actions (a skip) still show."""
+    return has_flag(rec, routine=True, guard=None)
 
 
 @dataclass
@@ -147,7 +150,7 @@ def run_status(project: Project, run_id: str, *, events: int = LAST_EVENTS, now:
     health, how = _health(project, run_id, facts, age, spp)
     remaining = (facts.total_steps - step) if facts.total_steps and step is not None else None
     eta = remaining * spp if health != "ended" and remaining is not None and spp else None
-    shown = [e for e in facts.run_events() if kind_of(e) not in QUIET_KINDS][-events:] if events else []
+    shown = [e for e in facts.run_events() if not is_quiet(e)][-events:] if events else []
     loss = facts.series.get("loss") or {}
     return RunStatus(
         run=run_id, state=facts.state, health=health, how=how, attempt=_attempt(facts, beat), step=step,

@@ -40,11 +40,10 @@ from typing import Any
 
 from logbook.core.textfmt import is_number
 from logbook.core.typedconfig import check_choice, check_config, check_positive
-from logbook.eventlog.eventschema import KINDS, is_kind, kind_of
+from logbook.eventlog.eventschema import get_kind, is_kind, kind_of
 from logbook.runs.goodput import goodput_of_run
 
 MODES = ("offline", "online")
-ALERT_KINDS = {name: k.alert for name, k in KINDS.items() if k.alert}
 _STATE_BYTES = 4096
 _MAX_ID = 64
 
@@ -281,8 +280,9 @@ class WandbMirror:
         step = e.get("step") if isinstance(e.get("step"), int) else self._last_step
         self._log({"train/step": step, f"events/{kind}": self.counts[kind]})
         self._table.append([e.get("ts"), e.get("attempt"), step, kind, bool(e.get("drill")), _summary(e)])
-        if self.cfg.alerts and kind in ALERT_KINDS:
-            level = getattr(self.wandb.AlertLevel, ALERT_KINDS[kind])
+        schema = get_kind(kind)  # asked per event: a kind registered after import alerts too
+        if self.cfg.alerts and schema is not None and schema.alert:
+            level = getattr(self.wandb.AlertLevel, schema.alert)
             self.run.alert(title=f"{self.run_id}: {kind} at step {step}", text=_summary(e), level=level,
                            wait_duration=0)
 

@@ -52,7 +52,7 @@ from logbook.eventlog.chain import canonical
 from logbook.eventlog.files import iter_folder, write_record
 from logbook.promises.predictions import Prediction
 from logbook.promises.prereg import load_prereg
-from logbook.runs.facts import Measurement, RunFacts, load_facts
+from logbook.runs.facts import COUNTS, Measurement, RunFacts, load_facts
 from logbook.runs.milestones import milestone_step
 from logbook.runs.record import RunRecord, check_run_id, load_run_record
 from logbook.scoring.forecasts import late_sources, run_start_time
@@ -60,7 +60,7 @@ from logbook.scoring.rules import forecast_scores
 
 SCHEMA = 1
 STATUSES = ("confirmed", "refuted", "inconclusive")
-_COUNTS = {"restarts", "spikes", "rollbacks", "skipped_steps", "lr_changes"}
+_COUNTS = frozenset(COUNTS)
 _SERIES = {"loss", "val_loss", "grad_norm", "lr", "tokens_per_s", "mfu", "tokens"}
 
 

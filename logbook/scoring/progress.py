@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any
 
 from logbook.core.textfmt import is_number
-from logbook.eventlog.eventschema import is_kind, kind_of, kinds_where, parse_ts
+from logbook.eventlog.eventschema import has_flag, is_kind, parse_ts
 from logbook.runs.facts import RunFacts, read_metric_rows
 from logbook.scoring.forecasts import forecast_standings
 from logbook.scoring.outcome import judge, measure, point_step, value_at
@@ -25,9 +25,9 @@ from logbook.scoring.outcome import judge, measure, point_step, value_at
 SCORE_KEYS = ("goodput", "since_last", "predictions", "forecasts")
 """What a progress note shows that the logbook works out, not the trainer."""
 
-SINCE_KINDS = {"restarts": kinds_where(counted_as="restarts"), "rollbacks": kinds_where(counted_as="rollbacks"),
-               "changes": kinds_where(setting_change=True), "skips": kinds_where(counted_as="skipped_steps")}
-"""What `since_last` counts, by the event kinds counted."""
+SINCE_FLAGS = {"restarts": {"counted_as": "restarts"}, "rollbacks": {"counted_as": "rollbacks"},
+               "changes": {"setting_change": True}, "skips": {"counted_as": "skipped_steps"}}
+"""What `since_last` counts, by the registry flags of the kinds counted (asked per event, so a later kind counts)."""
 
 
 def missing_scores(data: dict[str, Any]) -> bool:
@@ -90,10 +90,10 @@ def since_last(events: list[dict[str, Any]]) -> dict[str, int]:
     for i, e in enumerate(events):
         if is_kind(e, "milestone"):
             start = i + 1
-    out = dict.fromkeys(SINCE_KINDS, 0)
+    out = dict.fromkeys(SINCE_FLAGS, 0)
     for e in events[start:]:
-        for key, kinds in SINCE_KINDS.items():
-            if kind_of(e) in kinds:
+        for key, flags in SINCE_FLAGS.items():
+            if has_flag(e, **flags):
                 out[key] += 1
     return out
 
