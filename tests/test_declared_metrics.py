@@ -6,6 +6,7 @@ under `logbook run --prereg`, and scores `eval_accuracy` against the value the T
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from conftest import git
-from test_integrations import HF_SCRIPT, _env
+from test_integrations import HF_SCRIPT, LIGHTNING_SCRIPT, _env, _run
 
 from logbook.core.project import open_project
+from logbook.eventlog.sink import full_metrics_path
 from logbook.launch.tbreader import TensorBoardTail
 from logbook.promises.metric_names import FRAMEWORK_NAMES, canonical
 from logbook.promises.predictions import parse_prediction
@@ -150,3 +152,23 @@ def test_eval_accuracy_from_compute_metrics_is_scored_with_the_value_the_trainer
     assert (bleu["status"], bleu["value"]) == ("inconclusive", None)
     assert bleu["reason"] == "not measured: no bleu was logged at any step"
     assert cli("verify").exit_code == 0
+
+
+@pytest.mark.slow
+def test_lightning_writes_a_logged_metric_it_does_not_map_under_its_own_name(logbook_repo, tmp_path):
+    script = LIGHTNING_SCRIPT.replace(
+        '        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))\n',
+        '        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))\n'
+        '        self.log("val/mae", torch.nn.functional.l1_loss(self.net(x), y))  # a metric of its own\n', 1)
+    assert "val/mae" in script
+    (tmp_path / "train.py").write_text(script)
+    _run([sys.executable, str(tmp_path / "train.py"), str(tmp_path / "out")], logbook_repo, RUN_ID="pl-mae",
+         MAX_STEPS="12")
+    rows = [json.loads(line) for line in
+            full_metrics_path(open_project(logbook_repo).state_dir, "pl-mae").read_text().splitlines()]
+    evaluated, = [r for r in rows if "val_mae" in r]
+    assert evaluated["step"] == 12 and "val_loss" in evaluated
+    assert "train_loss" not in evaluated and "loss" not in evaluated  # the training row's, not written twice
+    logged, = [r for r in csv.DictReader((tmp_path / "out" / "csv" / "version_0" / "metrics.csv").open())
+               if r.get("val/mae")]
+    assert evaluated["val_mae"] == pytest.approx(float(logged["val/mae"]), rel=1e-6)  # Lightning's own number
