@@ -38,6 +38,7 @@ def test_eval_loss_is_accepted_as_val_loss_and_eval_accuracy_as_a_metric_of_its_
                                            "--predict", "eval_accuracy@final > 0"))
     assert [p["text"] for p in front["predictions"]] == ["val_loss@final < 3.5", "eval_accuracy@final > 0"]
     assert "metrics" not in front  # nothing declared: the record has the shape it always had
+    assert cli("verify").exit_code == 0
 
 
 @pytest.mark.parametrize("name, bundled", sorted(FRAMEWORK_NAMES.items()))
