@@ -140,7 +140,8 @@ def _render_rules(rules: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def render_amendment_body(front: dict[str, Any], title: str) -> str:
+def render_amendment_body(front: dict[str, Any], title: str, declared: dict[str, Metric] | None = None) -> str:
+    """The Markdown of an amendment; `declared`: the metrics its preregistration declares, which it may predict."""
     heading = f"# Amendment {front['n']} to {title}" if "n" in front else f"# Amendment to {title}"  # older: numbered
     ident = [] if "n" in front else [f"- **Id:** `{front['id']}`"]
     parts = [heading,
@@ -151,7 +152,7 @@ def render_amendment_body(front: dict[str, Any], title: str) -> str:
                         f"- **Kind:** {front['kind']}"]),
              "## Reason", front["reason"]]
     if front["predictions"]:
-        parts += ["## Added predictions", _render_predictions(front["predictions"])]
+        parts += ["## Added predictions", _render_predictions(front["predictions"], declared)]
     if front["contingency"]:
         parts += ["## Added contingency rules", _render_rules(front["contingency"])]
     return "\n\n".join(parts) + "\n"
