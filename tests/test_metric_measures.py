@@ -94,7 +94,7 @@ def test_mfu_is_the_logged_value_and_only_failing_that_the_latest_progress_notes
     from_note = value_at("mfu", noted, 20)
     assert (from_note.value, from_note.step, from_note.rule) == (0.38, 15, "from the progress note at step 15")
     neither = value_at("mfu", _run(), 20)
-    assert neither.value is None and neither.missing == "not measured: no mfu was logged at step 20"
+    assert neither.value is None and neither.missing == "not measured: no mfu was logged at any step"
     both = _run(extra_rows=[{"step": 20, "attempt": 2, "mfu": 0.41}],
                 events=[_e("milestone", 15, 3, T0 + 45, 2, fraction=0.5, mfu=0.38)])
     assert value_at("mfu", both, 20).value == 0.41  # the logged value wins over the note's
@@ -110,7 +110,7 @@ def test_a_step_whose_update_the_guard_refused_is_measured_at_the_last_accepted_
 def test_a_value_never_logged_names_the_nearest_logged_steps_only_where_there_are_some():
     f = _run()
     assert value_at("val_loss", f, 15).missing == "not measured: no val_loss was logged at step 15 (logged nearest: step 10 and 20)"
-    assert value_at("grad_norm", f, 15).missing == "not measured: no grad_norm was logged at step 15"
+    assert value_at("grad_norm", f, 15).missing == "not measured: no grad_norm was logged at any step"
 
 
 def test_a_scored_prediction_carries_its_own_terms_and_what_was_measured():

@@ -237,7 +237,8 @@ def test_a_prediction_that_cannot_fail_names_the_metrics_range(text, message):
 def test_an_unknown_metric_lists_the_known_ones():
     with pytest.raises(UsageError) as err:
         parse_prediction("foo@final < 3")
-    assert err.value.hint == "known metrics: " + ", ".join(sorted(METRICS))
+    assert err.value.hint.startswith("known metrics: " + ", ".join(sorted(METRICS)) + "; the frameworks' names ")
+    assert err.value.hint.endswith("or declare it: --metric NAME:higher|lower|UNIT:DESCRIPTION")
 
 
 def test_a_trajectory_to_dict_names_its_metric_level_and_points_and_rebuilds_from_them():

@@ -20,6 +20,9 @@ prereg_app = command_group("prereg")
 _PREDICT_HELP = ("Machine-checkable prediction `metric@point op threshold [± tol] [(C%)]`, or a forecast "
                  "`metric@point ≈ value [lo, hi] L%` or `metric ≈ {point: value [lo, hi], ...} L%`; repeatable. "
                  "Points: final, step:N (or N), P%. Example: 'val_loss@final < 1.45 ± 0.02 (80%)'.")
+_METRIC_HELP = ("Declare a metric beyond the bundled set, `NAME:DIRECTION_OR_UNIT:DESCRIPTION` (direction higher "
+                "or lower is better, or a unit; fraction, percent and count bound its range); repeatable; it is "
+                "part of the hashed record. Example: 'bleu:higher:corpus BLEU on the dev set'.")
 _RULE_HELP = "Contingency rule `IF condition -> THEN actions`; repeatable. Example: 'loss spike > 4 sigma twice in 500 steps -> rollback 100 steps, lr × 0.9'."
 
 
@@ -29,6 +32,7 @@ def prereg_cmd(
     title: Optional[str] = typer.Option(None, "--title", metavar="TITLE", help="Short title; it names the id and the file."),
     hypothesis: Optional[str] = typer.Option(None, "--hypothesis", metavar="TEXT", help="What you expect and why it matters."),
     predict: Optional[list[str]] = typer.Option(None, "--predict", metavar="EXPR", help=_PREDICT_HELP),
+    metric: Optional[list[str]] = typer.Option(None, "--metric", metavar="SPEC", help=_METRIC_HELP),
     contingency: Optional[list[str]] = typer.Option(None, "--contingency", metavar="RULE", help=_RULE_HELP),
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Training config the run will use (its sha256 is stored); a bare name such as tiny-cpu is configs/tiny-cpu.yaml, copied from logbook's examples if missing."),
     budget: Optional[str] = typer.Option(None, "--budget", metavar="AMOUNT", help="Compute budget, e.g. '8 GPU-hours', '2B tokens', '5000 steps'."),
@@ -52,7 +56,7 @@ def prereg_cmd(
 
     project = open_for_writing()
     from_file = _example(project.root, from_file, "prereg")
-    inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, contingency=contingency,
+    inp = _gather_input(title=title, hypothesis=hypothesis, predict=predict, metric=metric, contingency=contingency,
                         config=config, budget=budget, rationale=rationale, assume=assume, from_file=from_file)
     if inp.config:
         inp.config = str(_example(project.root, inp.config, "config"))
@@ -86,6 +90,9 @@ def _stamp(project, prereg_id: str, digest: str, key: str = "") -> None:
 
 
 def _echo_plan(front: dict[str, Any]) -> None:
+    declared = [m["name"] for m in front.get("metrics") or []]
+    if declared:
+        typer.echo(f"  declared metrics: {', '.join(declared)}")
     preds = [p["text"] for p in front.get("predictions") or []]
     if preds:
         typer.echo(f"  predictions: {' · '.join(preds)}")
@@ -94,11 +101,12 @@ def _echo_plan(front: dict[str, Any]) -> None:
         typer.echo(f"  contingency {i}: {rule['text']}{tag}")
 
 
-def _gather_input(*, title, hypothesis, predict, contingency, config, budget, rationale, assume, from_file):
+def _gather_input(*, title, hypothesis, predict, metric, contingency, config, budget, rationale, assume, from_file):
     from logbook.core.errors import UsageError
     from logbook.promises.prereg_input import PreregInput, input_from_mapping
 
-    flags = {"--title": title, "--hypothesis": hypothesis, "--predict": predict, "--contingency": contingency,
+    flags = {"--title": title, "--hypothesis": hypothesis, "--predict": predict, "--metric": metric,
+             "--contingency": contingency,
              "--config": config, "--budget": budget, "--rationale": rationale, "--assume": assume}
     given = [name for name, v in flags.items() if v]
     if from_file is not None:
@@ -111,7 +119,7 @@ def _gather_input(*, title, hypothesis, predict, contingency, config, budget, ra
     if given:
         return PreregInput(title=title or "", hypothesis=hypothesis or "", predictions=list(predict or []),
                            contingency=list(contingency or []), config=config, budget=budget,
-                           rationale=rationale or "", assumptions=list(assume or []))
+                           rationale=rationale or "", assumptions=list(assume or []), metrics=list(metric or []))
     if is_interactive():
         return _input_from_editor()
     raise UsageError("nothing to preregister",
@@ -120,7 +128,7 @@ def _gather_input(*, title, hypothesis, predict, contingency, config, budget, ra
 
 
 def _template() -> str:
-    from logbook.promises.predictions import known_metrics_text
+    from logbook.promises.metric_names import known_text as known_metrics_text
 
     return f"""\
 # Preregistration. Fill it in, save and close the editor.
@@ -130,7 +138,7 @@ hypothesis: |
 
 # Machine-checkable predictions: metric@point op threshold [± tolerance] [(confidence%)]
 #   points: final, step:5000 (or 5000), 50%    comparators: < <= > >= == !=
-#   metrics: {known_metrics_text()}
+#   metrics: {known_metrics_text()}, any eval_* name an evaluation logs, or one declared below
 # Forecasts: a point with its interval, or a trajectory of points (each interval at the same level)
 predictions:
 #  - val_loss@final < 1.45 ± 0.02 (80%)
@@ -139,6 +147,9 @@ predictions:
 #  - trajectory: val_loss
 #    level: 80%
 #    points: [[25%, 3.1, 2.9, 3.3], [50%, 2.6, 2.45, 2.75], [final, 2.25, 2.2, 2.3]]
+# Metrics beyond the bundled set the predictions name: NAME:higher|lower|UNIT:DESCRIPTION
+metrics:
+#  - bleu:higher:corpus BLEU on the dev set
 # If-then rules the run follows, e.g.
 #  - loss spike > 4 sigma twice within 500 steps -> rollback 100 steps, skip 300 batches, lr × 0.9
 contingency:

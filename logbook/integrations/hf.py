@@ -24,9 +24,11 @@ What each hook records (the recording itself is `recorder.Recorder`'s):
   DDP every rank sees the same reduced gradients and decides alike; under
   FSDP or DeepSpeed each rank holds a shard, and the check is not made for
   them.
-- `on_log`: the metrics row (`loss`, `learning_rate` as `lr`, `grad_norm`;
-  `eval_loss` as `val_loss`), the loss-spike check and the milestones due;
-  with `on_divergence="stop"` a spike sets `control.should_training_stop`.
+- `on_log`: the metrics row (`loss`, `learning_rate` as `lr`, `grad_norm`),
+  the loss-spike check and the milestones due; with `on_divergence="stop"` a
+  spike sets `control.should_training_stop`. An evaluation's row: `eval_loss`
+  as `val_loss`, and every other number it logs (`eval_accuracy` and whatever
+  `compute_metrics` returns) under its own name, so a prediction can name it.
 - `on_save`: `checkpoint_saved` with the `checkpoint-<step>` folder and the
   seconds since the step's last hook (the save's cost: the Trainer saves last).
 - `on_train_end`: `run_finished`, or `run_aborted` after a stop on divergence.
@@ -45,6 +47,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from logbook.integrations.recorder import Recorder
+from logbook.promises.metric_names import EVAL_PREFIX
 
 
 class LogbookCallback(TrainerCallback):
@@ -107,8 +110,9 @@ class LogbookCallback(TrainerCallback):
         self._last_hook = time.perf_counter()
         logs = logs or {}
         step = int(state.global_step)
-        if "eval_loss" in logs:
-            self.recorder.validation(step, logs["eval_loss"])
+        evaluated = {k: v for k, v in logs.items() if k.startswith(EVAL_PREFIX)}
+        if evaluated:
+            self.recorder.evaluation(step, evaluated)
         if "loss" in logs and self.recorder.step(step, logs["loss"], lr=logs.get("learning_rate"),
                                                  grad_norm=logs.get("grad_norm")):
             control.should_training_stop = True

@@ -23,7 +23,9 @@ What each hook records (the recording itself is `recorder.Recorder`'s):
   `training_step` returned, the first optimizer's `lr`, `grad_norm`), the
   loss-spike check (unless it ran before the backward pass) and the
   milestones due; with `on_divergence="stop"` a spike sets `trainer.should_stop`.
-- `on_validation_end`: the logged `val_loss` (or `val/loss`, `eval_loss`).
+- `on_validation_end`: the logged `val_loss` (or `val/loss`, `eval_loss`), and
+  every other number in `trainer.callback_metrics` that is not a bundled
+  metric (`val_acc`, `val/f1` as `val_f1`) under its own name, in one row.
 - `on_save_checkpoint`: Lightning calls it before it writes the file, so
   `checkpoint_saved` is recorded at the next hook, when the file is complete,
   with the newest file the `ModelCheckpoint` callbacks name.
@@ -42,9 +44,6 @@ from typing import Any
 from lightning.pytorch import Callback
 
 from logbook.integrations.recorder import Recorder
-
-VAL_KEYS = ("val_loss", "val/loss", "eval_loss")
-"""The names under which a LightningModule usually logs its validation loss, in the order they are looked for."""
 
 
 class LogbookCallback(Callback):
@@ -119,10 +118,8 @@ class LogbookCallback(Callback):
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking:
             return
-        metrics = trainer.callback_metrics
-        key = next((k for k in VAL_KEYS if k in metrics), None)
-        if key is not None:
-            self.recorder.validation(int(trainer.global_step), metrics[key])
+        # One read of each logged value per validation, not per step: the cost stays off the training loop.
+        self.recorder.evaluation(int(trainer.global_step), trainer.callback_metrics)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
         if self._save is None or self._save[0] != trainer.global_step:  # `save_last` writes a second file

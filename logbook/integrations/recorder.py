@@ -9,7 +9,8 @@ One `Recorder` per training run, driven by an adapter's hooks:
   it (`logbook.runs.attempt_ends`). Under `logbook run -- CMD` the launcher records attempts,
   restarts and the end, so `begin`, `end` and `fail` say nothing of those.
 - `step` writes a metrics row, runs the loss-spike check (`SpikeDetector`) and
-  writes the milestones that are due; `validation`, `checkpoint` likewise.
+  writes the milestones that are due; `evaluation` (the validation loss and
+  every other figure an evaluation logs), `checkpoint` likewise.
 - `judge` runs a spike check before the optimizer step, for an adapter that
   can skip the update (`on_divergence="skip"`): `divergence_detected` with
   `action: skip`, then `step_skipped`, as the bundled trainer records a skip.
@@ -29,6 +30,7 @@ from typing import Any
 
 from logbook.api import ProgressNotes, Run, RunHistory, UsageError, check_run_id, ending, is_kind, run_from_env
 from logbook.eventlog.eventschema import RESTART_CAUSES
+from logbook.promises.metric_names import canonical, is_bundled
 from logbook.runs.attempt_ends import restart_cost
 from logbook.runs.spikes import METRICS as SPIKE_METRICS, Thresholds, spike_signal
 
@@ -231,13 +233,26 @@ class Recorder:
         """An evaluation comes at `step`: a progress note due there waits for it, so it quotes that evaluation."""
         self._held_for = step
 
-    def validation(self, step: int, val_loss: Any) -> None:
-        """An evaluation's loss (HF `eval_loss`, Lightning `val_loss`), recorded as `val_loss`."""
-        v = as_float(val_loss)
-        if self.run is None or v is None:
+    def evaluation(self, step: int, values: Any) -> None:
+        """An evaluation's figures as the framework logged them (HF's `eval_*`, Lightning's `callback_metrics`).
+
+        The validation loss (`eval_loss`, `val/loss`, ...) is recorded as `val_loss`; every other
+        number that is not a bundled metric (which `step` records) goes into the same row under its own name,
+        `/` made `_` (`eval_accuracy`, `val_acc`), so a prediction can name it.
+        """
+        if self.run is None:
             return
-        self.last_val = (step, v)
-        self.run.log_metrics(step, {"val_loss": v, "time": round(time.time(), 3)})
+        row: dict[str, float] = {}
+        for key, value in values.items():
+            name = canonical(str(key))
+            v = as_float(value) if name == "val_loss" or not is_bundled(name) else None
+            if v is not None and name not in ("step", "attempt", "time") and (name not in row or key == name):
+                row[name] = v  # of two spellings of the validation loss, the logbook's own wins
+        if not row:
+            return
+        if "val_loss" in row:
+            self.last_val = (step, row["val_loss"])
+        self.run.log_metrics(step, {**row, "time": round(time.time(), 3)})
         if self._held_for == step:
             self._held_for = None
             self._emit_due(step)

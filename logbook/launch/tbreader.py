@@ -5,8 +5,10 @@ and `torch.utils.tensorboard.SummaryWriter` all write `events.out.tfevents.*`
 files; `logbook run --metrics-from tensorboard:DIR -- CMD` follows every such
 file under DIR as the command writes it (new files included) and turns each
 scalar into a metric of its step. Tags are named as the logbook names its
-metrics (`train/loss` is `loss`, `eval/loss` is `val_loss`, ...), every other
-tag keeps its name with `/` made `_`; `--metrics-tag TAG=NAME` says otherwise.
+metrics (`train/loss` is `loss`, `eval/loss` is `val_loss`, ...: the one mapping
+is `logbook.promises.metric_names`), every other tag keeps its name with `/`
+made `_`, so `eval/accuracy` is the metric `eval_accuracy`; `--metrics-tag
+TAG=NAME` says otherwise.
 """
 
 from __future__ import annotations
@@ -16,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.errors import RefusedError, UsageError
+from logbook.promises.metric_names import FRAMEWORK_NAMES, canonical
 
-KNOWN_TAGS = {"loss": "loss", "train/loss": "loss", "train_loss": "loss", "train/loss_step": "loss",
-              "val_loss": "val_loss", "val/loss": "val_loss", "eval/loss": "val_loss", "eval_loss": "val_loss",
-              "train/learning_rate": "lr", "lr": "lr", "learning_rate": "lr", "train/grad_norm": "grad_norm"}
-"""What the frameworks call the metrics the logbook plots and scores."""
+KNOWN_TAGS = FRAMEWORK_NAMES
+"""What the frameworks call the metrics the logbook plots and scores (`metric_names` owns the mapping)."""
 
 
 def parse_source(text: str, root: Path) -> Path:
@@ -54,7 +55,7 @@ class TensorBoardTail:
                                hint="pip install tensorboard") from None
         self._loader_class, self._tensor_util = EventFileLoader, tensor_util
         self.folder = folder
-        self.tags = {**KNOWN_TAGS, **(tags or {})}
+        self.tags = dict(tags or {})  # the user's names; every other tag is named by `canonical`
         self._loaders: dict[Path, Any] = {}
 
     def new_rows(self) -> list[tuple[int, dict[str, float]]]:
@@ -72,7 +73,7 @@ class TensorBoardTail:
         return sorted(rows.items())
 
     def _name(self, tag: str) -> str:
-        return self.tags.get(tag) or tag.replace("/", "_")
+        return self.tags.get(tag) or canonical(tag)
 
     def _scalar(self, value: Any) -> float | None:
         if value.HasField("simple_value"):

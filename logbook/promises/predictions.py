@@ -30,7 +30,10 @@ holds when |x - T| <= t (the band of equality).
 
 A prediction must be able to fail and able to hold over the metric's range
 (`restarts >= 0` cannot fail; `loss < 0` cannot hold): `check_falsifiable`
-refuses both, and unknown metric names list the known ones. It also refuses a
+refuses both, and an unknown metric name is refused with the closest known one.
+A metric is a bundled one, a framework's name for one (`eval_loss` is
+`val_loss`), any other `eval_*` name an evaluation logs, or one the
+preregistration declares (`logbook.promises.metric_names`). It also refuses a
 count compared with a fraction (`restarts <= 2.5` means `<= 2`: say so) and a
 tolerance wider than everything the threshold accepts (`loss < 3 ± 5`: the
 tolerance, not the threshold, would decide).
@@ -57,57 +60,20 @@ and stays out of probability scores.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from logbook.core.errors import UsageError
+from logbook.promises.metric_names import BUNDLED as METRICS
+from logbook.promises.metric_names import Metric, framework_metric, lookup
 
 AtKind = Literal["final", "step", "fraction"]
 OPS = ("<", "<=", ">", ">=", "==", "!=")
 POINT_OP = "≈"
 _OP_ALIASES = {"≤": "<=", "≥": ">=", "≠": "!=", "=<": "<=", "=>": ">=", "~=": POINT_OP, "~": POINT_OP}
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A run metric a prediction may name."""
-
-    name: str
-    """Identifier used in predictions."""
-    unit: str
-    """Unit for people (`nats`, `count`, `fraction`, ...)."""
-    lo: float
-    """Smallest value the metric can take (inclusive)."""
-    hi: float
-    """Largest value the metric can take (inclusive; `inf` when unbounded)."""
-    integer: bool
-    """True for counts: only whole numbers occur."""
-    description: str
-    """A noun phrase for people. Counts are cumulative up to the point checked."""
-
-
-INF = math.inf
-METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("val_loss", "nats", 0, INF, False, "validation loss (cross-entropy)"),
-    Metric("loss", "nats", 0, INF, False, "training loss (cross-entropy)"),
-    Metric("val_ppl", "perplexity", 1, INF, False, "validation perplexity, exp(val_loss)"),
-    Metric("spikes", "count", 0, INF, True, "loss or gradient-norm spikes detected"),
-    Metric("restarts", "count", 0, INF, True, "restarts after failures"),
-    Metric("rollbacks", "count", 0, INF, True, "rollbacks to an earlier checkpoint"),
-    Metric("lr_changes", "count", 0, INF, True, "learning-rate changes (by the guard or by hand)"),
-    Metric("skipped_steps", "count", 0, INF, True, "optimizer updates skipped by the guard"),
-    Metric("tokens_per_s", "tokens/s", 0, INF, False, "training throughput"),
-    Metric("mfu", "fraction", 0, 1, False, "model FLOPs utilisation"),
-    Metric("goodput", "fraction", 0, 1, False, "productive training time over wall time"),
-    Metric("grad_norm", "L2 norm", 0, INF, False, "global gradient norm"),
-    Metric("steps", "count", 0, INF, True, "optimizer steps completed"),
-    Metric("tokens", "count", 0, INF, True, "training tokens consumed"),
-    Metric("lr", "learning rate", 0, INF, False, "current learning rate"),
-    Metric("wall_hours", "hours", 0, INF, False, "wall-clock time since the run started"),
-)}
 
 
 def milestone_step(fraction: float, total_steps: int) -> int:
@@ -116,10 +82,6 @@ def milestone_step(fraction: float, total_steps: int) -> int:
         raise ValueError(f"total_steps must be positive, got {total_steps}")
     # The epsilon keeps 0.3 * 10 (= 3.0000000000000004) from rounding up to 4.
     return max(1, min(total_steps, math.ceil(fraction * total_steps - 1e-9)))
-
-
-def known_metrics_text() -> str:
-    return ", ".join(sorted(METRICS))
 
 
 @dataclass(frozen=True)
@@ -168,6 +130,8 @@ class Prediction:
     """Upper end of a point forecast's interval (None for a threshold)."""
     curve: str | None = None
     """The canonical text of the trajectory this point belongs to, if any."""
+    spec: Metric | None = field(default=None, compare=False, repr=False)
+    """The metric as parsed (bundled, a framework's or declared): its range and words; None: looked up by name."""
 
     @property
     def is_point(self) -> bool:
@@ -205,13 +169,14 @@ class Prediction:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Prediction:
-        """Rebuild from front matter; the text is authoritative, fields must agree.
+    def from_dict(cls, d: dict[str, Any], declared: Mapping[str, Metric] | None = None) -> Prediction:
+        """Rebuild from front matter (`declared`: the metrics its record declares); the text is authoritative,
+        fields must agree.
 
         Only the syntax is checked: a prediction accepted when it was written
         stays readable even if a metric's documented range changes later.
         """
-        p = parse_prediction_syntax(str(d.get("text", "")))
+        p = parse_prediction_syntax(str(d.get("text", "")), declared)
         if isinstance(p, Trajectory):
             raise UsageError(f"prediction {d.get('text')!r} is a trajectory, not a single prediction")
         mine = p.to_dict()
@@ -248,7 +213,7 @@ class Prediction:
 
     def describe(self) -> str:
         """A sentence for people: what is checked, where and against what."""
-        m = METRICS[self.metric]
+        m = metric_of(self)
         where = {"final": "at the end of the run", "step": f"at step {self.at.value}",
                  "fraction": f"at {self.at.to_text()} of the run"}[self.at.kind]
         if self.is_point:
@@ -280,9 +245,9 @@ class Trajectory:
                             "interval": [_plain_number(p.lo), _plain_number(p.hi)]} for p in self.points]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+    def from_dict(cls, d: dict[str, Any], declared: Mapping[str, Metric] | None = None) -> Trajectory:
         """Rebuild from front matter; the text is authoritative, fields must agree."""
-        t = parse_prediction_syntax(str(d.get("text", "")))
+        t = parse_prediction_syntax(str(d.get("text", "")), declared)
         if not isinstance(t, Trajectory):
             raise UsageError(f"prediction {d.get('text')!r} is marked as a trajectory but is not one")
         mine = t.to_dict()
@@ -291,7 +256,7 @@ class Trajectory:
         return t
 
     def describe(self) -> str:
-        m = METRICS[self.metric]
+        m = metric_of(self.points[0])
         shown = ", ".join(f"{p._interval_text()} at {p.at.to_text()}" for p in self.points)
         return (f"{m.description} along the run, {_level_text(self.level)} intervals: {shown}")
 
@@ -300,11 +265,16 @@ Forecast = Prediction | Trajectory
 """What one line of a preregistration's predictions is."""
 
 
-def forecast_from_dict(d: dict[str, Any]) -> Forecast:
-    """A prediction or a trajectory from its front-matter entry."""
+def forecast_from_dict(d: dict[str, Any], declared: Mapping[str, Metric] | None = None) -> Forecast:
+    """A prediction or a trajectory from its front-matter entry (`declared`: the metrics its record declares)."""
     if isinstance(d, dict) and d.get("kind") == "trajectory":
-        return Trajectory.from_dict(d)
-    return Prediction.from_dict(d)
+        return Trajectory.from_dict(d, declared)
+    return Prediction.from_dict(d, declared)
+
+
+def metric_of(p: Prediction) -> Metric:
+    """The metric `p` names: as parsed, else the bundled one or (an `eval_*` name) the framework's."""
+    return p.spec or METRICS.get(p.metric) or framework_metric(p.metric)
 
 
 def flatten(items: list[Forecast]) -> list[Prediction]:
@@ -401,7 +371,7 @@ def _shortest(x: float, scale: float = 1.0, digits: int | None = None) -> str:
 
 # --- parsing -----------------------------------------------------------------
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:/[A-Za-z0-9_]+)*")  # `eval/loss`: TensorBoard's tags
 _NUMBER = re.compile(r"[+-]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?(?:[kKMBGT](?![A-Za-z0-9_]))?%?")
 _OP = re.compile(r"<=|>=|==|!=|=<|=>|~=|<|>|≤|≥|≠|≈|~|=")
 _LEVEL = re.compile(r"\d+(?:\.\d+)?\s*%")
@@ -506,15 +476,18 @@ def _parse_at_point(cur: _Cursor) -> At:
     return At("step", int(digits))
 
 
-def parse_prediction(text: str) -> Forecast:
-    """Parse and validate one prediction or forecast (syntax, metric, falsifiability)."""
-    p = parse_prediction_syntax(text)
+def parse_prediction(text: str, declared: Mapping[str, Metric] | None = None) -> Forecast:
+    """Parse and validate one prediction or forecast (syntax, metric, falsifiability).
+
+    `declared`: the metrics the preregistration declares beyond the bundled set (`metric_names`).
+    """
+    p = parse_prediction_syntax(text, declared)
     for one in p.points if isinstance(p, Trajectory) else (p,):
         check_falsifiable(one, text if one is p else None)
     return p
 
 
-def parse_prediction_syntax(text: str) -> Forecast:
+def parse_prediction_syntax(text: str, declared: Mapping[str, Metric] | None = None) -> Forecast:
     """Parse one prediction, point forecast or trajectory; errors say what was expected and at which column."""
     if not isinstance(text, str) or not text.strip():
         raise UsageError("empty prediction", hint="write e.g. `val_loss@final < 1.45`")
@@ -525,7 +498,7 @@ def parse_prediction_syntax(text: str) -> Forecast:
     name = cur.match(_NAME)
     if name is None:
         raise cur.fail("expected a metric name")
-    metric = _lookup_metric(name)
+    metric = lookup(name, declared)
     cur.skip_ws()
     at, has_at = At("final"), cur.text.startswith("@", cur.pos)
     if has_at:
@@ -546,7 +519,7 @@ def parse_prediction_syntax(text: str) -> Forecast:
     if op == POINT_OP:
         value, lo, hi = _parse_interval(cur, metric)
         level = _parse_level(cur)
-        return _finish(cur, Prediction(metric.name, at, op, value, 0.0, level, lo, hi))
+        return _finish(cur, Prediction(metric.name, at, op, value, 0.0, level, lo, hi, spec=metric))
     raw = cur.match(_NUMBER)
     if raw is None:
         raise cur.fail(f"expected a threshold number after `{op}`")
@@ -562,7 +535,7 @@ def parse_prediction_syntax(text: str) -> Forecast:
         tolerance = _number(raw_t, cur, "the tolerance", percent_ok=metric.unit == "fraction")
     cur.skip_ws()
     confidence = _parse_level(cur) if cur.text.startswith("(", cur.pos) else None
-    return _finish(cur, Prediction(metric.name, at, op, threshold, tolerance, confidence))
+    return _finish(cur, Prediction(metric.name, at, op, threshold, tolerance, confidence, spec=metric))
 
 
 def _finish(cur: _Cursor, p: Forecast) -> Forecast:
@@ -650,23 +623,15 @@ def _parse_trajectory(cur: _Cursor, metric: Metric) -> Trajectory:
     if len(raw_points) < 2:
         raise cur.fail("a trajectory needs at least two points; a single one is a point forecast (`@50% ≈ ...`)")
     level = _parse_level(cur)
-    points = tuple(Prediction(metric.name, a, POINT_OP, v, confidence=level, lo=lo, hi=hi) for a, v, lo, hi in raw_points)
+    points = tuple(Prediction(metric.name, a, POINT_OP, v, confidence=level, lo=lo, hi=hi, spec=metric)
+                   for a, v, lo, hi in raw_points)
     curve = Trajectory(metric.name, level, points).to_text()  # each point knows the curve it belongs to
     return Trajectory(metric.name, level, tuple(replace(p, curve=curve) for p in points))
 
 
-def _lookup_metric(name: str) -> Metric:
-    m = METRICS.get(name) or METRICS.get(name.lower())
-    if m is not None:
-        return m
-    close = difflib.get_close_matches(name.lower(), list(METRICS), n=1)
-    hint = (f"did you mean `{close[0]}`? " if close else "") + f"known metrics: {known_metrics_text()}"
-    raise UsageError(f"unknown metric `{name}`", hint=hint)
-
-
 def check_falsifiable(p: Prediction, text: str | None = None) -> None:
     """Refuse a prediction that holds (or fails) for every value the metric can take."""
-    m = METRICS[p.metric]
+    m = metric_of(p)
     shown = text.strip() if text else p.to_text()
     if p.is_point:
         _check_interval(p, m, shown)

@@ -31,6 +31,7 @@ from logbook.core.errors import NotFoundError, RefusedError, TamperedError, Usag
 from logbook.core.project import Project
 from logbook.records import gitbind
 from logbook.promises.contingency import ContingencyRule
+from logbook.promises.metric_names import Metric, declared_in
 from logbook.promises.predictions import Forecast, Prediction, flatten, forecast_from_dict
 from logbook.promises.prereg_format import SCHEMA, hash_as_written, read_record, render_body, render_record
 from logbook.promises.prereg_input import ID_RE, PreregInput, check_id, slugify, validate_input
@@ -92,6 +93,8 @@ class Prereg:
     sha256: str
     front: dict[str, Any]
     body: str
+    metrics: dict[str, Metric] = field(default_factory=dict)
+    """The metrics it declares beyond the bundled set, by name (`metric_names`); its amendments may predict them."""
     amendments: list[Amendment] = field(default_factory=list)
 
     def in_force(self, keys: list[str] | None) -> list[Amendment]:
@@ -167,8 +170,10 @@ def create_prereg(project: Project, inp: PreregInput, *, now: datetime | None = 
         raise RefusedError(f"preregistration {prereg_id} already exists", hint="ids are never reused; retry for a new one")
     front = {"schema": SCHEMA, "id": prereg_id, "title": fields["title"],
              "created": created.strftime("%Y-%m-%dT%H:%M:%SZ"), "author": author,
-             **{k: fields[k] for k in ("hypothesis", "rationale", "assumptions", "predictions",
-                                       "contingency", "config", "budget")},
+             **{k: fields[k] for k in ("hypothesis", "rationale", "assumptions")},
+             # Only a preregistration that declares metrics has the key, so one that does not reads as before.
+             **({"metrics": fields["metrics"]} if fields.get("metrics") else {}),
+             **{k: fields[k] for k in ("predictions", "contingency", "config", "budget")},
              "base_commit": state.head}
     # What the working tree held beyond the base commit (an untracked config, an
     # edit not yet committed): a run that trains this very code is no deviation.
@@ -195,13 +200,14 @@ def _committed_anywhere(project: Project, prereg_id: str) -> bool:
 
 # --- reading -----------------------------------------------------------------
 
-def _load_amendment(project: Project, prereg_id: str, key: str, path: Path) -> Amendment:
+def _load_amendment(project: Project, prereg_id: str, key: str, path: Path,
+                    declared: dict[str, Metric]) -> Amendment:
     front, body, digest = read_record(path, relpath(project, path))
     try:
         return Amendment(
             prereg_id=prereg_id, n=0, key=key, created=str(front["created"]), author=str(front["author"]),
             reason=str(front["reason"]), seen=str(front["seen"]),
-            predictions=[forecast_from_dict(d) for d in front.get("predictions") or []],
+            predictions=[forecast_from_dict(d, declared) for d in front.get("predictions") or []],
             contingency=[ContingencyRule.from_dict(d) for d in front.get("contingency") or []],
             runs_started=list(front.get("runs_started") or []), path=path, sha256=digest, front=front, body=body)
     except (KeyError, TypeError, ValueError, AttributeError, UsageError) as e:
@@ -234,17 +240,19 @@ def load_prereg(project: Project, prereg_id: str) -> Prereg:
                             hint=f"known: {', '.join(known[-5:])}" if known else "none yet: create one with `logbook prereg`")
     front, body, digest = read_record(path, relpath(project, path))
     try:
+        declared = declared_in(front)
         prereg = Prereg(
             id=str(front["id"]), title=str(front["title"]), created=str(front["created"]),
             author=str(front["author"]), hypothesis=str(front["hypothesis"]),
             rationale=str(front.get("rationale") or ""), assumptions=list(front.get("assumptions") or []),
-            predictions=[forecast_from_dict(d) for d in front["predictions"]],
+            predictions=[forecast_from_dict(d, declared) for d in front["predictions"]],
             contingency=[ContingencyRule.from_dict(d) for d in front.get("contingency") or []],
             config=front.get("config"), budget=front.get("budget"), base_commit=str(front.get("base_commit", "")),
-            path=path, sha256=digest, front=front, body=body)
+            path=path, sha256=digest, front=front, body=body, metrics=declared)
     except (KeyError, TypeError, ValueError, AttributeError, UsageError) as e:
         raise TamperedError(f"{relpath(project, path)}: front matter is damaged ({e})") from None
-    amendments = sorted((_load_amendment(project, prereg_id, k, p) for k, p in amendment_files(project, prereg_id)),
+    amendments = sorted((_load_amendment(project, prereg_id, k, p, declared)
+                         for k, p in amendment_files(project, prereg_id)),
                         key=_order)
     for n, a in enumerate(amendments, start=1):
         a.n = n

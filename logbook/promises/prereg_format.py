@@ -25,6 +25,7 @@ from logbook.core.errors import TamperedError, UsageError
 from logbook.core.yamlsafe import load_yaml_text
 from logbook.eventlog.chain import canonical
 from logbook.promises.contingency import ContingencyRule
+from logbook.promises.metric_names import Metric, declared_in
 from logbook.promises.predictions import parse_prediction
 
 SCHEMA = 1
@@ -109,13 +110,25 @@ def render_body(front: dict[str, Any]) -> str:
         parts += ["## Rationale", front["rationale"]]
     if front.get("assumptions"):
         parts += ["## Assumptions", _bullets(front["assumptions"])]
-    parts += ["## Predictions", _render_predictions(front["predictions"])]
+    declared = declared_in(front)
+    if declared:
+        parts += ["## Declared metrics", _render_declared(declared)]
+    parts += ["## Predictions", _render_predictions(front["predictions"], declared)]
     parts += ["## Contingency plan", _render_rules(front.get("contingency") or []) or "No contingency rules."]
     return "\n\n".join(parts) + "\n"
 
 
-def _render_predictions(preds: list[dict[str, Any]]) -> str:
-    return "\n".join(f"{i}. `{d['text']}`: {parse_prediction(d['text']).describe()}" for i, d in enumerate(preds, 1))
+def _render_predictions(preds: list[dict[str, Any]], declared: dict[str, Metric] | None = None) -> str:
+    return "\n".join(f"{i}. `{d['text']}`: {parse_prediction(d['text'], declared).describe()}"
+                     for i, d in enumerate(preds, 1))
+
+
+def _render_declared(declared: dict[str, Metric]) -> str:
+    """One line per declared metric: its name, which way is better or its unit, and what it measures."""
+    def kind(m: Metric) -> str:
+        return f"{m.direction} is better" if m.direction else f"in {m.unit}"
+
+    return "\n".join(f"- `{m.name}` ({kind(m)}): {m.description}" for m in declared.values())
 
 
 def _render_rules(rules: list[dict[str, Any]]) -> str:
@@ -127,7 +140,8 @@ def _render_rules(rules: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def render_amendment_body(front: dict[str, Any], title: str) -> str:
+def render_amendment_body(front: dict[str, Any], title: str, declared: dict[str, Metric] | None = None) -> str:
+    """The Markdown of an amendment; `declared`: the metrics its preregistration declares, which it may predict."""
     heading = f"# Amendment {front['n']} to {title}" if "n" in front else f"# Amendment to {title}"  # older: numbered
     ident = [] if "n" in front else [f"- **Id:** `{front['id']}`"]
     parts = [heading,
@@ -138,7 +152,7 @@ def render_amendment_body(front: dict[str, Any], title: str) -> str:
                         f"- **Kind:** {front['kind']}"]),
              "## Reason", front["reason"]]
     if front["predictions"]:
-        parts += ["## Added predictions", _render_predictions(front["predictions"])]
+        parts += ["## Added predictions", _render_predictions(front["predictions"], declared)]
     if front["contingency"]:
         parts += ["## Added contingency rules", _render_rules(front["contingency"])]
     return "\n\n".join(parts) + "\n"

@@ -18,6 +18,7 @@ from logbook.core.errors import UsageError, did_you_mean
 from logbook.core.project import Project
 from logbook.promises.contingency import ContingencyRule, parse_rule
 from logbook.promises.measurable import cadence_of_file, check_measurable
+from logbook.promises.metric_names import Metric, check_declarations, declaration_from_mapping, near_miss, to_record
 from logbook.promises.predictions import Forecast, flatten, merge_stated_twice, parse_prediction
 
 ID_RE = re.compile(r"^\d{4}-\d{2}-\d{2}-[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -132,9 +133,13 @@ class PreregInput:
     budget: str | None = None
     rationale: str = ""
     assumptions: list[str] = field(default_factory=list)
+    metrics: list[Any] = field(default_factory=list)
+    """Metrics declared beyond the bundled set: `NAME:DIRECTION_OR_UNIT:DESCRIPTION` lines, or (from YAML)
+    mappings with name, direction or unit, and description (`metric_names`)."""
 
 
-INPUT_KEYS = ("title", "hypothesis", "predictions", "contingency", "config", "budget", "rationale", "assumptions")
+INPUT_KEYS = ("title", "hypothesis", "metrics", "predictions", "contingency", "config", "budget", "rationale",
+              "assumptions")
 
 
 def input_from_mapping(data: Any, source: str) -> PreregInput:
@@ -167,9 +172,14 @@ def input_from_mapping(data: Any, source: str) -> PreregInput:
             raise UsageError(f"{source}: `{key}` must be a list of lines")
         return [str(x) for x in v]
 
+    metrics = data.get("metrics") or []
+    if not isinstance(metrics, list):
+        raise UsageError(f"{source}: `metrics` must be a list of `NAME:DIRECTION_OR_UNIT:DESCRIPTION` lines "
+                         "or of mappings with name, direction or unit, and description")
     return PreregInput(title=text("title"), hypothesis=text("hypothesis"), predictions=items("predictions"),
                        contingency=items("contingency"), config=text("config") or None,
-                       budget=text("budget") or None, rationale=text("rationale"), assumptions=items("assumptions"))
+                       budget=text("budget") or None, rationale=text("rationale"), assumptions=items("assumptions"),
+                       metrics=metrics)
 
 
 _TRAJECTORY_KEYS = ("trajectory", "level", "points", "file")
@@ -232,13 +242,27 @@ def _points_from_file(name: Any, source: str) -> list[list[str]]:
 
 # --- checking all of it ------------------------------------------------------
 
-def check_predictions(texts: list[str]) -> list[Forecast]:
-    """Parse each prediction, numbered from 1 in messages; the same prediction twice is refused."""
+def check_metrics(entries: list[Any]) -> list[Metric]:
+    """Parse each declared metric (a line or a mapping), numbered from 1 in messages."""
+    out = []
+    for i, entry in enumerate(entries, start=1):
+        try:
+            out.append(declaration_from_mapping(entry, f"metric {i}"))
+        except UsageError as e:
+            raise UsageError(f"metric {i}: {e.message}", hint=e.hint) from None
+    return check_declarations(out)
+
+
+def check_predictions(texts: list[str], declared: dict[str, Metric] | None = None) -> list[Forecast]:
+    """Parse each prediction, numbered from 1 in messages; the same prediction twice is refused.
+
+    `declared`: the metrics the preregistration declares, which its predictions may name too.
+    """
     out = []
     for i, raw in enumerate(texts, start=1):
         check_text(raw, f"prediction {i}", required=True)
         try:
-            out.append(parse_prediction(raw))
+            out.append(parse_prediction(raw, declared))
         except UsageError as e:
             raise UsageError(f"prediction {i}: {e.message}", hint=e.hint) from None
     texts_seen = [p.to_text() for p in out]
@@ -297,9 +321,12 @@ def validate_input(project: Project, inp: PreregInput) -> tuple[dict[str, Any], 
     if not inp.predictions:
         raise UsageError("no predictions given",
                          hint="add at least one machine-checkable prediction: --predict 'val_loss@final < 1.45'")
-    predictions, merged = merge_stated_twice(check_predictions(list(inp.predictions)))
+    declared = check_metrics(list(inp.metrics))
+    by_name = {m.name: m for m in declared}
+    predictions, merged = merge_stated_twice(check_predictions(list(inp.predictions), by_name))
     rules, warnings = check_contingency(list(inp.contingency))
     warnings += merged
+    warnings += [w for w in dict.fromkeys(near_miss(p.metric, by_name) for p in flatten(predictions)) if w]
     config = _config_entry(project, inp.config)
     if config:
         _check_measurable(project, config["path"], predictions)
@@ -312,6 +339,7 @@ def validate_input(project: Project, inp: PreregInput) -> tuple[dict[str, Any], 
         "hypothesis": hypothesis,
         "rationale": check_text(inp.rationale or "", "the rationale"),
         "assumptions": [check_text(a, f"assumption {i}", required=True) for i, a in enumerate(inp.assumptions, 1)],
+        "metrics": [to_record(m) for m in declared],
         "predictions": [p.to_dict() for p in predictions],
         "contingency": [r.to_dict() for r in rules],
         "config": config,

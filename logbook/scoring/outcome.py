@@ -6,6 +6,9 @@ and judged with `Prediction.verdict`: **confirmed**, **refuted**, or
 **inconclusive** when there is nothing to judge (the metric was never logged,
 the run ended or is still going before that point). Each result keeps the
 measured value, the step it was taken at and the rule that picked it.
+A framework's metric (`eval_accuracy`) or a declared one is read from the
+metrics stream under its own name; one the run never logged is "not
+measured", never scored against another metric.
 
 Points in the run:
 
@@ -61,7 +64,6 @@ from logbook.scoring.rules import forecast_scores
 SCHEMA = 1
 STATUSES = ("confirmed", "refuted", "inconclusive")
 _COUNTS = frozenset(COUNTS)
-_SERIES = {"loss", "val_loss", "grad_norm", "lr", "tokens_per_s", "mfu", "tokens"}
 
 
 OUTCOME_SOURCE = "outcome"
@@ -243,7 +245,13 @@ WINDOW_SHARE = 0.05
 
 
 def _series(facts: RunFacts, metric: str, step: int, window: int | None = None) -> Measurement:
-    """The value at `step` itself; another step's only where the preregistration said how (`@~STEP±W`)."""
+    """The value at `step` itself; another step's only where the preregistration said how (`@~STEP±W`).
+
+    Any metric the stream holds is measured by its name (a framework's `eval_accuracy`, a declared
+    `bleu`); one the run never logged is not measured, never taken from another metric.
+    """
+    if not facts.series.get(metric):
+        return Measurement(missing=f"not measured: no {metric} was logged at any step")
     if window is not None:
         found = facts.nearest_within(metric, step, window)
         if found is None:
