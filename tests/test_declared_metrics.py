@@ -173,3 +173,14 @@ def test_lightning_writes_a_logged_metric_it_does_not_map_under_its_own_name(log
     logged, = [r for r in csv.DictReader((tmp_path / "out" / "csv" / "version_0" / "metrics.csv").open())
                if r.get("val/mae")]
     assert evaluated["val_mae"] == pytest.approx(float(logged["val/mae"]), rel=1e-6)  # Lightning's own number
+
+
+def test_an_amendment_may_predict_a_metric_its_preregistration_declares_and_no_other(logbook_repo, cli):
+    pid = _prereg(cli, "--metric", "bleu:higher:corpus BLEU on the dev set", "--predict", "bleu@final > 10")
+    assert pid.exit_code == 0, pid.output
+    pid = pid.stdout.split()[1]
+    res = cli("prereg", "amend", pid, "--seen", "nothing", "--reason", "a second bar", "--predict", "bleu@50% > 5")
+    assert res.exit_code == 0, res.output
+    res = cli("prereg", "amend", pid, "--seen", "nothing", "--reason", "a typo", "--predict", "rouge@final > 5")
+    assert res.exit_code == 2 and "unknown metric `rouge`" in res.stderr
+    assert cli("verify").exit_code == 0

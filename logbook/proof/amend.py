@@ -33,9 +33,9 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
         raise UsageError(f"--seen must be one of {', '.join(SEEN)}, got {seen!r}",
                          hint="nothing: nothing run yet; run-started: no results seen; results: results seen")
     reason = check_text(reason or "", "the reason", required=True)
-    preds = check_predictions(list(predictions or []))
-    rules, warnings = check_contingency(list(contingency or []))
     prereg = load_prereg(project, prereg_id)
+    preds = check_predictions(list(predictions or []), prereg.metrics)  # its declared metrics may be predicted too
+    rules, warnings = check_contingency(list(contingency or []))
     if not preds and not rules:
         raise UsageError("the amendment changes nothing: it adds no prediction and no contingency rule",
                          hint='add --predict "metric@point op value" or --contingency "RULE"; '
@@ -69,7 +69,7 @@ def amend_prereg(project: Project, prereg_id: str, *, reason: str, seen: str,
              "previous": {"file": prev_path.name, "sha256": prev_hash},
              "predictions": [p.to_dict() for p in preds], "contingency": [r.to_dict() for r in rules],
              "runs_started": runs, "base_commit": state.head}
-    body = render_amendment_body(front, prereg.title)
+    body = render_amendment_body(front, prereg.title, prereg.metrics)
     digest = hash_as_written(front, body)
     path = amendment_path(project, prereg_id, key)
     message = gitbind.format_message(

@@ -25,7 +25,7 @@ import yaml
 from logbook.core.bundled import safe_env, safe_python
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
-from logbook.eventlog.eventschema import Event
+from logbook.eventlog.eventschema import Event, is_kind
 from logbook.runs.facts import COUNTS, RunFacts, load_facts
 from logbook.runs.record import RunRecord, check_run_id, read_run_record
 
@@ -120,7 +120,7 @@ def recorded_config(facts: RunFacts) -> tuple[dict[str, Any], str] | None:
     A framework's run (HF, Lightning, a script through `Run.config`) names what it trains with; that is a better
     source than the file it was launched with, which for a wrapped script is the script itself.
     """
-    last = next((e for e in reversed(facts.events) if e.get("kind") == "config_recorded"), None)
+    last = next((e for e in reversed(facts.events) if is_kind(e, "config_recorded")), None)
     hparams = (last or {}).get("data", {}).get("hparams")
     return (flatten(hparams), "as the trainer reported it") if isinstance(hparams, dict) else None
 

@@ -23,7 +23,7 @@ from logbook.eventlog.chain import iter_records
 from logbook.eventlog.files import run_record_problem
 from logbook.eventlog.eventstream import check_run_id, run_log_path
 from logbook.trust.signatures import sign_record
-from logbook.eventlog.eventschema import run_state
+from logbook.eventlog.eventschema import is_kind, run_state
 
 @dataclass
 class RunRecord:
@@ -161,7 +161,7 @@ def read_run_record(project: Project, run_id: str) -> RunRecord:
 def record_from_log(project: Project, run_id: str) -> RunRecord | None:
     """A run record read from the log's first `run_started` (None without one): nothing is filled in that it lacks."""
     for e in iter_records(run_log_path(project, run_id)):
-        if e.get("kind") != "run_started":
+        if not is_kind(e, "run_started"):
             continue
         d = e.get("data") if isinstance(e.get("data"), dict) else {}
         pid = d.get("prereg_id") if isinstance(d.get("prereg_id"), str) and d.get("prereg_id") else None
