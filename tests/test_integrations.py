@@ -67,6 +67,14 @@ class Slow(TrainerCallback):  # gives the test time to kill the first attempt mi
         time.sleep(float(os.environ.get("SLOW_STEP_S", "0")))
 
 
+class ChangeLR(TrainerCallback):  # the user's own callback: from step N on, every update at another learning rate
+    def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
+        at, lr = os.environ.get("LR_AT", ":").split(":")
+        if at and state.global_step + 1 >= int(at):
+            for g in optimizer.param_groups:
+                g["lr"] = float(lr)
+
+
 out = sys.argv[1]
 torch.manual_seed(0)
 model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32,
@@ -77,7 +85,7 @@ args = TrainingArguments(output_dir=out, max_steps=int(os.environ.get("MAX_STEPS
                          logging_steps=1, save_strategy="steps", save_steps=6, eval_strategy="steps", eval_steps=12,
                          report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
 trainer = Spiking(model=model, args=args, train_dataset=RandomTokens(512), eval_dataset=RandomTokens(32),
-                  callbacks=[Slow(), LogbookCallback(run_id=os.environ.get("RUN_ID", "hf-tiny"),
+                  callbacks=[Slow(), ChangeLR(), LogbookCallback(run_id=os.environ.get("RUN_ID", "hf-tiny"),
                                                      on_divergence=os.environ.get("ON_DIVERGENCE"))])
 trainer.train(resume_from_checkpoint=sys.argv[2:] == ["resume"] or None)
 with open(os.path.join(out, "log_history.json"), "w") as f:
@@ -131,6 +139,14 @@ class Tiny(L.LightningModule):
             f.write(f"{self.global_step} {os.getpid()}\\n")
 
 
+class ChangeLR(L.Callback):  # the user's own callback: from step N on, every update at another learning rate
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        at, lr = os.environ.get("LR_AT", ":").split(":")
+        if at and trainer.global_step + 1 >= int(at):
+            for g in trainer.optimizers[0].param_groups:
+                g["lr"] = float(lr)
+
+
 def data(n):
     g = torch.Generator().manual_seed(n)
     x = torch.randn(n, 8, generator=g)
@@ -144,7 +160,7 @@ trainer = L.Trainer(max_steps=int(os.environ.get("MAX_STEPS", "36")), accelerato
                     limit_val_batches=2, num_sanity_val_steps=0, log_every_n_steps=1, enable_progress_bar=False,
                     enable_model_summary=False, logger=CSVLogger(out, name="csv"),
                     callbacks=[ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), save_last=True, save_top_k=-1,
-                                               every_n_train_steps=6),
+                                               every_n_train_steps=6), ChangeLR(),
                                LogbookCallback(run_id=os.environ.get("RUN_ID", "pl-tiny"),
                                                stop_on_divergence=os.environ.get("STOP") == "1",
                                                on_divergence=os.environ.get("ON_DIVERGENCE"))])
@@ -485,3 +501,32 @@ def test_bad_callback_arguments_are_refused_with_a_message_before_training():
         Recorder("lightning", spike_sigma=0)
     with pytest.raises(UsageError, match="milestones must be fractions"):
         Recorder("lightning", milestones="0.5")
+
+
+def test_a_learning_rate_a_callback_sets_outside_the_scheduler_is_recorded_once_as_a_change(logbook_repo, tmp_path,
+                                                                                            cli):
+    path = tmp_path / "train.py"
+    path.write_text(HF_SCRIPT)
+    _run([sys.executable, str(path), str(tmp_path / "out")], logbook_repo, RUN_ID="hf-lr", MAX_STEPS="24",
+         LR_AT="15:1e-05")
+    events = _events(logbook_repo, "hf-lr")
+    change, = [e for e in events if is_kind(e, "hparam_change")]  # once, though the callback sets it at every step
+    assert (change["step"], change["data"]["key"], change["data"]["new"], change["data"]["source"]) == \
+        (15, "lr", 1e-05, "callback")
+    scheduled = change["data"]["old"]
+    assert 0 < scheduled < 1e-3 and scheduled != 1e-05  # the linear decay's rate for step 15, which it replaced
+    rows = [json.loads(line) for line in full_metrics_path(open_project(logbook_repo).state_dir, "hf-lr")
+            .read_text().splitlines()]
+    assert all(r["lr"] != 1e-05 for r in rows if "lr" in r and r["step"] < 15)  # before it: the scheduler's rates
+    assert cli("render").exit_code == 0
+    days = "\n".join(p.read_text() for p in sorted(open_project(logbook_repo).entries.glob("2*/*/*.md")))
+    line, = [ln for ln in days.splitlines() if ln.startswith("`lr`")]
+    assert "1e-05" in line and "by transformers.Trainer (set outside the scheduler)" in line, line
+
+
+def test_a_learning_rate_a_lightning_callback_changes_is_recorded_once_against_the_rate_before(logbook_repo,
+                                                                                               tmp_path):
+    _run(_lightning(tmp_path), logbook_repo, RUN_ID="pl-lr", MAX_STEPS="24", LR_AT="15:0.001")
+    changes = [e for e in _events(logbook_repo, "pl-lr") if is_kind(e, "hparam_change")]
+    assert [(e["step"], e["data"]["key"], e["data"]["old"], e["data"]["new"], e["data"]["source"])
+            for e in changes] == [(15, "lr", 0.05, 0.001, "callback")]  # no scheduler: the module's 0.05 before

@@ -552,7 +552,7 @@ _KINDS: tuple[Kind, ...] = (
              _f("new", "any", "its value after", required=True),
              _f("reason", "str", "why, in the requester's words"),
              _f("who", "str", "who asked (schedule, config file, a person)"),
-             _f("source", "str", "live | schedule | advice | config", required=True),
+             _f("source", "str", "live | schedule | advice | config | callback (set outside the scheduler)", required=True),
              _f("request_id", "str", "the live request"),
              _f("config_diff", "str", "unified diff of the resolved config"),
              _f("reapplied", "bool", "applied again after a restart"),

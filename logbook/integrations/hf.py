@@ -99,6 +99,14 @@ class LogbookCallback(TrainerCallback):
             for p in params:  # an optimizer passes over a parameter whose grad is None: no update, no moment change
                 p.grad = None
 
+    def on_optimizer_step(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        # After the update, before the scheduler's step: the group's rate is the one this update used.
+        if optimizer is None or not optimizer.param_groups:
+            return
+        used = optimizer.param_groups[0].get("lr")
+        scheduled = lr_scheduler.get_last_lr()[0] if lr_scheduler is not None else None
+        self.recorder.lr_used(int(state.global_step) + 1, used, scheduled)
+
     def on_step_end(self, args, state, control, **kwargs):
         self._last_hook = time.perf_counter()
         if self.recorder.milestone_due(int(state.global_step)):

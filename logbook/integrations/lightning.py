@@ -66,6 +66,7 @@ class LogbookCallback(Callback):
         self.recorder = Recorder("lightning", run_id=run_id, project_root=project_root, on_divergence=on_divergence,
                                  stop_on_divergence=stop_on_divergence, spike_sigma=spike_sigma, milestones=milestones)
         self._skip = False  # the step being trained was flagged: its update is to be skipped
+        self._last_lr: float | None = None  # the rate the last update used: what an unscheduled run expects
         self._step = -1  # the last optimizer step recorded (gradient accumulation calls batch hooks more often)
         self._grad_norm: Any = None
         self._save: tuple[int, float] | None = None  # (step, time) of a save Lightning has begun
@@ -93,12 +94,23 @@ class LogbookCallback(Callback):
             self._skip = True
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self._check_lr(trainer, optimizer)
         grads = [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
         self._grad_norm = sum(g.float().norm() ** 2 for g in grads) ** 0.5 if grads else None
         if self._skip:  # an optimizer passes over a parameter whose grad is None: no update, no moment change
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     p.grad = None
+
+    def _check_lr(self, trainer, optimizer) -> None:
+        """The rate this update uses, against its scheduler's (without one: the rate the last update used)."""
+        if not optimizer.param_groups:
+            return
+        used = optimizer.param_groups[0].get("lr")
+        configs = getattr(trainer, "lr_scheduler_configs", None) or []
+        expected = configs[0].scheduler.get_last_lr()[0] if configs else self._last_lr
+        self.recorder.lr_used(int(trainer.global_step) + 1, used, expected)
+        self._last_lr = used
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._record_save(trainer)

@@ -135,6 +135,7 @@ class Recorder:
         self._mark = (time.time(), 0)  # (time, step) this attempt began training
         self._configured = False
         self._held_for: int | None = None  # the step whose progress note waits for its evaluation
+        self._outside_lr: float | None = None  # a learning rate set outside the scheduler, once recorded
 
     # --- start -------------------------------------------------------------------------------
 
@@ -256,6 +257,26 @@ class Recorder:
         if self._held_for == step:
             self._held_for = None
             self._emit_due(step)
+
+    def lr_used(self, step: int, used: Any, expected: Any) -> None:
+        """The learning rate step `step`'s update used, against what the scheduler set (or, without one, the last).
+
+        A difference is a change nobody scheduled (a callback, the script
+        itself): one `hparam_change` when it starts and each time its value
+        moves, none while the scheduler is in charge.
+        """
+        u, e = as_float(used), as_float(expected)
+        if self.run is None or u is None:
+            return
+        if e is None or math.isclose(u, e, rel_tol=1e-9, abs_tol=0.0):
+            self._outside_lr = None
+            return
+        if self._outside_lr is not None and math.isclose(u, self._outside_lr, rel_tol=1e-9, abs_tol=0.0):
+            return
+        self._outside_lr = u
+        self.run.emit("hparam_change", step=step, key="lr", old=e, new=u, source="callback", who=self.framework,
+                      reason="the optimizer's learning rate is not the one its scheduler set: a callback or the "
+                             "script changed it")
 
     def _check_spike(self, step: int, loss: float) -> bool:
         spike = self.detector.check(loss)
