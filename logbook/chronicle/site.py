@@ -231,6 +231,8 @@ def build_site(project: Project, out: Path) -> SiteResult:
     runs, preregs = index_rows(project)
     common["run_ids"] = sorted(r["id"] for r in runs)
     days = day_pages(project, renderer)
+    # Where each entry is, so a run page links its reviewed entries to their place in the chronicle.
+    common["entry_links"] = {e["id"]: f"../days/{d['date']}.html#{e['anchor']}" for d in days for e in d["entries"]}
     page("index.html", "index.html.j2", runs=runs, preregs=preregs, days=[d["date"] for d in days])
     for row in runs:
         page(f"runs/{row['id']}.html", "run.html.j2", r=report_data(project, row["id"]),
