@@ -78,7 +78,10 @@ class Watched:
     def open(self, path: Path) -> None:
         self.page.goto(path.as_uri())
         self.page.wait_for_load_state("load")
-        # Vega draws after DOMContentLoaded; site.js marks each plot area when it is done (or failed).
+        # site.js draws each plot as it nears the screen and marks its area when done (or failed).
+        areas = self.page.locator(".plot-area")
+        for i in range(areas.count()):
+            areas.nth(i).scroll_into_view_if_needed()
         self.page.wait_for_function(
             "[...document.querySelectorAll('.plot-area')].every(e => e.dataset.drawn)", timeout=15_000)
 

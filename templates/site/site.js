@@ -2,27 +2,45 @@
 // with Vega-Embed, and makes the index's tables sortable and filterable.
 "use strict";
 
-function drawPlots() {
-  document.querySelectorAll(".plot-area[data-spec]").forEach(function (el) {
-    var block = document.getElementById(el.dataset.spec);
-    if (!block || typeof vegaEmbed !== "function") {
-      el.textContent = "The plot could not be drawn: the page's Vega bundle did not load.";
-      return;
+function drawPlot(el) {
+  var block = document.getElementById(el.dataset.spec);
+  if (!block || typeof vegaEmbed !== "function") {
+    el.dataset.drawn = "error";
+    el.textContent = "The plot could not be drawn: the page's Vega bundle did not load.";
+    return;
+  }
+  var spec = JSON.parse(block.textContent);
+  // ast: Vega interprets its expressions instead of compiling them with Function(), which the policy forbids.
+  vegaEmbed(el, spec, {actions: false, ast: true, renderer: "svg"}).then(function () {
+    var svg = el.querySelector("svg");
+    if (svg) {
+      svg.setAttribute("role", "img");
+      svg.setAttribute("aria-label", el.getAttribute("aria-label") || "plot");
     }
-    var spec = JSON.parse(block.textContent);
-    // ast: Vega interprets its expressions instead of compiling them with Function(), which the policy forbids.
-    vegaEmbed(el, spec, {actions: false, ast: true, renderer: "svg"}).then(function () {
-      var svg = el.querySelector("svg");
-      if (svg) {
-        svg.setAttribute("role", "img");
-        svg.setAttribute("aria-label", el.getAttribute("aria-label") || "plot");
-      }
-      el.dataset.drawn = "1";
-    }).catch(function (err) {
-      el.dataset.drawn = "error";
-      el.textContent = "The plot could not be drawn: " + err;
-    });
+    el.dataset.drawn = "1";
+  }).catch(function (err) {
+    el.dataset.drawn = "error";
+    el.textContent = "The plot could not be drawn: " + err;
   });
+}
+
+// A run logs a dozen metrics or more: each plot is drawn when it comes near the screen, so a long page
+// opens as fast as a short one.
+function drawPlots() {
+  var areas = document.querySelectorAll(".plot-area[data-spec]");
+  if (!("IntersectionObserver" in window)) {
+    areas.forEach(drawPlot);
+    return;
+  }
+  var seen = new IntersectionObserver(function (entries) {
+    entries.forEach(function (e) {
+      if (e.isIntersecting) {
+        seen.unobserve(e.target);
+        drawPlot(e.target);
+      }
+    });
+  }, {rootMargin: "300px 0px"});
+  areas.forEach(function (el) { seen.observe(el); });
 }
 
 function cellValue(row, col, numeric) {
