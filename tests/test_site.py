@@ -254,3 +254,18 @@ def test_site_refuses_a_folder_it_did_not_build(demo, tmp_path, cli, monkeypatch
     res = cli("site", "--out", str(tmp_path / "public"), "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["verify_ok"] is True and "logbook verify: intact" in res.stderr
+
+
+def test_the_shipped_publishing_workflow_builds_the_folder_it_uploads():
+    import yaml
+
+    from logbook.core.bundled import bundled_dir
+
+    flow = yaml.safe_load((bundled_dir("templates") / "site" / "publish-site.yml").read_text())
+    steps = flow["jobs"]["site"]["steps"]
+    runs = [s["run"] for s in steps if "run" in s]
+    assert "logbook site --out public" in runs and any("logbook[site]" in r for r in runs)
+    assert any("refs/logbook/*" in r for r in runs)  # the snapshots verify compares, never fetched by default
+    (upload,) = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-pages-artifact")]
+    assert upload["with"]["path"] == "public"
+    assert "templates/site/publish-site.yml" in (Path(__file__).resolve().parents[1] / "docs" / "sharing.md").read_text()
