@@ -25,6 +25,8 @@ from logbook.runs.record import list_run_ids
 
 HOSTILE = '<script>alert("owned")</script>'
 
+pytest.importorskip("vl_convert", reason="the site's Vega bundle comes from vl-convert-python (pip install 'logbook[site]')")
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
@@ -200,6 +202,12 @@ def _with_hostile_text(demo: Path, where: Path) -> tuple[Path, str]:
     project = open_project(where)
     (run,) = list_run_ids(project)
     add_note(project, f"{HOSTILE} and [a link](javascript:alert(1)) and <img src=x onerror=alert(2)>", run=run)
+    from logbook.promises.prereg import create_prereg
+    from logbook.promises.prereg_input import PreregInput
+
+    # A title may hold no markup characters (prereg_input refuses them); a link scheme and quotes it may.
+    create_prereg(project, PreregInput(title='javascript:alert(3) "quoted" title', hypothesis="why",
+                                       predictions=["val_loss@final < 3.0"]))
     metrics = MetricsWriter(project.run_dir(run))
     for step in (101, 102, 103):  # past the run's last step: an earlier one would start a new branch
         metrics.write({"step": step, "attempt": 2, HOSTILE: 1.0 + step})
@@ -217,6 +225,9 @@ def test_hostile_notes_and_metric_names_show_as_text_and_never_run(demo, tmp_pat
         assert w.page.locator("script:not([src]):not([type='application/json'])").count() == 0
         assert w.page.locator("img[onerror], [href^='javascript:' i]").count() == 0
     assert HOSTILE in w.page.locator("main").inner_text()  # the note, as text, on its day
+    w.open(site / "index.html")
+    assert 'javascript:alert(3) "quoted" title' in w.page.locator("#preregs-table").inner_text()
+    assert w.page.locator("script:not([src]), [href^='javascript:' i]").count() == 0
     w.open(site / "runs" / f"{run}.html")
     assert HOSTILE in w.page.locator("figcaption").all_inner_texts()
     assert w.problems == []  # no dialog opened, no script error
