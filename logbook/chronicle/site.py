@@ -62,11 +62,10 @@ class SiteResult:
     bytes: int = 0
     commit: str | None = None
     verify_ok: bool = False
-    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "pages": self.pages, "bytes": self.bytes, "commit": self.commit,
-                "verify_ok": self.verify_ok, "warnings": self.warnings}
+                "verify_ok": self.verify_ok}
 
 
 class SiteRenderer(MarkdownRenderer):

@@ -34,7 +34,5 @@ def site_cmd(
     verdict = "intact" if res.verify_ok else "PROBLEMS (shown on every page)"
     err(f"Site: {len(res.pages)} pages, {res.bytes / 1e6:.1f} MB in {res.out}; open {res.out / 'index.html'}")
     err(f"  built from commit {(res.commit or 'none')[:12]}; logbook verify: {verdict}")
-    for w in res.warnings:
-        err(f"warning: {w}")
     if as_json:
         print_json(res.to_dict())
