@@ -280,3 +280,24 @@ def test_the_shipped_publishing_workflow_builds_the_folder_it_uploads():
     (upload,) = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-pages-artifact")]
     assert upload["with"]["path"] == "public"
     assert "templates/site/publish-site.yml" in (Path(__file__).resolve().parents[1] / "docs" / "sharing.md").read_text()
+
+
+def test_a_day_page_shows_each_entry_with_its_review_state_and_reviewers(demo, tmp_path, cli, monkeypatch):
+    from logbook.chronicle.review import add_review, review_queue
+
+    where = tmp_path / "reviewed"
+    shutil.copytree(demo, where, symlinks=True)
+    project = open_project(where)
+    change = next(i for i in review_queue(project) if i.kind == "hparam_change")
+    git(where, "config", "user.name", "Bo Reviewer")  # a teammate: the launcher's own approval would not count
+    git(where, "config", "user.email", "bo@example.org")
+    monkeypatch.chdir(where)
+    add_review(project, change.id, "approve", "the reason is in the entry")
+    site = _site(where, tmp_path / "site")
+    html = (site / "days" / f"{change.ts[:10]}.html").read_text()
+    entry = html[html.index(f'id="run-{change.run}-{change.seq}"'):]
+    entry = entry[:entry.index("</article>")]
+    assert '<p class="review review-approved">Review: <strong>approved</strong> (1 of 1 approval: Bo Reviewer)' in entry
+    assert "Bo Reviewer approved" in entry and "the reason is in the entry" in entry  # the review record itself
+    # Another entry that still waits says so.
+    assert 'class="review review-needs-review">Review: <strong>needs review</strong> (0 of 1 approval)' in html
