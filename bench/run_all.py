@@ -33,6 +33,7 @@ SCRIPTS = [
     "goodput_vs_optimum.py",
     "cli_latency.py",
     "render_scaling.py",
+    "site.py",
     "verify_history.py",
     "stamp_cost.py",
     "sign_verify.py",

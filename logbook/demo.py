@@ -28,6 +28,7 @@ from typing import Any
 from logbook.chronicle.build import render_chronicle, rerender_days
 from logbook.chronicle.notes import add_note
 from logbook.chronicle.report import write_report
+from logbook.chronicle.site import build_site
 from logbook.core.bundled import bundled_dir
 from logbook.core.errors import EXIT_INTERRUPTED, RefusedError, UsageError
 from logbook.core.identity import git_identity
@@ -52,6 +53,8 @@ MARKER = ".logbook-demo"
 """A file that marks a folder as a demo scratch folder (safe to replace)."""
 TEAM_DIR = ".team"
 """Inside the scratch folder (and ignored there): the shared origin and a teammate's clone."""
+SITE_DIR = "site"
+"""Inside the scratch folder (and ignored there): the logbook as a static site (`logbook site`)."""
 TINY_CONFIG = bundled_dir("configs") / "tiny-cpu.yaml"
 LIVE_CHANGE = {"lr_scale": 0.8}
 """What the demo asks the running run for, after its first spike."""
@@ -94,6 +97,8 @@ class DemoState:
     verify_ok: bool | None = None
     verify_lines: list[str] = field(default_factory=list)
     team_lines: list[str] = field(default_factory=list)
+    site: Path | None = None
+    site_note: str = ""
 
 
 @dataclass
@@ -121,6 +126,9 @@ class DemoResult:
     live_change: dict[str, Any] | None = None
     team_lines: list[str] = field(default_factory=list)
     """The team workflow as it ran: clone, init, a note on each clone, pull, push."""
+    site: Path | None = None
+    """The static site's index page (None when it was not built; `site_note` says why)."""
+    site_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "kept": self.kept, "seconds": round(self.seconds, 1),
@@ -129,7 +137,8 @@ class DemoResult:
                 "guard": self.guard_lines, "changes": self.change_lines, "live_change": self.live_change,
                 "spike_entry": self.spike_entry, "change_entry": self.change_entry,
                 "verify_ok": self.verify_ok,
-                "verify": self.verify_lines, "team": self.team_lines}
+                "verify": self.verify_lines, "team": self.team_lines,
+                "site": str(self.site) if self.site else None, "site_note": self.site_note}
 
 
 # --- the steps -----------------------------------------------------------------------
@@ -149,7 +158,7 @@ def make_repository(st: DemoState) -> None:
         _git(st.root, "config", "user.name", "Logbook Demo")
         _git(st.root, "config", "user.email", "demo@logbook.invalid")
     (st.root / "README.md").write_text("# A scratch research project made by `logbook demo`\n")
-    (st.root / ".gitignore").write_text(f"{MARKER}\n/{TEAM_DIR}/\n")
+    (st.root / ".gitignore").write_text(f"{MARKER}\n/{TEAM_DIR}/\n/{SITE_DIR}/\n")
     _git(st.root, "add", "README.md", ".gitignore")
     _git(st.root, "commit", "-q", "-m", "Start a research project")
 
@@ -390,6 +399,18 @@ def share(st: DemoState) -> None:
         st.say(f"  {line}")
 
 
+def site(st: DemoState) -> None:
+    """`logbook site`: the whole logbook as static pages, from the commit the teammate's push left."""
+    try:
+        res = build_site(_project(st), st.root / SITE_DIR)
+    except UsageError as e:  # the `site` extra is not installed: the demo stands without its pages
+        st.site_note = f"not built: {e.message} ({e.hint})"
+        st.say(f"  site {st.site_note}")
+        return
+    st.site = res.out / "index.html"
+    st.say(f"  site: {len(res.pages)} pages in {res.out}")
+
+
 def _project(st: DemoState) -> Project:
     if st.project is None:
         raise RefusedError("the demo's logbook is not set up yet")
@@ -406,6 +427,7 @@ STEPS: list[tuple[str, Callable[[DemoState], None]]] = [
     ("render the chronicle", render),
     ("verify", verify),
     ("share it: a teammate clones, both write notes, pull and push", share),
+    ("build the static site", site),
 ]
 
 
@@ -456,4 +478,4 @@ def run_demo(where: Path | None = None, *, steps: int = DEFAULT_STEPS, nproc: in
                       chronicle=st.chronicle, restart_entry=st.restart_entry, verify_ok=bool(st.verify_ok),
                       verify_lines=st.verify_lines, guard_lines=st.guard_lines, change_lines=st.change_lines,
                       spike_entry=st.spike_entry, change_entry=st.change_entry, live_change=st.live_change,
-                      team_lines=st.team_lines)
+                      team_lines=st.team_lines, site=st.site if keep else None, site_note=st.site_note)

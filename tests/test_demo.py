@@ -79,6 +79,10 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert (where / "entries" / "assets" / run_id / "report-calibration.png").read_bytes()[:4] == b"\x89PNG"
     # A real repository: the preregistration is committed, the user's tree is clean but for the run.
     assert "Preregister " + out["prereg_id"] in git(where, "log", "--format=%s")
+    # The static site, built last into the scratch folder (ignored by its git), and where it is said.
+    assert out["site"] == str(where / "site" / "index.html") and f"static site:     {out['site']}" in res.stderr
+    assert (where / "site" / "runs" / f"{run_id}.html").is_file()
+    assert git(where, "check-ignore", "site/index.html").strip() == "site/index.html"
 
 
 def test_the_demo_refuses_a_folder_it_did_not_make(tmp_path, cli):

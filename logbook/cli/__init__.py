@@ -39,6 +39,7 @@ def _load_app():
     from logbook.cli import console_cmd  # noqa: F401
     from logbook.cli import compare_cmd  # noqa: F401
     from logbook.cli import pin_cmd  # noqa: F401
+    from logbook.cli import site_cmd  # noqa: F401
     from logbook.cli._app import app
 
     return app

@@ -28,7 +28,8 @@ def demo_cmd(
     lr_scale=0.8` arrives after the first. All of it lands in the run's event
     log and the chronicle. Last, a teammate clones the repository, runs
     `logbook init`, and both write a note the same day: `git pull` and
-    `git push` meet no conflict.
+    `git push` meet no conflict. It ends by building the static site
+    (`logbook site`) into the scratch folder and says where it is.
 
     Example: logbook demo --dir ./demo
     """
@@ -79,6 +80,12 @@ def _summary(res) -> None:
             say(f"  the chronicle's entry for the {title}:")
             for line in entry:
                 quote(line)
+    if res.site:
+        say(f"  static site:     {res.site} (open it in a browser)")
+    elif res.site_note:
+        say(f"  static site:     {res.site_note}")
+    elif not res.kept:
+        say("  static site:     removed with the scratch folder (--keep keeps it)")
     verdict = "intact" if res.verify_ok else "PROBLEMS: " + "; ".join(res.verify_lines[:3])
     say(f"  logbook verify:  {verdict}")
     if res.team_lines:

@@ -143,6 +143,15 @@ class RunFacts:
         i = bisect.bisect_right([s for s, _ in self.first_past], step)
         return self.first_past[i][1] if i < len(self.first_past) else None
 
+    def curves(self) -> dict[str, list[tuple[int, float]]]:
+        """Every logged metric as (step, value) in step order, on the branch that counts.
+
+        The values scoring reads: a rollback's replay replaces the first pass, and a
+        step whose update the guard skipped has no loss. Plots draw these, so a
+        curve and a scorecard never disagree about where a run stood.
+        """
+        return {name: sorted(vals.items()) for name, vals in sorted(self.series.items())}
+
     def count(self, metric: str, step: int | None = None) -> int:
         """Events of the metric's kinds recorded before the run first went past `step` (None: all).
 
