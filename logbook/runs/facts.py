@@ -92,6 +92,10 @@ class RunFacts:
 
     # --- metric values -----------------------------------------------------------------
 
+    def logged(self, metric: str) -> bool:
+        """Whether the run logged `metric` at any step that counts."""
+        return bool(self.series.get(metric))
+
     def value_at_or_before(self, metric: str, step: int) -> tuple[int, float] | None:
         s = self.series.get(metric)
         if not s:

@@ -250,7 +250,7 @@ def _series(facts: RunFacts, metric: str, step: int, window: int | None = None) 
     Any metric the stream holds is measured by its name (a framework's `eval_accuracy`, a declared
     `bleu`); one the run never logged is not measured, never taken from another metric.
     """
-    if not facts.series.get(metric):
+    if not facts.logged(metric):
         return Measurement(missing=f"not measured: no {metric} was logged at any step")
     if window is not None:
         found = facts.nearest_within(metric, step, window)
