@@ -26,6 +26,7 @@ SCRIPTS = [
     "demo_first_run.py",
     "guard_overhead.py",
     "telemetry_overhead.py",
+    "callback_overhead.py",
     "api_cost.py",
     "background_save.py",
     "recovery_time.py",

@@ -74,15 +74,19 @@ class ProgressNotes:
         self.fractions = [float(f) for f in fractions]
         self.total_steps = total_steps
         self.emitted = set(emitted) if emitted is not None else (emitted_milestones(run_dir) if run_dir else set())
+        self._next = self._first_pending()
 
     def due(self, step: int) -> list[float]:
-        """The fractions due at `step` and not written yet."""
-        if not self.total_steps:
+        """The fractions due at `step` and not written yet; a step before the next note costs one comparison."""
+        if self._next is None or step < self._next:
             return []
         return due_milestones(self.fractions, self.total_steps, step, self.emitted)
 
     def next_step(self) -> int | None:
-        """The step of the next note due (None: every note written), so a step with none costs one comparison."""
+        """The step of the next note due (None: every note written)."""
+        return self._next
+
+    def _first_pending(self) -> int | None:
         if not self.total_steps:
             return None
         pending = due_milestones(self.fractions, self.total_steps, self.total_steps, self.emitted)
@@ -105,4 +109,5 @@ class ProgressNotes:
         for f in due:
             emit("milestone", step=step, fraction=f, total_steps=self.total_steps, **fields)
             self.emitted.add(f)
+        self._next = self._first_pending()
         return due
