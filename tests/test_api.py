@@ -87,3 +87,19 @@ def test_runs_a_loop_recorded_alone_are_listed_shown_and_compared_by_the_setting
     assert "batch_size" not in res.output  # the same in both: only what differs is shown
     unknown = cli("status", "loop-c")
     assert unknown.exit_code != 0 and "loop-a" in unknown.output  # the known runs, these included
+
+
+def test_the_plain_loop_in_docs_integrations_runs_as_written_and_its_record_is_whole(logbook_repo, monkeypatch):
+    text = (ROOT / "docs" / "integrations.md").read_text("utf-8")
+    block = text.split("## The API for any loop", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(logbook_repo)
+    losses = iter([4.0 - 0.1 * i for i in range(20)])
+    env = {"steps": 20, "lr": 1e-3, "batch_size": 8, "seed": 7, "save_every": 5, "load_checkpoint_step": lambda: 0,
+           "train_step": lambda: next(losses), "save_checkpoint": lambda step: None}
+    exec(compile(block, "docs/integrations.md", "exec"), env)  # noqa: S102 - the project's own documentation
+    events = list(api.iter_events(logbook_repo / "entries" / "runs" / "sweep-lr-1e-3" / "events.jsonl"))
+    kinds = [e["kind"] for e in events]
+    assert kinds[:2] == ["config_recorded", "run_started"] and kinds[-1] == "run_finished"
+    assert [e["step"] for e in events if e["kind"] == "checkpoint_saved"] == [5, 10, 15, 20]
+    assert [e["data"]["fraction"] for e in events if e["kind"] == "milestone"] == [0.1, 0.25, 0.5, 0.75, 1.0]
+    assert verify_log(logbook_repo / "entries" / "runs" / "sweep-lr-1e-3" / "events.jsonl") == []
