@@ -30,7 +30,7 @@ from logbook.core.project import open_project  # noqa: E402
 from logbook.demo import run_demo  # noqa: E402
 from logbook.eventlog.sink import KeepRule, MetricsWriter  # noqa: E402
 from logbook.records import verify_memo  # noqa: E402
-from logbook.runs.record import list_run_ids  # noqa: E402
+from logbook.runs.run_record import list_run_ids  # noqa: E402
 
 LONG = 100_000
 

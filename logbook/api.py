@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from logbook.core.project import Project
     from logbook.eventlog.sink import EventSink, MetricsWriter
     from logbook.runs.rankmarks import RankMark
-    from logbook.runs.record import RunRecord
+    from logbook.runs.run_record import RunRecord
 
 API_VERSION = 1
 """Raised when a name below changes in a way that breaks a caller."""
@@ -60,7 +60,7 @@ _LAZY: dict[str, str] = {
     # small pure helpers
     "atomic_write_json": "logbook.core.fsutil", "fsync_dir": "logbook.core.fsutil",
     "load_training_config": "logbook.core.yamlsafe", "load_yaml_text": "logbook.core.yamlsafe",
-    "check_run_id": "logbook.runs.record",
+    "check_run_id": "logbook.runs.run_record",
     # typed config: plain values into dataclasses, layers, `a.b=c` overrides, dotted paths, range checks
     "resolve": "logbook.core.typedconfig", "parse_override": "logbook.core.typedconfig",
     "get_path": "logbook.core.typedconfig", "has_path": "logbook.core.typedconfig",
@@ -71,13 +71,13 @@ _LAZY: dict[str, str] = {
     "resolve_peak": "logbook.core.accelerators", "mfu": "logbook.core.accelerators",
     # the run, its record and its streams (what `open_run` builds from)
     "Project": "logbook.core.project", "open_project": "logbook.core.project",
-    "RunRecord": "logbook.runs.record", "load_run_record": "logbook.runs.record",
+    "RunRecord": "logbook.runs.run_record", "load_run_record": "logbook.runs.run_record",
     "EventSink": "logbook.eventlog.sink", "MetricsWriter": "logbook.eventlog.sink", "KeepRule": "logbook.eventlog.sink",
-    "full_metrics_path": "logbook.eventlog.sink", "iter_events": "logbook.eventlog.events",
+    "full_metrics_path": "logbook.eventlog.sink", "iter_events": "logbook.eventlog.runlog",
     # the event registry's questions (never compare kinds against literals)
-    "KINDS": "logbook.eventlog.eventschema", "kinds_where": "logbook.eventlog.eventschema",
-    "is_kind": "logbook.eventlog.eventschema", "kind_of": "logbook.eventlog.eventschema",
-    "ending": "logbook.eventlog.eventschema",
+    "KINDS": "logbook.eventlog.kinds", "kinds_where": "logbook.eventlog.kinds",
+    "is_kind": "logbook.eventlog.kinds", "kind_of": "logbook.eventlog.kinds",
+    "ending": "logbook.eventlog.kinds",
     # the spike rule, defined once (the guard and the framework adapters judge with it)
     "spike_signal": "logbook.runs.spikes", "judged_form": "logbook.runs.spikes", "judged_value": "logbook.runs.spikes",
     "Signal": "logbook.runs.spikes", "SPIKE_METRICS": "logbook.runs.spikes:METRICS", "robust_stats": "logbook.runs.spikes",
@@ -266,10 +266,10 @@ def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: i
     Raises `UsageError` for a run id that is not a plain name.
     """
     from logbook.core.project import open_project
-    from logbook.eventlog.events import iter_events
+    from logbook.eventlog.runlog import iter_events
     from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
     from logbook.runs.rankmarks import RankMark, ranks_dir
-    from logbook.runs.record import check_run_id, load_run_record
+    from logbook.runs.run_record import check_run_id, load_run_record
 
     check_run_id(run_id)
     project = open_project(Path(project_root))
@@ -353,7 +353,7 @@ def checkpoint_advice(run_dir: Path | str, *, mtbf_s: float | None = None) -> An
     The MTBF is the run's own (its failures over its wall time) unless
     `mtbf_s` is given; `Advice.complete` says whether there was enough to go on.
     """
-    from logbook.eventlog.events import iter_events
+    from logbook.eventlog.runlog import iter_events
     from logbook.runs.ckpt_advice import advise_from_run
 
     return advise_from_run(list(iter_events(Path(run_dir) / "events.jsonl")), mtbf_s=mtbf_s)

@@ -38,8 +38,8 @@ from logbook.core.yamlsafe import load_yaml_file
 from logbook.launch.change_requests import read_answer, REPLY_KEY, submit_change, wait_for_answer
 from logbook.launch.launcher import launch_run, new_run_id, RunResult
 from logbook.records.commit import commit_logbook
-from logbook.eventlog.events import iter_events
-from logbook.eventlog.eventschema import get_kind, is_kind, kind_of
+from logbook.eventlog.runlog import iter_events
+from logbook.eventlog.kinds import get_kind, is_kind, kind_of
 from logbook.records.init import init_logbook as init
 from logbook.promises.prereg import create_prereg
 from logbook.promises.prereg_input import PreregInput

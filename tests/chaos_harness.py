@@ -41,7 +41,7 @@ from typing import Any
 
 from lab import Lab, complete_checkpoints, wait_until
 
-from logbook.eventlog.events import read_events
+from logbook.eventlog.runlog import read_events
 
 KILL_KINDS = ("delay", "startup", "step", "save", "append", "milestone")
 """delay: a random time after the start (imports, loading, steps alike);

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tsa_fixture"]
 
 # Every event any test writes, in this process or in a trainer it launches (subprocesses and
-# torchrun's workers inherit the environment), is checked against logbook/eventlog/eventschema.py.
+# torchrun's workers inherit the environment), is checked against logbook/eventlog/kinds.py.
 os.environ["LOGBOOK_STRICT_EVENTS"] = "1"
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from logbook.eventlog.events import iter_events  # noqa: E402
+from logbook.eventlog.runlog import iter_events  # noqa: E402
 from logbook.eventlog.sink import read_metrics  # noqa: E402
 
 

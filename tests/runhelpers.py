@@ -38,7 +38,7 @@ def of_kind(evs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def run_json(repo: Path, run_id: str) -> dict[str, Any]:
     """run.json as written at launch, with `status` as the run's event log says it stands now."""
     from logbook.core.project import open_project
-    from logbook.runs.record import RunRecord, run_status
+    from logbook.runs.run_record import RunRecord, run_status
 
     rec = json.loads((repo / "entries" / "runs" / run_id / "run.json").read_text())
     rec["status"] = run_status(open_project(repo), run_id, RunRecord(**rec))

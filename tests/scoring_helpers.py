@@ -19,7 +19,7 @@ from logbook.core.project import Project, open_project
 from logbook.promises.prereg import create_prereg
 from logbook.promises.prereg_input import PreregInput
 from logbook.eventlog.sink import EventSink, MetricsWriter
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc).timestamp()
 

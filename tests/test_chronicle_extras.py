@@ -8,7 +8,7 @@ from chronicle_helpers import clock, project_of, qknorm_story, sink  # noqa: F40
 from logbook.chronicle.build import check_chronicle, day_path, render_chronicle
 from logbook.runs.goodput import goodput_report
 from logbook.runs.lineage import run_lineage
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 
 
 def _run_with_failures(project, clock, run: str = "flaky") -> None:

@@ -154,7 +154,7 @@ def test_command_refuses_bad_or_missing_durations_with_exit_2_and_an_example(cli
 
 
 def _logged_run(repo, run_id, events):
-    from logbook.eventlog.events import RunLog
+    from logbook.eventlog.runlog import RunLog
 
     log = RunLog(repo / "entries" / "runs" / run_id / "events.jsonl")
     for kind, step, data in events:

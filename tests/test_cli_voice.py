@@ -119,7 +119,7 @@ def _write_run(project, run: str, *, created: str, prereg: str | None, losses: l
                finish: bool) -> None:
     """A run written as the trainer writes one: its record, its events through the sink, its metric rows."""
     from logbook.eventlog.sink import EventSink, MetricsWriter
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     write_run_record(project, RunRecord(run_id=run, created=created, config_path="c.yaml", config_hash="0" * 64,
                                         prereg_id=prereg, exploratory=prereg is None))

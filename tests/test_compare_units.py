@@ -110,7 +110,7 @@ def test_compare_reads_verdicts_milestones_and_live_changes_from_the_facts(logbo
     from logbook.core.project import open_project
     from logbook.eventlog.sink import EventSink
     from logbook.runs.compare import compare_runs
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     project = open_project()
     for run, loss, status in (("ra", 2.5, "confirmed"), ("rb", 2.75, "refuted")):

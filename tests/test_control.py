@@ -14,7 +14,7 @@ import pytest
 from logbook.launch.change_requests import (PendingWatch, list_pending, new_request, pending_dir, processed_dir,
                                             read_answer, write_request)
 from logbook.promises.contingency import parse_rule
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.runlog import iter_events
 from logbook.eventlog.sink import EventSink
 from trainer.config import TrainConfig
 from trainer.live_control import ControlChannel

@@ -14,7 +14,7 @@ from logbook.chronicle.build import render_chronicle
 from logbook.core.errors import UsageError
 from logbook.core.project import open_project
 from logbook.core.textfmt import fmt_num
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.runlog import iter_events
 from logbook.eventlog.sink import read_metrics
 from trainer.observe.callbacks import Callback
 from trainer.checkpoints.checkpoint import list_checkpoints

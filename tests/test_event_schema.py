@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from logbook.eventlog.eventschema import (
+from logbook.eventlog.kinds import (
     KINDS, STRICT_ENV, Event, EventSchemaError, changes_lr, kinds_where, reference_markdown,
     restart_cause, summary,
 )
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_docs_events_md_is_generated_from_the_registry():
     on_disk = (ROOT / "docs" / "events.md").read_text(encoding="utf-8")
-    assert on_disk == reference_markdown(), "docs/events.md is stale: python3 -m logbook.eventlog.eventschema > docs/events.md"
+    assert on_disk == reference_markdown(), "docs/events.md is stale: python3 -m logbook.eventlog.kinds > docs/events.md"
     for name in KINDS:
         assert f"## `{name}`" in on_disk
 
@@ -80,7 +80,7 @@ def test_every_kind_the_code_names_is_registered():
             for kind in _kind_literals(ast.parse(path.read_text(encoding="utf-8"))):
                 if kind not in KINDS and kind not in _NOT_EVENT_KINDS and kind.isidentifier():
                     unregistered.setdefault(kind, []).append(str(path.relative_to(ROOT)))
-    assert not unregistered, f"kinds named in code but not in logbook/eventlog/eventschema.py: {unregistered}"
+    assert not unregistered, f"kinds named in code but not in logbook/eventlog/kinds.py: {unregistered}"
 
 
 def test_flags_answer_the_readers_questions():
@@ -104,7 +104,7 @@ def test_restart_cause_says_why_in_words():
 
 @pytest.mark.parametrize("kind", kinds_where(reviewable=True) + kinds_where(incident=True))
 def test_every_reviewed_or_reported_kind_has_a_summary_of_its_own(kind):
-    assert KINDS[kind].summary is not None, f"{kind} has no one-line summary in logbook/eventlog/eventschema.py"
+    assert KINDS[kind].summary is not None, f"{kind} has no one-line summary in logbook/eventlog/kinds.py"
     assert summary({"kind": kind, "step": 3, "attempt": 2, "data": {}}).strip()  # an empty payload still reads
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.runlog import iter_events
 
 pytestmark = pytest.mark.slow
 

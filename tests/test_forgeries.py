@@ -92,7 +92,7 @@ def test_case4_a_forged_outcome_line_is_exit_4_and_the_chronicle_keeps_the_score
     problems = json_out(team["fresh"].cli("verify", "--json"))["problems"]
     assert [(p["kind"], p["line"]) for p in problems] == [("outcome_in_log", n)]
     # What the chronicle reads (once the finding is acknowledged, it renders): the scorecard record, never the line.
-    from logbook.eventlog.eventstream import merged
+    from logbook.eventlog.timeline import merged
 
     items = [it.rec for it in merged(open_project(team["fresh"].path), runs=["qknorm"], notes=False)]
     assert [r.get("seq") for r in items if r and r.get("kind") == "outcome" and "seq" in r] == []

@@ -39,7 +39,7 @@ from logbook.eventlog.chain import utc_now
 from logbook.promises.prereg_format import record_hash, split_record
 from logbook.eventlog.sink import EventSink
 from logbook.proof.verify import Finding, fix_hint
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 from logbook.trust import stamping, timestamps
 
 RUN = "qknorm"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from logbook.core.errors import UsageError
 from logbook.launch.change_requests import decode_request, list_pending, read_answer
 from logbook.launch.live_settings import SETTINGS, WEIGHTS_PREFIX, parse_assignment
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.runlog import iter_events
 from logbook.eventlog.sink import EventSink
 from trainer.config import TrainConfig, config_to_dict
 from trainer.live_control import ControlChannel

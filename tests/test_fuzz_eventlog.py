@@ -101,7 +101,7 @@ def test_a_damaged_log_never_crashes_a_reader_and_every_change_is_reported(tmp_p
     if data == original:
         assert not contents.problems
 
-    from logbook.eventlog.eventstream import torn_tail
+    from logbook.eventlog.timeline import torn_tail
 
     torn_tail("fuzz", path)  # the chronicle's own look at the end of the log
 

@@ -117,7 +117,7 @@ def test_sentence_names_the_largest_losses_first():
 def test_goodput_of_run_reads_the_stored_logs(tmp_path):
     import json
 
-    from logbook.eventlog.events import RunLog
+    from logbook.eventlog.runlog import RunLog
 
     events, metrics = _two_attempt_run()
     log = RunLog(tmp_path / "events.jsonl")

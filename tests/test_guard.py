@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from logbook.core.errors import RunFailedError, UsageError
 from logbook.promises.contingency import ACTION_KINDS, parse_rule
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.runlog import iter_events
 from trainer.config import load_train_config
 from trainer.guard.callback import GuardCallback, checkpoints_to_keep, metrics_to_floats
 from trainer.guard.config import GuardConfig

@@ -49,7 +49,7 @@ def test_a_preregistered_run_guards_as_its_plan_says_and_records_it(logbook_repo
     from conftest import ROOT
 
     from logbook.core.project import open_project
-    from logbook.eventlog.events import iter_events
+    from logbook.eventlog.runlog import iter_events
 
     config = logbook_repo / "micro.yaml"
     config.write_text((ROOT / "configs" / "micro-test.yaml").read_text())

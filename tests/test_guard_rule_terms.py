@@ -107,7 +107,7 @@ def test_a_real_run_whose_guard_skips_more_batches_than_its_rule_says_names_the_
     from conftest import ROOT
 
     from logbook.core.project import open_project
-    from logbook.eventlog.events import iter_events
+    from logbook.eventlog.runlog import iter_events
 
     config = logbook_repo / "micro.yaml"
     config.write_text((ROOT / "configs" / "micro-test.yaml").read_text())

@@ -17,7 +17,7 @@ from gitteam import Team, commit_all, git, head, write_record
 from logbook.core.project import open_project
 from logbook.records.history import CACHE_FILE
 from logbook.eventlog.sink import EventSink
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 
 FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
          "--predict", "val_loss@final < 1.45"]

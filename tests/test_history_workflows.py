@@ -15,7 +15,7 @@ from logbook.core.errors import TamperedError
 from logbook.core.project import open_project
 from logbook.eventlog.chain import ChainedLog
 from logbook.proof.intact import require_intact
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 
 
 @pytest.fixture
@@ -253,7 +253,7 @@ def test_a_squash_of_a_preregistration_and_its_run_in_one_commit_is_ordered_by_t
 @pytest.mark.parametrize("text", ["{\n", "[]\n", '{"run_id": "other", "created": "x", "config_path": "c", "config_hash": "h"}\n'])
 def test_a_damaged_run_record_is_tampering_to_verify_and_every_reader_names_it(logbook_repo, cli, text):
     from logbook.eventlog.sink import EventSink
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     proj = open_project(logbook_repo)
     write_run_record(proj, RunRecord(run_id="r1", created="2026-11-30T00:00:00Z", config_path="c.yaml",

@@ -24,8 +24,8 @@ from conftest import ROOT
 from logbook.core.errors import UsageError
 from logbook.core.project import open_project
 from logbook.integrations.recorder import Recorder, SpikeDetector
-from logbook.eventlog.eventschema import is_kind
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.kinds import is_kind
+from logbook.eventlog.runlog import iter_events
 from logbook.eventlog.sink import full_metrics_path
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 from chronicle_helpers import clock, project_of, sink  # noqa: F401  (clock is a fixture)
 
 from logbook.chronicle.build import day_path, render_chronicle
-from logbook.eventlog.eventschema import Event, signal_evidence, summary
+from logbook.eventlog.kinds import Event, signal_evidence, summary
 from logbook.runs.oom import oom_kill_count, oom_kills_between
 
 

@@ -1,7 +1,7 @@
 """Readers ask the event registry what an event means; none compares a kind's name or reads `["kind"]` itself.
 
 An event's meaning (does it end an attempt, and how; what goodput it charges;
-is it an incident) lives beside its fields in `logbook/eventlog/eventschema.py`.
+is it an incident) lives beside its fields in `logbook/eventlog/kinds.py`.
 A module that writes `e.get("kind") == "preempted"` keeps a second list of
 kinds, which the next kind misses. This test walks the syntax of every module in
 `logbook/` and `trainer/` and fails on:
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from logbook.eventlog.eventschema import KINDS
+from logbook.eventlog.kinds import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
-REGISTRY = "logbook/eventlog/eventschema.py"
+REGISTRY = "logbook/eventlog/kinds.py"
 
 # Modules where nothing called `kind` is an event's: each entry says what it is instead.
 NOT_EVENTS: dict[str, str] = {
@@ -160,7 +160,7 @@ def test_no_module_outside_the_registry_compares_kinds_or_reads_them_raw():
         if rel == REGISTRY or rel in NOT_EVENTS:
             continue
         found += kind_violations(path.read_text(encoding="utf-8"), rel)
-    assert not found, "ask logbook/eventlog/eventschema.py instead:\n" + "\n".join(found)
+    assert not found, "ask logbook/eventlog/kinds.py instead:\n" + "\n".join(found)
 
 
 def test_no_module_keeps_a_copy_of_the_registry_made_at_import():
@@ -174,7 +174,7 @@ def test_no_module_keeps_a_copy_of_the_registry_made_at_import():
     "ROUTINE_KINDS = frozenset(kinds_where(routine=True))\n",
     "ALERTS = {name: k.alert for name, k in KINDS.items() if k.alert}\n",
     "class Queue:\n    REVIEWED: tuple = kinds_where(reviewable=True)\n",
-    "from logbook.eventlog.eventschema import KINDS as SCHEMA\nKINDS = {n: k.description for n, k in SCHEMA.items()}\n",
+    "from logbook.eventlog.kinds import KINDS as SCHEMA\nKINDS = {n: k.description for n, k in SCHEMA.items()}\n",
 ])
 def test_a_planted_copy_of_the_registry_is_found(planted):
     assert frozen_copies(planted, "logbook/runs/planted.py"), planted
@@ -228,7 +228,7 @@ def test_a_violation_planted_in_a_real_module_is_found():
 # --- the questions themselves ---------------------------------------------------------------------
 
 def test_is_kind_refuses_a_name_the_registry_does_not_know():
-    from logbook.eventlog.eventschema import is_kind
+    from logbook.eventlog.kinds import is_kind
 
     assert is_kind({"kind": "restart"}, "restart") and is_kind("restart", "run_started", "restart")
     assert not is_kind({"kind": "restart"}, "run_started") and not is_kind({"data": {}}, "restart")
@@ -237,7 +237,7 @@ def test_is_kind_refuses_a_name_the_registry_does_not_know():
 
 
 def test_kind_of_reads_only_text_kinds():
-    from logbook.eventlog.eventschema import Event, kind_of
+    from logbook.eventlog.kinds import Event, kind_of
 
     assert kind_of({"kind": "hang"}) == kind_of(Event.of({"kind": "hang"})) == "hang"
     assert kind_of({"kind": 3}) is None and kind_of({}) is None and kind_of(None) is None
@@ -254,13 +254,13 @@ def test_kind_of_reads_only_text_kinds():
     ({"kind": "from_next_year"}, None),
 ])
 def test_each_ending_has_its_words(rec, words):
-    from logbook.eventlog.eventschema import ending_words
+    from logbook.eventlog.kinds import ending_words
 
     assert ending_words(rec) == words
 
 
 def test_flag_questions_answer_from_the_registry():
-    from logbook.eventlog.eventschema import counted_as, goodput_charge, has_flag, is_terminal, run_state
+    from logbook.eventlog.kinds import counted_as, goodput_charge, has_flag, is_terminal, run_state
 
     assert goodput_charge({"kind": "checkpoint_saved"}) == "checkpoint_save"
     assert goodput_charge({"kind": "restart"}) == "restart" and goodput_charge({"kind": "note"}) is None

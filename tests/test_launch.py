@@ -10,7 +10,7 @@ from runhelpers import events, micro_config, of_kind, run_json
 from logbook.core.errors import RefusedError, UsageError
 from logbook.core.project import open_project
 from logbook.launch.launcher import Rendezvous, _check_overrides, _Plan, launch_run, new_run_id, torchrun_command
-from logbook.runs.record import RunRecord
+from logbook.runs.run_record import RunRecord
 
 
 @pytest.mark.slow

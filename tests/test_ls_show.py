@@ -9,7 +9,7 @@ import pytest
 from logbook.cli import app
 from logbook.core.project import open_project
 from logbook.eventlog.sink import EventSink
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 
 
 def _prereg(cli, title: str, *extra: str) -> str:

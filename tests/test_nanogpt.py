@@ -23,7 +23,7 @@ import pytest
 
 from conftest import ROOT, git
 
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.runlog import iter_events
 
 CHECKOUT = Path(os.environ.get("NANOGPT_DIR", "/nonexistent"))
 FILES = ("train.py", "model.py", "configurator.py")

@@ -25,7 +25,7 @@ from logbook.chronicle.build import day_path, render_chronicle
 from logbook.chronicle.report import incidents
 from logbook.chronicle.review import review_queue
 from logbook.launch.watch import event_line
-from logbook.eventlog.eventschema import (
+from logbook.eventlog.kinds import (
     KINDS, Field, Kind, ends_attempt, ending, kinds_where, may_follow_end, reference_markdown, register,
     registry_version, summary,
 )

@@ -256,7 +256,7 @@ def test_an_amendment_not_in_force_at_launch_is_scored_late_and_its_contingency_
     from logbook.proof.amend import amend_prereg
 
     project = project_of(logbook_repo)
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     pid = make_prereg(project, ["loss@final < 4"])
     amend_prereg(project, pid, reason="a rule for spikes", seen="nothing", predictions=["spikes@final <= 1"],
@@ -308,7 +308,7 @@ def test_a_real_tiny_run_is_scored_with_a_confirmed_and_a_refuted_prediction(log
 
     from logbook.eventlog.chain import utc_now
     from logbook.launch.launcher import config_sha256
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     project = project_of(logbook_repo)
     config = micro_config(logbook_repo, steps=12, every=4)
@@ -429,7 +429,7 @@ def test_a_scorecard_and_its_record_name_every_field_a_reader_or_a_script_reads(
 def test_a_config_other_than_the_preregistered_one_is_one_deviation_named_with_both_hashes(logbook_repo):
     from logbook.promises.prereg import load_prereg
     from logbook.runs.facts import RunFacts
-    from logbook.runs.record import RunRecord
+    from logbook.runs.run_record import RunRecord
     from logbook.scoring.outcome import deviations
 
     project = project_of(logbook_repo)

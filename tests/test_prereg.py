@@ -21,7 +21,7 @@ from logbook.promises import prereg as prereg_mod
 from logbook.promises.prereg import create_prereg, list_preregs, load_prereg
 from logbook.promises.prereg_format import record_hash, split_record
 from logbook.promises.prereg_input import PreregInput
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 
 FLAGS = ["--title", "QK-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
          "--predict", "val_loss@final < 1.45 ± 0.02", "--predict", "spikes@final == 0",

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT
 
-from logbook.eventlog.eventschema import label
+from logbook.eventlog.kinds import label
 
 DRILLS = "faults=[{kind: sigkill, step: 6}, {kind: nan, step: 12, attempt: 2}]"
 

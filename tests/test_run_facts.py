@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from scoring_helpers import ts_at
 
-from logbook.eventlog.eventschema import parse_ts
+from logbook.eventlog.kinds import parse_ts
 from logbook.promises.contingency import parse_rule
 from logbook.runs.facts import RunFacts, read_metric_rows, _recorded_rollback, _state
 

@@ -17,7 +17,7 @@ import pytest
 
 from logbook.core.project import open_project
 from logbook.eventlog.sink import EventSink
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 from logbook.runs.runlock import RunLock
 from logbook.runs.status import STALL_FLOOR_S, latest_run, run_status
 

@@ -49,7 +49,7 @@ def _png(path: Path) -> None:
 def hostile_logbook(logbook_repo, tmp_path, cli):
     """Notes and events that try every way out of the logbook; returns the secret file they aim at."""
     from logbook.core.project import open_project
-    from logbook.eventlog.eventschema import STRICT_ENV
+    from logbook.eventlog.kinds import STRICT_ENV
     from logbook.eventlog.sink import EventSink
 
     outside = tmp_path / "outside"
@@ -141,7 +141,7 @@ def test_the_report_shows_markup_from_the_preregistration_and_the_events_as_text
     from logbook.promises.prereg import create_prereg
     from logbook.promises.prereg_input import PreregInput
     from logbook.chronicle.report import write_report
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     project, secret = hostile_logbook
     git(project.root, "add", "-A")

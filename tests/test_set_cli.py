@@ -15,7 +15,7 @@ from conftest import ROOT
 from logbook.core.project import open_project
 from logbook.launch.change_requests import list_pending, processed_dir
 from logbook.eventlog.sink import EventSink
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 
 
 def _make_run(run_id: str = "r1", status: str = "running", last_event: str | None = "run_started"):

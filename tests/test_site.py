@@ -21,7 +21,7 @@ from logbook.chronicle.site import build_site
 from logbook.core.errors import EXIT_REFUSED
 from logbook.core.project import open_project
 from logbook.eventlog.sink import MetricsWriter
-from logbook.runs.record import list_run_ids
+from logbook.runs.run_record import list_run_ids
 
 HOSTILE = '<script>alert("owned")</script>'
 

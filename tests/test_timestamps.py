@@ -16,7 +16,7 @@ from tsa_fixture import CA_REL, closed_port_url, make_ca, silent_tsa
 from logbook.core.errors import UsageError
 from logbook.core.project import open_project
 from logbook.eventlog.sink import EventSink
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 from logbook.trust import timestamps
 from logbook.trust.stamping import bytes_digest, stamp_run_start
 

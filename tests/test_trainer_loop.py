@@ -11,7 +11,7 @@ import torch
 from conftest import ROOT
 
 from logbook.core.errors import RefusedError, RunFailedError, UsageError
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.runlog import iter_events
 from logbook.eventlog.sink import EventSink, read_metrics
 from trainer.checkpoints import checkpoint as ck
 from trainer.observe.callbacks import Callback, LoopAction

@@ -23,7 +23,7 @@ import pytest
 import torch
 from conftest import ROOT
 
-from logbook.eventlog.events import iter_events, read_events
+from logbook.eventlog.runlog import iter_events, read_events
 from logbook.records.init import init_logbook
 from logbook.eventlog.sink import read_metrics
 

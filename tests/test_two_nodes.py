@@ -63,7 +63,7 @@ def _of(evs: list[dict], kind: str) -> list[dict]:
 def _status(lab) -> str:
     """How the run stands, from its event log (run.json is written once, at launch)."""
     from logbook.core.project import open_project
-    from logbook.runs.record import run_status
+    from logbook.runs.run_record import run_status
 
     return run_status(open_project(lab.root), "two")
 

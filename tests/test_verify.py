@@ -16,7 +16,7 @@ from logbook.promises.prereg import load_prereg
 from logbook.promises.prereg_format import record_hash, render_record, split_record
 from logbook.eventlog.sink import EventSink
 from logbook.proof.verify import verify_project
-from logbook.runs.record import RunRecord, write_run_record
+from logbook.runs.run_record import RunRecord, write_run_record
 
 FLAGS = ["--title", "qk-norm removes spikes", "--hypothesis", "QK-norm keeps attention logits bounded.",
          "--predict", "val_loss@final < 1.45", "--predict", "spikes@final == 0"]
@@ -352,7 +352,7 @@ def test_an_event_appended_after_the_run_finished_is_caught_though_its_hash_was_
 
     from logbook.eventlog.chain import record_hash
     from logbook.eventlog.sink import EventSink
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     proj = open_project(logbook_repo)
     write_run_record(proj, RunRecord(run_id="m1", created="2026-11-30T00:00:00Z", config_path="c.yaml",

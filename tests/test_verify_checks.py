@@ -295,7 +295,7 @@ def test_an_amendment_with_a_broken_link_names_itself_and_the_link(logbook_repo,
 
 
 def _prereg_and_run_in_one_commit(repo, cli, run_created) -> tuple[str, str]:
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     pid = _prereg(cli)
     git(repo, "reset", "-q", "--soft", "HEAD~1")  # the two arrive in one commit, as a squash-merge makes them
@@ -370,7 +370,7 @@ def test_a_committed_note_edited_on_disk_is_named_once_by_the_line_that_changed(
 
 
 def test_a_run_record_is_checked_as_one_and_named_once_when_committed(logbook_repo):
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     for run in ("r1", "r2"):
         write_run_record(open_project(logbook_repo), RunRecord(run_id=run, created="2026-11-30T00:00:00Z",
@@ -390,7 +390,7 @@ def test_a_run_record_is_checked_as_one_and_named_once_when_committed(logbook_re
 # --- scope and state --------------------------------------------------------------------------
 
 def test_verify_of_one_preregistration_reports_only_it_and_the_runs_that_answer_to_it(logbook_repo, cli):
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     a, b = _prereg(cli), _prereg(cli)
     for run, pid in (("ra", a), ("rb", b)):
@@ -531,7 +531,7 @@ def test_any_other_finding_is_restored_from_git_and_superseded():
 
 
 def _run_for(repo, pid, created, run="r1"):
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     write_run_record(open_project(repo), RunRecord(run_id=run, created=created, config_path="c.yaml",
                                                    config_hash="0" * 64, prereg_id=pid))
@@ -598,7 +598,7 @@ def test_a_stamp_of_nothing_is_a_problem_and_one_no_authority_can_check_is_a_war
 
 
 def test_a_run_seeded_from_a_stamp_that_is_not_there_is_a_problem(logbook_repo, cli):
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     pid = _prereg(cli)
     write_run_record(open_project(logbook_repo), RunRecord(
@@ -793,7 +793,7 @@ def test_verify_or_raise_returns_the_report_of_its_scope_and_raises_on_a_change(
 
 def test_every_run_of_a_preregistration_is_ordered_even_after_an_uncommitted_one_and_one_in_order(logbook_repo, cli):
     """The runs are checked one by one: a run not committed yet, or one in order, never ends the check early."""
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     pid = _prereg(cli)
     made = _created(logbook_repo, pid)
@@ -812,7 +812,7 @@ def test_every_run_of_a_preregistration_is_ordered_even_after_an_uncommitted_one
 
 def test_a_run_log_that_is_a_symlink_is_never_read_as_a_log_with_or_without_a_scope(logbook_repo, cli, tmp_path):
     """A link can point anywhere: it is reported as a symlink, and its target is not checked as the run's log."""
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     pid = _prereg(cli)
     project = open_project(logbook_repo)
@@ -856,7 +856,7 @@ def test_the_order_is_read_from_the_repository_whatever_the_working_folder(logbo
 
 def test_a_deleted_preregistration_is_reported_as_deleted_and_its_committed_run_is_not_called_post_hoc(logbook_repo, cli):
     """The order check reads the record's `created` from disk; a record gone from disk leaves history's order alone."""
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     pid = _prereg(cli)
     project = open_project(logbook_repo)
@@ -870,7 +870,7 @@ def test_a_deleted_preregistration_is_reported_as_deleted_and_its_committed_run_
 
 def test_a_run_whose_start_trained_with_another_seed_than_its_record_says_is_named_with_both(logbook_repo, cli):
     from logbook.eventlog.chain import ChainedLog as Log
-    from logbook.runs.record import RunRecord, write_run_record
+    from logbook.runs.run_record import RunRecord, write_run_record
 
     pid = _prereg(cli)
     project = open_project(logbook_repo)

@@ -98,7 +98,7 @@ def _fit(repo, cfg, sink, run_id="wb"):
 
 @pytest.mark.slow
 def test_offline_run_resumed_across_a_restart_keeps_one_id_and_both_attempts_rows(logbook_repo, tmp_path, monkeypatch):
-    from logbook.eventlog.events import iter_events
+    from logbook.eventlog.runlog import iter_events
     from trainer.faults import InjectedFault
     from trainer.observe.wandb_sink import WandbConfig, WandbSink
 

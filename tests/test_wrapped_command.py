@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT, git
 
 from logbook.eventlog.chain import verify_log
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.runlog import iter_events
 
 SCRIPT = '''\
 import os, sys, time
@@ -420,8 +420,8 @@ def test_a_log_written_with_the_old_attempt_wall_s_reads_it_as_unknown_in_every_
     seconds (it held the Unix time less one): the log keeps it, the views read it as unknown."""
     import shutil
 
-    from logbook.eventlog.eventschema import Event
-    from logbook.eventlog.events import iter_events
+    from logbook.eventlog.kinds import Event
+    from logbook.eventlog.runlog import iter_events
 
     run_dir = logbook_repo / "entries" / "runs" / "wrapped-2026-12-04"
     run_dir.mkdir(parents=True)

@@ -7,7 +7,7 @@ rendered through the templates: no clock, no randomness, a fixed order. So
 that the files on disk match the logs, and the launcher can re-render the day
 that just received events without reading the rest.
 
-Logs are streamed (see `eventstream`): at most one day's records are in memory.
+Logs are streamed (see `timeline`): at most one day's records are in memory.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from logbook.core.gitstate import state_of
 from logbook.core.project import Project
 from logbook.core.textfmt import fmt_fraction, fmt_int
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import Event, is_afterwards, is_kind, is_routine
-from logbook.eventlog.eventstream import (by_day, check_day, days_of, Item, list_event_runs, merged, NOTES_SOURCE, run_log_path, sources, torn_tail, TornTail)
+from logbook.eventlog.kinds import Event, is_afterwards, is_kind, is_routine
+from logbook.eventlog.timeline import (by_day, check_day, days_of, Item, list_event_runs, merged, NOTES_SOURCE, run_log_path, sources, torn_tail, TornTail)
 from logbook.eventlog.files import iter_folder
 from logbook.promises.prereg import load_prereg
 from logbook.promises.reviews import reviews_for
 from logbook.runs.ckpt_advice import AdviceTracker
 from logbook.runs.facts import load_facts
-from logbook.runs.record import check_run_id, load_run_record
+from logbook.runs.run_record import check_run_id, load_run_record
 from logbook.scoring.progress import missing_scores, note_scores
 from logbook.trust.setting_history import SOURCE as SETTINGS_SOURCE
 from logbook.trust.setting_history import setting_items

@@ -25,8 +25,8 @@ from logbook.core.textfmt import (
     code_block, code_span, fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_pct, fmt_setting,
     fmt_tokens, is_number, md_escape, quote_text, signal_name, signal_number, table_cell,
 )
-from logbook.eventlog.eventschema import kind_of, label as kind_label
-from logbook.eventlog.eventschema import restart_cause, signal_evidence
+from logbook.eventlog.kinds import kind_of, label as kind_label
+from logbook.eventlog.kinds import restart_cause, signal_evidence
 
 BUNDLED_TEMPLATES = bundled_dir("templates")
 _KIND_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")

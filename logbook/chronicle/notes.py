@@ -21,10 +21,10 @@ from logbook.core.identity import signing_identity
 from logbook.core.project import Project
 from logbook.eventlog import chain
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventstream import NOTES_SOURCE, list_event_runs, run_log_path
+from logbook.eventlog.timeline import NOTES_SOURCE, list_event_runs, run_log_path
 from logbook.eventlog.files import is_record_id, iter_folder, read_record, write_record
-from logbook.runs.record import check_run_id
-from logbook.eventlog.eventschema import kind_of
+from logbook.runs.run_record import check_run_id
+from logbook.eventlog.kinds import kind_of
 
 MAX_NOTE_BYTES = 64 * 1024
 """A note is a paragraph or a page, not a file dump: larger text belongs in a committed file it links to."""

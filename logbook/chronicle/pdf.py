@@ -28,9 +28,9 @@ from logbook.chronicle.mdconvert import Converter, ImageStore
 from logbook.core.errors import UsageError
 from logbook.core.fsutil import atomic_write_bytes
 from logbook.core.project import Project
-from logbook.eventlog.eventstream import list_event_runs, run_log_path
+from logbook.eventlog.timeline import list_event_runs, run_log_path
 from logbook.runs.lineage import run_lineage
-from logbook.eventlog.eventschema import kind_of
+from logbook.eventlog.kinds import kind_of
 
 TEMPLATE = "chronicle.typ"
 

@@ -20,7 +20,7 @@ from logbook.core.textfmt import fmt_int, is_number
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.sink import read_metrics
 from logbook.scoring.forecasts import run_curves
-from logbook.eventlog.eventschema import counted_as, has_flag
+from logbook.eventlog.kinds import counted_as, has_flag
 
 _MAX_POINTS = 4000  # beyond this, steps are bucketed into a min-max band plus a mean line
 

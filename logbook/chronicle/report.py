@@ -39,7 +39,7 @@ from logbook.core.project import Project
 from logbook.core.textfmt import fmt_setting, is_number
 from logbook.core.yamlsafe import load_yaml_text
 from logbook.records import gitbind
-from logbook.eventlog.eventschema import (
+from logbook.eventlog.kinds import (
     Event, ending, is_kind, kind_of, parse_ts, summary as event_summary,
 )
 from logbook.eventlog.plan import plan_words
@@ -47,7 +47,7 @@ from logbook.promises.prereg import load_prereg, runs_referencing
 from logbook.promises.reviews import reviews_for
 from logbook.runs.facts import RunFacts, load_facts
 from logbook.runs.lineage import run_lineage
-from logbook.runs.record import RunRecord, check_run_id, load_run_record
+from logbook.runs.run_record import RunRecord, check_run_id, load_run_record
 from logbook.scoring.calibration import calibration
 from logbook.scoring.calibration_plot import write_calibration_plot
 from logbook.scoring.forecasts import run_summary, summary_text

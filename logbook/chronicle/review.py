@@ -43,12 +43,12 @@ from logbook.core.identity import signing_identity
 from logbook.core.project import Project
 from logbook.eventlog import chain
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import Event, has_flag, is_kind, kind_of, kinds_where, summary
-from logbook.eventlog.eventstream import list_event_runs, run_log_path
+from logbook.eventlog.kinds import Event, has_flag, is_kind, kind_of, kinds_where, summary
+from logbook.eventlog.timeline import list_event_runs, run_log_path
 from logbook.eventlog.files import damaged_records, iter_folder, write_record
 from logbook.promises.reviews import ACTIONS, review_records
 from logbook.runs.facts import reapplies
-from logbook.runs.record import load_run_record
+from logbook.runs.run_record import load_run_record
 from logbook.scoring.outcome import outcome_records
 from logbook.trust.ack import ENTRY_PREFIX as ACK_PREFIX, KIND as ACK, acknowledgements_dir, ack_run, ack_summary, \
     check_ack_reviewer

@@ -35,7 +35,7 @@ from logbook.core.errors import RefusedError, UsageError
 from logbook.core.fsutil import atomic_write_bytes
 from logbook.core.project import Project
 from logbook.core.textfmt import fmt_duration, fmt_int, fmt_num, fmt_pct
-from logbook.eventlog.eventschema import counted_as, has_flag, is_kind, summary as event_summary
+from logbook.eventlog.kinds import counted_as, has_flag, is_kind, summary as event_summary
 from logbook.promises.prereg import list_preregs, runs_referencing
 from logbook.proof.verify import verify_project
 from logbook.records import gitbind

@@ -17,8 +17,8 @@ from logbook.chronicle.markdown import MarkdownRenderer, Raw, View, view
 from logbook.chronicle.plots import progress_plot_path
 from logbook.core.project import Project
 from logbook.core.textfmt import is_number
-from logbook.eventlog.eventschema import Event, is_kind, is_routine, kind_of, label
-from logbook.eventlog.eventstream import NOTES_SOURCE, Item
+from logbook.eventlog.kinds import Event, is_kind, is_routine, kind_of, label
+from logbook.eventlog.timeline import NOTES_SOURCE, Item
 from logbook.runs.milestones import is_late, milestone_step
 from logbook.trust.setting_history import SOURCE as SETTINGS_SOURCE
 
@@ -42,7 +42,7 @@ def routine_anchor(run: str, day: str) -> str:
 def item_id(item: Item) -> tuple[str, str]:
     """(citable id, anchor) of an entry: `run:seq`, `note:<record id>` or `outcome:<record id>`."""
     rec = item.rec or {}
-    if item.rank == 2 and isinstance(rec.get("id"), str):  # a scorecard record (eventstream.stream_outcomes)
+    if item.rank == 2 and isinstance(rec.get("id"), str):  # a scorecard record (timeline.stream_outcomes)
         return f"outcome:{rec['id']}", f"outcome-{rec['id']}"
     if item.source == SETTINGS_SOURCE:  # a commit that changed who may sign or self-approve
         return f"setting:{rec.get('id')}", f"setting-{rec.get('id')}"

@@ -307,7 +307,7 @@ def complete_run(incomplete: str) -> list[str]:
     """Shell completion of a run id: the runs of the logbook here whose id starts with what was typed."""
     try:
         from logbook.core.project import open_project
-        from logbook.runs.record import all_run_ids
+        from logbook.runs.run_record import all_run_ids
 
         return [r for r in all_run_ids(open_project()) if r.startswith(incomplete)]
     except (LogbookError, OSError):  # no logbook here: nothing to offer, and a completion never prints an error

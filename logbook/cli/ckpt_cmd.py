@@ -63,7 +63,7 @@ def ckpt_interval_cmd(
 def _run_events(run_id: str) -> list[dict]:
     from logbook.eventlog.chain import iter_records
     from logbook.core.project import open_project
-    from logbook.runs.record import check_run_id, load_run_record
+    from logbook.runs.run_record import check_run_id, load_run_record
 
     project = open_project()
     path = project.run_dir(check_run_id(run_id)) / "events.jsonl"

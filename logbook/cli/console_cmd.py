@@ -93,7 +93,7 @@ def progress_text(p) -> str:
 
 
 def _resolve(project, run: Optional[str]) -> str:
-    from logbook.runs.record import check_run_id
+    from logbook.runs.run_record import check_run_id
     from logbook.runs.status import latest_run
 
     return check_run_id(run) if run else latest_run(project)

@@ -524,7 +524,7 @@ def show_cmd(
     from logbook.core.errors import NotFoundError
     from logbook.promises.prereg import load_prereg, resolve_prereg_id, runs_referencing
     from logbook.core.project import open_project
-    from logbook.eventlog.eventstream import RUN_ID_RE
+    from logbook.eventlog.timeline import RUN_ID_RE
     from logbook.proof.verify import verify_project
 
     project = open_project()
@@ -560,9 +560,9 @@ def _print_markdown(text: str) -> None:
 
 
 def _show_run(project, run_id: str, as_json: bool) -> None:
-    from logbook.eventlog.events import read_events
-    from logbook.eventlog.eventschema import kind_of
-    from logbook.runs.record import load_run_record, run_status
+    from logbook.eventlog.runlog import read_events
+    from logbook.eventlog.kinds import kind_of
+    from logbook.runs.run_record import load_run_record, run_status
 
     record = load_run_record(project, run_id)
     record.status = run_status(project, run_id, record)  # run.json says how it started; the log, how it stands

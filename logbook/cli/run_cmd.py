@@ -97,7 +97,7 @@ def _is_command_run(run_id: str) -> bool:
     """Whether RUN's record is of a command run after `--` (its resume is the supervisor's, not torchrun's)."""
     from logbook.core.errors import LogbookError
     from logbook.core.project import open_project
-    from logbook.runs.record import load_run_record
+    from logbook.runs.run_record import load_run_record
 
     try:
         return bool(load_run_record(open_project(), run_id).command)

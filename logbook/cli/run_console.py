@@ -71,7 +71,7 @@ class RunConsole:
         """New events of the run as their summaries, then the progress line from the metrics stream."""
         from logbook.launch.follow import progress_of, total_steps_of
         from logbook.launch.watch import EventTail
-        from logbook.eventlog.eventschema import is_kind
+        from logbook.eventlog.kinds import is_kind
         from logbook.runs.status import event_line, follow_files, is_quiet
 
         if self._tails is None:

@@ -52,7 +52,7 @@ def slurm_script_cmd(
     """
     from logbook.core.errors import UsageError
     from logbook.core.project import open_project
-    from logbook.runs.record import check_run_id
+    from logbook.runs.run_record import check_run_id
     from logbook.launch.launcher import check_elsewhere
     from logbook.launch.slurm import SbatchSpec, sbatch_script
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.core.fsutil import log_tail
-from logbook.eventlog.eventschema import kind_of
+from logbook.eventlog.kinds import kind_of
 
 SCHEMA_VERSION = 1
 GENESIS = "0" * 64

@@ -3,7 +3,7 @@
 The chain proves that every line follows the one before it, not who wrote
 it: anyone who can push can append a line and work its hash out again. Such a
 line is caught only by what it says, so a run's log is read against the event
-registry (`eventschema.may_follow_end`):
+registry (`kinds.may_follow_end`):
 
 - after `run_finished` nothing any attempt writes may follow;
 - after `run_failed` or `run_aborted` only the first words of a resumed launch
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import (
+from logbook.eventlog.kinds import (
     ending, is_afterwards, is_kind, is_terminal, kind_of, may_follow_end, run_state,
 )
 from logbook.eventlog.files import iter_folder
@@ -151,7 +151,7 @@ def vouched_outcomes(run_dir: Path, log: Path) -> set[str]:
 
 
 def keep_vouched(items: Iterator[Any], log: Path) -> Iterator[Any]:
-    """The chronicle's items of one run log (`eventstream.Item`), without the outcome lines nothing vouches for:
+    """The chronicle's items of one run log (`timeline.Item`), without the outcome lines nothing vouches for:
     a scorecard shown is a record's, never a line someone appended. Reads the run's records only when the log
     holds an outcome line."""
     vouched: set[str] | None = None

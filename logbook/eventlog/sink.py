@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from logbook.eventlog.chain import canonical
-from logbook.eventlog.events import RunLog, event_record
-from logbook.eventlog.eventschema import check_event, get_kind, strict_events
+from logbook.eventlog.runlog import RunLog, event_record
+from logbook.eventlog.kinds import check_event, get_kind, strict_events
 
 
 def _plain(value: Any, root: str | None = None) -> Any:

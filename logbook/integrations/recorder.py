@@ -29,7 +29,7 @@ from collections import deque
 from typing import Any
 
 from logbook.api import ProgressNotes, Run, RunHistory, UsageError, check_run_id, ending, is_kind, run_from_env
-from logbook.eventlog.eventschema import RESTART_CAUSES
+from logbook.eventlog.kinds import RESTART_CAUSES
 from logbook.promises.metric_names import canonical, is_bundled
 from logbook.runs.attempt_ends import restart_cost
 from logbook.runs.spikes import METRICS as SPIKE_METRICS, Thresholds, spike_signal

@@ -40,9 +40,9 @@ from logbook.core.identity import git_identity
 from logbook.core.project import Project
 from logbook.launch.live_settings import check_reason, validate_changes
 from logbook.eventlog.chain import utc_now
-from logbook.eventlog.events import iter_events
-from logbook.eventlog.eventschema import is_terminal, run_state, starts_attempt
-from logbook.runs.record import RunRecord, check_run_id, load_run_record, run_status
+from logbook.eventlog.runlog import iter_events
+from logbook.eventlog.kinds import is_terminal, run_state, starts_attempt
+from logbook.runs.run_record import RunRecord, check_run_id, load_run_record, run_status
 from logbook.runs.runlock import dead_holder
 
 REQUEST_VERSION = 1

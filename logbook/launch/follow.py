@@ -16,7 +16,7 @@ from typing import Any
 
 from logbook.core.project import Project
 from logbook.launch.watch import EventTail
-from logbook.eventlog.eventschema import is_kind, run_state
+from logbook.eventlog.kinds import is_kind, run_state
 from logbook.runs.status import EventLine, event_line, follow_files, is_quiet, launcher_gone
 
 PROGRESS_EVERY_S = 2.0

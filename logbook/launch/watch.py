@@ -29,13 +29,13 @@ from logbook.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_
 from logbook.core.fsutil import json_records, log_tail
 from logbook.core.project import Project
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import (
+from logbook.eventlog.kinds import (
     Event, counted_as, ending, has_flag, is_kind, restart_cause, summary, unfinished_save_words,
 )
 from logbook.eventlog.sink import EventSink
 from logbook.runs.attempt_ends import lost_ranks_of
 from logbook.runs.rankmarks import name_ranks
-from logbook.runs.record import RunRecord
+from logbook.runs.run_record import RunRecord
 
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)

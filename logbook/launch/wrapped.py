@@ -47,7 +47,7 @@ from logbook.launch.torchrun_facts import is_torchrun, root_cause, torchrun_worl
 from logbook.launch.watch import RunResult
 from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
 from logbook.runs.milestones import ProgressNotes
-from logbook.runs.record import check_run_id
+from logbook.runs.run_record import check_run_id
 
 Say = Callable[[str], None]
 ENV_PROJECT, ENV_RUN, ENV_ATTEMPT = "LOGBOOK_PROJECT", "LOGBOOK_RUN_ID", "LOGBOOK_ATTEMPT"  # logbook.api reads them
@@ -222,9 +222,9 @@ def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | N
 
 def resume_command(project: Project, run_id: str, opts: WrappedOptions, say: Say = lambda _: None) -> RunResult:
     """The next attempts of a run of a command that did not finish (preempted, failed, interrupted)."""
-    from logbook.eventlog.events import iter_events
-    from logbook.eventlog.eventschema import is_kind
-    from logbook.runs.record import load_run_record, run_status
+    from logbook.eventlog.runlog import iter_events
+    from logbook.eventlog.kinds import is_kind
+    from logbook.runs.run_record import load_run_record, run_status
 
     record = load_run_record(project, check_run_id(run_id))
     if not record.command:
@@ -513,8 +513,8 @@ class _Supervisor:
     def _result(self, status: str, attempts: int, restarts: int, code: int, reason: str = "") -> RunResult:
         self.metrics.close()
         from logbook.launch.watch import restart_line
-        from logbook.eventlog.events import iter_events
-        from logbook.eventlog.eventschema import is_kind
+        from logbook.eventlog.runlog import iter_events
+        from logbook.eventlog.kinds import is_kind
 
         events = self.run_dir / "events.jsonl"
         lines = [restart_line(e) for e in iter_events(events) if is_kind(e, "restart")]

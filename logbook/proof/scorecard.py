@@ -19,7 +19,7 @@ from logbook.eventlog.files import write_record
 from logbook.promises.prereg import load_prereg
 from logbook.proof.verify import verify_project
 from logbook.runs.facts import RunFacts, load_facts
-from logbook.runs.record import check_run_id, load_run_record
+from logbook.runs.run_record import check_run_id, load_run_record
 from logbook.scoring.outcome import (OUTCOME_SOURCE, Scorecard, content_hash, outcome_records, outcomes_dir,
                                      prereg_id_of, recheck_scorecards, score_card)
 from logbook.trust.signatures import sign_record

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from logbook.core.errors import RefusedError, UsageError
 from logbook.core.fsutil import atomic_create_bytes
 from logbook.core.identity import git_identity, signing_identity
-from logbook.eventlog.eventstream import check_run_id
+from logbook.eventlog.timeline import check_run_id
 
 if TYPE_CHECKING:
     from logbook.core.project import Project

@@ -28,7 +28,7 @@ from typing import Any
 from logbook.core.project import Project
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.files import iter_folder, write_record
-from logbook.eventlog.eventschema import is_kind
+from logbook.eventlog.kinds import is_kind
 
 _BOOKKEEPING = ("v", "seq", "prev", "hash", "ts", "id")
 

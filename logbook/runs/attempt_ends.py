@@ -31,8 +31,8 @@ from typing import Any
 
 from logbook.core.fsutil import json_records
 from logbook.core.project import Project
-from logbook.eventlog.eventschema import ending, is_kind, parse_ts
-from logbook.eventlog.events import iter_events
+from logbook.eventlog.kinds import ending, is_kind, parse_ts
+from logbook.eventlog.runlog import iter_events
 from logbook.eventlog.sink import full_metrics_path
 from logbook.runs.oom import oom_kill_count, oom_kills_between
 from logbook.runs.rankmarks import lost_ranks, name_ranks, ranks_dir, read_marks

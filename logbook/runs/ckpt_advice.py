@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from logbook.core.errors import UsageError
-from logbook.eventlog.eventschema import RESTART_CAUSES, counted_as, goodput_charge, is_kind
+from logbook.eventlog.kinds import RESTART_CAUSES, counted_as, goodput_charge, is_kind
 from logbook.runs.goodput import event_time as _ts
 from logbook.runs.goodput import number as _number
 

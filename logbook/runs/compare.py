@@ -25,9 +25,9 @@ import yaml
 from logbook.core.bundled import safe_env, safe_python
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
-from logbook.eventlog.eventschema import Event, is_kind
+from logbook.eventlog.kinds import Event, is_kind
 from logbook.runs.facts import COUNTS, RunFacts, load_facts
-from logbook.runs.record import RunRecord, check_run_id, read_run_record
+from logbook.runs.run_record import RunRecord, check_run_id, read_run_record
 
 FINAL_METRICS = ("loss", "val_loss")
 """Metrics compared at the run's end and at each progress note."""

@@ -22,7 +22,7 @@ from logbook.core.project import Project
 from logbook.core.textfmt import fmt_setting, is_number
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.plan import rule_differences, structured_rules
-from logbook.eventlog.eventschema import (
+from logbook.eventlog.kinds import (
     LR_KEYS, Event, changes_lr, counted_as, ending, get_kind, goodput_charge, has_flag, is_afterwards, is_kind, kind_of,
     kinds_where, parse_ts, run_state,
 )

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import Event, counted_as, goodput_charge, is_afterwards, is_kind, parse_ts
+from logbook.eventlog.kinds import Event, counted_as, goodput_charge, is_afterwards, is_kind, parse_ts
 from logbook.eventlog.sink import read_metrics
 
 CATEGORIES = ("startup_s", "compile_s", "restore_s", "checkpoint_save_s", "lost_s", "skipped_s", "downtime_s", "data_s",

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import Event, ending, ends_attempt, ending_words, is_afterwards, is_kind, restart_cause
+from logbook.eventlog.kinds import Event, ending, ends_attempt, ending_words, is_afterwards, is_kind, restart_cause
 
 
 @dataclass

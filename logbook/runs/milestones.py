@@ -16,7 +16,7 @@ from pathlib import Path
 
 from logbook.eventlog.chain import iter_records
 from logbook.promises.predictions import milestone_step  # a fraction's step is the grammar's fact
-from logbook.eventlog.eventschema import is_kind
+from logbook.eventlog.kinds import is_kind
 
 _FRACTION_DIGITS = 9
 

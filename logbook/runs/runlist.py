@@ -14,9 +14,9 @@ from typing import Any
 
 from logbook.core.errors import NotFoundError, UsageError
 from logbook.core.project import Project
-from logbook.eventlog.eventschema import run_states
+from logbook.eventlog.kinds import run_states
 from logbook.runs.facts import load_facts
-from logbook.runs.record import all_run_ids, read_run_record
+from logbook.runs.run_record import all_run_ids, read_run_record
 
 
 _AGO = re.compile(r"^(\d+)([hdw])$")

@@ -26,11 +26,11 @@ from typing import Any
 
 from logbook.core.errors import LogbookError, NotFoundError
 from logbook.core.project import Project
-from logbook.eventlog.eventschema import get_kind, has_flag, kind_of, label, parse_ts, run_state, summary
+from logbook.eventlog.kinds import get_kind, has_flag, kind_of, label, parse_ts, run_state, summary
 from logbook.eventlog.sink import full_metrics_path
 from logbook.runs.attempt_ends import heartbeat_path, read_heartbeat
 from logbook.runs.facts import RunFacts, load_facts
-from logbook.runs.record import all_run_ids, read_run_record
+from logbook.runs.run_record import all_run_ids, read_run_record
 from logbook.runs.runlock import dead_holder
 
 STALL_FLOOR_S = 120.0

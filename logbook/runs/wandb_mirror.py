@@ -40,7 +40,7 @@ from typing import Any
 
 from logbook.core.textfmt import is_number
 from logbook.core.typedconfig import check_choice, check_config, check_positive
-from logbook.eventlog.eventschema import get_kind, is_kind, kind_of
+from logbook.eventlog.kinds import get_kind, is_kind, kind_of
 from logbook.runs.goodput import goodput_of_run
 
 MODES = ("offline", "online")

@@ -41,7 +41,7 @@ from typing import Any
 
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
-from logbook.eventlog.eventstream import list_event_runs
+from logbook.eventlog.timeline import list_event_runs
 from logbook.scoring.outcome import load_outcome
 from logbook.scoring.rules import log_score
 

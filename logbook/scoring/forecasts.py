@@ -22,7 +22,7 @@ from typing import Any
 from logbook.core.errors import LogbookError
 from logbook.core.textfmt import fmt_num
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import is_kind, parse_ts
+from logbook.eventlog.kinds import is_kind, parse_ts
 from logbook.promises.predictions import POINT_OP, At, Prediction
 from logbook.promises.prereg import load_prereg
 from logbook.runs.facts import RunFacts

@@ -57,7 +57,7 @@ from logbook.promises.predictions import Prediction
 from logbook.promises.prereg import load_prereg
 from logbook.runs.facts import COUNTS, Measurement, RunFacts, load_facts
 from logbook.runs.milestones import milestone_step
-from logbook.runs.record import RunRecord, check_run_id, load_run_record
+from logbook.runs.run_record import RunRecord, check_run_id, load_run_record
 from logbook.scoring.forecasts import late_sources, run_start_time
 from logbook.scoring.rules import forecast_scores
 

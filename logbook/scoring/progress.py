@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any
 
 from logbook.core.textfmt import is_number
-from logbook.eventlog.eventschema import has_flag, is_kind, parse_ts
+from logbook.eventlog.kinds import has_flag, is_kind, parse_ts
 from logbook.runs.facts import RunFacts, read_metric_rows
 from logbook.scoring.forecasts import forecast_standings
 from logbook.scoring.outcome import judge, measure, point_step, value_at

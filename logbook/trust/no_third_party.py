@@ -36,7 +36,7 @@ from logbook.core.project import Project
 from logbook.core.recordkinds import classify, where_it_could_go
 from logbook.records import gitbind
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import get_kind, is_kind, kind_of
+from logbook.eventlog.kinds import get_kind, is_kind, kind_of
 from logbook.eventlog.files import iter_folder
 
 LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"

@@ -35,11 +35,11 @@ from typing import Any
 from logbook.core.errors import LogbookError, NotFoundError, TamperedError
 from logbook.core.project import Project
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventstream import check_run_id, run_log_path
+from logbook.eventlog.timeline import check_run_id, run_log_path
 from logbook.eventlog.files import run_record_problem
 from logbook.eventlog.sink import full_metrics_path
 from logbook.trust.retrain import ReplayImpossible, first_losses, retrain, shadowing_paths
-from logbook.eventlog.eventschema import is_kind
+from logbook.eventlog.kinds import is_kind
 
 SEED_DOMAIN = b"logbook-seed\0"
 """Prefix of the hashed bytes, so that this seed is never the hash of the token for any other purpose."""

@@ -41,9 +41,9 @@ from logbook.core.settings import CONFIG_FILE
 from logbook.core.yamlsafe import load_training_config
 from logbook.records import gitbind
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventstream import run_log_path
+from logbook.eventlog.timeline import run_log_path
 from logbook.eventlog.sink import full_metrics_path
-from logbook.eventlog.eventschema import is_kind
+from logbook.eventlog.kinds import is_kind
 
 _POLL_S = 0.05
 

@@ -30,7 +30,7 @@ from logbook.core.fsutil import atomic_write_json
 from logbook.core.project import Project
 from logbook.core.settings import CONFIG_FILE
 from logbook.records import gitbind
-from logbook.eventlog.eventstream import Item
+from logbook.eventlog.timeline import Item
 
 SOURCE = "@settings"
 """The chronicle's source name for these entries (no run id can start with `@`)."""

@@ -39,7 +39,7 @@ from logbook.core.clockskew import AHEAD_S
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
 from logbook.eventlog.chain import iter_records
-from logbook.eventlog.eventschema import is_terminal
+from logbook.eventlog.kinds import is_terminal
 from logbook.trust.stamping import Stampable, prereg_records, run_records
 from logbook.trust.timestamps import (DIGEST_RE, STAMP_NAME_RE, StampCache, VerifiedStamp, check_stamp_file,
                                       settings, stamps_dir)

@@ -4,7 +4,7 @@ A `Decision` carries the `Verdict` (what the loop must do with the step), the
 signals behind it and, for a rollback, where to go back to. `describe` fills
 in its reason (one sentence) and the payloads of the events that record it
 (`divergence_detected`, `step_skipped`, `rollback`, `lr_scaled`,
-`run_aborted`; documented in logbook/eventlog/events.py), each judged against the
+`run_aborted`; documented in logbook/eventlog/runlog.py), each judged against the
 preregistration's contingency rules. This module is the only producer of
 those payloads: the loop and trainer/restore.py write them as described here,
 and the restore adds only what it alone knows (`complete_rollback`: the
@@ -95,7 +95,7 @@ class Decision:
 
 
 def describe(d: Decision, cfg: GuardConfig, rules: Sequence[Any], rollbacks: int) -> None:
-    """Fill `d.reason` and `d.events` of a decision that is not OK (payloads as in logbook/eventlog/events.py).
+    """Fill `d.reason` and `d.events` of a decision that is not OK (payloads as in logbook/eventlog/runlog.py).
 
     `rollbacks` is the ladder's count of rollbacks, this decision's included.
     """

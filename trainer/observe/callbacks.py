@@ -71,7 +71,7 @@ class TrainerView(Protocol):
     """The logbook project (`logbook.core.project.Project`)."""
     run_dir: Path
     run_record: Any
-    """The run's record (`logbook.runs.record.RunRecord`), or None when launched directly."""
+    """The run's record (`logbook.runs.run_record.RunRecord`), or None when launched directly."""
     history: Any
     """What earlier attempts left (`logbook.runs.attempt_ends.RunHistory`, read by rank 0 through `logbook.api`)."""
     started_at: float

@@ -21,9 +21,9 @@ from logbook.core.fsutil import atomic_create_bytes
 from logbook.core.project import Project
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.files import run_record_problem
-from logbook.eventlog.eventstream import check_run_id, run_log_path
+from logbook.eventlog.timeline import check_run_id, run_log_path
 from logbook.trust.signatures import sign_record
-from logbook.eventlog.eventschema import is_kind, run_state
+from logbook.eventlog.kinds import is_kind, run_state
 
 @dataclass
 class RunRecord:

@@ -10,7 +10,7 @@ An event is one line of a run's hash-chained log (see `chain.py`):
 treat unknown kinds generically, so a log written next year still reads today.
 
 Each kind's meaning, payload fields and flags are owned by
-`logbook.eventlog.eventschema` (rendered as docs/events.md). Producers write the fields
+`logbook.eventlog.kinds` (rendered as docs/events.md). Producers write the fields
 registered there; readers must tolerate missing ones. Times are seconds
 (float), steps and tokens integers.
 """
