@@ -101,7 +101,7 @@ def setting_changes(project: Project) -> list[SettingChange]:
 
 def _changes(project: Project) -> list[SettingChange]:
     root = project.root
-    paths = [CONFIG_FILE, *_signers_paths(project)]
+    paths = watched_paths(project)
     fmt = "%H%x1f%P%x1f%ct%x1f%cn <%ce>%x1f%an <%ae>"
     out = gitbind.git(root, "log", "--reverse", f"--format={fmt}", "HEAD", "--", *paths)
     rows = [line.split("\x1f") for line in out.splitlines() if line.count("\x1f") == 4]
@@ -138,6 +138,17 @@ def self_approval_allowed(project: Project) -> bool:
     data = gitbind.read_blobs(project.root, [f"HEAD:{CONFIG_FILE}"]).get(f"HEAD:{CONFIG_FILE}")
     raw, _ = _config_of(data) if data is not None else (None, None)
     return isinstance(raw, dict) and raw.get("review_self_approval") is True
+
+
+def allowed_entries(project: Project, commits: set[str]) -> dict[str, tuple[str, ...]]:
+    """commit -> the allowed-signers file's entries (comments and blank lines left out) at that commit, at the
+    path that commit's own logbook.yaml names (empty where it names none)."""
+    return {c: s.signers for c, s in _states(project, commits).items()}
+
+
+def watched_paths(project: Project) -> list[str]:
+    """logbook.yaml and every allowed-signers path it named in HEAD's history: what `git log` watches."""
+    return [CONFIG_FILE, *_signers_paths(project)]
 
 
 def _utc(seconds: int) -> str:
