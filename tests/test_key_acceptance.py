@@ -210,3 +210,29 @@ def test_an_approval_in_bo_s_name_signed_with_ada_s_key_is_exit_4(lab):
     assert code == 4 and ("signer_not_named", review) in kinds(report)
     queue = ada.cli("review", "--all")  # the queue will not count an approval that fails its check
     assert queue.exit_code == 4 and "names Bo <bo@lab.example> as its reviewer" in queue.stderr
+
+
+def test_a_key_retired_from_an_address_accepts_nothing_for_it(lab, tmp_path):
+    """Bo's stolen key was moved off bo@ (kept under another address): its thief cannot admit a key for bo@."""
+    from logbook.eventlog.files import write_record
+    from logbook.trust.signatures import sign_record
+    from logbook.trust.signers import acceptances_dir
+
+    team, keys, _ = lab
+    ada = team["ada"]
+    allowed = ada.path / ALLOWED
+    allowed.write_text(allowed.read_text().replace(allowed_line("bo@lab.example", keys["bo"]),
+                                                   allowed_line("bo.retired@lab.example", keys["bo"])))
+    thief = keypair(tmp_path / "keys", "thief")
+    append_signer(ada, allowed_line("bo@lab.example", thief), "bo's key was stolen: a new one")
+    project = open_project(ada.path)
+    kind, blob = thief.with_name(thief.name + ".pub").read_text().split()[:2]
+    rec = write_record(acceptances_dir(project), {"kind": "key_acceptance", "principal": "bo@lab.example",
+                                                  "key": f"{kind} {blob}", "fingerprint": fingerprint(thief),
+                                                  "accepted_by": "Bo", "email": "bo@lab.example"})
+    use_key(ada, keys["bo"])  # the stolen key signs the acceptance
+    assert sign_record(project, rec["hash"], what="acceptance") == []
+    ada.commit()
+    _, report, _ = verify(ada)
+    [k] = [k for k in report["identity"]["keys"] if k["fingerprint"] == fingerprint(thief)]
+    assert k["how"] == "pending"
