@@ -68,7 +68,11 @@ def test_a_key_ada_appends_for_bo_signs_for_no_one_and_fails_once_signatures_are
     [w] = [w for w in report["warnings"] if w["kind"] == "signer_unaccepted"]
     assert f"signed by key {fingerprint(fake)}" in w["message"] and f"signed by key {fingerprint(keys['ada'])}" \
         in w["message"] and "while bo@lab.example already had a key" in w["message"]
-    assert f"KEY      {fingerprint(fake)} for bo@lab.example" in fresh.ok("verify").stdout
+    out = fresh.ok("verify").stdout
+    assert f"KEY      {fingerprint(fake)} for bo@lab.example" in out
+    # Who added it is the commit's own signature, whatever its author field says.
+    assert f"by Ada <ada@lab.example>, signed by key {fingerprint(keys['ada'])} (ada@lab.example): allowed signer " \
+           f"added: bo@lab.example (ssh-ed25519 {fingerprint(fake)})" in out
     with People(open_project(fresh.path)) as people:  # the review queue tells people apart the same way
         assert not people.of_review(json.loads((fresh.path / review).read_text())).signed
     require_signatures(fresh)
@@ -99,6 +103,7 @@ def test_a_key_for_bo_hidden_in_a_squash_merge_is_pending_whoever_the_squash_nam
     assert code == 4 and ("signer_unaccepted", review) in kinds(report)
     [k] = [k for k in report["identity"]["keys"] if k["fingerprint"] == fingerprint(fake)]
     assert k["how"] == "pending" and k["added_by"] is None  # the squash commit is signed by no key
+    assert ", in a commit no SSH key signed: allowed signer added: bo@lab.example" in fresh.cli("verify").stdout
 
 
 def test_bo_adding_his_own_second_key_in_a_commit_he_signs_is_valid_at_once(lab, tmp_path):

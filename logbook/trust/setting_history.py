@@ -9,6 +9,11 @@ differs from every parent: the side branch's own commit is listed already),
 becomes an entry in the chronicle on the day of the commit and a line of
 `verify`'s output, naming who committed it and what changed.
 
+A commit that adds an allowed signer also says which SSH key signed it (git's
+own commit signature), or that none did: that, not the author or committer
+field, is who added the key (`signers` judges whether it may sign for its
+address).
+
 Only committed changes take effect (`signatures` reads the allowed-signers
 file from HEAD), so only committed changes are listed. The commit's date and
 committer are git's, which whoever commits can set: what makes the change
@@ -18,9 +23,9 @@ impossible to hide is that it is in the history every clone verifies.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +36,7 @@ from logbook.core.project import Project
 from logbook.core.settings import CONFIG_FILE
 from logbook.records import gitbind
 from logbook.eventlog.eventstream import Item
+from logbook.trust.signatures import fingerprint_of_blob, good_signature_key
 
 SOURCE = "@settings"
 """The chronicle's source name for these entries (no run id can start with `@`)."""
@@ -83,7 +89,7 @@ def setting_changes(project: Project) -> list[SettingChange]:
     if head is None:
         return []
     # History below HEAD never changes, so the answer for one HEAD (and today's path) is kept under .logbook/.
-    key = f"{head}:{project.config.signing.allowed_signers if project.config.signing else ''}"
+    key = f"2:{head}:{project.config.signing.allowed_signers if project.config.signing else ''}"
     cache = project.state_dir / "setting-changes.json"
     try:
         kept = json.loads(cache.read_text("utf-8"))
@@ -115,6 +121,8 @@ def _changes(project: Project) -> list[SettingChange]:
         said = _describe(befores[0], now)
         if said:
             who = committer if author == committer else f"{committer}, authored by {author}"
+            if any(e not in b.signers for b in befores for e in now.signers):
+                who += _signed(root, commit, befores)  # who added a signer: the commit's signature, not a name
             changes.append(SettingChange(commit, _utc(int(ct)), who, said))
     return changes
 
@@ -149,6 +157,26 @@ def allowed_entries(project: Project, commits: set[str]) -> dict[str, tuple[str,
 def watched_paths(project: Project) -> list[str]:
     """logbook.yaml and every allowed-signers path it named in HEAD's history: what `git log` watches."""
     return [CONFIG_FILE, *_signers_paths(project)]
+
+
+def commit_signer(root: Path, commit: str) -> str | None:
+    """The fingerprint of the SSH key whose good signature the commit carries (git's `gpgsig` header)."""
+    raw = gitbind.git_bytes(root, "cat-file", "commit", commit)
+    head, sep, message = raw.partition(b"\n\n")
+    kept, sig, in_sig = [], [], False
+    for line in head.split(b"\n"):
+        if line.startswith(b"gpgsig "):
+            in_sig = True
+            sig.append(line[len(b"gpgsig "):])
+        elif in_sig and line.startswith(b" "):
+            sig.append(line[1:])
+        else:
+            in_sig = False
+            kept.append(line)
+    if not sig:
+        return None
+    # What git signed: the commit object without its signature header.
+    return good_signature_key(b"\n".join(kept) + sep + message, b"\n".join(sig) + b"\n", "git")
 
 
 def _utc(seconds: int) -> str:
@@ -227,6 +255,26 @@ def _describe(old: _State, new: _State) -> list[str]:
     return out
 
 
+def _signed(root: Path, commit: str, befores: list[_State]) -> str:
+    """`, signed by key FP (principals it had before)`, or that no SSH key signed the commit."""
+    fp = commit_signer(root, commit)
+    if fp is None:
+        return ", in a commit no SSH key signed"
+    held = sorted({e.split()[0] for b in befores for e in b.signers if _fingerprint(e) == fp})
+    return f", signed by key {fp} ({', '.join(held) if held else 'a key not listed before'})"
+
+
+def _fingerprint(entry: str) -> str | None:
+    parts = entry.split()
+    for i in range(1, len(parts) - 1):
+        if parts[i].startswith(("ssh-", "ecdsa-", "sk-")):
+            try:
+                return fingerprint_of_blob(base64.b64decode(parts[i + 1]))
+            except ValueError:
+                return None
+    return None
+
+
 def _yn(v: bool) -> str:
     return "true" if v else "false"
 
@@ -236,9 +284,5 @@ def _who(entry: str) -> str:
     parts = entry.split()
     for i in range(1, len(parts) - 1):
         if parts[i].startswith(("ssh-", "ecdsa-", "sk-")):
-            try:
-                fp = "SHA256:" + base64.b64encode(hashlib.sha256(base64.b64decode(parts[i + 1])).digest()).decode().rstrip("=")
-            except ValueError:
-                fp = "an unreadable key"
-            return f"{parts[0]} ({parts[i]} {fp})"
+            return f"{parts[0]} ({parts[i]} {_fingerprint(entry) or 'an unreadable key'})"
     return entry[:120]

@@ -52,9 +52,9 @@ from logbook.eventlog import chain
 from logbook.eventlog.chain import record_hash
 from logbook.eventlog.files import read_record, record_files, write_record
 from logbook.records import gitbind
-from logbook.trust.setting_history import allowed_entries, watched_paths
+from logbook.trust.setting_history import allowed_entries, commit_signer, watched_paths
 from logbook.trust.signatures import (SignatureBook, Signer, configured_fingerprint, fingerprint_of_blob, fp12_of,
-                                      good_signature_key, sign_digest)
+                                      sign_digest)
 
 KIND = "key_acceptance"
 ACCEPTANCES_DIR = "key_acceptances"
@@ -235,7 +235,7 @@ def _walk(project: Project, paths: list[str]) -> dict[Pair, dict]:
         before = {p for parent in parents for p in _pairs(list(entries.get(parent, ())))}
         new = [pair for pair in now if pair not in before and pair not in added]
         needs_signer = any(seen.get(principal) for principal, _ in new)
-        signer = _commit_signer(root, commit) if needs_signer else None
+        signer = commit_signer(root, commit) if needs_signer else None
         for principal, fp in new:
             added[(principal, fp)] = {"commit": commit, "prior": list(seen.get(principal, [])), "signer": signer}
         for principal, fp in now:
@@ -260,26 +260,6 @@ def _pairs(entries: list[str]) -> dict[Pair, str]:
             if principal:
                 out.setdefault((principal.lower(), fp), f"{tokens[i]} {tokens[i + 1]}")
     return out
-
-
-def _commit_signer(root: Path, commit: str) -> str | None:
-    """The fingerprint of the SSH key whose good signature the commit carries (git's `gpgsig` header)."""
-    raw = gitbind.git_bytes(root, "cat-file", "commit", commit)
-    head, sep, message = raw.partition(b"\n\n")
-    kept, sig, in_sig = [], [], False
-    for line in head.split(b"\n"):
-        if line.startswith(b"gpgsig "):
-            in_sig = True
-            sig.append(line[len(b"gpgsig "):])
-        elif in_sig and line.startswith(b" "):
-            sig.append(line[1:])
-        else:
-            in_sig = False
-            kept.append(line)
-    if not sig:
-        return None
-    # What git signed: the commit object without its signature header.
-    return good_signature_key(b"\n".join(kept) + sep + message, b"\n".join(sig) + b"\n", "git")
 
 
 # --- accepting a key --------------------------------------------------------------------------
