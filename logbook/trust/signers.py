@@ -87,7 +87,7 @@ class KeyStanding:
 
     def sentence(self) -> str:
         """How the key came in, as `verify` prints it."""
-        where = f"commit {self.added_in[:7]}" if self.added_in else "the allowed-signers file"
+        where = f"commit {self.added_in[:7]}" if self.added_in else "a file HEAD's logbook.yaml does not name"
         by = f"signed by key {self.added_by}" if self.added_by else "not signed by any SSH key"
         if self.how == "first":
             return f"first key of {self.principal}, added in {where}"
@@ -143,9 +143,9 @@ def key_standing(project: Project, book: SignatureBook) -> Standing:
     how, accepted_in = _settle(added, set(head), _acceptances(project, book))
     keys = []
     for pair, key in head.items():
-        a = added.get(pair)
-        keys.append(KeyStanding(pair[0], pair[1], key, how.get(pair, "pending") if a else "first",
-                                a["commit"] if a else None, a["signer"] if a else None, accepted_in.get(pair)))
+        a = added.get(pair) or {}  # none: a file HEAD's own logbook.yaml does not name, so nothing let it in
+        keys.append(KeyStanding(pair[0], pair[1], key, how.get(pair, "pending"), a.get("commit"), a.get("signer"),
+                                accepted_in.get(pair)))
     return Standing(keys)
 
 
