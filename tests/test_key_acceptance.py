@@ -121,6 +121,12 @@ def test_bo_adding_his_own_second_key_in_a_commit_he_signs_is_valid_at_once(lab,
     assert signed_by(report)[review_path(report)] == ["bo@lab.example"]
     [k] = [k for k in report["identity"]["keys"] if k["fingerprint"] == fingerprint(laptop)]
     assert k["how"] == "holder" and k["added_by"] == fingerprint(keys["bo"])
+    # Bo retires the old key: the new one stays valid, for its own commit proved its holder added it.
+    allowed = bo.path / ALLOWED
+    allowed.write_text(allowed.read_text().replace(allowed_line("bo@lab.example", keys["bo"]), ""))
+    bo.git("commit", "-q", "-am", "retire my old key")
+    code, report, _ = verify(bo)
+    assert code == 0 and signed_by(report)[review_path(report)] == ["bo@lab.example"]
 
 
 def test_a_key_ada_adds_for_bo_is_valid_once_bo_accepts_it_with_the_key_he_has(lab, tmp_path):
