@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -112,17 +114,20 @@ def _changes(project: Project) -> list[SettingChange]:
     out = gitbind.git(root, "log", "--reverse", f"--format={fmt}", "HEAD", "--", *paths)
     rows = [line.split("\x1f") for line in out.splitlines() if line.count("\x1f") == 4]
     states = _states(project, {c for row in rows for c in [row[0], *row[1].split()]})
+    befores = {commit: [states[p] for p in parents.split()] or [_State()] for commit, parents, *_ in rows}
+    # Who added a signer is the commit's own signature, not a name: asked once for every such commit.
+    adds = [c for c, bs in befores.items() if any(e not in b.signers for b in bs for e in states[c].signers)]
+    signers = commit_signers(root, adds)
     changes = []
-    for commit, parents, ct, committer, author in rows:
-        now = states[commit]
-        befores = [states[p] for p in parents.split()] or [_State()]
-        if any(b == now for b in befores):
+    for commit, _, ct, committer, author in rows:
+        now, before = states[commit], befores[commit]
+        if any(b == now for b in before):
             continue  # a merge that took one side's settings: that side's commit is listed
-        said = _describe(befores[0], now)
+        said = _describe(before[0], now)
         if said:
             who = committer if author == committer else f"{committer}, authored by {author}"
-            if any(e not in b.signers for b in befores for e in now.signers):
-                who += _signed(root, commit, befores)  # who added a signer: the commit's signature, not a name
+            if commit in signers:
+                who += _signed(signers[commit], before)
             changes.append(SettingChange(commit, _utc(int(ct)), who, said))
     return changes
 
@@ -159,8 +164,24 @@ def watched_paths(project: Project) -> list[str]:
     return [CONFIG_FILE, *_signers_paths(project)]
 
 
-def commit_signer(root: Path, commit: str) -> str | None:
-    """The fingerprint of the SSH key whose good signature the commit carries (git's `gpgsig` header)."""
+_SIGNERS: dict[tuple[str, str], str | None] = {}
+"""(repository, commit) -> `_commit_signer`'s answer, for the process: a commit's bytes never change."""
+
+
+def commit_signers(root: Path, commits: list[str]) -> dict[str, str | None]:
+    """commit -> the fingerprint of the SSH key whose good signature it carries (git's `gpgsig`), or None.
+
+    Each check is an `ssh-keygen` process, so they run on every core at once.
+    """
+    todo = [c for c in dict.fromkeys(commits) if (str(root), c) not in _SIGNERS]
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+            for c, fp in zip(todo, pool.map(lambda c: _commit_signer(root, c), todo)):
+                _SIGNERS[(str(root), c)] = fp
+    return {c: _SIGNERS[(str(root), c)] for c in commits}
+
+
+def _commit_signer(root: Path, commit: str) -> str | None:
     raw = gitbind.git_bytes(root, "cat-file", "commit", commit)
     head, sep, message = raw.partition(b"\n\n")
     kept, sig, in_sig = [], [], False
@@ -255,9 +276,8 @@ def _describe(old: _State, new: _State) -> list[str]:
     return out
 
 
-def _signed(root: Path, commit: str, befores: list[_State]) -> str:
+def _signed(fp: str | None, befores: list[_State]) -> str:
     """`, signed by key FP (principals it had before)`, or that no SSH key signed the commit."""
-    fp = commit_signer(root, commit)
     if fp is None:
         return ", in a commit no SSH key signed"
     held = sorted({e.split()[0] for b in befores for e in b.signers if _fingerprint(e) == fp})

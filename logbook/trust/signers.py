@@ -52,7 +52,7 @@ from logbook.eventlog import chain
 from logbook.eventlog.chain import record_hash
 from logbook.eventlog.files import read_record, record_files, write_record
 from logbook.records import gitbind
-from logbook.trust.setting_history import allowed_entries, commit_signer, watched_paths
+from logbook.trust.setting_history import allowed_entries, commit_signers, watched_paths
 from logbook.trust.signatures import (SignatureBook, Signer, configured_fingerprint, fingerprint_of_blob, fp12_of,
                                       sign_digest)
 
@@ -233,14 +233,15 @@ def _walk(project: Project, paths: list[str]) -> dict[Pair, dict]:
     for commit, *parents in rows:
         now = _pairs(list(entries.get(commit, ())))
         before = {p for parent in parents for p in _pairs(list(entries.get(parent, ())))}
-        new = [pair for pair in now if pair not in before and pair not in added]
-        needs_signer = any(seen.get(principal) for principal, _ in new)
-        signer = commit_signer(root, commit) if needs_signer else None
-        for principal, fp in new:
-            added[(principal, fp)] = {"commit": commit, "prior": list(seen.get(principal, [])), "signer": signer}
+        for principal, fp in (pair for pair in now if pair not in before and pair not in added):
+            added[(principal, fp)] = {"commit": commit, "prior": list(seen.get(principal, [])), "signer": None}
         for principal, fp in now:
             if fp not in seen.setdefault(principal, []):
                 seen[principal].append(fp)
+    # Only a key added for an address that already had one needs to know who signed its commit.
+    signers = commit_signers(root, sorted({a["commit"] for a in added.values() if a["prior"]}))
+    for a in added.values():
+        a["signer"] = signers.get(a["commit"])
     return added
 
 
