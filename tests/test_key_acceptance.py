@@ -44,6 +44,14 @@ def as_bo(c, key) -> None:
     use_key(c, key)
 
 
+def sign_as_written(c, rel: str) -> None:
+    """Sign a record with the clone's key as a hand-made client would, past `logbook sign`'s refusal."""
+    from logbook.trust.signatures import sign_record
+
+    rec = json.loads((c.path / rel).read_text())
+    assert sign_record(open_project(c.path), rec["hash"], what=rel) == []
+
+
 def review_path(report: dict) -> str:
     [path] = [p for p in signed_by(report) if p.startswith("entries/reviews/")]
     return path
@@ -196,7 +204,9 @@ def test_a_scorecard_whose_computed_by_names_bo_but_ada_signed_is_exit_4_naming_
     [card] = list((ada.entries() / "runs" / "qknorm" / "outcomes").glob("*.json"))
     use_key(ada, keys["ada"])
     rel = card.relative_to(ada.path).as_posix()
-    ada.ok("sign", rel)  # ... then signed with Ada's own key
+    refused = ada.cli("sign", rel)  # `logbook sign` will not sign it in Bo's name ...
+    assert refused.exit_code == 3 and "names Bo <bo@lab.example> as its computed_by" in refused.stderr
+    sign_as_written(ada, rel)  # ... so the forger signs around the check, with Ada's own key
     ada.commit()
     ada.push()
     code, report, _ = verify(team.join("cy"))
@@ -215,7 +225,7 @@ def test_an_approval_in_bo_s_name_signed_with_ada_s_key_is_exit_4(lab):
     ada.ok("review", "approve", "qknorm:2")  # by e-mail, Bo is not the launcher
     use_key(ada, keys["ada"])
     [review] = [p.relative_to(ada.path).as_posix() for p in (ada.entries() / "reviews").glob("*.json")]
-    ada.ok("sign", review)
+    sign_as_written(ada, review)
     ada.commit()
     code, report, _ = verify(ada)
     assert code == 4 and ("signer_not_named", review) in kinds(report)
@@ -247,3 +257,12 @@ def test_a_key_retired_from_an_address_accepts_nothing_for_it(lab, tmp_path):
     _, report, _ = verify(ada)
     [k] = [k for k in report["identity"]["keys"] if k["fingerprint"] == fingerprint(thief)]
     assert k["how"] == "pending"
+
+
+def test_bo_may_co_sign_ada_s_run_record_once_ada_signed_it(lab):
+    team, _, _ = lab
+    bo = team["bo"]
+    bo.ok("sign", "entries/runs/qknorm/run.json")  # a second signature beside its launcher's
+    bo.commit()
+    code, report, _ = verify(bo)
+    assert code == 0 and sorted(signed_by(report)["entries/runs/qknorm/run.json"]) == ["ada@lab.example", "bo@lab.example"]

@@ -55,8 +55,8 @@ from logbook.promises.prereg_format import split_record
 from logbook.promises.prereg_input import ID_RE
 from logbook.trust.ack import acknowledgements_dir
 from logbook.trust.setting_history import SettingChange, setting_changes
-from logbook.trust.signatures import (SIGNATURES_DIR, SignatureBook, all_signature_files, configured_key, fp12_of,
-                                      sign_digest)
+from logbook.trust.signatures import (SIGNATURES_DIR, SignatureBook, all_signature_files, configured_fingerprint,
+                                      configured_key, fp12_of, sign_digest)
 from logbook.trust.signers import KeyStanding, Standing, acceptances_dir, key_standing
 
 _SIG_NAME = re.compile(r"^[0-9a-f]{12}\.sig$")
@@ -335,6 +335,7 @@ def sign_existing(project: Project, paths: list[str]) -> list[SignatureFile]:
         raise NotFoundError(f"{missing[0]} is no record that is signed here",
                             hint="signed records: preregistrations and amendments, run.json, reviews, scorecards; "
                                  "give the path from the repository root")
+    _refuse_another_name(project, [known[p] for p in paths])
     out = []
     for p in paths:
         done = sign_digest(project, known[p].digest, what=p)
@@ -342,6 +343,22 @@ def sign_existing(project: Project, paths: list[str]) -> list[SignatureFile]:
             raise RefusedError(done.warning or f"{p} could not be signed")
         out.append(SignatureFile(p, done.path.relative_to(project.root).as_posix(), done.fingerprint or ""))
     return out
+
+
+def _refuse_another_name(project: Project, records: list[SignedRecord]) -> None:
+    """Refuse to sign, alone, a record that names a writer whose address another key holds (verify: exit 4)."""
+    mine = configured_fingerprint(project.root)
+    with SignatureBook(project) as book:
+        standing = key_standing(project, book)
+        for r in records:
+            named = _named(project.root / r.path, r.kind)
+            holders = standing.holders(named[2]) if named else set()
+            if not holders or mine in holders or {s.fingerprint for s in standing.signers(book, r.digest)} & holders:
+                continue  # nobody holds the address, it is mine, or its holder signed already (a co-signature)
+            raise RefusedError(f"{r.path} names {named[1]} as its {named[0]}, and your signing key {mine} is not "
+                               f"one {named[2]} holds: a record is signed by the person it names; nothing was signed",
+                               hint=f"{named[2]} signs it (`logbook sign {r.path}`); a record of your own is written "
+                                    "with your own identity (git's user.name and user.email)")
 
 
 @dataclass
