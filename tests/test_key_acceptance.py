@@ -159,8 +159,9 @@ def test_a_key_ada_adds_for_bo_is_valid_once_bo_accepts_it_with_the_key_he_has(l
     use_key(bo, keys["bo"])
     accepted = json.loads(bo.ok("signers", "accept", fp, "--json").stdout)["accepted"]
     assert [a["principal"] for a in accepted] == ["bo@lab.example"]
-    assert bo.cli("signers", "accept", fp).exit_code == 3  # already valid: nothing to accept
+    assert verify(bo)[0] == 4  # an acceptance not committed yet grants nothing
     bo.commit()
+    assert bo.cli("signers", "accept", fp).exit_code == 3  # already valid: nothing to accept
     bo.push()
     fresh = team.join("dee")
     code, report, _ = verify(fresh)

@@ -174,11 +174,15 @@ def _settle(added: dict[Pair, dict], head: set[Pair], acceptances: list[dict]) -
 
 
 def _acceptances(project: Project, book: SignatureBook) -> list[dict]:
-    """Every intact acceptance record, with the keys whose valid signature it carries."""
+    """Every intact acceptance record HEAD holds, with the keys whose valid signature it carries."""
+    folder = acceptances_dir(project)
+    # As for the allowed-signers file, an acceptance not committed yet grants nothing: no one else can see it.
+    committed = set(gitbind.tree_files(project.root, "HEAD", folder.relative_to(project.root).as_posix())) \
+        if folder.is_dir() and gitbind.head_commit(project.root) else set()
     out = []
-    for path in record_files(acceptances_dir(project)):
+    for path in record_files(folder):
         rec = read_record(path)
-        if rec is None or rec.get("kind") != KIND:
+        if path.relative_to(project.root).as_posix() not in committed or rec is None or rec.get("kind") != KIND:
             continue
         try:
             intact = record_hash(rec) == rec.get("hash")
