@@ -36,6 +36,7 @@ def _load_app():
     from logbook.cli import stamp_cmd  # noqa: F401
     from logbook.cli import sign_cmd  # noqa: F401
     from logbook.cli import ack_cmd  # noqa: F401
+    from logbook.cli import signers_cmd  # noqa: F401
     from logbook.cli import console_cmd  # noqa: F401
     from logbook.cli import compare_cmd  # noqa: F401
     from logbook.cli import pin_cmd  # noqa: F401

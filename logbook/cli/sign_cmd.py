@@ -21,6 +21,8 @@ def sign_cmd(
     commits. Each signature is a record, entries/signatures/<sha256>/<key>.sig,
     committed by `logbook commit`; `logbook verify` checks it against the
     allowed-signers file that logbook.yaml's `signing:` names, as committed.
+    A record that names another person whose address a key holds is signed
+    by them first; yours beside theirs is a co-signature.
 
     Example: logbook sign entries/prereg/2026-11-30-qknorm-removes-spikes-3f9a.md && logbook commit
     """

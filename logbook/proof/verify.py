@@ -64,7 +64,7 @@ from logbook.trust import signed_records
 from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
 from logbook.trust.replay import check_seeds
 from logbook.trust import ack, no_third_party, pins
-from logbook.trust.setting_history import SettingChange
+from logbook.trust.signers import acceptances_dir
 
 TRAILER = "Logbook-Prereg"
 
@@ -81,7 +81,8 @@ class Finding:
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
     log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), third-party time's
     (stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run |
-    unproven_tail | stamp_before_event, see `logbook.trust.timecheck`), scorecard_differs (`logbook.scoring.outcome`), the reader's pin's (pin_differs, see `logbook.trust.pins`), identity's (signature_invalid | signature_orphan | unsigned; warnings:
+    unproven_tail | stamp_before_event, see `logbook.trust.timecheck`), scorecard_differs (`logbook.scoring.outcome`), the reader's pin's (pin_differs, see `logbook.trust.pins`), identity's (signature_invalid | signature_orphan | unsigned | signer_not_named, and signer_unaccepted
+    under `require`; warnings: signer_unaccepted without it |
     signature_unknown_key | signature_unchecked | unsigned_before_require | allowed_signers_missing: see
     `logbook.trust.signed_records`), the seed kinds (seed_mismatch | seed_source_missing | seed_source_foreign |
     seed_not_earliest | seed_not_anchored, see `logbook.trust.replay`) and `verify --replay`'s
@@ -240,11 +241,8 @@ def verify_project(project: Project, prereg_id: str | None = None, *, full: bool
 
 def _from_memo(kept: dict[str, Any], root: Path) -> VerifyReport:
     """The report `VerifyReport.to_dict` kept; nothing was read again (`commits_checked` 0)."""
-    ident = kept["identity"]  # `_verify` always checks identity, so every kept report has one
-    identity = signed_records.IdentityReport(
-        enabled=ident["enabled"], allowed_signers=ident["allowed_signers"],
-        records=[signed_records.SignedRecord(**r) for r in ident["records"]],
-        changes=[SettingChange(**c) for c in ident["setting_changes"]])
+    # `_verify` always checks identity, so every kept report has one
+    identity = signed_records.IdentityReport.from_dict(kept["identity"])
     findings = {name: [Finding(**f) for f in kept[name]]
                 for name in ("problems", "warnings", "unverifiable", "acknowledged")}
     return VerifyReport(preregs=kept["preregs"], amendments=kept["amendments"], logs=kept["logs"],
@@ -353,7 +351,7 @@ def _check_record_files(project: Project, report: VerifyReport) -> None:
     """One-file records (notes, reviews, scorecards) match their own hash, and each run record reads as one
     (deletions are `worktree`'s)."""
     root = project.root
-    folders = [project.notes_dir, project.reviews_dir]
+    folders = [project.notes_dir, project.reviews_dir, acceptances_dir(project)]
     folders += sorted(project.runs_dir.glob("*/outcomes"))  # no runs folder yet: nothing to glob
     named = {f.path for f in report.problems}  # a committed record edited on disk is named once, by `worktree`
     for folder in folders:

@@ -7,6 +7,8 @@ other's e-mail or principal. An approval by the launcher of a run under a
 second address, signed with the launcher's key, is still the launcher's; two
 approvals by one key under two addresses are one approval. Where neither
 record is signed only the e-mails can be compared, and the review queue says so.
+A key counts only for the addresses it may sign for (`signers`): one someone
+else added for an address that already had a key is no one's until accepted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from logbook.core.project import Project
 from logbook.eventlog.chain import record_hash
 from logbook.trust.signatures import SignatureBook, configured_fingerprint
+from logbook.trust.signers import Standing, key_standing
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class People:
     def __init__(self, project: Project) -> None:
         self.project = project
         self.book = SignatureBook(project)
+        self._standing: Standing | None = None
         self._launchers: dict[str, Who | None] = {}
 
     def __enter__(self) -> People:
@@ -70,8 +74,16 @@ class People:
         """Whether logbook.yaml turns signing on (else every comparison is by e-mail)."""
         return self.book.enabled
 
+    @property
+    def standing(self) -> Standing:
+        """Which keys may sign for which addresses (`signers`), worked out once per command."""
+        if self._standing is None:
+            self._standing = key_standing(self.project, self.book)
+        return self._standing
+
     def _who(self, digest: str | None, email: str, name: str) -> Who:
-        signers = self.book.signers(digest) if digest and self.book.enabled else []
+        # A key someone else added for an address that already had one speaks for no one until accepted.
+        signers = self.standing.signers(self.book, digest) if digest and self.book.enabled else []
         return Who(email=email.strip().lower(), name=name,
                    fingerprints=frozenset(s.fingerprint for s in signers),
                    principals=frozenset(p.lower() for s in signers for p in s.principals),

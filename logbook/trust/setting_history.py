@@ -9,6 +9,11 @@ differs from every parent: the side branch's own commit is listed already),
 becomes an entry in the chronicle on the day of the commit and a line of
 `verify`'s output, naming who committed it and what changed.
 
+A commit that adds an allowed signer also says which SSH key signed it (git's
+own commit signature), or that none did: that, not the author or committer
+field, is who added the key (`signers` judges whether it may sign for its
+address).
+
 Only committed changes take effect (`signatures` reads the allowed-signers
 file from HEAD), so only committed changes are listed. The commit's date and
 committer are git's, which whoever commits can set: what makes the change
@@ -18,9 +23,11 @@ impossible to hide is that it is in the history every clone verifies.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +38,7 @@ from logbook.core.project import Project
 from logbook.core.settings import CONFIG_FILE
 from logbook.records import gitbind
 from logbook.eventlog.timeline import Item
+from logbook.trust.signatures import fingerprint_of_blob, good_signature_key
 
 SOURCE = "@settings"
 """The chronicle's source name for these entries (no run id can start with `@`)."""
@@ -83,7 +91,7 @@ def setting_changes(project: Project) -> list[SettingChange]:
     if head is None:
         return []
     # History below HEAD never changes, so the answer for one HEAD (and today's path) is kept under .logbook/.
-    key = f"{head}:{project.config.signing.allowed_signers if project.config.signing else ''}"
+    key = f"2:{head}:{project.config.signing.allowed_signers if project.config.signing else ''}"
     cache = project.state_dir / "setting-changes.json"
     try:
         kept = json.loads(cache.read_text("utf-8"))
@@ -101,20 +109,25 @@ def setting_changes(project: Project) -> list[SettingChange]:
 
 def _changes(project: Project) -> list[SettingChange]:
     root = project.root
-    paths = [CONFIG_FILE, *_signers_paths(project)]
+    paths = watched_paths(project)
     fmt = "%H%x1f%P%x1f%ct%x1f%cn <%ce>%x1f%an <%ae>"
     out = gitbind.git(root, "log", "--reverse", f"--format={fmt}", "HEAD", "--", *paths)
     rows = [line.split("\x1f") for line in out.splitlines() if line.count("\x1f") == 4]
     states = _states(project, {c for row in rows for c in [row[0], *row[1].split()]})
+    befores = {commit: [states[p] for p in parents.split()] or [_State()] for commit, parents, *_ in rows}
+    # Who added a signer is the commit's own signature, not a name: asked once for every such commit.
+    adds = [c for c, bs in befores.items() if any(e not in b.signers for b in bs for e in states[c].signers)]
+    signers = commit_signers(root, adds)
     changes = []
-    for commit, parents, ct, committer, author in rows:
-        now = states[commit]
-        befores = [states[p] for p in parents.split()] or [_State()]
-        if any(b == now for b in befores):
+    for commit, _, ct, committer, author in rows:
+        now, before = states[commit], befores[commit]
+        if any(b == now for b in before):
             continue  # a merge that took one side's settings: that side's commit is listed
-        said = _describe(befores[0], now)
+        said = _describe(before[0], now)
         if said:
             who = committer if author == committer else f"{committer}, authored by {author}"
+            if commit in signers:
+                who += _signed(signers[commit], before)
             changes.append(SettingChange(commit, _utc(int(ct)), who, said))
     return changes
 
@@ -138,6 +151,53 @@ def self_approval_allowed(project: Project) -> bool:
     data = gitbind.read_blobs(project.root, [f"HEAD:{CONFIG_FILE}"]).get(f"HEAD:{CONFIG_FILE}")
     raw, _ = _config_of(data) if data is not None else (None, None)
     return isinstance(raw, dict) and raw.get("review_self_approval") is True
+
+
+def allowed_entries(project: Project, commits: set[str]) -> dict[str, tuple[str, ...]]:
+    """commit -> the allowed-signers file's entries (comments and blank lines left out) at that commit, at the
+    path that commit's own logbook.yaml names (empty where it names none)."""
+    return {c: s.signers for c, s in _states(project, commits).items()}
+
+
+def watched_paths(project: Project) -> list[str]:
+    """logbook.yaml and every allowed-signers path it named in HEAD's history: what `git log` watches."""
+    return [CONFIG_FILE, *_signers_paths(project)]
+
+
+_SIGNERS: dict[tuple[str, str], str | None] = {}
+"""(repository, commit) -> `_commit_signer`'s answer, for the process: a commit's bytes never change."""
+
+
+def commit_signers(root: Path, commits: list[str]) -> dict[str, str | None]:
+    """commit -> the fingerprint of the SSH key whose good signature it carries (git's `gpgsig`), or None.
+
+    Each check is an `ssh-keygen` process, so they run on every core at once.
+    """
+    todo = [c for c in dict.fromkeys(commits) if (str(root), c) not in _SIGNERS]
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+            for c, fp in zip(todo, pool.map(lambda c: _commit_signer(root, c), todo)):
+                _SIGNERS[(str(root), c)] = fp
+    return {c: _SIGNERS[(str(root), c)] for c in commits}
+
+
+def _commit_signer(root: Path, commit: str) -> str | None:
+    raw = gitbind.git_bytes(root, "cat-file", "commit", commit)
+    head, sep, message = raw.partition(b"\n\n")
+    kept, sig, in_sig = [], [], False
+    for line in head.split(b"\n"):
+        if line.startswith(b"gpgsig "):
+            in_sig = True
+            sig.append(line[len(b"gpgsig "):])
+        elif in_sig and line.startswith(b" "):
+            sig.append(line[1:])
+        else:
+            in_sig = False
+            kept.append(line)
+    if not sig:
+        return None
+    # What git signed: the commit object without its signature header.
+    return good_signature_key(b"\n".join(kept) + sep + message, b"\n".join(sig) + b"\n", "git")
 
 
 def _utc(seconds: int) -> str:
@@ -216,6 +276,25 @@ def _describe(old: _State, new: _State) -> list[str]:
     return out
 
 
+def _signed(fp: str | None, befores: list[_State]) -> str:
+    """`, signed by key FP (principals it had before)`, or that no SSH key signed the commit."""
+    if fp is None:
+        return ", in a commit no SSH key signed"
+    held = sorted({e.split()[0] for b in befores for e in b.signers if _fingerprint(e) == fp})
+    return f", signed by key {fp} ({', '.join(held) if held else 'a key not listed before'})"
+
+
+def _fingerprint(entry: str) -> str | None:
+    parts = entry.split()
+    for i in range(1, len(parts) - 1):
+        if parts[i].startswith(("ssh-", "ecdsa-", "sk-")):
+            try:
+                return fingerprint_of_blob(base64.b64decode(parts[i + 1]))
+            except ValueError:
+                return None
+    return None
+
+
 def _yn(v: bool) -> str:
     return "true" if v else "false"
 
@@ -225,9 +304,5 @@ def _who(entry: str) -> str:
     parts = entry.split()
     for i in range(1, len(parts) - 1):
         if parts[i].startswith(("ssh-", "ecdsa-", "sk-")):
-            try:
-                fp = "SHA256:" + base64.b64encode(hashlib.sha256(base64.b64decode(parts[i + 1])).digest()).decode().rstrip("=")
-            except ValueError:
-                fp = "an unreadable key"
-            return f"{parts[0]} ({parts[i]} {fp})"
+            return f"{parts[0]} ({parts[i]} {_fingerprint(entry) or 'an unreadable key'})"
     return entry[:120]

@@ -206,6 +206,22 @@ def _run(args: list[str], data: bytes | None = None) -> subprocess.CompletedProc
         return subprocess.CompletedProcess(args, 124, b"", f"ssh-keygen took over {_TIMEOUT_S} s".encode())
 
 
+def good_signature_key(data: bytes, armored: bytes, namespace: str) -> str | None:
+    """The fingerprint of the key that made `armored`, when it is a good signature of `data` in `namespace`.
+
+    Who holds the key is not asked (`ssh-keygen -Y check-novalidate`): the
+    caller compares the fingerprint with the keys it trusts for the purpose.
+    """
+    blob = signature_key(armored)
+    if blob is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="logbook-check-") as tmp:
+        sig = Path(tmp) / "data.sig"
+        sig.write_bytes(armored)
+        r = _run(["ssh-keygen", "-Y", "check-novalidate", "-n", namespace, "-s", str(sig)], data)
+    return fingerprint_of_blob(blob) if r.returncode == 0 else None
+
+
 def sign_digest(project: Project, digest_hex: str, *, what: str) -> SignOutcome:
     """Sign a record's digest with git's SSH signing key where logbook.yaml turns signing on; never raises for a
     bad key.

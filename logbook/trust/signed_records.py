@@ -12,7 +12,16 @@ under `signatures/<digest>/` and says who signed it, or "unsigned". A problem
   old signature moved beside it lands here);
 - `signature_orphan`: a signature of a digest no record here has: the record it
   signed was edited with its hash worked out again, or removed;
-- `unsigned` (only with `signing.require: true`): a record no allowed key signed.
+- `unsigned` (only with `signing.require: true`): a record no allowed key signed;
+- `signer_not_named`: a record that names its writer (a scorecard's `computed_by`,
+  a review's reviewer, a run's launcher, an acknowledgement's or a key
+  acceptance's author) by an address some valid key holds, signed by none of
+  that address's keys: one person signed in another's name. An address no key
+  holds names no one by key, so a second address of the signer's own passes.
+
+Who may sign for whom is `signers`': a key someone else added for an address
+that already had one counts for no one until the address's holder accepts it
+(`signer_unaccepted`: a warning, exit 4 under `signing.require`).
 
 Reported, not failed: a good signature by a key the committed allowed-signers
 file does not list (`signature_unknown_key`: it counts for no one), and, with
@@ -46,8 +55,9 @@ from logbook.promises.prereg_format import split_record
 from logbook.promises.prereg_input import ID_RE
 from logbook.trust.ack import acknowledgements_dir
 from logbook.trust.setting_history import SettingChange, setting_changes
-from logbook.trust.signatures import (SIGNATURES_DIR, SignatureBook, all_signature_files, configured_key, fp12_of,
-                                      sign_digest)
+from logbook.trust.signatures import (SIGNATURES_DIR, SignatureBook, all_signature_files, configured_fingerprint,
+                                      configured_key, fp12_of, sign_digest)
+from logbook.trust.signers import KeyStanding, Standing, acceptances_dir, key_standing
 
 _SIG_NAME = re.compile(r"^[0-9a-f]{12}\.sig$")
 
@@ -86,18 +96,30 @@ class IdentityReport:
     allowed_signers: str | None = None
     records: list[SignedRecord] = field(default_factory=list)
     changes: list[SettingChange] = field(default_factory=list)
+    keys: list[KeyStanding] = field(default_factory=list)
+    """Each (address, key) pair the committed allowed-signers file lists, and whether the key may sign for it."""
     problems: list[IdentityFinding] = field(default_factory=list)
     warnings: list[IdentityFinding] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"enabled": self.enabled, "allowed_signers": self.allowed_signers,
-                "records": [asdict(r) for r in self.records], "setting_changes": [c.to_dict() for c in self.changes]}
+                "records": [asdict(r) for r in self.records], "setting_changes": [c.to_dict() for c in self.changes],
+                "keys": [asdict(k) for k in self.keys]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> IdentityReport:
+        """The report `to_dict` wrote (findings are the caller's: verify keeps them with its own)."""
+        return cls(enabled=d["enabled"], allowed_signers=d["allowed_signers"],
+                   records=[SignedRecord(**r) for r in d["records"]],
+                   changes=[SettingChange(**c) for c in d["setting_changes"]],
+                   keys=[KeyStanding(**k) for k in d.get("keys", [])])
 
     def lines(self) -> list[str]:
-        """What `verify` prints about identity: who signed what, and every change to who may sign."""
+        """What `verify` prints about identity: who signed what, every change to who may sign, keys not accepted."""
         out = [f"SETTING  {c.sentence()}" for c in self.changes]
         if not self.enabled:
             return out
+        out += [f"KEY      {k.fingerprint} for {k.principal}: {k.sentence()}" for k in self.keys if not k.valid]
         for r in self.records:
             who = ", ".join(r.signed_by) if r.signed_by else "unsigned" + (
                 " (before signing was required)" if r.grandfathered else "")
@@ -131,15 +153,21 @@ def check_identity(project: Project, prereg_id: str | None, introduced: dict[str
                 "no signature can count"), hint=f"commit it (`git add {signing.allowed_signers} && git commit`)")
             (report.problems if signing.require else report.warnings).append(finding)
         book.prefetch([(path, digest) for digest, path in files if digest in by_digest])
+        standing = key_standing(project, book)
+        report.keys = standing.keys
+        signer_keys: dict[str, set[str]] = {}
         for digest, path in files:
-            _check_file(project, book, digest, path, by_digest, report, scoped=prereg_id is not None)
+            _check_file(project, book, digest, path, by_digest, report, scoped=prereg_id is not None,
+                        standing=standing, require=signing.require, signer_keys=signer_keys)
+    _judge_named(project, records, signer_keys, standing, report)
     _judge_unsigned(project, records, introduced, signing.require, report)
     report.records = records
     return report
 
 
 def _check_file(project: Project, book: SignatureBook, digest: str, path: Path,
-                by_digest: dict[str, list[SignedRecord]], report: IdentityReport, *, scoped: bool) -> None:
+                by_digest: dict[str, list[SignedRecord]], report: IdentityReport, *, scoped: bool,
+                standing: Standing, require: bool, signer_keys: dict[str, set[str]]) -> None:
     rel = path.relative_to(project.root).as_posix()
     targets = by_digest.get(digest, [])
     if not targets:
@@ -161,8 +189,13 @@ def _check_file(project: Project, book: SignatureBook, digest: str, path: Path,
     else:
         check_ok, why = check.valid, check.why
     if check_ok:
+        valid = standing.valid_principals(check.fingerprint or "", check.principals)
+        if not valid:
+            _unaccepted(standing.pending_for(check.fingerprint or "", check.principals), targets, rel, require, report)
+            return
         for t in targets:
-            t.signed_by += [p for p in check.principals[:1] if p not in t.signed_by]
+            t.signed_by += [p for p in valid[:1] if p not in t.signed_by]
+            signer_keys.setdefault(t.path, set()).add(check.fingerprint or "")
         return
     if check.fingerprint is not None and not check.principals and "not in" in why:
         for t in targets:
@@ -183,12 +216,74 @@ def _check_file(project: Project, book: SignatureBook, digest: str, path: Path,
             "new record, signed anew")))
 
 
+def _unaccepted(pending: list[KeyStanding], targets: list[SignedRecord], rel: str, require: bool,
+                report: IdentityReport) -> None:
+    """A good signature by a key someone else added for an address that already had one: it counts for no one."""
+    k = pending[0]
+    for t in targets:
+        (report.problems if require else report.warnings).append(IdentityFinding(t.path, "signer_unaccepted", (
+            f"{t.path} ({t.kind}) is signed by key {k.fingerprint} ({rel}), listed for {k.principal}: "
+            f"{k.sentence()}; it counts for no one"), hint=(
+            f"if the key is {k.principal}'s, {k.principal} accepts it with a key they already have "
+            f"(`logbook signers accept {k.fingerprint}`, then `logbook commit`); if not, remove its line from the "
+            "allowed-signers file: someone signed in another's place")))
+
+
+def _judge_named(project: Project, records: list[SignedRecord], signer_keys: dict[str, set[str]],
+                 standing: Standing, report: IdentityReport) -> None:
+    """A record signed, but by none of the keys that hold the address it names as its writer, is exit 4."""
+    for r in records:
+        keys = signer_keys.get(r.path)
+        named = _named(project.root / r.path, r.kind) if keys else None
+        if not keys or named is None:
+            continue
+        role, who, email = named
+        holders = standing.holders(email)
+        if not holders or keys & holders:
+            continue  # the address is no one's by key (a second address of the signer's own), or the writer signed
+        report.problems.append(IdentityFinding(r.path, "signer_not_named", (
+            f"{r.path} ({r.kind}) names {who} as its {role}, but it is signed by {', '.join(r.signed_by)} "
+            f"(key {', '.join(sorted(keys))}), and no key {email} holds ({', '.join(sorted(holders))}) signed it: "
+            "one person signed in another's name"), hint=(
+            f"a record is never edited: if {email} wrote it, they sign it too (`logbook sign {r.path}`, then "
+            f"`logbook commit`); if not, `logbook acknowledge {r.path} --reason TEXT` keeps the evidence for a "
+            "teammate to review, and the real writer records it anew")))
+
+
+def _named(path: Path, what: str) -> tuple[str, str, str] | None:
+    """(role, `Name <email>`, email lower-cased) of the writer a record names; None when it names no address."""
+    if what in ("preregistration", "amendment"):
+        try:
+            front, _ = split_record(path.read_bytes().decode("utf-8"), path.name)
+        except (OSError, TamperedError, UnicodeDecodeError, ValueError):
+            return None  # damaged: verify's own checks name it
+        return _writer("author", str(front.get("author") or ""))
+    rec = read_record(path)
+    if rec is None:
+        return None
+    if what == "scorecard":
+        card = rec.get("scorecard") if isinstance(rec.get("scorecard"), dict) else {}
+        role, who = "computed_by", str(card.get("computed_by") or "")
+    elif what == "run record":
+        role, who = "launcher (author)", str(rec.get("author") or "")
+    else:
+        name = rec.get("reviewer") if what == "review" else rec.get("accepted_by") or rec.get("author")
+        role, who = ("reviewer" if what == "review" else "author"), f"{name or ''} <{rec.get('email') or ''}>"
+    return _writer(role, who)
+
+
+def _writer(role: str, who: str) -> tuple[str, str, str] | None:
+    m = re.search(r"<([^<>]+)>\s*$", who)
+    return (role, who, m.group(1).strip().lower()) if m else None
+
+
 def _judge_unsigned(project: Project, records: list[SignedRecord], introduced: dict[str, list[str]],
                     require: bool, report: IdentityReport) -> None:
     if not require:
         return
     entries = project.config.entries_dir.strip("/")
-    unsigned = [r for r in records if not r.signed_by]
+    named = {f.path for f in report.problems if f.kind == "signer_unaccepted"}
+    unsigned = [r for r in records if not r.signed_by and r.path not in named]  # named once, for its signer
     commits = {c for r in unsigned for c in introduced.get(r.path[len(entries) + 1:], [])}
     required_at = _require_at(project, commits)
     for r in unsigned:
@@ -240,6 +335,7 @@ def sign_existing(project: Project, paths: list[str]) -> list[SignatureFile]:
         raise NotFoundError(f"{missing[0]} is no record that is signed here",
                             hint="signed records: preregistrations and amendments, run.json, reviews, scorecards; "
                                  "give the path from the repository root")
+    _refuse_another_name(project, [known[p] for p in paths])
     out = []
     for p in paths:
         done = sign_digest(project, known[p].digest, what=p)
@@ -247,6 +343,22 @@ def sign_existing(project: Project, paths: list[str]) -> list[SignatureFile]:
             raise RefusedError(done.warning or f"{p} could not be signed")
         out.append(SignatureFile(p, done.path.relative_to(project.root).as_posix(), done.fingerprint or ""))
     return out
+
+
+def _refuse_another_name(project: Project, records: list[SignedRecord]) -> None:
+    """Refuse to sign, alone, a record that names a writer whose address another key holds (verify: exit 4)."""
+    mine = configured_fingerprint(project.root)
+    with SignatureBook(project) as book:
+        standing = key_standing(project, book)
+        for r in records:
+            named = _named(project.root / r.path, r.kind)
+            holders = standing.holders(named[2]) if named else set()
+            if not holders or mine in holders or {s.fingerprint for s in standing.signers(book, r.digest)} & holders:
+                continue  # nobody holds the address, it is mine, or its holder signed already (a co-signature)
+            raise RefusedError(f"{r.path} names {named[1]} as its {named[0]}, and your signing key {mine} is not "
+                               f"one {named[2]} holds: a record is signed by the person it names; nothing was signed",
+                               hint=f"{named[2]} signs it (`logbook sign {r.path}`); a record of your own is written "
+                                    "with your own identity (git's user.name and user.email)")
 
 
 @dataclass
@@ -286,6 +398,7 @@ def _records(project: Project, prereg_id: str | None) -> list[SignedRecord]:
     if prereg_id is None:
         out += _json_records(root, project.reviews_dir, "review")
         out += _json_records(root, acknowledgements_dir(project), "acknowledgement")
+        out += _json_records(root, acceptances_dir(project), "key acceptance")
     return out
 
 
