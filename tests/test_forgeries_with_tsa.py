@@ -607,8 +607,8 @@ def test_a_ca_swapped_for_the_forgers_own_authority_is_exit_4_for_a_reader_who_p
                                                                                                 respelled.output)
     unpinned = story.team.join("unpinned")
     pins_home.rename(pins_home.with_name("elsewhere"))  # another machine, whose reader pinned nothing
-    assert unpinned.cli("verify").exit_code == 0  # the hole, for a reader who pinned nothing
-    given = unpinned.cli("verify", "--ca-sha256", honest_ca)
+    assert unpinned.cli("verify", "--no-pin").exit_code == 0  # the hole, for a reader who never verified before
+    given = unpinned.cli("verify", "--no-pin", "--ca-sha256", honest_ca)
     assert given.exit_code == 4 and f"whose sha256 is {forged_ca}, but --ca-sha256" in given.stdout
     pins_home.with_name("elsewhere").rename(pins_home)
     res, report = _fresh(story.team)

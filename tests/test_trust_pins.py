@@ -16,7 +16,8 @@ import yaml
 from team import make_team
 from test_forgeries_with_tsa import RUN, _honest
 
-from logbook.trust.pins import pins_path
+from logbook.core.project import open_project
+from logbook.trust.pins import find_pin, load_pins, pins_path
 
 
 @pytest.fixture
@@ -37,15 +38,23 @@ def _pin_file(home) -> dict:
 # --- the honest team ---------------------------------------------------------------------------------
 
 
-def test_an_honest_team_that_pinned_once_is_intact_on_every_clone_and_on_a_fresh_one(tmp_path, local_tsa, pins_home):
+def test_an_honest_team_pinned_by_its_first_verify_is_intact_on_every_clone_and_on_a_fresh_one(tmp_path, local_tsa,
+                                                                                              pins_home):
     story = _honest(tmp_path, local_tsa)
     ada, mallory = story.team["ada"], story.team["mallory"]
-    assert "`logbook pin` records it" in ada.ok("verify").stderr  # verify offers the pin
-    res = ada.ok("pin")  # the only extra command: once per machine
     origin = str(story.team.origin)
-    assert f"Pinned {origin} in {pins_home / 'logbook' / 'pins.yaml'}" in res.stdout
+    first = ada.ok("verify")  # no extra command: the first verify on this machine pins what it sees, and says so
+    assert (f"note: pinned this repository's trust root on first use: CA sha256 {_sha(local_tsa.ca_pem_path)[:12]}…, "
+            "timestamping.require false, allowed signers none (signing off), signing.require false, "
+            f"review_self_approval false, review_approvals 1; kept in {pins_home / 'logbook' / 'pins.yaml'} under "
+            f"{origin}") in first.stderr
+    assert "`logbook pin` records it" not in first.stderr
     pinned = _pin_file(pins_home)["repositories"][origin]
     assert pinned["ca_sha256"] == [_sha(local_tsa.ca_pem_path)] and pinned["require"] is False
+    assert (pinned["signing_require"], pinned["review_self_approval"], pinned["review_approvals"]) == (False, False, 1)
+    again = ada.ok("verify")
+    assert "on first use" not in again.stderr  # said once
+    assert "Already pinned:" in ada.ok("pin").stdout
     assert "Already pinned:" in mallory.ok("pin").stdout  # another clone of the same origin: the same pin
     mallory.ok("note", "grad norm creeping up")
     mallory.commit()
@@ -219,7 +228,8 @@ def test_a_reader_with_no_matching_pin_is_told_the_nearest_and_why_it_did_not_ma
     path.parent.mkdir(parents=True)
     path.write_text("version: 1\nrepositories:\n  https://git.example.org/lab/origin.git:\n    ca_sha256: []\n"
                     "    require: false\n")
-    res = ada.ok("verify")
+    res = ada.ok("verify", "--no-pin")  # a reader who looks without pinning what she sees
+    assert not find_pin(open_project(ada.path), load_pins())
     assert ("this repository's trust root is not pinned on this machine: `logbook pin` records it, so that a "
             "history rewritten to drop or swap the authority is exit 4 here; the nearest pin is "
             "https://git.example.org/lab/origin.git (git.example.org/lab/origin), which is not this repository "
