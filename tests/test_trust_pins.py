@@ -371,3 +371,34 @@ def test_a_change_that_only_asks_more_moves_the_pin_forward_by_itself(tmp_path, 
             "each change asks more of the repository, so the pin follows it") in res.stderr
     pinned = _pin_file(pins_home)["repositories"][str(team.origin)]
     assert (pinned["require"], pinned["review_approvals"]) == (True, 3)
+
+
+def test_a_trust_anchor_the_pin_did_not_have_is_exit_4_until_pin_update(tmp_path, local_tsa, pins_home):
+    """An authority added where the pin had signing only would let whoever pushed it date records for this reader:
+    it is not a stricter rule, whatever it looks like."""
+    team, _ = _signed_lab(tmp_path)
+    ada = team["ada"]
+    ada.ok("verify")  # pinned: signing, no authority
+    local_tsa.configure(ada.path)  # an ordinary, unsigned commit
+    res = ada.cli("verify")
+    assert res.exit_code == 4 and "moved this repository's pin forward" not in res.stderr, res.output
+    assert "pin --update" in res.stderr
+    assert f"changed: CA sha256 none -> {_sha(local_tsa.ca_pem_path)[:12]}" in ada.ok("pin", "--update").stderr
+    assert ada.cli("verify").exit_code == 0
+
+
+def test_signing_turned_on_after_a_pin_of_an_authority_alone_is_exit_4_until_pin_update(tmp_path, local_tsa,
+                                                                                          pins_home):
+    from test_signatures import allowed_line, enable_signing, keypair
+
+    team = make_team(tmp_path, ["ada"])
+    ada = team["ada"]
+    local_tsa.configure(ada.path)
+    ada.ok("verify")  # pinned: an authority, no signing
+    enable_signing(ada, [allowed_line("ada@lab.example", keypair(tmp_path / "keys", "ada"))])
+    res = ada.cli("verify")
+    assert res.exit_code == 4, res.output
+    assert "CHANGED  signing is on (trust/allowed_signers), but the pin for" in res.stdout
+    assert "was made with signing off" in res.stdout
+    ada.ok("pin", "--update")
+    assert ada.cli("verify").exit_code == 0

@@ -370,6 +370,11 @@ def differences(project: Project, pin: TrustPin) -> list[PinFinding]:
                 f"{auth.url} is trusted under {auth.ca}, whose sha256 is {have or 'unreadable'}, but {pin.source} "
                 f"trusts only CA sha256 {', '.join(h[:12] + '…' for h in pin.ca_sha256)}: its stamps prove no "
                 "time to this reader"), agreed))
+        elif pin.compare and not pin.ca_sha256:  # a pin of signing alone: an authority is a new trust anchor
+            out.append(PinFinding(auth.ca, (
+                f"{auth.url} is trusted under {auth.ca} (sha256 {have or 'unreadable'}), but {pin.source} was made "
+                "with no timestamp authority: its stamps would date records for this reader on the word of "
+                "whoever added it"), agreed))
     if pin.compare and pin.require and cfg is not None and not cfg.require:
         out.append(PinFinding("logbook.yaml", (
             f"logbook.yaml says timestamping.require: false, but {pin.source} was made with require: true "
@@ -380,6 +385,10 @@ def differences(project: Project, pin: TrustPin) -> list[PinFinding]:
         out.append(PinFinding(where, (
             f"the allowed signers ({where}) hash to {signers or 'nothing: signing is off'}, but {pin.source} has "
             f"{pin.allowed_signers_sha256}: who may sign was changed"), agreed))
+    elif pin.compare and pin.allowed_signers_sha256 is None and project.config.signing is not None:
+        out.append(PinFinding(project.config.signing.allowed_signers, (
+            f"signing is on ({project.config.signing.allowed_signers}), but {pin.source} was made with signing "
+            "off: who may sign is the word of whoever turned it on"), agreed))
     if pin.compare:
         out += _review_differences(project, pin, agreed)
     return out
@@ -464,7 +473,9 @@ class PinChange:
     text: str
     """`require true -> false`, as `logbook pin` and `verify` print it."""
     stricter: bool
-    """The new value only asks more of the repository (or pins a setting the pin did not hold yet)."""
+    """The new value only asks more of the repository (or pins a review rule a pin written before them lacks).
+    A trust anchor the pin did not have (an authority where it had none, signing turned on) is never stricter:
+    it would let whoever pushes it vouch for time or authorship to this reader from then on."""
 
 
 def pin_changes(old: TrustPin, new: TrustPin) -> list[PinChange]:
@@ -473,12 +484,12 @@ def pin_changes(old: TrustPin, new: TrustPin) -> list[PinChange]:
     oc, nc = set(old.ca_sha256), set(new.ca_sha256)
     if oc != nc:
         out.append(PinChange("ca_sha256", f"CA sha256 {', '.join(h[:12] for h in sorted(oc)) or 'none'} -> "
-                             f"{', '.join(h[:12] for h in sorted(nc)) or 'none'}", bool(nc) and (not oc or nc < oc)))
+                             f"{', '.join(h[:12] for h in sorted(nc)) or 'none'}", bool(oc) and bool(nc) and nc < oc))
     if old.require != new.require:
         out.append(PinChange("require", f"require {_yn(old.require)} -> {_yn(new.require)}", new.require))
     if old.allowed_signers_sha256 != new.allowed_signers_sha256:
         out.append(PinChange("allowed_signers_sha256", f"allowed signers {str(old.allowed_signers_sha256)[:12]} -> "
-                             f"{str(new.allowed_signers_sha256)[:12]}", old.allowed_signers_sha256 is None))
+                             f"{str(new.allowed_signers_sha256)[:12]}", False))
     for name, stricter_if in (("signing_require", True), ("review_self_approval", False)):
         was, now = getattr(old, name), getattr(new, name)
         if now is not None and was != now:

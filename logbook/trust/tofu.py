@@ -7,9 +7,10 @@ As SSH's known_hosts learns a host's key on first connection, the first
 differs from the pin is exit 4 (`pin_differs`) unless the pin can move forward
 on its own:
 
-- every change only asks more of the repository (an authority where the pin
-  had none, `require` turned on, a stricter review rule, a setting the pin did
-  not hold yet): a forger gains nothing from it;
+- every change only asks more of the repository (fewer CAs, a `require`
+  turned on, a stricter review rule): a forger gains nothing from it (a new
+  trust anchor, an authority or signing where the pin had none, is not
+  "more": whoever pushed it would vouch for time or authorship from then on);
 - or, as TUF accepts a new root.json only when the previous root's keys sign
   it, each commit that led from the pinned trust root to HEAD's is signed
   (`git commit -S`) by a key of the allowed signers in force before it, the
