@@ -27,13 +27,16 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(autouse=True)
 def _isolated_git_identity(monkeypatch, tmp_path_factory):
-    """Every test sees the same git identity and no user-level git config."""
+    """Every test sees the same git identity, no user-level git config, and its own pins file."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     (home / ".gitconfig").write_text("[user]\n\tname = Ada Tester\n\temail = ada@example.org\n[init]\n\tdefaultBranch = main\n")
     monkeypatch.delenv("LOGBOOK_DEBUG", raising=False)
+    # `logbook init` and `verify` pin a repository's trust root on first use, in the user's config folder:
+    # each test gets its own, so a pin made in one test never applies in another.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("CI", "true")
 
 

@@ -14,10 +14,13 @@ stamps' proof, not training. `tests/test_replay.py` retrains (case 1's strongest
 proof); `tests/test_forgeries.py` holds the cases that need no third party.
 
 Tests marked xfail(strict=True) are forgeries that still pass `verify` on a
-fresh clone for a reader who pinned nothing: each reason says what a forger
-does and why nothing in the repository catches it. Beside each, a test shows
-what catches it for a reader who pinned the trust root outside the repository
-(`logbook pin`, `verify --ca-sha256/--require-stamps`: `logbook.trust.pins`).
+fresh clone for a reader who never verified the repository before (so holds
+no pin) and gives no trust root on the command line: each reason says what a
+forger does and why nothing in the repository catches it. Beside each, a test
+shows what catches it: a reader who verified once before the forgery (her
+first verify pinned the trust root outside the repository, on first use:
+`logbook.trust.tofu`), or `verify --ca-sha256/--require-stamps`. docs/trust.md
+has the table, hole by hole.
 """
 
 from __future__ import annotations
@@ -101,10 +104,10 @@ def pins_home(tmp_path, monkeypatch):
     return home
 
 
-def _honest(tmp_path, tsa, names=("ada", "mallory"), timeout_s: float = 5) -> Story:
+def _honest(tmp_path, tsa, names=("ada", "mallory"), timeout_s: float = 5, require: bool = False) -> Story:
     team = make_team(tmp_path, list(names))
     ada = team["ada"]
-    tsa.configure(ada.path, timeout_s=timeout_s)
+    tsa.configure(ada.path, timeout_s=timeout_s, require=require)
     ada.push()
     for c in team.clones.values():
         if c is not ada:
@@ -123,6 +126,18 @@ def _honest(tmp_path, tsa, names=("ada", "mallory"), timeout_s: float = 5) -> St
             assert c.pull().returncode == 0
     prereg = next(open_project(ada.path).prereg_dir.glob(f"{pid}.md"))
     return Story(team, pid, prereg.relative_to(ada.path).as_posix(), before_run)
+
+
+def _relax_require(clone: Clone) -> None:
+    """The forger's last touch: her rewritten history says `timestamping.require: false`, so that what she
+    removed is a warning for a reader who takes the repository's word for it."""
+    import yaml
+
+    cfg = yaml.safe_load((clone.path / "logbook.yaml").read_text())
+    cfg["timestamping"]["require"] = False
+    (clone.path / "logbook.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    clone.git("commit", "-q", "--amend", "--no-edit", "logbook.yaml")
+    force_push(clone)
 
 
 def _fresh(team: Team, name: str = "fresh"):
@@ -236,10 +251,11 @@ def _drop_restart_after_the_last_kept_head(story: Story) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "hole for a reader who requires no stamps: stamps after the last one kept can be deleted; the forger cuts the "
-    "log after a stamped checkpoint head, rewrites what follows, deletes the later heads' stamps and stamps the "
-    "new head later: every stamp left is honest. verify warns that the tail has no timely stamp "
-    "(unproven_tail), but with `require: false` and no pin that is exit 0"))
+    "hole for a reader who never verified before and requires no stamps (and for one whose pin, like the lab's "
+    "logbook.yaml, never required them): stamps after the last one kept can be deleted; the forger cuts the log "
+    "after a stamped checkpoint head, rewrites what follows, deletes the later heads' stamps and stamps the new "
+    "head later: every stamp left is honest. verify warns that the tail has no timely stamp (unproven_tail), but "
+    "with `require: false` that is exit 0"))
 def test_case3_a_restart_dropped_after_the_last_kept_stamped_head_is_exit_4(tmp_path, local_tsa):
     story = _honest(tmp_path, local_tsa)
     _drop_restart_after_the_last_kept_head(story)
@@ -295,13 +311,14 @@ def test_case3_a_restart_dropped_while_the_stamped_heads_are_kept_is_exit_4_nami
 # --- case 5: preregistration and run squashed, the preregistration's `created` backdated --------------
 
 
-def _post_hoc(tmp_path, tsa, *, shift_log: bool, require: bool = False) -> tuple[Team, str]:
+def _post_hoc(tmp_path, tsa, *, shift_log: bool, require: bool = False, reader: bool = False) -> tuple[Team, str]:
     """Case 1 and 5 as a forger does them with a TSA: the run first (exploratory, stamped as it ran), the
     preregistration afterwards, backdated; then one squashed commit where the run names it, its log re-chained,
     and every stamp that no longer matches replaced by a fresh one, fetched in the right order.
 
     `shift_log`: the forger also moves every event's `ts` to after the fresh stamps (the log says the run
-    happened later than it did)."""
+    happened later than it did). `reader`: the lab's set-up is pushed first, and ada verifies it (her first
+    verify pins it) before mallory forges."""
     from datetime import datetime, timedelta, timezone
 
     from scoring_helpers import make_prereg
@@ -309,6 +326,10 @@ def _post_hoc(tmp_path, tsa, *, shift_log: bool, require: bool = False) -> tuple
     team = make_team(tmp_path, ["ada", "mallory"])
     mallory = team["mallory"]
     tsa.configure(mallory.path, require=require)
+    if reader:
+        mallory.push()
+        assert team["ada"].pull().returncode == 0
+        team["ada"].ok("verify")
     base = mallory.git("rev-parse", "HEAD").stdout.strip()
     _launch(mallory, None, restart=False)  # exploratory, stamped at its start and checkpoint
     mallory.ok("stamp")
@@ -365,9 +386,10 @@ def test_case5_squashed_and_backdated_with_fresh_stamps_never_says_before(tmp_pa
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "hole for a reader who requires no stamps: with `require: false` and no pin, a post-hoc preregistration whose "
-    "every stamp was fetched after the run ended is a warning (stamps_after_run), exit 0: an honest run whose "
-    "authority was down looks the same"))
+    "hole for a reader who never verified before and requires no stamps (and for one whose pin, like the lab's "
+    "logbook.yaml, never required them): with `require: false`, a post-hoc preregistration whose every stamp "
+    "was fetched after the run ended is a warning (stamps_after_run), exit 0: an honest run whose authority was "
+    "down looks the same"))
 def test_case5_squashed_and_backdated_with_fresh_stamps_is_exit_4_without_require(tmp_path, local_tsa):
     team, _ = _post_hoc(tmp_path, local_tsa, shift_log=False)
     res, _ = _fresh(team)
@@ -388,8 +410,8 @@ def test_case5_squashed_and_backdated_with_fresh_stamps_is_exit_4_for_a_reader_w
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "hole for every reader, a pinned one too: case 1 with the log's times moved after the fresh stamps reads as "
-    "'before' to plain verify, even with `require: true`: the record's and heads' stamps, and every `ts`, are "
+    "hole for every reader of plain verify, a pinned one too: case 1 with the log's times moved after the fresh "
+    "stamps reads as 'before', even with `require: true`: the record's and heads' stamps, and every `ts`, are "
     "consistent and timely; only `verify --replay` (a seed drawn from the preregistration's token, "
     "tests/test_replay.py) can tell, and it needs a real trainer run"))
 def test_case1_post_hoc_with_the_log_times_moved_forward_is_exit_4(tmp_path, local_tsa):
@@ -448,9 +470,10 @@ def _forge_case2_with_the_runs_stamps_deleted(story: Story) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "hole for a reader who requires no stamps: with `require: false` and no pin, deleting the run's stamps "
-    "together with the preregistration's old stamp downgrades case 2 to 'no third-party time' (exit 0): on a "
-    "fresh clone nothing shows the stamps existed"))
+    "hole for a reader who never verified before and requires no stamps (and for one whose pin, like the lab's "
+    "logbook.yaml, never required them): with `require: false`, deleting the run's stamps together with the "
+    "preregistration's old stamp downgrades case 2 to 'no third-party time' (exit 0): on a fresh clone nothing "
+    "shows the stamps existed"))
 def test_case2_with_the_runs_stamps_deleted_too_is_exit_4(tmp_path, local_tsa):
     story = _honest(tmp_path, local_tsa)
     _forge_case2_with_the_runs_stamps_deleted(story)
@@ -511,9 +534,10 @@ def _forge_case2_without_timestamping(story: Story, tsa) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "hole for a reader who pinned nothing: the trust root lives in the repository: a rewritten history whose "
-    "logbook.yaml names no authority (and holds no stamps) verifies with 'no third-party time', exit 0, whatever "
-    "`require` said before (a reader who pinned it with `logbook pin`, or gives --ca-sha256, gets exit 4)"))
+    "hole for a reader who never verified before: the trust root lives in the repository: a rewritten history "
+    "whose logbook.yaml names no authority (and holds no stamps) verifies with 'no third-party time', exit 0, "
+    "whatever `require` said before (a reader who verified once before is pinned and gets exit 4, and so does "
+    "one who gives --ca-sha256)"))
 def test_case2_with_timestamping_removed_from_logbook_yaml_in_the_rewritten_history_is_exit_4(tmp_path, local_tsa):
     story = _honest(tmp_path, local_tsa)
     _forge_case2_without_timestamping(story, local_tsa)
@@ -522,12 +546,12 @@ def test_case2_with_timestamping_removed_from_logbook_yaml_in_the_rewritten_hist
     assert res.exit_code == 4, res.output
 
 
-def test_case2_with_timestamping_removed_is_exit_4_for_a_reader_who_pinned_the_trust_root(tmp_path, local_tsa,
+def test_case2_with_timestamping_removed_is_exit_4_for_a_reader_who_verified_once_before(tmp_path, local_tsa,
                                                                                          pins_home):
     import hashlib
 
     story = _honest(tmp_path, local_tsa)
-    story.team["ada"].ok("pin")  # once on this machine, from a clone that watched: pinned under the origin's url
+    story.team["ada"].ok("verify")  # once on this machine, before the forgery: pinned on first use
     ca = hashlib.sha256(local_tsa.ca_pem_path.read_bytes()).hexdigest()
     _forge_case2_without_timestamping(story, local_tsa)
     res, report = _fresh(story.team)
@@ -577,7 +601,7 @@ def test_a_ca_swapped_for_the_forgers_own_authority_is_exit_4_for_a_reader_who_p
     import hashlib
 
     story = _honest(tmp_path, local_tsa)
-    story.team["ada"].ok("pin")
+    story.team["ada"].ok("verify")  # pinned on first use, before the forgery
     honest_ca = hashlib.sha256(local_tsa.ca_pem_path.read_bytes()).hexdigest()
     forger = _forger_tsa(tmp_path)
     try:
@@ -607,8 +631,8 @@ def test_a_ca_swapped_for_the_forgers_own_authority_is_exit_4_for_a_reader_who_p
                                                                                                 respelled.output)
     unpinned = story.team.join("unpinned")
     pins_home.rename(pins_home.with_name("elsewhere"))  # another machine, whose reader pinned nothing
-    assert unpinned.cli("verify").exit_code == 0  # the hole, for a reader who pinned nothing
-    given = unpinned.cli("verify", "--ca-sha256", honest_ca)
+    assert unpinned.cli("verify", "--no-pin").exit_code == 0  # the hole, for a reader who never verified before
+    given = unpinned.cli("verify", "--no-pin", "--ca-sha256", honest_ca)
     assert given.exit_code == 4 and f"whose sha256 is {forged_ca}, but --ca-sha256" in given.stdout
     pins_home.with_name("elsewhere").rename(pins_home)
     res, report = _fresh(story.team)
@@ -788,3 +812,54 @@ def test_a_run_still_training_has_a_pending_tail_not_an_unproven_one_until_it_en
     assert ended.exit_code == 4, ended.output
     assert "the last 2 events of its log (lines 3-4) have no third-party time" in ended.stdout
     assert "has not ended" not in ended.stdout
+
+
+# --- a reader who verified once before the forgery: pinned on first use ---------------------------------------
+# The lab required stamps when she verified; the forger's history says `require: false`, so that what she removed
+# is a warning to a reader who takes the repository's word. The pin still requires them, and names the change.
+
+
+def _pinned_require_changed(res, report) -> None:
+    assert res.exit_code == 4, res.output
+    p = report["problems"][0]
+    assert (p["kind"], p["path"]) == ("pin_differs", "logbook.yaml")
+    assert "logbook.yaml says timestamping.require: false, but the pin for" in p["message"]
+    assert "was made with require: true" in p["message"]
+
+
+def test_case3_a_restart_dropped_after_the_last_kept_stamped_head_is_exit_4_for_a_reader_who_verified_before(
+        tmp_path, local_tsa, monkeypatch):
+    from logbook.trust import timecheck
+
+    monkeypatch.setattr(timecheck, "TAIL_GRACE_S", 0.0)  # seconds stand in for days, as in the test above
+    story = _honest(tmp_path, local_tsa, timeout_s=2, require=True)
+    assert "pinned this repository's trust root on first use" in story.team["ada"].ok("verify").stderr
+    time.sleep(3.5)
+    _drop_restart_after_the_last_kept_head(story)
+    _relax_require(story.team["mallory"])
+    res, report = _fresh(story.team)
+    _pinned_require_changed(res, report)
+    assert f"CHANGED  run {RUN}: the last event of its log (line 3) has no third-party time" in res.stdout
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "another-machine"))
+    assert _fresh(story.team, "never-verified")[0].exit_code == 0  # the hole that stays: the xfail above
+
+
+def test_case5_squashed_and_backdated_with_fresh_stamps_is_exit_4_for_a_reader_who_verified_before(tmp_path,
+                                                                                                   local_tsa):
+    team, pid = _post_hoc(tmp_path, local_tsa, shift_log=False, require=True, reader=True)
+    _relax_require(team["mallory"])
+    res, report = _fresh(team)
+    _pinned_require_changed(res, report)
+    p = _problem(report, "stamps_after_run")
+    assert p["path"] == RECORD and f"after {pid} was written" in p["message"]
+
+
+def test_case2_with_the_runs_stamps_deleted_is_exit_4_for_a_reader_who_verified_before(tmp_path, local_tsa):
+    story = _honest(tmp_path, local_tsa, require=True)
+    story.team["ada"].ok("verify")
+    _forge_case2_with_the_runs_stamps_deleted(story)
+    _relax_require(story.team["mallory"])
+    res, report = _fresh(story.team)
+    _pinned_require_changed(res, report)
+    p = _problem(report, "stamp_missing")
+    assert p["path"] == RECORD and "has no valid third-party stamp" in p["message"]

@@ -293,8 +293,10 @@ def test_a_signer_removed_in_a_commit_no_longer_counts_and_the_removal_is_listed
     assert signed_by(verify(ada)[1])[f"entries/prereg/{pid}.md"] == ["ada@lab.example"]  # checked, and cached
     lines = (ada.path / ALLOWED).read_text().splitlines(keepends=True)
     (ada.path / ALLOWED).write_text("".join(ln for ln in lines if not ln.startswith("ada@")))
-    ada.git("commit", "-q", "-am", "ada leaves the lab")
+    # Signed with her key, which the pin (made by the first verify above) trusts: the pin moves forward.
+    ada.git("commit", "-q", "-S", "-am", "ada leaves the lab")
     code, report, _ = verify(ada)
+    assert report["pin_settled"]["state"] == "forward", report["pin_settled"]
     assert code == 0 and signed_by(report)[f"entries/prereg/{pid}.md"] == []
     assert ("signature_unknown_key", f"entries/prereg/{pid}.md") in kinds(report, "warnings")
     [w] = [w for w in report["warnings"] if w["kind"] == "signature_unknown_key" and w["path"].endswith(f"{pid}.md")]
@@ -417,4 +419,6 @@ def test_a_verify_answered_from_its_memo_names_the_same_signers_file_records_and
     ident = first["identity"]
     assert ident["allowed_signers"] == ALLOWED and ident["records"] and ident["setting_changes"]
     assert again["identity"] == ident
-    assert again["logs"] == first["logs"] != [] and {**again, "commits_checked": first["commits_checked"]} == first
+    assert first["pin_settled"]["state"] == "first" and again["pin_settled"]["state"] == "same"
+    assert again["logs"] == first["logs"] != [] and {**again, "commits_checked": first["commits_checked"],
+                                                     "pin_settled": first["pin_settled"]} == first

@@ -33,3 +33,20 @@ def init_cmd(
         err("  this clone was already set up: nothing changed")
     for line in res.setup.todo:
         err(f"  to do: {line}")
+    _pin_on_first_use()
+
+
+def _pin_on_first_use() -> None:
+    """The first init in a clone pins the repository's trust root, as the first verify would (a broken pins
+    file is verify's to report: init still sets the clone up)."""
+    from logbook.core.errors import LogbookError
+    from logbook.core.project import open_project
+    from logbook.trust.tofu import settle
+
+    try:
+        said = settle(open_project()).line()
+    except LogbookError as e:
+        err(f"warning: the trust root was not pinned: {e.message}")
+        return
+    if said:
+        err(f"  {said}")

@@ -246,6 +246,8 @@ def verify_cmd(
     ca_sha256: Optional[list[str]] = typer.Option(None, "--ca-sha256", metavar="HEX",
                                                   help="Trust only authorities whose CA file has this SHA-256 "
                                                        "(repeatable); a stamp under any other CA is exit 4."),
+    no_pin: bool = typer.Option(False, "--no-pin", help="Apply this machine's pin, but write none and move none "
+                                "forward (inspecting a repository you do not trust, or a throw-away CI machine)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check that every record and log is as first committed, over the whole history of HEAD.
@@ -276,12 +278,16 @@ def verify_cmd(
     folder, and compares each logged loss bit for bit: a run trained before
     its preregistration existed cannot match.
 
-    The trust root (which authority's CA, whether stamps are required) is the
-    repository's, which a rewritten history can change: a reader pins it from
-    outside. --ca-sha256 and --require-stamps give it on the command line (the
-    CA's hash from the lab, out of band); `logbook pin` records it in this
-    user's pins file, and every later verify here compares the repository with
-    it (exit 4 naming the pin and what differs). A run's log after its last
+    The trust root (which authority's CA, whether stamps are required, who may
+    sign, the review rules) is the repository's, which a rewritten history can
+    change: a reader pins it from outside. The first verify (or init) in a
+    clone pins it in this user's pins file on first use and says so; every
+    later verify here compares the repository with it (exit 4 naming the pin
+    and what differs), unless the change only asks more of the repository or
+    was committed with a signature by a key the pin trusts (the pin then moves
+    forward, and verify says so); `logbook pin --update` records any other
+    change the lab agreed to. --ca-sha256 and --require-stamps give a trust
+    root on the command line (the CA's hash from the lab, out of band). A run's log after its last
     stamp that came in time has no third-party time: a warning, exit 4 when
     stamps are required.
 
@@ -304,13 +310,20 @@ def verify_cmd(
         raise UsageError("--run goes with --replay N", hint=f"logbook verify --replay 3 --run {run}")
     pid = None if prereg_id is None else (resolve_prereg_id(project, prereg_id) or prereg_id)
     from logbook.trust.pins import reader_pin
+    from logbook.trust.tofu import settle
+
+    settled = settle(project) if not no_pin else None
+    said = settled.line() if settled is not None else None
 
     report = verify_project(project, pid, full=full, pin=reader_pin(project, ca_sha256=ca_sha256,
                                                                      require=require_stamps))
     verdicts = _replay(project, replay, pid, run, report) if replay is not None else []
     if as_json:
-        print_json({**report.to_dict(), "replay": [asdict(v) for v in verdicts]} if replay else report.to_dict())
+        out = {**report.to_dict(), "pin_settled": settled.to_dict() if settled is not None else None}
+        print_json({**out, "replay": [asdict(v) for v in verdicts]} if replay else out)
     else:
+        if said:
+            err(f"note: {said}")
         if report.in_progress:
             err(f"note: {report.in_progress}; verified HEAD as it stands")
         for w in report.warnings:

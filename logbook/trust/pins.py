@@ -13,14 +13,21 @@ reach: in the reader's own per-user file, or on `verify`'s command line.
         ca_sha256: [<64 hex>, ...]             # the CA files whose authorities this reader trusts
         require: true                          # a missing, invalid or late stamp is exit 4
         allowed_signers_sha256: <64 hex>       # the allowed_signers file as HEAD commits it (or null)
+        signing_require: true                  # signing.require: an unsigned record is exit 4
+        review_self_approval: false            # whether a launcher's approval of their own run counts
+        review_approvals: 1                    # approvals an entry needs
         pinned: 2026-12-03T20:00:00Z
         roots: [<commit id>, ...]              # the root commits: a mirror at another address is this repository
 
-Trust on first use: `logbook pin` writes the repository's current trust root
-once per machine; afterwards every `verify` there compares the repository
-with it. A history that drops `timestamping:`, flips `require` or swaps a CA
-file is then exit 4 (`pin_differs`), naming the pin and what differs; an
-agreed change is recorded with `logbook pin --update`. `verify --ca-sha256`
+Trust on first use: the first `logbook init` or `verify` in a clone writes
+the repository's current trust root once per machine (`logbook pin` does it
+on demand); afterwards every `verify` there compares the repository with it.
+A history that drops `timestamping:`, flips a `require`, swaps a CA file,
+changes who may sign or lowers the review rules is then exit 4
+(`pin_differs`), naming the pin and what differs, until the pin moves
+forward (`logbook.trust.tofu`: a change that only makes the reader stricter,
+or one committed and signed by a key the pin trusts) or the reader records
+it with `logbook pin --update`. `verify --ca-sha256`
 and `--require-stamps` give the same trust root from the command line (a
 paper's reader gets the hash from the lab out of band): those are enforced,
 never compared field by field.
@@ -44,7 +51,8 @@ from logbook.core.yamlsafe import load_yaml_text
 
 HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 HEX40_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
-_FIELDS = ("ca_sha256", "require", "allowed_signers_sha256", "pinned", "roots")
+_FIELDS = ("ca_sha256", "require", "allowed_signers_sha256", "signing_require", "review_self_approval",
+           "review_approvals", "pinned", "roots")
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,12 @@ class TrustPin:
     """True: every record needs a valid, timely stamp, whatever logbook.yaml says."""
     allowed_signers_sha256: str | None = None
     """The allowed_signers file as HEAD commits it, hashed; None: not pinned."""
+    signing_require: bool | None = None
+    """`signing.require` when pinned; None: not pinned (a pins file written before it was)."""
+    review_self_approval: bool | None = None
+    """`review_self_approval` when pinned; None: not pinned."""
+    review_approvals: int | None = None
+    """`review_approvals` when pinned; None: not pinned."""
     pinned: str = ""
     """When the pin was written (UTC, ISO 8601); "" for a pin given on the command line."""
     roots: tuple[str, ...] = ()
@@ -75,8 +89,14 @@ class TrustPin:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ca_sha256": list(self.ca_sha256), "require": self.require,
-                "allowed_signers_sha256": self.allowed_signers_sha256, "pinned": self.pinned,
-                "roots": list(self.roots)}
+                "allowed_signers_sha256": self.allowed_signers_sha256, "signing_require": self.signing_require,
+                "review_self_approval": self.review_self_approval, "review_approvals": self.review_approvals,
+                "pinned": self.pinned, "roots": list(self.roots)}
+
+    def settings(self) -> tuple:
+        """What is pinned, without when or where: equal for two pins of one trust root."""
+        return (frozenset(self.ca_sha256), self.require, self.allowed_signers_sha256, self.signing_require,
+                self.review_self_approval, self.review_approvals)
 
 
 @dataclass
@@ -243,11 +263,19 @@ def _parse_pin(raw: Any, where: str, path: str, key: str) -> TrustPin:
     if not isinstance(require, bool):
         raise UsageError(f"{where}.require must be true or false, got {require!r}")
     signers = raw.get("allowed_signers_sha256")
+    flags = {name: raw.get(name) for name in ("signing_require", "review_self_approval")}
+    for name, value in flags.items():
+        if value is not None and not isinstance(value, bool):
+            raise UsageError(f"{where}.{name} must be true or false, got {value!r}")
+    approvals = raw.get("review_approvals")
+    if approvals is not None and (isinstance(approvals, bool) or not isinstance(approvals, int) or approvals < 1):
+        raise UsageError(f"{where}.review_approvals must be an integer >= 1, got {approvals!r}")
     roots = raw.get("roots") or []
     if not isinstance(roots, list) or not all(isinstance(r, str) and HEX40_RE.match(r) for r in roots):
         raise UsageError(f"{where}.roots must be a list of commit ids (40 or 64 hex)")
     return TrustPin(tuple(check_hex(c, f"{where}.ca_sha256") for c in cas), require,
                     None if signers is None else check_hex(signers, f"{where}.allowed_signers_sha256"),
+                    flags["signing_require"], flags["review_self_approval"], approvals,
                     str(raw.get("pinned") or ""), tuple(roots), f"the pin for {key} in {path}", compare=True)
 
 
@@ -288,10 +316,17 @@ def _signers_sha256(project: Project) -> str | None:
 
 
 def current_root(project: Project) -> TrustPin:
-    """The repository's trust root as it stands: the CA files' hashes, `require`, the allowed signers' hash."""
-    cfg = project.config.timestamping
+    """The repository's trust root as it stands: the CA files' hashes, `require`, the allowed signers' hash,
+    `signing.require` and the review rules."""
+    cfg, c = project.config.timestamping, project.config
     cas = tuple(sorted({h for a in (cfg.authorities if cfg else []) if (h := file_sha256(project.root / a.ca))}))
-    return TrustPin(cas, bool(cfg and cfg.require), _signers_sha256(project), source=f"{project.root}")
+    return TrustPin(cas, bool(cfg and cfg.require), _signers_sha256(project), bool(c.signing and c.signing.require),
+                    bool(c.review_self_approval), int(c.review_approvals), source=f"{project.root}")
+
+
+def has_trust_root(root: TrustPin) -> bool:
+    """Whether there is anything to pin: an authority or signing (the review rules alone prove nothing)."""
+    return bool(root.ca_sha256) or root.allowed_signers_sha256 is not None
 
 
 # --- what verify applies ----------------------------------------------------------------------------
@@ -335,6 +370,11 @@ def differences(project: Project, pin: TrustPin) -> list[PinFinding]:
                 f"{auth.url} is trusted under {auth.ca}, whose sha256 is {have or 'unreadable'}, but {pin.source} "
                 f"trusts only CA sha256 {', '.join(h[:12] + '…' for h in pin.ca_sha256)}: its stamps prove no "
                 "time to this reader"), agreed))
+        elif pin.compare and not pin.ca_sha256:  # a pin of signing alone: an authority is a new trust anchor
+            out.append(PinFinding(auth.ca, (
+                f"{auth.url} is trusted under {auth.ca} (sha256 {have or 'unreadable'}), but {pin.source} was made "
+                "with no timestamp authority: its stamps would date records for this reader on the word of "
+                "whoever added it"), agreed))
     if pin.compare and pin.require and cfg is not None and not cfg.require:
         out.append(PinFinding("logbook.yaml", (
             f"logbook.yaml says timestamping.require: false, but {pin.source} was made with require: true "
@@ -345,6 +385,30 @@ def differences(project: Project, pin: TrustPin) -> list[PinFinding]:
         out.append(PinFinding(where, (
             f"the allowed signers ({where}) hash to {signers or 'nothing: signing is off'}, but {pin.source} has "
             f"{pin.allowed_signers_sha256}: who may sign was changed"), agreed))
+    elif pin.compare and pin.allowed_signers_sha256 is None and project.config.signing is not None:
+        out.append(PinFinding(project.config.signing.allowed_signers, (
+            f"signing is on ({project.config.signing.allowed_signers}), but {pin.source} was made with signing "
+            "off: who may sign is the word of whoever turned it on"), agreed))
+    if pin.compare:
+        out += _review_differences(project, pin, agreed)
+    return out
+
+
+def _review_differences(project: Project, pin: TrustPin, agreed: str) -> list[PinFinding]:
+    """The pinned rules on who vouches for a record, where the repository now asks less of it."""
+    c, out = project.config, []
+    if pin.signing_require and not (c.signing and c.signing.require):
+        out.append(PinFinding("logbook.yaml", (
+            f"logbook.yaml says signing.require: false, but {pin.source} was made with signing.require: true "
+            "(an unsigned record would pass)"), agreed))
+    if pin.review_self_approval is False and c.review_self_approval:
+        out.append(PinFinding("logbook.yaml", (
+            f"logbook.yaml says review_self_approval: true, but {pin.source} was made with false (a launcher's "
+            "approval of their own run would count)"), agreed))
+    if pin.review_approvals is not None and c.review_approvals < pin.review_approvals:
+        out.append(PinFinding("logbook.yaml", (
+            f"logbook.yaml says review_approvals: {c.review_approvals}, but {pin.source} was made with "
+            f"{pin.review_approvals} (an entry would count as reviewed with fewer approvals)"), agreed))
     return out
 
 
@@ -361,10 +425,10 @@ def write_pin(project: Project, *, update: bool = False, require: bool = False, 
     from logbook.eventlog.chain import utc_now
 
     current = current_root(project)
-    if not current.ca_sha256 and current.allowed_signers_sha256 is None and not require:
+    if not has_trust_root(current) and not require:
         raise RefusedError("nothing to pin: logbook.yaml names no timestamp authority and no signing",
                            hint="name an authority (`timestamping:`, see docs/trust.md), commit it, then `logbook pin`")
-    _refuse_uncommitted(project)
+    refuse_uncommitted(project)
     new = replace(current, require=current.require or require, pinned=now or utc_now()[:19] + "Z", compare=True,
                   roots=root_commits(project))
     path, key = pins_path(), repo_key(project)
@@ -375,10 +439,11 @@ def write_pin(project: Project, *, update: bool = False, require: bool = False, 
             key, old = found  # the entry as first written, however this clone spells the address
         else:
             old = None
-        changes = _changes(old, new) if old is not None else []
+        found_changes = pin_changes(old, new) if old is not None else []
+        changes = [c.text for c in found_changes]
         if old is not None and not changes:
             return PinWrite(key, path, old, [], "unchanged")
-        if changes and not update:
+        if not update and any(not c.stricter for c in found_changes):  # stricter only: nothing a forger gains
             raise RefusedError(f"{key} is pinned in {path} with another trust root: {'; '.join(changes)}",
                                hint="if the lab agreed to this change, `logbook pin --update` records it")
         pins[key] = new
@@ -387,7 +452,8 @@ def write_pin(project: Project, *, update: bool = False, require: bool = False, 
     return PinWrite(key, path, new, changes, "updated" if changes else "pinned")
 
 
-def _refuse_uncommitted(project: Project) -> None:
+def refuse_uncommitted(project: Project) -> None:
+    """RefusedError when logbook.yaml, a CA file or the allowed signers have uncommitted changes."""
     from logbook.records import gitbind
 
     cfg, signing = project.config.timestamping, project.config.signing
@@ -399,16 +465,45 @@ def _refuse_uncommitted(project: Project) -> None:
                            "what the lab committed", hint="commit or restore it, then `logbook pin`")
 
 
-def _changes(old: TrustPin, new: TrustPin) -> list[str]:
+@dataclass(frozen=True)
+class PinChange:
+    """One pinned setting that the repository's trust root now says otherwise."""
+
+    field: str
+    text: str
+    """`require true -> false`, as `logbook pin` and `verify` print it."""
+    stricter: bool
+    """The new value only asks more of the repository (or pins a review rule a pin written before them lacks).
+    A trust anchor the pin did not have (an authority where it had none, signing turned on) is never stricter:
+    it would let whoever pushes it vouch for time or authorship to this reader from then on."""
+
+
+def pin_changes(old: TrustPin, new: TrustPin) -> list[PinChange]:
+    """Every pinned setting that differs between `old` and `new`, each judged stricter or not."""
     out = []
-    if set(old.ca_sha256) != set(new.ca_sha256):
-        out.append(f"CA sha256 {', '.join(h[:12] for h in old.ca_sha256) or 'none'} -> "
-                   f"{', '.join(h[:12] for h in new.ca_sha256) or 'none'}")
+    oc, nc = set(old.ca_sha256), set(new.ca_sha256)
+    if oc != nc:
+        out.append(PinChange("ca_sha256", f"CA sha256 {', '.join(h[:12] for h in sorted(oc)) or 'none'} -> "
+                             f"{', '.join(h[:12] for h in sorted(nc)) or 'none'}", bool(oc) and bool(nc) and nc < oc))
     if old.require != new.require:
-        out.append(f"require {str(old.require).lower()} -> {str(new.require).lower()}")
+        out.append(PinChange("require", f"require {_yn(old.require)} -> {_yn(new.require)}", new.require))
     if old.allowed_signers_sha256 != new.allowed_signers_sha256:
-        out.append(f"allowed signers {str(old.allowed_signers_sha256)[:12]} -> {str(new.allowed_signers_sha256)[:12]}")
+        out.append(PinChange("allowed_signers_sha256", f"allowed signers {str(old.allowed_signers_sha256)[:12]} -> "
+                             f"{str(new.allowed_signers_sha256)[:12]}", False))
+    for name, stricter_if in (("signing_require", True), ("review_self_approval", False)):
+        was, now = getattr(old, name), getattr(new, name)
+        if now is not None and was != now:
+            out.append(PinChange(name, f"{name.replace('_', '.', 1) if name == 'signing_require' else name} "
+                                 f"{_yn(was)} -> {_yn(now)}", was is None or now is stricter_if))
+    was, now = old.review_approvals, new.review_approvals
+    if now is not None and was != now:
+        out.append(PinChange("review_approvals", f"review_approvals {was if was is not None else 'none'} -> {now}",
+                             was is None or now > was))
     return out
+
+
+def _yn(value: bool | None) -> str:
+    return "none" if value is None else str(value).lower()
 
 
 def _dump(pins: dict[str, TrustPin]) -> str:
