@@ -377,18 +377,19 @@ def _finish(proc: subprocess.Popen, what: str) -> None:
         raise AssertionError(f"{what} exited {proc.returncode}: {(err or '')[-3000:]}")
 
 
-def _start(lab: Lab, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(argv, cwd=lab.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+def _start(lab: Lab, argv: list[str], env: dict[str, str], started: list[subprocess.Popen]) -> subprocess.Popen:
+    started.append(subprocess.Popen(argv, cwd=lab.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True, start_new_session=True))
+    return started[-1]
 
 
-def _run_callback(lab: Lab, run: str, s: PathSchedule, scratch: Path) -> None:
+def _run_callback(lab: Lab, run: str, s: PathSchedule, scratch: Path, started: list[subprocess.Popen]) -> None:
     """The script run by hand once per attempt, each killed where the schedule says, the last to its end."""
     script = script_of(lab, s.path)
     for attempt in range(1, len(s.kills) + 2):
         kill = s.kills[attempt - 1] if attempt <= len(s.kills) else None
         env = {**_env(lab, run, s, scratch), "ORACLE_STOP_AT": str(kill.step if kill else -1)}
-        proc = _start(lab, [sys.executable, str(script)], env)
+        proc = _start(lab, [sys.executable, str(script)], env, started)
         if kill is None:
             _finish(proc, f"attempt {attempt}")
             return
@@ -397,7 +398,7 @@ def _run_callback(lab: Lab, run: str, s: PathSchedule, scratch: Path) -> None:
         proc.communicate()
 
 
-def _run_wrapped(lab: Lab, run: str, s: PathSchedule, scratch: Path) -> None:
+def _run_wrapped(lab: Lab, run: str, s: PathSchedule, scratch: Path, started: list[subprocess.Popen]) -> None:
     """`logbook run -- CMD`, its training process SIGKILLed (it restarts it) or itself SIGTERMed (then resumed)."""
     script = script_of(lab, s.path)
     ranks = 2 if s.path == "torchrun" else 1
@@ -406,7 +407,7 @@ def _run_wrapped(lab: Lab, run: str, s: PathSchedule, scratch: Path) -> None:
     options = ["--steps", str(s.steps), "--metrics-regex", REGEX] if ranks == 1 else []
     env = _env(lab, run, s, scratch)
     proc = _start(lab, [sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", run, "--max-restarts",
-                        str(len(s.kills) + 1), *options, "--", *cmd], env)
+                        str(len(s.kills) + 1), *options, "--", *cmd], env, started)
     for kill in s.kills:
         pids = _wait_stopped(proc, scratch, kill.step, ranks)
         _wait_recorded(lab, run, kill.step, 20.0 if ranks == 1 else 3.0)
@@ -417,13 +418,20 @@ def _run_wrapped(lab: Lab, run: str, s: PathSchedule, scratch: Path) -> None:
         proc.communicate(timeout=TIMEOUT_S)
         if proc.returncode != 75:
             raise AssertionError(f"a preempted `logbook run` exited {proc.returncode}, not 75")
-        proc = _start(lab, [sys.executable, "-m", "logbook", "run", "--resume", run], env)
+        proc = _start(lab, [sys.executable, "-m", "logbook", "run", "--resume", run], env, started)
     _finish(proc, "logbook run")
 
 
 def run_path_schedule(lab: Lab, run: str, s: PathSchedule, scratch: Path) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
-    (_run_callback if s.path in CALLBACK_PATHS else _run_wrapped)(lab, run, s, scratch)
+    started: list[subprocess.Popen] = []
+    try:
+        (_run_callback if s.path in CALLBACK_PATHS else _run_wrapped)(lab, run, s, scratch, started)
+    finally:  # a schedule that failed half-way leaves no process behind (each started its own session)
+        for proc in started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
 
 
 # --- what the record says ------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The oracle over every trainer path: for fixed fault schedules, the record of each path states what the schedule implies.
+"""The oracle over every trainer path: for fixed fault schedules, each path's record states what the schedule implies.
 
 A Hugging Face `Trainer` script and a Lightning script with the logbook's
 callback (run by hand, killed from outside, resumed by the framework's own
