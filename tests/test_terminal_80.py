@@ -198,3 +198,17 @@ def test_the_demo_console_says_what_the_guard_did_and_shows_no_launcher_lines(de
     assert not _defects(console, _ids(where)), _defects(console, _ids(where))
     if HAS_TMUX:
         assert not _too_wide(console), _too_wide(console)
+
+
+def test_a_wrapped_message_keeps_within_the_width_and_every_word_whole():
+    from logbook.core.textfmt import plural, wrap_said
+
+    line = ("  restart: attempt 1 -> 2, killed by SIGKILL with no record left (the OOM killer, `kill -9`, or a "
+            "scheduler's hard stop) · resumed from step 25, 5 steps lost · drill")
+    wrapped = wrap_said(line, WIDTH).split("\n")
+    assert all(len(ln) <= WIDTH for ln in wrapped), wrapped  # the continuation's two extra spaces included
+    assert all(ln.startswith("    ") for ln in wrapped[1:]) and " ".join(" ".join(wrapped).split()) == line.strip()
+    path = "  report: /" + "x" * 90 + ".md"  # wider than the terminal: whole, under its indent
+    assert wrap_said(path, WIDTH).split("\n") == ["  report:", "    /" + "x" * 90 + ".md"]
+    assert (plural(1, "restart"), plural(2, "restart"), plural(3, "process", "processes")) == \
+        ("1 restart", "2 restarts", "3 processes")

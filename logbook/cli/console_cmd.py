@@ -44,7 +44,8 @@ def event_text(ev, width: int | None) -> str:
     att = "-" if ev.attempt is None else str(ev.attempt)
     head = f"{_clock(ev.ts)}  a{att:<2} step {step:>7}  "
     text = ev.summary if ev.summary.startswith(ev.label) else f"{ev.label}: {ev.summary}"
-    return wrap_line(head, text + (" [drill]" if ev.drill else ""), width)
+    drill = " [drill]" if ev.drill and not text.endswith("(drill)") else ""  # said once, not twice
+    return wrap_line(head, text + drill, width)
 
 
 def progress_text(p) -> str:

@@ -206,10 +206,11 @@ def wrap_line(head: str, text: str, width: int | None, indent: str | None = None
     if width is None or len(line) <= width:
         return line
     if width - max(len(head), len(indent)) < 20:  # a head as wide as the terminal (a long id): text goes under it
-        return head.rstrip() + "\n" + wrap_line("    ", text, width)
+        return head.rstrip() + "\n" + wrap_line(indent if len(indent) < width - 20 else "    ", text, width)
     body = textwrap.wrap(_VALUE_AND_UNIT.sub(_KEPT_TOGETHER, text), width, initial_indent=head,
                          subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
-    # A word wider than the column (an e-mail address, a path) moves left until it fits, whole.
-    body = [b if len(b) <= width or not b.startswith(indent) or k == 0
-            else " " * max(0, width - len(b.lstrip(" "))) + b.lstrip(" ") for k, b in enumerate(body)]
+    # A word wider than the column (an e-mail address, a path) moves left until it fits, whole; one wider
+    # than the terminal itself stays under its indent (and a quote's bar), where the eye looks for it.
+    body = [b if len(b) <= width or not b.startswith(indent) or k == 0 or len(b.lstrip(" ")) > width
+            else " " * (width - len(b.lstrip(" "))) + b.lstrip(" ") for k, b in enumerate(body)]
     return "\n".join(body).replace(_KEPT_TOGETHER, " ")
