@@ -106,7 +106,8 @@ def _print_queue(items) -> None:
         if is_wide():  # the title on one line too, not folded to the table's width
             con.print(Text(title, style="bold"), soft_wrap=True)
         fixed = sum(max(len(c[k]) for c in [QUEUE_COLUMNS, *rows]) + 2 for k in range(4))
-        if is_wide() or fixed + SUMMARY_MIN <= con.width:
+        longest = max((len(w) for c in rows for w in c[4].split()), default=0)  # an e-mail address, a path
+        if is_wide() or fixed + max(SUMMARY_MIN, longest) <= con.width:
             con.print(table)
             continue
         # Narrower than the ids and kinds: one block per entry, every id and word whole, the summary under it.
@@ -118,7 +119,8 @@ def _print_queue(items) -> None:
 
 QUEUE_COLUMNS = ["n", "time (UTC)", "kind", "approvals", "summary"]
 SUMMARY_MIN = 20
-"""Fewest columns the summary gets in the table; a terminal narrower than that lists the entries as blocks."""
+"""Fewest columns the summary gets in the table; a terminal narrower than that, or than the summaries' longest
+word, lists the entries as blocks (a word in a table column would be folded mid-word)."""
 
 
 def _queue_cells(i, run: str) -> list[str]:
