@@ -15,6 +15,7 @@ step in `STEPS`.
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -33,7 +34,7 @@ from logbook.core.bundled import bundled_dir
 from logbook.core.errors import EXIT_INTERRUPTED, RefusedError, UsageError
 from logbook.core.identity import git_identity
 from logbook.core.project import Project, open_project
-from logbook.core.textfmt import fmt_setting
+from logbook.core.textfmt import fmt_int, fmt_num, fmt_setting, is_number, plural
 from logbook.core.yamlsafe import load_yaml_file
 from logbook.launch.change_requests import read_answer, REPLY_KEY, submit_change, wait_for_answer
 from logbook.launch.launcher import launch_run, new_run_id, RunResult
@@ -77,6 +78,9 @@ class DemoState:
     nproc: int = 1
     """Worker processes under torchrun."""
     say: Say = lambda _m: None
+    console: Callable[[], Any] | None = None
+    """Makes the run's console (`logbook.cli.run_console.RunConsole`): the run's events in words and its
+    progress, torchrun's own lines kept in its log file. None: torchrun's output passes through as it is."""
     project: Project | None = None
     config: Path | None = None
     kill_step: int = 0
@@ -235,14 +239,19 @@ def train(st: DemoState) -> None:
     project = _project(st)
     st.run_id = new_run_id(project, st.prereg_id, st.config)
     stop = threading.Event()
-    asker = threading.Thread(target=_ask_after_first_spike, args=(st, stop), name="demo-logbook-set", daemon=True)
+    console = st.console() if st.console is not None else None
+    say = console.say if console is not None else st.say  # above the console's live line, not through it
+    asker = threading.Thread(target=_ask_after_first_spike, args=(st, stop, say), name="demo-logbook-set",
+                             daemon=True)
     asker.start()
     try:
         st.result = launch_run(project, st.config, [], prereg_id=st.prereg_id, nproc=st.nproc,
-                               max_restarts=3, run_id=st.run_id, say=st.say)
+                               max_restarts=3, run_id=st.run_id, say=say, console=console)
     finally:
         stop.set()
         asker.join(timeout=30)
+        if console is not None:
+            console.close()
     if st.result.exit_code == EXIT_INTERRUPTED:
         # Ctrl-C reached the run, which saved and stopped: the demo stops with it (exit 130), not
         # scoring, reporting and pushing a run cut short as if it had been the demo's.
@@ -254,7 +263,7 @@ def train(st: DemoState) -> None:
         st.change_lines.append(st.live_note)
 
 
-def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
+def _ask_after_first_spike(st: DemoState, stop: threading.Event, say: Say) -> None:
     """`logbook set RUN lr_scale=0.8` through the library, once the guard has skipped the first spike."""
     if not st.spike_steps:
         return
@@ -271,7 +280,7 @@ def _ask_after_first_spike(st: DemoState, stop: threading.Event) -> None:
         st.live_note = f"no live change: {e.message}"
         return
     what = ", ".join(f"{k}={v}" for k, v in LIVE_CHANGE.items())
-    st.say(f"  logbook set {st.run_id} {what} --reason {LIVE_REASON!r} (request {sub.request['request_id']})")
+    say(f"  logbook set {st.run_id} {what} --reason {shlex.quote(LIVE_REASON)} (request {sub.request['request_id']})")
     answer = None
     while answer is None and not stop.is_set():  # the run answers at its next step, or has ended
         answer = wait_for_answer(project.control_dir(st.run_id), sub.name, timeout_s=0.2, poll_s=0.05)
@@ -294,28 +303,52 @@ def _by_guard(e: dict[str, Any]) -> bool:
 
 
 def _guard_line(e: dict[str, Any]) -> str:
-    d, kind, step = e.get("data", {}), kind_of(e), e.get("step")
-    drill = " (drill)" if e.get("drill") else ""
-    if is_kind(kind, "divergence_detected"):
-        return f"{kind} at step {step}{drill}: {d.get('reason')}"
-    if is_kind(kind, "step_skipped"):
-        return f"{kind} at step {step}: batch {d.get('batch_id')}"
-    if is_kind(kind, "rollback"):
+    """What the guard did, in words, from its event: the spike it saw, the step it skipped, the rollback."""
+    d, step = e.get("data", {}), e.get("step")
+    drill = " (a drill)" if e.get("drill") else ""
+    if is_kind(e, "divergence_detected"):
+        return f"the guard saw a {d.get('metric') or 'loss'} spike at step {step}{drill}: {_spike_words(d)}"
+    if is_kind(e, "step_skipped"):
+        batch = f" (batch {d['batch_id']})" if d.get("batch_id") is not None else ""
+        return f"the guard skipped step {step}: its update was never applied{batch}"
+    if is_kind(e, "rollback"):
         lo_hi = d.get("batches_skipped") or []
-        skipped = f", batches {lo_hi[0]}-{lo_hi[1]} never trained on" if lo_hi else ""
-        return f"{kind} from step {d.get('from_step')} to step {d.get('to_step')}{skipped}"
-    if is_kind(kind, "lr_scaled"):
-        return f"{kind} at step {step}: lr_scale {fmt_setting(d.get('old'))} -> {fmt_setting(d.get('new'))}"
-    return f"{kind} at step {step}: {d.get('reason')}"
+        skipped = f"; batches {lo_hi[0]}–{lo_hi[1]} are skipped, never trained on" if len(lo_hi) == 2 else ""
+        return (f"the guard rolled back from step {d.get('from_step')} to the checkpoint at step "
+                f"{d.get('to_step', step)}{skipped}")
+    if is_kind(e, "lr_scaled"):
+        factor = f" (× {fmt_setting(d['factor'])})" if is_number(d.get("factor")) else ""
+        return (f"the guard lowered the learning rate at step {step}: lr_scale {fmt_setting(d.get('old'))} → "
+                f"{fmt_setting(d.get('new'))}{factor}")
+    return f"the guard at step {step}: {d.get('reason')}"
+
+
+def _spike_words(d: dict[str, Any]) -> str:
+    """`loss 296 against its rolling median 3 (1,209σ)`, or the guard's own reason where the numbers are missing."""
+    if d.get("nonfinite"):
+        return f"{d.get('metric') or 'the loss'} was not finite"
+    if not (is_number(d.get("value")) and is_number(d.get("baseline"))):
+        return str(d.get("reason") or "no reason recorded")
+    sigma = next((s.get("z") for s in d.get("signals") or [] if s.get("metric") == d.get("metric")), None)
+    spread = f" ({fmt_int(sigma)}σ)" if is_number(sigma) else ""
+    return f"{fmt_num(d['value'])} against its rolling median {fmt_num(d['baseline'])}{spread}"
 
 
 def _change_line(e: dict[str, Any]) -> str:
+    """A change of a hyperparameter in words: which, from what to what, who asked and why."""
     d, step = e.get("data", {}), e.get("step")
     if is_kind(e, "hparam_change_rejected"):
-        return f"hparam_change_rejected at step {step}: {d.get('reason')}"
-    again = ", re-applied after restart" if d.get("reapplied") else ""
-    return (f"hparam_change at step {step}: {d.get('key')} {fmt_setting(d.get('old'))} -> {fmt_setting(d.get('new'))} by {d.get('who')}"
-            f" ({d.get('source')}{again}): {d.get('reason')!r}")
+        return f"a change was refused at step {step}: {d.get('reason')}"
+    how = "a live change (`logbook set`)" if d.get("source") == "live" else f"a change ({d.get('source')})"
+    again = ", re-applied after a restart" if d.get("reapplied") else ""
+    why = f": {_quoted(d['reason'])}" if d.get("reason") else ""
+    return (f"{how} at step {step}{again}: {d.get('key')} {fmt_setting(d.get('old'))} → "
+            f"{fmt_setting(d.get('new'))}, by {d.get('who') or 'unknown'}{why}")
+
+
+def _quoted(text: Any) -> str:
+    """A person's words in quotes, as they wrote them: “demo: gentler after the spike”."""
+    return f"“{text}”"
 
 
 def render(st: DemoState) -> None:
@@ -353,7 +386,7 @@ def score_and_report(st: DemoState) -> None:
         card.warnings = rerender_days(_project(st), [card.computed_at[:10]])
     c = card.counts
     st.say(f"  outcome ({card.label.lower()}): {c['confirmed']} confirmed, {c['refuted']} refuted, "
-           f"{c['inconclusive']} inconclusive, {len(card.deviations)} deviation(s)")
+           f"{c['inconclusive']} inconclusive, {plural(len(card.deviations), 'deviation')}")
 
     forecasts = summary_text(run_summary([p.to_dict() for p in card.predictions]))
     if forecasts:
@@ -391,9 +424,9 @@ def share(st: DemoState) -> None:
     commit_logbook(_project(st), "Re-rendered after the pull")  # the day file both notes landed on, if any
     _git(st.root, "push", "-q", "origin", "main")
     st.team_lines = [
-        f"git clone {origin.name} && logbook init   # {len(done)} thing(s) set up in the clone",
+        f"git clone {origin.name} && logbook init   # {plural(len(done), 'thing')} set up in the clone",
         f"logbook note ... (teammate: {theirs}) ; logbook note ... (you: {mine})",
-        f"logbook commit ; git pull --rebase ; logbook commit ; git push   # {len(conflicts)} conflict(s)",
+        f"logbook commit ; git pull --rebase ; logbook commit ; git push   # {plural(len(conflicts), 'conflict')}",
     ]
     for line in st.team_lines:
         st.say(f"  {line}")
@@ -451,8 +484,10 @@ def scratch_dir(path: Path | None) -> Path:
 
 
 def run_demo(where: Path | None = None, *, steps: int = DEFAULT_STEPS, nproc: int = 1, keep: bool = False,
-             say: Say = lambda _m: None) -> DemoResult:
+             say: Say = lambda _m: None, console: Callable[[], Any] | None = None) -> DemoResult:
     """Run every step in a scratch folder (see `scratch_dir`); return what happened.
+
+    `console` makes the training step's console (see `DemoState.console`).
 
     A temporary folder (no `where`) is removed at the end unless `keep`; a
     folder given as `where` is always kept. A step that raises leaves the
@@ -465,7 +500,7 @@ def run_demo(where: Path | None = None, *, steps: int = DEFAULT_STEPS, nproc: in
     root = scratch_dir(where)
     keep = keep or where is not None
     say(f"Scratch repository: {root}" + ("" if keep else " (removed at the end; --keep keeps it)"))
-    st = DemoState(root=root, steps=steps, nproc=nproc, say=say)
+    st = DemoState(root=root, steps=steps, nproc=nproc, say=say, console=console)
     t0 = time.monotonic()
     for i, (name, step) in enumerate(STEPS, start=1):
         say(f"[{i}/{len(STEPS)}] {name}")

@@ -58,7 +58,7 @@ def test_the_cli_prints_tables_and_json(logbook_repo, story_clock, cli):
     _two_authors(logbook_repo, story_clock)
     res = cli("calibration")
     assert res.exit_code == 0, res.output
-    assert "2 run(s), 6 prediction(s): 3 held, 2 failed, 1 inconclusive; held rate 60%" in res.stdout
+    assert "2 runs, 6 predictions: 3 held, 2 failed, 1 inconclusive; held rate 60%" in res.stdout
     ada = next(line for line in res.stdout.splitlines() if line.startswith("Ada Tester"))
     assert ada.split()[2:] == ["2", "1", "0", "67%"]
     assert "by month" in res.stdout and "2026-11" in res.stdout and "mfu" in res.stdout

@@ -31,7 +31,7 @@ def test_a_change_is_named_by_both_commits_and_its_first_five_files(logbook_repo
     monkeypatch.chdir(tmp_path)  # the repository is the project's, wherever the command runs
     got = code_diff(project, base, snap)
     assert got["summary"] == (f"the code changed between the preregistration's commit {base[:7]} and the run's "
-                              f"snapshot {snap[:7]}: 7 file(s) (m0.py, m1.py, m2.py, m3.py, m4.py and 2 more)")
+                              f"snapshot {snap[:7]}: 7 files (m0.py, m1.py, m2.py, m3.py, m4.py and 2 more)")
     assert got["text"] == git(logbook_repo, "diff", "--stat=100", base, snap).rstrip()
     assert got["text"].startswith(" m0.py") and got["text"].endswith("7 insertions(+)")
 
@@ -39,12 +39,12 @@ def test_a_change_is_named_by_both_commits_and_its_first_five_files(logbook_repo
 def test_five_files_are_all_named_and_six_say_one_more(logbook_repo):
     project = project_of(logbook_repo)
     five = code_diff(project, *_changed(logbook_repo, 5))["summary"]
-    assert five.endswith(": 5 file(s) (m0.py, m1.py, m2.py, m3.py, m4.py)")
+    assert five.endswith(": 5 files (m0.py, m1.py, m2.py, m3.py, m4.py)")
     base = git(logbook_repo, "rev-parse", "HEAD").strip()
     for i in range(6):
         (logbook_repo / f"n{i}.py").write_text("y = 1\n")
     six = code_diff(project, base, _commit(logbook_repo, "six"))["summary"]
-    assert six.endswith(": 6 file(s) (n0.py, n1.py, n2.py, n3.py, n4.py and 1 more)")
+    assert six.endswith(": 6 files (n0.py, n1.py, n2.py, n3.py, n4.py and 1 more)")
 
 
 def test_a_renamed_file_is_the_old_path_gone_and_the_new_one_added_and_the_logbook_is_left_out(logbook_repo):
@@ -54,7 +54,7 @@ def test_a_renamed_file_is_the_old_path_gone_and_the_new_one_added_and_the_logbo
     git(logbook_repo, "mv", "train.py", "fit.py")
     (logbook_repo / "entries" / "notes.md").write_text("a note\n")
     got = code_diff(project, base, _commit(logbook_repo, "rename"))
-    assert got["summary"].endswith(": 2 file(s) (fit.py, train.py)")
+    assert got["summary"].endswith(": 2 files (fit.py, train.py)")
     assert "=>" not in got["text"] and "entries" not in got["text"]
     assert got["text"].splitlines()[-1].strip() == "2 files changed, 1 insertion(+), 1 deletion(-)"
 
@@ -68,9 +68,9 @@ def test_a_file_the_preregistration_held_uncommitted_is_not_a_change_unless_it_c
     blob = git(logbook_repo, "hash-object", "model.py").strip()
     snap = _commit(logbook_repo, "as preregistered, and one more file")
     monkeypatch.chdir(tmp_path)
-    assert code_diff(project, base, snap, {"model.py": blob})["summary"].endswith(": 1 file(s) (data.py)")
+    assert code_diff(project, base, snap, {"model.py": blob})["summary"].endswith(": 1 file (data.py)")
     assert code_diff(project, base, snap, {"model.py": blob, "data.py": "0" * 40})["summary"].endswith(
-        ": 1 file(s) (data.py)")
+        ": 1 file (data.py)")
     assert code_diff(project, base, snap, {"model.py": blob, "data.py": git(logbook_repo, "hash-object", "data.py")
                                            .strip()}) == {}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import git
@@ -35,7 +36,9 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert ladder == [(10, "divergence_detected"), (10, "step_skipped"), (12, "divergence_detected"),
                       (4, "rollback"), (4, "lr_scaled")]
     assert all(e["data"]["plan"]["follows"] for e in of_kind(events(where, run_id), "divergence_detected"))
-    assert "rollback from step 11 to step 4, batches 10-19 never trained on" in res.stderr
+    assert "the guard rolled back from step 11 to the checkpoint at step 4; batches 10–19 are skipped" in res.stderr
+    assert "the guard skipped step 10: its update was never applied" in res.stderr
+    assert not re.search(r"^[EWI]\d{4} ", res.stderr, re.M)  # torchrun's own log lines stay in its log file
     # The live change, made through `logbook set`'s library after the first spike: who, why, old, new.
     (change,) = of_kind(events(where, run_id), "hparam_change")
     assert change["data"]["key"] == "lr_scale" and change["data"]["new"] == 0.8
@@ -47,20 +50,21 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert out["live_change"]["outcome"]["status"] == "applied"
     # From 1.0, or from the rollback's 0.9 when the change landed after it.
     assert change["data"]["old"] in (1.0, 0.9)
-    assert f"hparam_change at step {change['step']}: lr_scale {fmt_setting(change['data']['old'])} -> 0.8 by" in res.stderr
+    assert (f"a live change (`logbook set`) at step {change['step']}: lr_scale {fmt_setting(change['data']['old'])} "
+            "→ 0.8, by") in res.stderr
     (rolled,) = of_kind(events(where, run_id), "rollback")
     if change["seq"] < rolled["seq"]:  # the live value is what the rollback scales
-        assert "lr_scaled at step 4: lr_scale 0.8 -> 0.72" in res.stderr
+        assert "the guard lowered the learning rate at step 4: lr_scale 0.8 → 0.72 (× 0.9)" in res.stderr
     else:  # the run reached the second spike before its next step picked the request up
-        assert "lr_scaled at step 4: lr_scale 1.0 -> 0.9" in res.stderr
+        assert "the guard lowered the learning rate at step 4: lr_scale 1.0 → 0.9 (× 0.9)" in res.stderr
     assert any("rollback" in line for line in out["spike_entry"]) and any("0.8" in line for line in out["change_entry"])
     assert change["data"]["plan"]["follows"] is False  # the live change was not in the plan: a deviation
 
     # The summary a newcomer reads, with the chronicle's own entry for the restart.
     assert "restart: attempt 1 -> 2, killed by SIGKILL" in res.stderr
-    assert f"run:             {run_id} (finished, 2 attempt(s), 1 restart(s))" in res.stderr
+    assert f"run:             {run_id} (finished, 2 attempts, 1 restart)" in res.stderr
     assert "logbook verify:  intact" in res.stderr
-    assert out["team"][-1].endswith("# 0 conflict(s)") and "the team workflow, as it ran:" in res.stderr
+    assert out["team"][-1].endswith("# 0 conflicts") and "the team workflow, as it ran:" in res.stderr
     assert git(where, "status", "--porcelain", "--untracked-files=no").strip() == ""  # the hook re-rendered and left it clean
     assert any("restart" in line for line in out["restart_entry"])
     (day,) = out["chronicle"]
@@ -75,7 +79,7 @@ def test_the_demo_trains_through_a_drill_kill_and_records_one_restart(tmp_path, 
     assert all("error" in p["forecast"] for p in card["predictions"] if p.get("forecast", {}).get("kind") == "point")
     report = (where / "entries" / "reports" / f"{run_id}.md").read_text()
     assert "### Forecasts" in report and "(trajectory)" in report and "## Calibration across runs" in report
-    assert "Forecasts: 1 with a stated confidence: mean Brier" in res.stderr and "5 point forecast(s)" in res.stderr
+    assert "Forecasts: 1 with a stated confidence: mean Brier" in res.stderr and "5 point forecasts" in res.stderr
     assert (where / "entries" / "assets" / run_id / "report-calibration.png").read_bytes()[:4] == b"\x89PNG"
     # A real repository: the preregistration is committed, the user's tree is clean but for the run.
     assert "Preregister " + out["prereg_id"] in git(where, "log", "--format=%s")

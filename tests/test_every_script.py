@@ -56,7 +56,7 @@ def test_the_pdf_draws_cyrillic_greek_hebrew_arabic_and_emoji_with_the_fonts_it_
 
 def test_the_pdf_names_each_character_no_font_covers(logbook_repo, cli, tmp_path):
     res, text = _note_and_render(logbook_repo, cli, "正規化 works", tmp_path)
-    assert "no font for 3 character(s)" in res.stderr
+    assert "no font for 3 characters" in res.stderr
     for cp in ("U+6B63", "U+898F", "U+5316"):
         assert cp in res.stderr and cp in text  # named in the command's warning and on the first page
     assert "templates/fonts/" in res.stderr
@@ -83,7 +83,7 @@ def test_a_font_committed_under_templates_fonts_draws_what_the_install_cannot(lo
     (logbook_repo / "templates" / "fonts").mkdir(parents=True)
     fb.save(str(logbook_repo / "templates" / "fonts" / "team-han.ttf"))
     res, text = _note_and_render(logbook_repo, cli, "正規 done", tmp_path)
-    assert "no font for 1 character(s)" in res.stderr  # 規 still has none
+    assert "no font for 1 character" in res.stderr  # 規 still has none
     assert "U+898F" in res.stderr and "U+6B63" not in res.stderr
 
 

@@ -106,9 +106,9 @@ def test_calibration_scores_forecasts_per_group_and_keeps_late_ones_apart(logboo
     # Late: both of Bo's amended forecasts, in neither the groups nor the held tally.
     assert cal.late_count == 2 and cal.late.probability == [(0.9, 1)] and cal.late.intervals == [(0.8, True)]
     assert cal.overall.total == 7
-    assert any("only 3 forecast(s) with a stated confidence" in w for w in cal.warnings)
-    assert any("only 2 interval(s) at 50%" in w for w in cal.warnings)
-    assert any("2 late prediction(s)" in w for w in cal.warnings)
+    assert any("only 3 forecasts with a stated confidence" in w for w in cal.warnings)
+    assert any("only 2 intervals at 50%" in w for w in cal.warnings)
+    assert any("2 late predictions" in w for w in cal.warnings)
 
 
 def test_the_calibration_command_prints_scores_warns_and_draws_the_plot(logbook_repo, story_clock, cli, tmp_path):
@@ -117,13 +117,13 @@ def test_the_calibration_command_prints_scores_warns_and_draws_the_plot(logbook_
     res = cli("calibration", "--plot", str(png))
     assert res.exit_code == 0, res.output
     out = " ".join(res.stdout.split())
-    assert "Stated confidences: 3 forecast(s), Brier 0.057 = reliability" in out
+    assert "Stated confidences: 3 forecasts, Brier 0.057 = reliability" in out
     assert "reliability diagram" in out and "interval coverage" in out and "forecasts by author" in out
     assert "Ada Tester * 2 0.065 1 1/1 4.0%" in out  # Brier (0.04 + 0.09) / 2; |rel| 0.1 / 2.5
     assert "forecasts by month month confidences" in out
     assert "* too few forecasts in this group to say anything about its calibration" in out
-    assert "Late forecasts: 2 late prediction(s), made after their run started, scored apart" in out
-    assert "warning: only 3 forecast(s) with a stated confidence" in " ".join(res.stderr.split())
+    assert "Late forecasts: 2 late predictions, made after their run started, scored apart" in out
+    assert "warning: only 3 forecasts with a stated confidence" in " ".join(res.stderr.split())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(cli("calibration", "--json").stdout)
     assert data["late"]["count"] == 2 and data["forecasts"]["probability"] == 3
@@ -144,7 +144,7 @@ def test_the_report_scores_the_run_s_forecasts_and_shows_calibration_with_its_pl
     assert "Stated confidences:** 3 forecasts, Brier 0.057" in md and "50% intervals:** 1 of 2 held" in md
     assert "(assets/bo-1/report-calibration.png)" in md.replace("../", "")
     assert (project.assets_dir / "bo-1" / "report-calibration.png").read_bytes()[:4] == b"\x89PNG"
-    assert "Warning: only 3 forecast(s) with a stated confidence" in md
+    assert "Warning: only 3 forecasts with a stated confidence" in md
 
 
 def test_a_forecast_an_older_scorecard_holds_twice_is_counted_once(logbook_repo, story_clock):

@@ -115,7 +115,7 @@ def test_a_forecast_amended_after_the_run_started_is_scored_apart_as_late(logboo
     assert card.predictions[0].status == "refuted" and card.predictions[0].forecast["covered"] is False
     assert card.predictions[2].status == "confirmed"
     shown = cli("outcome", "story").stdout
-    assert shown.count("LATE") == 2 and "2 late forecast(s) scored apart" in " ".join(shown.split())
+    assert shown.count("LATE") == 2 and "2 late forecasts scored apart" in " ".join(shown.split())
 
 
 def test_the_scorecard_shows_each_forecast_score_and_their_sum(logbook_repo, story_clock, cli):
@@ -136,7 +136,7 @@ def test_the_scorecard_shows_each_forecast_score_and_their_sum(logbook_repo, sto
     # mean Brier (0.04 + 0.49) / 2; mean log (ln 0.8 + ln 0.3) / 2 = -0.7136; |rel| (0.04 + 0.0667) / 2 = 5.3%
     assert summary_text(run_summary(rows)) == (
         "Forecasts: 2 with a stated confidence: mean Brier 0.265, mean log score -0.714; "
-        "2 point forecast(s): 1 of 2 intervals held, mean |relative error| 5.3%.")
+        "2 point forecasts: 1 of 2 intervals held, mean |relative error| 5.3%.")
     table = cli("outcome", "story").stdout
     assert "Forecasts: 2 with a stated confidence" in table and "Brier" in table
 

@@ -40,19 +40,19 @@ def test_a_scorecard_row_says_its_forecast_scores_in_one_phrase(forecast, words)
 def test_small_samples_are_named_with_their_size_and_where_they_are():
     few = Forecasts(probability=[(0.9, 1)], intervals=[(0.8, True)], rel_errors=[0.1])
     assert few.warnings("for Ada") == [
-        "only 1 forecast(s) with a stated confidence for Ada: the Brier score's reliability and resolution say little "
+        "only 1 forecast with a stated confidence for Ada: the Brier score's reliability and resolution say little "
         f"below {MIN_PROBABILITY}",
-        "only 1 interval(s) at 80% for Ada: coverage of 1 of 1 cannot be told apart from 80% (95% interval 21–100%)",
-        "only 1 point forecast(s) for Ada: a mean relative error from so few is anecdote"]
-    assert few.warnings()[0].startswith("only 1 forecast(s) with a stated confidence: the Brier")
+        "only 1 interval at 80% for Ada: coverage of 1 of 1 cannot be told apart from 80% (95% interval 21–100%)",
+        "only 1 point forecast for Ada: a mean relative error from so few is anecdote"]
+    assert few.warnings()[0].startswith("only 1 forecast with a stated confidence: the Brier")
     assert Forecasts().warnings() == []
     enough = Forecasts(probability=[(0.9, 1)] * MIN_PROBABILITY)
     assert enough.warnings() == [] and Forecasts(probability=[(0.9, 1)] * (MIN_PROBABILITY - 1)).warnings()
     assert Forecasts(rel_errors=[0.1] * MIN_POINTS).warnings() == []
     assert Forecasts(rel_errors=[0.1] * (MIN_POINTS - 1)).warnings() == [
-        f"only {MIN_POINTS - 1} point forecast(s): a mean relative error from so few is anecdote"]
+        f"only {MIN_POINTS - 1} point forecasts: a mean relative error from so few is anecdote"]
     nine = Forecasts(intervals=[(0.8, True)] * 9)  # both ends of the interval in whole percent
-    assert nine.warnings() == ["only 9 interval(s) at 80%: coverage of 9 of 9 cannot be told apart from 80% "
+    assert nine.warnings() == ["only 9 intervals at 80%: coverage of 9 of 9 cannot be told apart from 80% "
                                "(95% interval 70–100%)"]
 
 
@@ -262,5 +262,5 @@ def test_a_scorecards_forecast_summary_counts_each_kind_once_and_says_it_in_one_
                      {"forecast": {"kind": "probability", "p": 0.8, "brier": 0.04, "log": -0.2}}])
     assert (s.probability, s.points, s.covered, s.late, s.mean_abs_rel_error) == (1, 2, 1, 1, None)
     assert summary_text(s) == ("Forecasts: 1 with a stated confidence: mean Brier 0.040, mean log score -0.200; "
-                               "2 point forecast(s): 1 of 2 intervals held; 1 late forecast(s) scored apart.")
+                               "2 point forecasts: 1 of 2 intervals held; 1 late forecast scored apart.")
     assert summary_text(RunForecasts()) == ""

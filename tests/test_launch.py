@@ -54,7 +54,7 @@ def test_exception_restarts_then_exhausted_restarts_write_run_failed_and_resume_
     failed = of_kind(evs, "run_failed")
     assert len(failed) == 1
     assert failed[0]["attempt"] == 2 and failed[0]["rank"] == 0
-    assert "InjectedFault" in failed[0]["data"]["reason"] and "all 1 restart(s) used" in failed[0]["data"]["reason"]
+    assert "InjectedFault" in failed[0]["data"]["reason"] and "all 1 restart used" in failed[0]["data"]["reason"]
     assert failed[0]["data"]["exit_code"] == res.torchrun_exit != 0
     assert run_json(logbook_repo, "doomed")["status"] == "failed"
 

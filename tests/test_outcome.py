@@ -377,7 +377,7 @@ def test_following_the_readme_records_no_false_code_change_and_a_real_one_is_nam
     snap = gitbind.snapshot_worktree(project, "again")["commit"]
     story_run(project, story_clock, "again", pid, snapshot=snap)
     (code,) = [d for d in evaluate(project, "again").deviations if d["kind"] == "code"]
-    assert "1 file(s) (tool.py)" in code["text"]
+    assert "1 file (tool.py)" in code["text"]
     assert code == {"kind": "code", "entry": None, "step": None, "text": code["text"]}  # the fields every deviation has
 
 

@@ -113,7 +113,7 @@ def test_an_80_column_pane_shows_a_rollback_and_a_restart_wrapped_at_spaces_neve
     assert re.search(r"rollback: rolled back from step 17 to 10, batches\s+12–18 skipped", text), text
     assert "not in the plan" not in text  # an exploratory run has no plan for an action to depart from
     assert re.search(r"restart: attempt 1 → 2: killed by SIGKILL, resumed\s+from step 25", text), text
-    assert "finished: 2 attempt(s), 1 restart." in text
+    assert "finished: 2 attempts, 1 restart." in text
 
 
 def test_a_number_and_its_unit_stay_on_one_line_when_a_line_wraps():

@@ -26,7 +26,7 @@ from logbook.core.errors import LogbookError, NotFoundError, RefusedError, Usage
 from logbook.core.fsutil import atomic_text_writer, atomic_write_text, exclusive
 from logbook.core.gitstate import state_of
 from logbook.core.project import Project
-from logbook.core.textfmt import fmt_fraction, fmt_int
+from logbook.core.textfmt import fmt_fraction, fmt_int, plural
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.kinds import Event, is_afterwards, is_kind, is_routine
 from logbook.eventlog.timeline import (by_day, check_day, days_of, Item, list_event_runs, merged, NOTES_SOURCE, run_log_path, sources, torn_tail, TornTail)
@@ -422,7 +422,7 @@ def check_chronicle(project: Project, *, run: str | None = None, since: str | No
         op = state_of(project.root)
         first = f"{op.what} is in progress: {op.recovery}; then " if op else ""
         raise RefusedError(
-            f"{len(res.differing)} day file(s) do not match the logs: {names}",
+            f"{plural(len(res.differing), 'day file')} {'does' if len(res.differing) == 1 else 'do'} not match the logs: {names}",
             hint=f"the records are the source of truth: {first}run `logbook render` to regenerate the day files "
                  "(after a `git pull`, the hooks `logbook init` installs do this)",
         )

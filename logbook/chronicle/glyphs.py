@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
+from logbook.core.textfmt import plural
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -80,7 +81,7 @@ def describe(chars: list[str], limit: int = 12) -> str:
 
 
 def warning(chars: list[str]) -> str:
-    return (f"the PDF has no font for {len(chars)} character(s), drawn as empty boxes: {describe(chars)}; "
+    return (f"the PDF has no font for {plural(len(chars), 'character')}, drawn as empty boxes: {describe(chars)}; "
             "commit a font that covers them under templates/fonts/ (e.g. Noto Sans CJK, Noto Emoji)")
 
 

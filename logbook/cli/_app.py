@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,19 @@ EXIT_CODES_HELP = (
 
 
 def err(message: str) -> None:
-    """A message for the person at the terminal, on stderr."""
+    """A message for the person at the terminal, on stderr: each line wrapped at spaces to the terminal's
+    width (never mid-word; a pipe or a log file gets it whole, one line per line)."""
+    from logbook.core.textfmt import wrap_said
+
+    width = stderr_width()
+    if width is not None:
+        message = "\n".join(wrap_said(line, width) for line in message.split("\n"))
     typer.echo(message, err=True)
+
+
+def stderr_width() -> int | None:
+    """The width of the terminal stderr shows in, or None when stderr is a pipe or a file."""
+    return shutil.get_terminal_size().columns if sys.stderr.isatty() else None
 
 
 _raw_args: list[str] = []

@@ -10,6 +10,7 @@ import typer
 
 from logbook.cli._app import INTERRUPTED_SAYS, JSON_OPTION, app, checked_out_path, err, output_format, open_for_writing, print_json
 from logbook.core.errors import EXIT_INTERRUPTED, EXIT_REFUSED, UsageError
+from logbook.core.textfmt import plural
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -50,17 +51,17 @@ def note_cmd(
         typer.echo(res.id)
     day = res.record["ts"][:10]
     if res.render_error:  # the record is kept: say so, and how the rest gets done (never "nothing was written")
-        err(f"error: {res.id} is written and kept, but its day file(s) could not be written: {res.render_error}")
+        err(f"error: {res.id} is written and kept, but the day files that show it could not be written: {res.render_error}")
         err("hint: free some space, then run `logbook render` to redo the day files "
             f"(running this same note again finds {res.id} and redoes only them)")
         raise typer.Exit(EXIT_REFUSED)
     if as_json:
         return
     if res.retried:
-        err(f"{res.id} was already written on {day} (an earlier try whose day file failed); re-rendered its day file(s).")
+        err(f"{res.id} was already written on {day} (an earlier try whose day file failed); re-rendered the day files that show it.")
         return
     err(f"Noted {res.id} on {day}" + (f" as an erratum to {about}" if about else "")
-        + f"; re-rendered {len(res.rendered.written) + len(res.rendered.unchanged)} day file(s).")
+        + f"; re-rendered {plural(len(res.rendered.written) + len(res.rendered.unchanged), 'day file')}.")
 
 
 @app.command("render")
@@ -96,7 +97,7 @@ def render_cmd(
         res = check_chronicle(project, run=run, since=since, until=until)
         if as_json:
             print_json({"matching": [_rel(root, p) for p in res.matching]})
-        err(f"{len(res.matching)} day file(s) match the logs.")
+        err(f"{plural(len(res.matching), 'day file')} {'matches' if len(res.matching) == 1 else 'match'} the logs.")
         return
     if fmt == "pdf":
         from logbook.chronicle.pdf import render_pdf
@@ -108,7 +109,7 @@ def render_cmd(
             print_json({"path": str(pres.path), "days": pres.days, "events": pres.events, "notes": pres.notes})
         else:
             typer.echo(str(pres.path))
-        err(f"Rendered {len(pres.days)} day(s), {pres.events} event(s), {pres.notes} note(s) to {pres.path}.")
+        err(f"Rendered {plural(len(pres.days), 'day')}, {plural(pres.events, 'event')}, {plural(pres.notes, 'note')} to {pres.path}.")
         return
     if out is not None:
         res = render_markdown_file(project, out, run=run, since=since, until=until)
@@ -126,9 +127,9 @@ def render_cmd(
         return
     for p in res.written:
         typer.echo(_rel(root, p))
-    err(f"Wrote {len(res.written)} file(s), {len(res.unchanged)} unchanged"
+    err(f"Wrote {plural(len(res.written), 'file')}, {len(res.unchanged)} unchanged"
         + (f", removed {len(res.removed)}" if res.removed else "")
-        + f": {len(res.days)} day(s), {res.events} event(s), {res.notes} note(s).")
+        + f": {plural(len(res.days), 'day')}, {plural(res.events, 'event')}, {plural(res.notes, 'note')}.")
 
 
 # A Ctrl-C in the moment between the app starting the command and `_commit_or_say_interrupted` taking over.
@@ -181,7 +182,7 @@ def _print_commit(project, res, as_json: bool) -> None:
                     "runs": res.runs, "events": res.events, "notes": res.notes, "reviews": res.reviews})
         return
     typer.echo(res.commit)
-    err(f"[{res.branch.removeprefix('refs/heads/')} {res.commit[:10]}] {res.message.splitlines()[0]} ({len(res.paths)} file(s))")
+    err(f"[{res.branch.removeprefix('refs/heads/')} {res.commit[:10]}] {res.message.splitlines()[0]} ({plural(len(res.paths), 'file')})")
 
 
 def _git_out(root: Path, *args: str) -> str:
@@ -258,6 +259,6 @@ def migrate_cmd(
         print_json({"notes": res.notes, "reviews": res.reviews, "outcomes": res.outcomes, "skipped": res.skipped,
                     "remapped": res.remapped})
         return
-    err(f"Migrated {res.notes} note(s), {res.reviews} review(s) and {res.outcomes} scorecard(s)"
+    err(f"Migrated {plural(res.notes, 'note')}, {plural(res.reviews, 'review')} and {plural(res.outcomes, 'scorecard')}"
         + (f"; {res.skipped} already migrated" if res.skipped else "")
         + ". Now run `logbook render` and `logbook commit`.")

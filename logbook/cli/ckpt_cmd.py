@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from logbook.cli._app import JSON_OPTION, app, err, print_json
+from logbook.core.textfmt import plural
 
 
 @app.command("ckpt-interval")
@@ -79,7 +80,7 @@ def _lines(advice) -> list[str]:
     out = [f"MTBF {fmt(advice.mtbf_s)}{src[advice.mtbf_source]}, blocking save {fmt(advice.save_s)}"
            f"{src[advice.save_source]}"]
     if advice.mtbf_source == "run":
-        out[0] += f": {advice.failures} failure(s) in {fmt(advice.wall_s)}"
+        out[0] += f": {plural(advice.failures, 'failure')} in {fmt(advice.wall_s)}"
     out.append(f"Young  {fmt(advice.young_s):>14}  ({_secs(advice.young_s)})  expected overhead {advice.young_overhead:.1%}")
     daly = "  (d >= 2M: falls back to M)" if advice.daly_fallback else ""
     out.append(f"Daly   {fmt(advice.daly_s):>14}  ({_secs(advice.daly_s)})  expected overhead {advice.daly_overhead:.1%}{daly}")

@@ -18,10 +18,21 @@ from logbook.cli._app import JSON_OPTION, WIDE_OPTION, app, complete_run, print_
 from logbook.cli.console_cmd import wrap_line
 
 
-def fmt_value(v: Any) -> str:
-    """A value as a cell: ints with separators, floats to 4 significant digits, nothing as `-`."""
+SHOWN_AS = {"goodput": "percent", "wall seconds": "duration", "seconds per step": "duration"}
+"""Rows whose numbers read as a percentage or a duration, written as every other command writes them."""
+
+
+def fmt_value(v: Any, key: str | None = None) -> str:
+    """A value as a cell: ints with separators, floats to 4 significant digits, nothing as `-`; a goodput as a
+    percentage and seconds as a duration (`72.4%`, `20.4 s`), as `ls` and `status` show them."""
+    from logbook.core.textfmt import fmt_duration, fmt_pct, is_number
+
     if v is None:
         return "-"
+    if is_number(v) and SHOWN_AS.get(key or "") == "percent":
+        return fmt_pct(v)
+    if is_number(v) and SHOWN_AS.get(key or "") == "duration":
+        return fmt_duration(v)
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, int):
@@ -45,7 +56,7 @@ def text_lines(cmp, width: int | None) -> list[str]:
         if not sec.rows:
             continue
         head = ["", *cmp.runs]
-        body = [[r.key, *(fmt_value(v) for v in r.values)] for r in sec.rows]
+        body = [[r.key, *(fmt_value(v, r.key) for v in r.values)] for r in sec.rows]
         widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
         if width is None or sum(widths) + 2 * (len(widths) - 1) <= width:
             for row in [head, *body]:
@@ -77,7 +88,7 @@ def markdown(cmp) -> str:
                 "| | " + " | ".join(table_cell(f"`{r}`") for r in cmp.runs) + " |",
                 "|---|" + "---|" * len(cmp.runs)]
         for r in sec.rows:
-            cells = [table_cell(md_escape(r.key)), *(table_cell(md_escape(fmt_value(v))) for v in r.values)]
+            cells = [table_cell(md_escape(r.key)), *(table_cell(md_escape(fmt_value(v, r.key))) for v in r.values)]
             out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-import textwrap
 from datetime import datetime, timezone
 from typing import Optional
 
 import typer
 
-from logbook.cli._app import JSON_OPTION, app, complete_run, err, print_json
+from logbook.cli._app import JSON_OPTION, app, complete_run, err, print_json, stderr_width  # noqa: F401
+from logbook.core.textfmt import wrap_line, wrap_said  # noqa: F401  (the commands' one wrapping)
 from logbook.core.errors import EXIT_INTERRUPTED
 
 RUN_ARG_HELP = "Run id (default: the run launched last)."
@@ -26,36 +26,6 @@ RUN_ARG_HELP = "Run id (default: the run launched last)."
 def _width() -> int | None:
     """The terminal's width, or None in a pipe (nothing is wrapped there)."""
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-
-
-def stderr_width() -> int | None:
-    """The width of the terminal stderr shows in, or None when stderr is a pipe or a file."""
-    return shutil.get_terminal_size().columns if sys.stderr.isatty() else None
-
-
-def wrap_said(line: str, width: int | None) -> str:
-    """A message line wrapped at spaces, its continuation under its own indent plus two (never mid-word)."""
-    text = line.lstrip(" ")
-    head = line[:len(line) - len(text)]
-    wrapped = wrap_line(head, text, width)
-    return wrapped.replace("\n" + " " * len(head), "\n" + " " * (len(head) + 2)) if width else wrapped
-
-
-_VALUE_AND_UNIT = re.compile(r"(?<=\d) (?=(?:ms|s|min|h|µs|steps?|tok/s|[KMG]B)\b)")
-"""The space between a number and its unit ("71 ms"): never a place to break a line."""
-_KEPT_TOGETHER = "\u00a0"  # textwrap breaks only at ASCII whitespace
-
-
-def wrap_line(head: str, text: str, width: int | None) -> str:
-    """`head` then `text`, wrapped at spaces under `text`'s column when a terminal is narrower than the line."""
-    line = f"{head}{text}"
-    if width is None or len(line) <= width:
-        return line
-    if width - len(head) < 20:  # a head as wide as the terminal (a long id): the text goes under it
-        return head.rstrip() + "\n" + wrap_line("    ", text, width)
-    body = textwrap.wrap(_VALUE_AND_UNIT.sub(_KEPT_TOGETHER, text), width - len(head), break_long_words=False,
-                         break_on_hyphens=False)
-    return head + ("\n" + " " * len(head)).join(body).replace(_KEPT_TOGETHER, " ")
 
 
 def _clock(ts: str | None) -> str:
@@ -74,7 +44,8 @@ def event_text(ev, width: int | None) -> str:
     att = "-" if ev.attempt is None else str(ev.attempt)
     head = f"{_clock(ev.ts)}  a{att:<2} step {step:>7}  "
     text = ev.summary if ev.summary.startswith(ev.label) else f"{ev.label}: {ev.summary}"
-    return wrap_line(head, text + (" [drill]" if ev.drill else ""), width)
+    drill = " [drill]" if ev.drill and not text.endswith("(drill)") else ""  # said once, not twice
+    return wrap_line(head, text + drill, width)
 
 
 def progress_text(p) -> str:

@@ -9,6 +9,7 @@ import typer
 
 from logbook.cli._app import JSON_OPTION, app, err, print_json
 from logbook.core.errors import EXIT_TAMPERED
+from logbook.core.textfmt import plural
 
 
 @app.command("demo")
@@ -35,7 +36,11 @@ def demo_cmd(
     """
     from logbook.demo import DEFAULT_STEPS, run_demo
 
-    res = run_demo(dir, steps=DEFAULT_STEPS if steps is None else steps, nproc=nproc, keep=keep, say=err)
+    from logbook.cli.run_console import RunConsole
+
+    # The run shows what `logbook run` shows: events in words and progress, never torchrun's raw log lines.
+    res = run_demo(dir, steps=DEFAULT_STEPS if steps is None else steps, nproc=nproc, keep=keep, say=err,
+                   console=RunConsole)
     _summary(res)
     if as_json:
         print_json(res.to_dict())
@@ -60,7 +65,7 @@ def _summary(res) -> None:
 
     err(f"Demo done in {res.seconds:.0f} s.")
     say(f"  preregistration: {res.prereg_id}")
-    say(f"  run:             {run.run_id} ({run.status}, {run.attempts} attempt(s), {run.restarts} restart(s))")
+    say(f"  run:             {run.run_id} ({run.status}, {plural(run.attempts, 'attempt')}, {plural(run.restarts, 'restart')})")
     for line in run.restart_lines or ["no restart recorded"]:
         say(f"  {line}")
     where = "" if res.kept else " (removed)"

@@ -10,6 +10,7 @@ import typer
 from logbook.cli._app import (JSON_OPTION, WIDE_OPTION, app, checked_out_path, complete_run, err, open_for_writing,
                               output_format, print_json, set_wide, stdout_console)
 from logbook.core.errors import UsageError
+from logbook.core.textfmt import plural
 
 _STATUS_STYLE = {"confirmed": "green", "refuted": "red", "inconclusive": "yellow"}
 
@@ -179,12 +180,13 @@ def _print_calibration(cal) -> None:
 
     con = stdout_console()
     g = cal.overall
-    con.print(f"{cal.runs} run(s), {g.total} prediction(s): {g.confirmed} held, {g.refuted} failed, "
+    con.print(f"{plural(cal.runs, 'run')}, {plural(g.total, 'prediction')}: {g.confirmed} held, {g.refuted} failed, "
               f"{g.inconclusive} inconclusive; held rate {_rate(g.rate)}")
     for title, groups in (("author", cal.by_author), (cal.period, cal.by_period), ("metric", cal.by_metric)):
         table = Table(box=None, pad_edge=False, show_edge=False, title=f"by {title}", title_justify="left")
-        for col in (title, "held", "failed", "inconclusive", "held rate"):
-            table.add_column(col, no_wrap=True)
+        table.add_column(title, min_width=len(title), overflow="fold")  # an author's name wraps at its spaces
+        for col in ("held", "failed", "inconclusive", "held rate"):
+            table.add_column(col, no_wrap=True, min_width=len(col))
         for key, grp in groups.items():
             table.add_row(*(Text(x) for x in (key, str(grp.confirmed), str(grp.refuted), str(grp.inconclusive),
                                               _rate(grp.rate))))
@@ -201,7 +203,7 @@ def _print_forecasts(cal) -> None:
     f = cal.forecasts.to_dict()
     m = f["murphy"]
     if m:
-        con.print(Text(f"Stated confidences: {m['n']} forecast(s), Brier {m['brier']:.3f} = reliability "
+        con.print(Text(f"Stated confidences: {plural(m['n'], 'forecast')}, Brier {m['brier']:.3f} = reliability "
                        f"{m['reliability']:.3f} - resolution {m['resolution']:.3f} + uncertainty "
                        f"{m['uncertainty']:.3f}" + (f" + {m['residual']:.3f} within bins" if abs(m['residual']) > 5e-4
                                                     else "") + f"; mean log score {f['mean_log']:.3f}"
@@ -232,8 +234,10 @@ def _print_forecasts(cal) -> None:
             continue
         label = cal.period if name == "period" else name
         table = Table(box=None, pad_edge=False, show_edge=False, title=f"forecasts by {label}", title_justify="left")
-        for col in (label, "confidences", "Brier", "intervals", "coverage", "mean |rel. error|"):
-            table.add_column(col, no_wrap=True)
+        # The group's name (an author's) wraps at its spaces; the numbers' columns and headers stay whole.
+        table.add_column(label, min_width=len(label), overflow="fold")
+        for col in ("confidences", "Brier", "intervals", "coverage", "mean |rel. error|"):
+            table.add_column(col, no_wrap=True, min_width=len(col))
         few = False
         for key, fc in groups.items():
             d = fc.to_dict()
@@ -250,7 +254,7 @@ def _print_forecasts(cal) -> None:
             con.print(Text("  * too few forecasts in this group to say anything about its calibration"))
     if cal.late_count:
         late = cal.late.to_dict()
-        parts = [f"{cal.late_count} late prediction(s), made after their run started, scored apart"]
+        parts = [f"{plural(cal.late_count, 'late prediction')}, made after their run started, scored apart"]
         if late["murphy"]:
             parts.append(f"Brier {late['murphy']['brier']:.3f} over {late['probability']}")
         if late["coverage"]:

@@ -14,6 +14,7 @@ import typer
 
 from logbook.cli._app import (JSON_OPTION, WIDE_OPTION, app, command_group, err, is_interactive, is_wide,
                               open_for_writing, print_json, set_wide, stdout_console)
+from logbook.core.textfmt import plural
 
 prereg_app = command_group("prereg")
 
@@ -378,8 +379,8 @@ def _echo_time(facts: dict[str, Any], ok: bool) -> None:
         err("note: this repository's trust root is not pinned on this machine: `logbook pin` records it, so that "
             "a history rewritten to drop or swap the authority is exit 4 here"
             + (f"; {facts['pin_nearest']}" if facts.get("pin_nearest") else ""))
-    typer.echo(f"Third-party time: {facts.get('stamps', 0)} valid stamp(s) from {', '.join(facts['authorities'])}"
-               + (f"; {len(pending)} record(s) not stamped yet (`logbook stamp`)" if pending else "") + ".")
+    typer.echo(f"Third-party time: {plural(facts.get('stamps', 0), 'valid stamp')} from {', '.join(facts['authorities'])}"
+               + (f"; {plural(len(pending), 'record')} not stamped yet (`logbook stamp`)" if pending else "") + ".")
     for url, ca in sorted((facts.get("ca_sha256") or {}).items()):  # what a reader pins from outside the repository
         typer.echo(f"  trusted as {url} by its CA file, sha256 {ca or 'missing'}")
     for pid, p in sorted((facts.get("preregs") or {}).items()):
@@ -444,10 +445,15 @@ def _ls_preregs(project, cutoff, as_json: bool) -> None:
         return
     con = stdout_console()
     if con.width < 110:  # a table this wide would be cut: one block per preregistration instead
+        from logbook.cli.console_cmd import wrap_line
+
+        width = con.width if con.is_terminal else None  # a pipe: each line whole, for grep
         for r in rows:
-            con.print(f"{r['id']}  {r['title']}", soft_wrap=True)
-            con.print(f"    {r['created'][:10]} · {r['author'].split(' <')[0]} · {_count(r['predictions'], 'prediction')}"
-                      f" · {_amend_text(r)} · runs: {', '.join(r['runs']) or '-'}", soft_wrap=True)
+            con.print(wrap_line(f"{r['id']}  ", r["title"], width), soft_wrap=True, markup=False)
+            parts = [r["created"][:10], r["author"].split(" <")[0], _count(r["predictions"], "prediction"),
+                     _amend_text(r), f"runs: {', '.join(r['runs']) or '-'}"]
+            con.print(_wrap_parts(parts, "    ", width) if width else "    " + " · ".join(parts), soft_wrap=True,
+                      markup=False)
         return
     from rich.table import Table
 
@@ -500,15 +506,67 @@ def _ls_runs(project, state: Optional[str], prereg: Optional[str], cutoff, as_js
     con.print(table)
 
 
+SHOWN_DETAILS = 16
+"""Details of one event `show` prints before it points to `--json` for the rest."""
+
+
+def _record_fields(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """A run record as (key, text) rows: nested values as `snapshot.commit`, booleans as yes/no, lists joined."""
+    out: list[tuple[str, str]] = []
+    for key, value in record.items():
+        if value in (None, "", [], {}):
+            continue
+        if isinstance(value, dict):
+            out += _record_fields({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out.append((key, _plain_value(value)))
+    return out
+
+
+def _plain_value(value: Any) -> str:
+    from logbook.core.textfmt import fmt_setting
+
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
+        return ", ".join(v if isinstance(v, str) else fmt_setting(v) for v in value)
+    return fmt_setting(value)
+
+
+def _field_line(head: str, value: str, width: int | None) -> str:
+    """`key  value`, wrapped at spaces; a value of one long word (a hash, a path) goes whole under its key."""
+    from logbook.cli.console_cmd import wrap_line
+
+    if width and " " not in value and len(head) + len(value) > width:
+        return head.rstrip() + "\n" + " " * max(0, min(4, width - len(value))) + value
+    return wrap_line(head, value, width)
+
+
+def _detail_parts(data: dict[str, Any], seq: Any) -> list[str]:
+    """An event's data as `key=value` parts, values as JSON; past SHOWN_DETAILS, a pointer to `--json`."""
+    from logbook.core.textfmt import fmt_setting
+
+    parts = [f"{k}={v if isinstance(v, str) else fmt_setting(v)}" for k, v in data.items()]
+    if len(parts) > SHOWN_DETAILS:
+        parts = parts[:SHOWN_DETAILS] + [f"{plural(len(parts) - SHOWN_DETAILS, 'more detail')} in --json"]
+    return parts
+
+
 def _wrap_parts(parts: list[str], indent: str, width: int) -> str:
-    """`parts` joined by ` · `, a new line (indented) before a part that would pass `width`: no value is split."""
+    """`parts` joined by ` · `, a new line (indented) before a part that would pass `width`: no value is split
+    but one wider than a line by itself, and that one only at its spaces."""
+    from logbook.cli.console_cmd import wrap_line
+
     lines = [indent + parts[0]]
     for part in parts[1:]:
         if len(lines[-1]) + 3 + len(part) > width:
             lines.append(indent + part)
         else:
             lines[-1] += " · " + part
-    return "\n".join(lines)
+    return "\n".join(ln if len(ln) <= width else wrap_line(indent, ln[len(indent):], width, indent + "  ")
+                     for ln in lines)
 
 
 def _run_cells(r) -> list[str]:
@@ -558,8 +616,10 @@ def show_cmd(
     for a in prereg.amendments:
         _print_markdown(a.body)
     state = "intact" if report.ok else f"CHANGED: {report.problems[0].message}"
-    typer.echo(f"file {prereg.path.relative_to(project.root)} · sha256 {prereg.sha256[:12]}… · "
-               f"runs: {', '.join(runs) or 'none'} · {state}")
+    parts = [f"file {prereg.path.relative_to(project.root)}", f"sha256 {prereg.sha256[:12]}…",
+             f"runs: {', '.join(runs) or 'none'}", state]
+    # At a terminal wrapped between parts (ids whole); piped, one line, as scripts read it.
+    typer.echo(_wrap_parts(parts, "", stdout_console().width) if is_interactive() else " · ".join(parts))
 
 
 def _print_markdown(text: str) -> None:
@@ -583,21 +643,25 @@ def _show_run(project, run_id: str, as_json: bool) -> None:
     if as_json:
         print_json({"run": record.to_dict(), "events": log.records})
         return
-    from rich.table import Table
+    from logbook.cli.console_cmd import wrap_line
 
     con = stdout_console()
-    head = Table(show_header=False, show_edge=False, pad_edge=False)
-    for key, value in record.to_dict().items():
-        if value not in (None, "", [], {}):
-            head.add_row(key, value if isinstance(value, str) else str(value))
-    con.print(head)
-    events = Table(show_edge=False, pad_edge=False)
-    for col in ("seq", "time (UTC)", "att.", "step", "kind", "details"):
-        events.add_column(col, no_wrap=col != "details")
-    for e in log.records:
-        details = ", ".join(f"{k}={v}" for k, v in (e.get("data") or {}).items())
-        events.add_row(str(e.get("seq")), str(e.get("ts", ""))[:19].replace("T", " "), str(e.get("attempt", "")),
-                       "" if e.get("step") is None else str(e["step"]), str(kind_of(e)), details[:200])
-    con.print(events)
+    width = None if is_wide() else con.width
+    fields = _record_fields(record.to_dict())
+    key_w = max(len(k) for k, _ in fields)
+    for key, value in fields:
+        con.print(_field_line(f"{key:<{key_w}}  ", value, width), soft_wrap=True, markup=False)
+    con.print()
+    for e in log.records:  # one block per event: its kind, then every detail whole (JSON values, never reprs)
+        step = "" if e.get("step") is None else f" · step {e['step']:,}" if isinstance(e["step"], int) \
+            else f" · step {e['step']}"
+        att = f" · attempt {e['attempt']}" if e.get("attempt") is not None else ""
+        when = str(e.get("ts", ""))[:19].replace("T", " ")
+        con.print(wrap_line("", f"{e.get('seq')}  {kind_of(e)} · {when}{att}{step}", width), soft_wrap=True,
+                  markup=False)
+        details = _detail_parts(e.get("data") or {}, e.get("seq"))
+        if details:
+            con.print(_wrap_parts(details, "    ", width) if width else "    " + " · ".join(details),
+                      soft_wrap=True, markup=False)
     for p in log.problems:
         err(f"warning: {p.message} (run `logbook verify`)")

@@ -82,6 +82,9 @@ def _print_queue(items) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from logbook.cli.console_cmd import wrap_line
+    from logbook.cli.prereg_cmd import _wrap_parts
+
     con = stdout_console()
     runs = list(dict.fromkeys(i.run for i in items))
     for n, run in enumerate(runs):
@@ -95,15 +98,37 @@ def _print_queue(items) -> None:
         table.add_column("kind", no_wrap=True)
         table.add_column("approvals", no_wrap=True)
         table.add_column("summary", overflow="fold", min_width=20, ratio=1)
-        for i in (i for i in items if i.run == run):
-            marks = f"{len(i.approvals)}/{i.needed}" + (" (changes)" if i.changes_requested else "") \
-                + (" (launcher's own not counted)" if i.not_counted else "")
-            table.add_row(*_plain(i.id.rpartition(":")[2] if i.id.startswith(f"{run}:") else i.id, i.ts[:16].replace("T", " "), i.kind.replace("_", " "), marks, i.summary))
+        rows = [_queue_cells(i, run) for i in items if i.run == run]
+        for cells in rows:
+            table.add_row(*_plain(*cells))
         if n:
             con.print()
         if is_wide():  # the title on one line too, not folded to the table's width
             con.print(Text(title, style="bold"), soft_wrap=True)
-        con.print(table)
+        fixed = sum(max(len(c[k]) for c in [QUEUE_COLUMNS, *rows]) + 2 for k in range(4))
+        longest = max((len(w) for c in rows for w in c[4].split()), default=0)  # an e-mail address, a path
+        if is_wide() or fixed + max(SUMMARY_MIN, longest) <= con.width:
+            con.print(table)
+            continue
+        # Narrower than the ids and kinds: one block per entry, every id and word whole, the summary under it.
+        con.print(Text(wrap_line("", title, con.width), style="bold"))
+        for cells in rows:
+            con.print(Text(_wrap_parts([*cells[:3], f"{cells[3]} approvals"], "", con.width)))
+            con.print(Text(wrap_line("    ", cells[4], con.width)))
+
+
+QUEUE_COLUMNS = ["n", "time (UTC)", "kind", "approvals", "summary"]
+SUMMARY_MIN = 20
+"""Fewest columns the summary gets in the table; a terminal narrower than that, or than the summaries' longest
+word, lists the entries as blocks (a word in a table column would be folded mid-word)."""
+
+
+def _queue_cells(i, run: str) -> list[str]:
+    """An entry's cells: the id after its run's name, time, kind in words, approvals, summary."""
+    marks = f"{len(i.approvals)}/{i.needed}" + (" (changes)" if i.changes_requested else "") \
+        + (" (launcher's own not counted)" if i.not_counted else "")
+    ident = i.id.rpartition(":")[2] if i.id.startswith(f"{run}:") else i.id
+    return [ident, i.ts[:16].replace("T", " "), i.kind.replace("_", " "), marks, i.summary]
 
 
 def _print_status(rows) -> None:
@@ -112,13 +137,25 @@ def _print_status(rows) -> None:
     if not rows:
         err("No runs with events yet.")
         return
+    columns = ("run", "to review", "approved", "changes requested", "outcome", "signed off")
+    cells = [[r.run, str(r.needs_review), str(r.approved), str(r.changes_requested),
+              "recorded" if r.outcome else "none", "yes" if r.signed_off else "no"] for r in rows]
+    con = stdout_console()
+    if not is_wide() and sum(max(len(c[k]) for c in [columns, *cells]) + 2 for k in range(len(columns))) > con.width:
+        # Narrower than a run's name and the headers: one block per run, the name whole on its own line.
+        from logbook.cli.prereg_cmd import _wrap_parts
+        from rich.text import Text
+
+        for c in cells:
+            con.print(Text(c[0]), soft_wrap=True)
+            con.print(Text(_wrap_parts([f"{h} {v}" for h, v in zip(columns[1:], c[1:])], "    ", con.width)))
+        return
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("run", "to review", "approved", "changes requested", "outcome", "signed off"):
+    for col in columns:
         table.add_column(col, no_wrap=True)
-    for r in rows:
-        table.add_row(*_plain(r.run, str(r.needs_review), str(r.approved), str(r.changes_requested),
-                      "recorded" if r.outcome else "none", "yes" if r.signed_off else "no"))
-    stdout_console().print(table)
+    for c in cells:
+        table.add_row(*_plain(*c))
+    con.print(table)
 
 
 def _done(res, as_json: bool, verb: str) -> None:

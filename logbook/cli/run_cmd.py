@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from logbook.cli._app import JSON_OPTION, after_separator, app, err, open_for_writing, print_json
+from logbook.core.textfmt import plural
 
 
 # A command after `--`: how it is watched. `logbook slurm-script` takes the same options and passes them on.
@@ -186,7 +187,7 @@ def _summary(result, root) -> None:
 
     label = " (exploratory)" if result.exploratory else ""
     restarts = f"{result.restarts} restart" + ("" if result.restarts == 1 else "s")
-    say(f"Run {result.run_id}{label} {result.status}: {result.attempts} attempt(s), {restarts}.")
+    say(f"Run {result.run_id}{label} {result.status}: {plural(result.attempts, 'attempt')}, {restarts}.")
     for line in result.restart_lines:
         say(f"  {line}")
     if result.reason:

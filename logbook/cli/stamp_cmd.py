@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from logbook.cli._app import JSON_OPTION, app, err, print_json
+from logbook.core.textfmt import plural
 
 
 def say_stamp(outcome) -> None:
@@ -66,5 +67,5 @@ def stamp_cmd(as_json: bool = JSON_OPTION) -> None:
         if not outcomes:
             err("Nothing to stamp: every record has its stamp.")
     if pending:
-        raise RefusedError(f"{len(pending)} stamp(s) still pending: the authority could not be reached",
+        raise RefusedError(f"{plural(len(pending), 'stamp')} still pending: the authority could not be reached",
                            hint="check the network or the authority's url, then run `logbook stamp` again")

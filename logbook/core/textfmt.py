@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import signal as _signal
+import textwrap
 from typing import Any
 
 # CommonMark lets a backslash escape any ASCII punctuation; these are the
@@ -27,6 +28,16 @@ def fmt_int(x: Any) -> str:
     if is_number(x):
         return f"{int(round(x)):,}"
     return "?" if x is None else str(x)
+
+
+def plural(n: Any, one: str, many: str | None = None) -> str:
+    """A count and its noun, as a person writes them: '1 restart', '2 restarts', '3 processes'.
+
+    `many` is for nouns that take more than an s ('process', 'processes');
+    never "restart(s)": a reader should not have to do the grammar.
+    """
+    many = many or one + "s"
+    return f"{fmt_int(n)} {one if n == 1 else many}"
 
 
 def fmt_num(x: Any) -> str:
@@ -172,3 +183,34 @@ def table_cell(text: str) -> str:
 def quote_text(text: Any) -> str:
     """A reason or message in quotes, escaped: “grad norm creeping up”."""
     return "“" + md_escape(text) + "”"
+
+
+def wrap_said(line: str, width: int | None) -> str:
+    """A message line wrapped at spaces, its continuation under its own indent plus two (never mid-word)."""
+    text = line.lstrip(" ")
+    head = line[:len(line) - len(text)]
+    return wrap_line(head, text, width, indent=" " * (len(head) + 2))
+
+
+_VALUE_AND_UNIT = re.compile(r"(?<=\d) (?=(?:ms|s|min|h|µs|steps?|tok/s|[KMG]B)\b)")
+"""The space between a number and its unit ("71 ms"): never a place to break a line."""
+_KEPT_TOGETHER = "\u00a0"  # textwrap breaks only at ASCII whitespace
+
+
+def wrap_line(head: str, text: str, width: int | None, indent: str | None = None) -> str:
+    """`head` then `text`, wrapped at spaces when a terminal is narrower than the line; the lines after the
+    first start with `indent` (default: spaces under `text`'s column). No line passes `width` unless one
+    word is wider than the terminal: a word is never cut."""
+    line = f"{head}{text}"
+    indent = " " * len(head) if indent is None else indent
+    if width is None or len(line) <= width:
+        return line
+    if width - max(len(head), len(indent)) < 20:  # a head as wide as the terminal (a long id): text goes under it
+        return head.rstrip() + "\n" + wrap_line(indent if len(indent) < width - 20 else "    ", text, width)
+    body = textwrap.wrap(_VALUE_AND_UNIT.sub(_KEPT_TOGETHER, text), width, initial_indent=head,
+                         subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    # A word wider than the column (an e-mail address, a path) moves left until it fits, whole; one wider
+    # than the terminal itself stays under its indent (and a quote's bar), where the eye looks for it.
+    body = [b if len(b) <= width or not b.startswith(indent) or k == 0 or len(b.lstrip(" ")) > width
+            else " " * (width - len(b.lstrip(" "))) + b.lstrip(" ") for k, b in enumerate(body)]
+    return "\n".join(body).replace(_KEPT_TOGETHER, " ")

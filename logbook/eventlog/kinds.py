@@ -61,7 +61,7 @@ from types import MappingProxyType
 from typing import Any
 
 from logbook.eventlog.plan import plan_words
-from logbook.core.textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, is_number, signal_name
+from logbook.core.textfmt import fmt_duration, fmt_fraction, fmt_int, fmt_num, fmt_setting, is_number, plural, signal_name
 
 STRICT_ENV = "LOGBOOK_STRICT_EVENTS"
 """Set to 1 to have `EventSink` check every event it writes (the test suite does)."""
@@ -329,7 +329,7 @@ def _sum_outcome(e: Event) -> str:
     c = d.get("counts") if isinstance(d.get("counts"), dict) else {}
     parts = [f"{c.get(k, 0)} {k}" for k in ("confirmed", "refuted", "inconclusive") if c.get(k)]
     dev = d.get("deviations")
-    tail = f"; {len(dev)} deviation(s)" if isinstance(dev, list) and dev else ""
+    tail = f"; {plural(len(dev), 'deviation')}" if isinstance(dev, list) and dev else ""
     return f"scorecard: {', '.join(parts) or 'no predictions'}{tail}"
 
 
@@ -345,7 +345,7 @@ def _sum_config(e: Event) -> str:
     d = e.data
     n = len(d["hparams"]) if isinstance(d.get("hparams"), dict) else 0
     seed = f", seed {d['seed']}" if isinstance(d.get("seed"), int) else ""
-    return f"{n} hyperparameter(s) from {d.get('source') or 'the trainer'}{seed}"
+    return f"{plural(n, 'hyperparameter')} from {d.get('source') or 'the trainer'}{seed}"
 
 
 def _sum_hang(e: Event) -> str:

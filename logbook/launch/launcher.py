@@ -51,6 +51,7 @@ from logbook.runs.run_record import RunRecord, check_run_id, load_run_record, ru
 from logbook.runs.runlock import RunLock
 from logbook.trust.stamping import HeadStamper, launch_deadline, stamp_prereg_before_run, stamp_run_start
 from logbook.trust.replay import anchored_seed, stamp_files, timestamping_configured
+from logbook.core.textfmt import plural
 
 __all__ = ["Rendezvous", "RunResult", "config_sha256", "launch_run", "new_run_id", "torchrun_command"]
 
@@ -472,7 +473,7 @@ def _announce(plan: _Plan, project: Project, say: Say) -> None:
     elif rec.prereg_id and not plan.resumed:
         say(f"  seed {rec.seed} from the config: the preregistration has no timestamp yet, so the run's randomness "
             "is not anchored")
-    say(f"  torchrun: {rec.nproc} process(es) x {rec.nnodes} node(s), up to {rec.max_restarts} restart(s)")
+    say(f"  torchrun: {plural(rec.nproc, 'process', 'processes')} x {plural(rec.nnodes, 'node')}, up to {plural(rec.max_restarts, 'restart')}")
     say(f"  events: {_rel(project, project.run_dir(rec.run_id) / 'events.jsonl')}")
 
 

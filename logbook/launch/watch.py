@@ -36,6 +36,7 @@ from logbook.eventlog.sink import EventSink
 from logbook.runs.attempt_ends import lost_ranks_of
 from logbook.runs.rankmarks import name_ranks
 from logbook.runs.run_record import RunRecord
+from logbook.core.textfmt import plural
 
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
@@ -250,7 +251,7 @@ def restart_line(ev: dict[str, Any]) -> str:
     if detail and not detail.startswith(words):
         parts.append(detail)
     if d.get("resumed_from_step") is not None:
-        lost = f", {d['steps_lost']} step(s) lost" if d.get("steps_lost") is not None else ""
+        lost = f", {plural(d['steps_lost'], 'step')} lost" if d.get("steps_lost") is not None else ""
         parts.append(f"{unfinished_save_words(d) or 'resumed from step ' + str(d['resumed_from_step'])}{lost}")
     if ev.get("drill"):
         parts.append("drill")
@@ -339,7 +340,7 @@ def failure_reason(rec: RunRecord, tail: list[dict[str, Any]], last: int, torchr
         gone = f": {name_ranks(lost)} vanished" if lost else ""
         waited = f"{join_timeout_s:g} s" if join_timeout_s else "its join timeout"
         why = (f"node lost: attempt {last} ended{gone}, and the rendezvous waited {waited} for all "
-               f"{rec.nnodes} node(s) to come back; they did not")
+               f"{plural(rec.nnodes, 'node')} to come back; they did not")
     elif worker_error.startswith("StartupTimeout"):
         why = f"an attempt could not start: {worker_error}"
     elif "aborted" in by_ending:
@@ -359,7 +360,7 @@ def failure_reason(rec: RunRecord, tail: list[dict[str, Any]], last: int, torchr
         why = f"attempt {last} ended without an error record (killed by a signal, or its machine was lost)"
     used = len(_attempt_dirs(launch_dir))
     if used > rec.max_restarts and not signals and "aborted" not in by_ending:
-        why += f"; all {rec.max_restarts} restart(s) used"
+        why += f"; all {plural(rec.max_restarts, 'restart')} used"
     return f"{why} (torchrun exit {torchrun_exit})"
 
 

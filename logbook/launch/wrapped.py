@@ -48,6 +48,7 @@ from logbook.launch.watch import RunResult
 from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
 from logbook.runs.milestones import ProgressNotes
 from logbook.runs.run_record import check_run_id
+from logbook.core.textfmt import plural
 
 Say = Callable[[str], None]
 ENV_PROJECT, ENV_RUN, ENV_ATTEMPT = "LOGBOOK_PROJECT", "LOGBOOK_RUN_ID", "LOGBOOK_ATTEMPT"  # logbook.api reads them
@@ -216,7 +217,7 @@ def launch_command(project: Project, opts: WrappedOptions, *, prereg_id: str | N
     say(f"Starting run {run_id}: " + ("EXPLORATORY run (no preregistration)" if exploratory
                                        else f"preregistration {plan.record.prereg_id}"))
     say(f"  command {shlex.join(opts.command)} (script sha256 {plan.record.config_hash[:12]}), "
-        f"up to {opts.max_restarts} restart(s)")
+        f"up to {plural(opts.max_restarts, 'restart')}")
     return _Supervisor(project, plan.record, opts, pattern, say).run()
 
 

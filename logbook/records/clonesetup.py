@@ -37,6 +37,7 @@ from pathlib import Path
 from logbook.core.fsutil import atomic_write_text
 from logbook.core.project import Project
 from logbook.eventlog.files import iter_folder
+from logbook.core.textfmt import plural
 
 SETUP_KEY = "logbook.records.clonesetup"
 """git config key a set-up clone carries; its value is the set-up's version."""
@@ -209,11 +210,11 @@ def _share_snapshots(root: Path, remote: str, res: SetupResult) -> None:
         return
     pushed = _git(root, "push", "-q", remote, *(f"{r}:{r}" for r in missing))
     if pushed.returncode != 0:
-        res.todo.append(f"{remote} lacks {len(missing)} code snapshot(s) this clone has; `git push {remote} "
+        res.todo.append(f"{remote} lacks {plural(len(missing), 'code snapshot')} this clone has; `git push {remote} "
                         f"{missing[0]}` failed: {pushed.stderr.strip().splitlines()[-1:]}")
         return
     names = ", ".join(r[len(SNAPSHOTS):] for r in missing[:5]) + (" ..." if len(missing) > 5 else "")
-    res.done.append(f"restored {len(missing)} code snapshot(s) that {remote} lacked: {names}")
+    res.done.append(f"restored {plural(len(missing), 'code snapshot')} that {remote} lacked: {names}")
 
 
 def refresh_own_hooks(root: Path) -> list[str]:

@@ -26,6 +26,7 @@ from logbook.core.gitstate import in_progress
 from logbook.core.project import Project
 from logbook.core.recordkinds import classify, where_it_could_go
 from logbook.records.worktree import ignored_records
+from logbook.core.textfmt import plural
 
 _DAY_FILE = re.compile(r"/\d{4}/\d{2}/\d{2}\.md$")
 
@@ -188,7 +189,7 @@ def _refuse_ignored_records(project: Project) -> None:
     ignored = ignored_records(project)
     if ignored:
         names = ", ".join(f.path for f in ignored[:3]) + (f" and {len(ignored) - 3} more" if len(ignored) > 3 else "")
-        raise RefusedError(f"git ignores {len(ignored)} logbook record(s), so they cannot be committed: {names}",
+        raise RefusedError(f"git ignores {plural(len(ignored), 'logbook record')}, so they cannot be committed: {names}",
                            hint=f"`git check-ignore -v {ignored[0].path}` names the rule; remove it from that "
                                 "file, then run `logbook commit` again")
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from logbook.core.project import Project
 from logbook.core.recordkinds import TRACKED, classify
 from logbook.records import gitbind
+from logbook.core.textfmt import plural
 
 _REFLOG_DEPTH = 200  # earlier HEADs looked at for a record dropped here
 
@@ -80,7 +81,7 @@ def check_remotes(project: Project) -> list[RemoteFinding]:
         if missing and name in followed:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             found.append(RemoteFinding(missing[0], "remote_missing", name, "HEAD", (
-                f"{name} has {len(missing)} record(s) HEAD does not: {', '.join(missing[:3])}{more} "
+                f"{name} has {plural(len(missing), 'record')} HEAD does not: {', '.join(missing[:3])}{more} "
                 f"(not pulled yet: `git pull` brings them)")))
     return found
 

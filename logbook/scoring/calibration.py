@@ -44,6 +44,7 @@ from logbook.core.project import Project
 from logbook.eventlog.timeline import list_event_runs
 from logbook.scoring.outcome import load_outcome
 from logbook.scoring.rules import log_score
+from logbook.core.textfmt import plural
 
 
 @dataclass
@@ -243,16 +244,16 @@ class Forecasts:
         out, where = [], f" {what}" if what else ""
         n = len(self.probability)
         if 0 < n < MIN_PROBABILITY:
-            out.append(f"only {n} forecast(s) with a stated confidence{where}: the Brier score's reliability and "
+            out.append(f"only {plural(n, 'forecast')} with a stated confidence{where}: the Brier score's reliability and "
                        f"resolution say little below {MIN_PROBABILITY}")
         for c in self.coverage():
             if c["few"]:
-                out.append(f"only {c['n']} interval(s) at {c['level'] * 100:g}%{where}: coverage of {c['covered']} "
+                out.append(f"only {plural(c['n'], 'interval')} at {c['level'] * 100:g}%{where}: coverage of {c['covered']} "
                            f"of {c['n']} cannot be told apart from {c['level'] * 100:g}% "
                            f"(95% interval {c['ci'][0] * 100:.0f}–{c['ci'][1] * 100:.0f}%)")
         m = len(self.rel_errors)
         if 0 < m < MIN_POINTS:
-            out.append(f"only {m} point forecast(s){where}: a mean relative error from so few is anecdote")
+            out.append(f"only {plural(m, 'point forecast')}{where}: a mean relative error from so few is anecdote")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -288,7 +289,7 @@ class Calibration:
     def warnings(self) -> list[str]:
         out = self.forecasts.warnings()
         if self.late_count:
-            out.append(f"{self.late_count} late prediction(s), made after their run had started, are counted apart")
+            out.append(f"{plural(self.late_count, 'late prediction')}, made after their run had started, are counted apart")
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logbook.core.errors import LogbookError
-from logbook.core.textfmt import fmt_num
+from logbook.core.textfmt import fmt_num, plural
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.kinds import is_kind, parse_ts
 from logbook.promises.predictions import POINT_OP, At, Prediction
@@ -236,7 +236,7 @@ def summary_text(s: RunForecasts) -> str:
                      f"mean log score {s.mean_log:.3f}")
     if s.points:
         rel = "" if s.mean_abs_rel_error is None else f", mean |relative error| {s.mean_abs_rel_error * 100:.1f}%"
-        parts.append(f"{s.points} point forecast(s): {s.covered} of {s.points} intervals held{rel}")
+        parts.append(f"{plural(s.points, 'point forecast')}: {s.covered} of {s.points} intervals held{rel}")
     if s.late:
-        parts.append(f"{s.late} late forecast(s) scored apart")
+        parts.append(f"{plural(s.late, 'late forecast')} scored apart")
     return "Forecasts: " + "; ".join(parts) + "." if parts else ""

@@ -60,6 +60,7 @@ from logbook.runs.milestones import milestone_step
 from logbook.runs.run_record import RunRecord, check_run_id, load_run_record
 from logbook.scoring.forecasts import late_sources, run_start_time
 from logbook.scoring.rules import forecast_scores
+from logbook.core.textfmt import plural
 
 SCHEMA = 1
 STATUSES = ("confirmed", "refuted", "inconclusive")
@@ -282,7 +283,7 @@ def _window_median(facts: RunFacts, metric: str, step: int, window: int | None) 
     if found is None:
         return Measurement(missing=f"not measured: no {metric} was logged over steps {lo:,}–{hi:,}")
     value, n = found
-    return Measurement(value, step, f"median of {n} logged value(s) over steps {lo:,}–{hi:,} "
+    return Measurement(value, step, f"median of {plural(n, 'logged value')} over steps {lo:,}–{hi:,} "
                                     f"(step {step:,} ± {window:,}, {why})")
 
 
@@ -390,7 +391,7 @@ def code_diff(project: Project, base: str | None, snapshot: str | None,
     stat = gitbind.git(root, "diff", "--stat=100", "--no-renames", base, snapshot, "--", *files).rstrip()
     shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
     return {"text": stat, "summary": f"the code changed between the preregistration's commit {base[:7]} and the "
-                                     f"run's snapshot {snapshot[:7]}: {len(files)} file(s) ({shown})"}
+                                     f"run's snapshot {snapshot[:7]}: {plural(len(files), 'file')} ({shown})"}
 
 
 def score_card(project: Project, run_id: str, rec: RunRecord | None, facts: RunFacts, prereg) -> Scorecard:
