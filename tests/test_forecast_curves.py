@@ -105,9 +105,9 @@ def test_throughput_is_the_median_over_a_window_of_at_least_one_step_either_side
     facts = RunFacts(run="r1", series={"tokens_per_s": {0: 50.0, 1: 100.0, 2: 400.0, 3: 200.0, 5: 900.0}},
                      total_steps=10, last_step=10)
     m = value_at("tokens_per_s", facts, 2)  # 5% of 10 steps rounds to none: one step either side
-    assert (m.value, m.rule) == (200.0, "median of 3 logged value(s) over steps 1–3 (step 2 ± 1, 5% of the run either side)")
+    assert (m.value, m.rule) == (200.0, "median of 3 logged values over steps 1–3 (step 2 ± 1, 5% of the run either side)")
     m = value_at("tokens_per_s", facts, 1)
-    assert m.rule.startswith("median of 3 logged value(s) over steps 0–2")
+    assert m.rule.startswith("median of 3 logged values over steps 0–2")
     m = value_at("tokens_per_s", facts, 8)
     assert m.value is None and m.missing == "not measured: no tokens_per_s was logged over steps 7–9"
 

@@ -200,7 +200,7 @@ def test_case6_a_snapshot_deleted_on_the_origin_is_exit_4_everywhere_and_a_clone
     assert res.exit_code == 4 and "snapshot_missing" in team["fresh1"].cli("verify", "--json").stdout
     # ada's clone never fetched with --prune: `logbook init` there pushes it back, and every clone recovers.
     out = team["ada"].ok("init").stderr
-    assert "restored 1 code snapshot(s) that origin lacked: qknorm" in out
+    assert "restored 1 code snapshot that origin lacked: qknorm" in out
     bo.git("fetch", "-q")
     assert bo.cli("verify").exit_code == 0
     _, res = _fresh_verify(team, "fresh2")

@@ -275,7 +275,7 @@ def test_a_record_the_remote_has_and_this_clone_lacks_is_a_warning(team, cli):
     git(alice, "fetch", "-q")
     res = cli("verify")
     assert res.exit_code == 0, res.output
-    assert "origin/main has 1 record(s) HEAD does not: entries/notes/n-bob-1.json" in res.stderr
+    assert "origin/main has 1 record HEAD does not: entries/notes/n-bob-1.json" in res.stderr
 
 
 # --- incremental --------------------------------------------------------------

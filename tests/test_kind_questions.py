@@ -53,6 +53,7 @@ NOT_EVENT_EXPRS: dict[tuple[str, str], str] = {
     ("logbook/trust/ack.py", "rec"): "an acknowledgement record (`kind: ack`), not a run event",
     ("logbook/trust/ack.py", "r"): "an acknowledgement record (`kind: ack`), not a run event",
     ("logbook/trust/ack.py", "f"): "a verify finding's kind, which an acknowledgement names",
+    ("logbook/trust/signers.py", "rec"): "a key-acceptance record (`kind` of a one-file signers record), not a run event",
     ("logbook/cli/ack_cmd.py", "f"): "a verify finding's kind, which an acknowledgement names",
     ("logbook/cli/prereg_cmd.py", "written.front"): "a preregistration file's front matter",
     ("trainer/checkpoints/rng.py", "npy"): "NumPy's generator state (`kind`: the bit generator's name)",

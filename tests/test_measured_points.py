@@ -115,7 +115,7 @@ def test_throughput_is_scored_as_the_median_over_a_window_that_the_scorecard_nam
     by = {p.text: p for p in evaluate(project, "r").predictions}
     p = by["tokens_per_s@50% >= 2000"]
     assert (p.status, p.value, p.at_step) == ("confirmed", 3029.0, 30)  # 43, 3027..3029, 3032, 3033, 18076
-    assert p.rule == "median of 7 logged value(s) over steps 27–33 (step 30 ± 3, 5% of the run either side)"
+    assert p.rule == "median of 7 logged values over steps 27–33 (step 30 ± 3, 5% of the run either side)"
     q = by["tokens_per_s@~50%±2 >= 2000"]
     assert q.value == pytest.approx(3029.0) and "steps 28–32 (step 30 ± 2, as preregistered)" in q.rule
 

@@ -124,14 +124,13 @@ def _commands(where: Path) -> list[str]:
 
 
 def _command_paths() -> list[tuple[str, ...]]:
-    import click
     import typer
 
     from logbook.cli import app
 
     def walk(cmd, path):
         yield path
-        if isinstance(cmd, click.Group):
+        if hasattr(cmd, "commands"):  # a group (click's, under typer)
             for name, sub in cmd.commands.items():
                 if not sub.hidden:
                     yield from walk(sub, (*path, name))
