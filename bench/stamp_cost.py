@@ -33,7 +33,7 @@ _COLD = """
 import hashlib, sys, time
 t0 = time.perf_counter()
 from logbook.core.project import open_project
-from logbook.trust.timestamps import stamp_digest
+from logbook.trust.stamp_store import stamp_digest
 out = stamp_digest(open_project(), hashlib.sha256(sys.argv[1].encode()).hexdigest(), what="bench")
 assert out.written, out.pending
 print(time.perf_counter() - t0)
@@ -68,7 +68,7 @@ def main() -> None:
         repo = _repo(base, tsa, env)
         os.chdir(repo)
         from logbook.core.project import open_project
-        from logbook.trust.timestamps import check_stamp_file, stamp_digest
+        from logbook.trust.stamp_store import check_stamp_file, stamp_digest
 
         project = open_project(repo)
         stamp_digest(project, "0" * 64, what="warm-up")

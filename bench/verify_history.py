@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from bench._result import result  # noqa: E402
-from logbook.core.timestamping import authority_key  # noqa: E402
+from logbook.core.tsa_settings import authority_key  # noqa: E402
 from logbook.eventlog.chain import GENESIS, canonical, record_hash  # noqa: E402
 from logbook.promises.prereg_format import record_hash as prereg_hash, render_record, split_record  # noqa: E402
 from logbook.trust.tsa_client import read_anchor_file, request_token  # noqa: E402

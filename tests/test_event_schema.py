@@ -68,7 +68,7 @@ _NOT_EVENT_KINDS = {"unknown", "point", "probability", "trajectory", "live_chang
                     "hang_rank", "stall", "sigterm", "slow_rank", "disk_full", "crash_on_save", "abort", "skip",
                     "lr_scale", "skip_update", "skip_batches", "lr_mul", "lr_pct", "lr_half", "derived", "record",
                     "log", "nonfinite", "log_torn_tail", "stray", "snapshot_unknown",
-                    # verify's findings about third-party stamps (logbook/trust/timecheck.py), not events
+                    # verify's findings about third-party stamps (logbook/trust/stamp_proof.py), not events
                     "stamp_orphan", "stamp_invalid", "stamped_after_run", "stamp_missing", "stamps_after_run", "unproven_tail",
                     "stamp_before_event"}
 

@@ -43,7 +43,7 @@ from logbook.promises.prereg_format import record_hash, split_record
 from logbook.eventlog.sink import EventSink
 from logbook.proof.verify import Finding, fix_hint
 from logbook.runs.run_record import RunRecord, write_run_record
-from logbook.trust import stamping, timestamps
+from logbook.trust import stamp_fetch as stamping, stamp_store as timestamps
 
 RUN = "qknorm"
 LOG = f"entries/runs/{RUN}/events.jsonl"
@@ -267,7 +267,7 @@ def test_case3_a_restart_dropped_after_the_last_kept_stamped_head_is_an_unproven
         tmp_path, local_tsa, pins_home, monkeypatch):
     """The forger works days later; here seconds stand in for days: the authority's timeout is 2 s and the grace
     is 0, so a stamp fetched 3.5 s after its event is late (the honest ones come within a second)."""
-    from logbook.trust import timecheck
+    from logbook.trust import stamp_proof as timecheck
 
     monkeypatch.setattr(timecheck, "TAIL_GRACE_S", 0.0)
     story = _honest(tmp_path, local_tsa, timeout_s=2)
@@ -829,7 +829,7 @@ def _pinned_require_changed(res, report) -> None:
 
 def test_case3_a_restart_dropped_after_the_last_kept_stamped_head_is_exit_4_for_a_reader_who_verified_before(
         tmp_path, local_tsa, monkeypatch):
-    from logbook.trust import timecheck
+    from logbook.trust import stamp_proof as timecheck
 
     monkeypatch.setattr(timecheck, "TAIL_GRACE_S", 0.0)  # seconds stand in for days, as in the test above
     story = _honest(tmp_path, local_tsa, timeout_s=2, require=True)

@@ -32,7 +32,7 @@ class Stamper:
     else with bytes no one could have guessed (all that the seed rule reads)."""
 
     def __init__(self, request: pytest.FixtureRequest) -> None:
-        self.real = importlib.util.find_spec("logbook.trust.timestamps") is not None
+        self.real = importlib.util.find_spec("logbook.trust.stamp_store") is not None
         self.tsa = request.getfixturevalue("local_tsa") if self.real else None
 
     def configure(self, repo: Path) -> None:
@@ -44,7 +44,7 @@ class Stamper:
         """The preregistration's earliest stamp file, committed."""
         project = open_project(repo)
         if self.tsa is not None:
-            from logbook.trust import timestamps
+            from logbook.trust import stamp_store as timestamps
 
             if not list((project.entries / "stamps" / digest).glob("*.tsr")):
                 timestamps.stamp_digest(project, digest, what="preregistration")

@@ -7,7 +7,7 @@ from scoring_helpers import STORY_PREDICTIONS, make_prereg, project_of, story_cl
 
 from logbook.chronicle.review import add_review, review_queue
 from logbook.promises.prereg import load_prereg
-from logbook.trust.stamping import stamp_prereg_record
+from logbook.trust.stamp_fetch import stamp_prereg_record
 from logbook.eventlog.sink import EventSink
 from logbook.proof.scorecard import record_outcome
 

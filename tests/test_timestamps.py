@@ -17,8 +17,8 @@ from logbook.core.errors import UsageError
 from logbook.core.project import open_project
 from logbook.eventlog.sink import EventSink
 from logbook.runs.run_record import RunRecord, write_run_record
-from logbook.trust import timestamps
-from logbook.trust.stamping import bytes_digest, stamp_run_start
+from logbook.trust import stamp_store as timestamps
+from logbook.trust.stamp_fetch import bytes_digest, stamp_run_start
 
 
 def _prereg(cli, title: str = "qk norm removes spikes") -> tuple[str, str]:
@@ -323,7 +323,7 @@ def test_stamp_api_for_other_checks(logbook_repo, cli, local_tsa):
 
 def test_the_launchers_watcher_stamps_the_head_at_each_checkpoint(logbook_repo, local_tsa):
     from logbook.launch.watch import Watcher
-    from logbook.trust.stamping import HeadStamper
+    from logbook.trust.stamp_fetch import HeadStamper
 
     local_tsa.configure(logbook_repo)
     project = open_project()
@@ -452,7 +452,7 @@ def test_a_warm_verify_reads_no_certificate_and_a_changed_or_missing_ca_is_not_f
         logbook_repo, cli, local_tsa, tmp_path):
     """The cache is consulted before the CA is parsed (a warm verify of thousands of stamps parses none), yet
     its key still holds the CA's bytes: another CA at the same path, or none, is checked, not trusted."""
-    from logbook.trust.timecheck import check_time
+    from logbook.trust.stamp_proof import check_time
 
     local_tsa.configure(logbook_repo)
     _run(logbook_repo, "r1", None)
@@ -510,7 +510,7 @@ def test_a_missing_ca_file_leaves_stamps_pending_and_verify_says_which_file(logb
 
 def test_a_launch_waits_one_timeout_at_most_for_all_its_stamps(logbook_repo, cli, local_tsa):
     """The preregistration's missing stamp and the run record's share one timeout before the first step."""
-    from logbook.trust.stamping import launch_deadline, stamp_prereg_before_run
+    from logbook.trust.stamp_fetch import launch_deadline, stamp_prereg_before_run
 
     local_tsa.configure(logbook_repo)
     local_tsa.stop()
@@ -561,7 +561,7 @@ def test_a_pending_stamp_is_fetched_by_its_authors_clone_only(tmp_path, local_ts
 
 
 def test_a_launch_leaves_a_teammates_pending_stamp_to_them_and_says_so(logbook_repo, cli, local_tsa):
-    from logbook.trust.stamping import stamp_prereg_before_run
+    from logbook.trust.stamp_fetch import stamp_prereg_before_run
 
     local_tsa.configure(logbook_repo)
     local_tsa.stop()
@@ -591,7 +591,7 @@ def test_verify_full_checks_every_stamp_again_whatever_the_cache_says(logbook_re
     """A cache that vouches for a bad token (left by an older version, or written by hand) misleads a warm verify
     only: `--full` reads every token again."""
     from logbook.core.project import open_project
-    from logbook.trust.timestamps import _cache_key, authority_for
+    from logbook.trust.stamp_store import _cache_key, authority_for
 
     local_tsa.configure(logbook_repo)
     run = _run(logbook_repo, "r1", None)

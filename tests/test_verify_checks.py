@@ -475,7 +475,7 @@ def test_a_record_edited_in_history_is_not_restored_from_head_while_a_merge_is_u
 
 
 def test_a_time_finding_gets_the_time_hint_before_its_own():
-    from logbook.trust.timecheck import time_hint
+    from logbook.trust.stamp_proof import time_hint
 
     for kind in ("stamp_invalid", "stamp_missing", "stamped_after_run", "stamps_after_run"):
         f = Finding(REL, kind, "m", hint="its own hint", had=HAD, lost=LOST)

@@ -54,7 +54,7 @@ from logbook.scoring.forecasts import run_summary, summary_text
 from logbook.scoring.outcome import load_outcome
 from logbook.proof.scorecard import evaluate
 from logbook.trust.disclosure import same_question
-from logbook.trust.timestamps import earliest
+from logbook.trust.stamp_store import earliest
 
 MD_TEMPLATE = "report.md.j2"
 TYP_TEMPLATE = "report.typ"

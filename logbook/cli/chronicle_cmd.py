@@ -233,7 +233,7 @@ def _commit_or_say_interrupted(message: Optional[str]):
 def _fetch_pending_stamps(project) -> None:
     """Stamps an unreachable authority left pending go into this commit (within one timeout in all)."""
     from logbook.cli.stamp_cmd import say_stamp, stamp_quietly
-    from logbook.trust.stamping import stamp_pending
+    from logbook.trust.stamp_fetch import stamp_pending
 
     for outcome in stamp_quietly(project, stamp_pending) or []:
         say_stamp(outcome)

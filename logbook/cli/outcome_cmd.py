@@ -55,7 +55,7 @@ def _stamp_scorecard(project, run: str, event: str | None) -> None:
     """Third-party time for the scorecard just written: a stamp of its own hash."""
     from logbook.cli.stamp_cmd import say_stamp, stamp_quietly
     from logbook.scoring.outcome import outcomes_dir
-    from logbook.trust.stamping import run_records, stamp_record
+    from logbook.trust.stamp_fetch import run_records, stamp_record
 
     name = f"{str(event).split(':', 1)[-1]}.json"
     path = (outcomes_dir(project, run) / name).relative_to(project.root).as_posix()

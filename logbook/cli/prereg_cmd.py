@@ -85,7 +85,7 @@ def _example(root, text, kind: str):
 def _stamp(project, prereg_id: str, digest: str, key: str = "") -> None:
     """Third-party time for the record just committed (bounded by the timeout; pending if unreachable)."""
     from logbook.cli.stamp_cmd import say_stamp, stamp_quietly
-    from logbook.trust.stamping import stamp_prereg_record
+    from logbook.trust.stamp_fetch import stamp_prereg_record
 
     say_stamp(stamp_quietly(project, stamp_prereg_record, prereg_id, digest, key))
 

@@ -45,7 +45,7 @@ def stamp_cmd(as_json: bool = JSON_OPTION) -> None:
     """
     from logbook.core.errors import RefusedError
     from logbook.core.project import open_project
-    from logbook.trust.stamping import stamp_pending
+    from logbook.trust.stamp_fetch import stamp_pending
 
     project = open_project()
     if project.config.timestamping is None:

@@ -42,7 +42,7 @@ _RECORD = re.compile(
     r"|runs/[^/]+/outcomes/[^/]+\.json"                         # scorecards
     r"|(notes|reviews|acknowledgements)/[^/]+\.json"            # notes, reviews, acknowledgements (`trust.ack`)
     r"|key_acceptances/[^/]+\.json"                            # acceptances of a key for an address (`trust.signers`)
-    r"|stamps/[0-9a-f]{64}/[^/]+\.tsr"                           # third-party time stamps (`trust.timestamps`)
+    r"|stamps/[0-9a-f]{64}/[^/]+\.tsr"                           # third-party time stamps (`trust.stamp_store`)
     r"|signatures/[0-9a-f]{64}/[^/]+\.sig)$")                    # signatures (`trust.signatures`)
 TRACKED = ("record", "log")
 """The kinds whose every committed byte `verify` keeps."""

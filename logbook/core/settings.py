@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from logbook.core.errors import UsageError
-from logbook.core.timestamping import TimestampingConfig, parse_timestamping
+from logbook.core.tsa_settings import TimestampingConfig, parse_timestamping
 from logbook.core.typedconfig import is_scalar, reject_unknown_keys, unknown_key
 from logbook.core.yamlsafe import load_yaml_mapping
 
@@ -71,7 +71,7 @@ class LogbookConfig:
     """Untracked files larger than this are left out of code snapshots (stray checkpoints)."""
 
     timestamping: TimestampingConfig | None = None
-    """RFC 3161 authorities that stamp records (see `logbook.core.timestamping`); None: no third-party time."""
+    """RFC 3161 authorities that stamp records (see `logbook.core.tsa_settings`); None: no third-party time."""
     signing: SigningSettings | None = None
     """Signed identity (`logbook.trust.signatures`); None: records are not signed and people are told apart by
     e-mail."""

@@ -49,7 +49,7 @@ from logbook.promises.prereg import load_prereg, resolve_prereg_id
 from logbook.proof.verify import verify_or_raise
 from logbook.runs.run_record import RunRecord, check_run_id, load_run_record, run_record_path, run_status, write_run_record
 from logbook.runs.runlock import RunLock
-from logbook.trust.stamping import HeadStamper, launch_deadline, stamp_prereg_before_run, stamp_run_start
+from logbook.trust.stamp_fetch import HeadStamper, launch_deadline, stamp_prereg_before_run, stamp_run_start
 from logbook.trust.replay import anchored_seed, stamp_files, timestamping_configured
 from logbook.core.textfmt import plural
 

@@ -59,7 +59,7 @@ from logbook.eventlog.files import read_record as read_json_record
 from logbook.promises.prereg import AMEND_RE, runs_referencing
 from logbook.promises.prereg_format import parse_or_none, record_hash
 from logbook.promises.prereg_input import ID_RE, check_id
-from logbook.trust.timecheck import check_time, time_hint
+from logbook.trust.stamp_proof import check_time, time_hint
 from logbook.trust import signed_records
 from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
 from logbook.trust.replay import check_seeds
@@ -81,7 +81,7 @@ class Finding:
     history kinds (record_edited | record_deleted | record_dropped | record_symlink | log_rewritten |
     log_deleted | log_dropped | remote_differs | remote_dropped | remote_erased), third-party time's
     (stamp_invalid | stamp_orphan | stamp_unchecked | stamp_missing | stamped_after_run | stamps_after_run |
-    unproven_tail | stamp_before_event, see `logbook.trust.timecheck`), scorecard_differs (`logbook.scoring.outcome`), the reader's pin's (pin_differs, see `logbook.trust.pins`), identity's (signature_invalid | signature_orphan | unsigned | signer_not_named, and signer_unaccepted
+    unproven_tail | stamp_before_event, see `logbook.trust.stamp_proof`), scorecard_differs (`logbook.scoring.outcome`), the reader's pin's (pin_differs, see `logbook.trust.pins`), identity's (signature_invalid | signature_orphan | unsigned | signer_not_named, and signer_unaccepted
     under `require`; warnings: signer_unaccepted without it |
     signature_unknown_key | signature_unchecked | unsigned_before_require | allowed_signers_missing: see
     `logbook.trust.signed_records`), the seed kinds (seed_mismatch | seed_source_missing | seed_source_foreign |
@@ -121,7 +121,7 @@ class VerifyReport:
     root: Path | None = field(default=None, repr=False)
     """The repository, for hints that depend on its git state."""
     timestamps: dict[str, Any] = field(default_factory=dict)
-    """What third-party stamps prove, per preregistration and run (`logbook.trust.timecheck`)."""
+    """What third-party stamps prove, per preregistration and run (`logbook.trust.stamp_proof`)."""
     identity: Any = None
     """`logbook.trust.signed_records.IdentityReport`: who signed each record, and who changed who may sign."""
 

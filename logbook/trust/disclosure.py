@@ -21,7 +21,7 @@ from typing import Any
 
 from logbook.core.project import Project
 from logbook.promises.prereg import Prereg, list_preregs, runs_referencing
-from logbook.trust.timestamps import earliest
+from logbook.trust.stamp_store import earliest
 
 
 @dataclass

@@ -94,7 +94,7 @@ def earliest_stamp(project: Project, digest: str) -> Path | None:
     to the configured CA, imprint) is no stamp at all.
     """
     try:
-        from logbook.trust import timestamps
+        from logbook.trust import stamp_store as timestamps
     except ImportError:
         files = stamp_files(project, digest)
         return files[0] if files else None
@@ -113,7 +113,7 @@ def anchored_seed(project: Project, prereg_digest: str) -> AnchoredSeed | None:
 def timestamping_configured(project: Project) -> bool:
     """Whether logbook.yaml names a timestamp authority (the setting belongs to the timestamping code)."""
     try:
-        from logbook.trust import timestamps
+        from logbook.trust import stamp_store as timestamps
     except ImportError:
         return False
     setting = timestamps.settings(project)

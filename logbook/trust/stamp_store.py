@@ -30,7 +30,7 @@ from logbook.core.fsutil import atomic_create_bytes, atomic_write_json
 from logbook.core.project import Project
 from logbook.trust.tsa_client import (StampInvalid, TrustAnchors, TsaUnavailable, check_token, read_anchor_file,
                                       request_token)
-from logbook.core.timestamping import Authority, TimestampingConfig
+from logbook.core.tsa_settings import Authority, TimestampingConfig
 
 STAMPS = "stamps"
 """The folder under the entries folder that holds every stamp."""

@@ -40,8 +40,8 @@ from logbook.core.errors import UsageError
 from logbook.core.project import Project
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.kinds import is_terminal
-from logbook.trust.stamping import Stampable, prereg_records, run_records
-from logbook.trust.timestamps import (DIGEST_RE, STAMP_NAME_RE, StampCache, VerifiedStamp, check_stamp_file,
+from logbook.trust.stamp_fetch import Stampable, prereg_records, run_records
+from logbook.trust.stamp_store import (DIGEST_RE, STAMP_NAME_RE, StampCache, VerifiedStamp, check_stamp_file,
                                       settings, stamps_dir)
 from logbook.trust.tsa_client import StampInvalid
 

@@ -27,7 +27,7 @@ from logbook.eventlog.files import record_files, read_record
 from logbook.promises.prereg import AMEND_RE
 from logbook.promises.prereg_format import record_hash, split_record
 from logbook.promises.prereg_input import ID_RE
-from logbook.trust.timestamps import StampOutcome, earliest, has_stamp_file, settings, stamp_digest
+from logbook.trust.stamp_store import StampOutcome, earliest, has_stamp_file, settings, stamp_digest
 
 
 @dataclass(frozen=True)
