@@ -116,7 +116,7 @@ def test_a_key_for_bo_hidden_in_a_squash_merge_is_pending_whoever_the_squash_nam
     assert ", in a commit no SSH key signed: allowed signer added: bo@lab.example" in fresh.cli("verify").stdout
 
 
-@pytest.mark.xfail(strict=True, reason="open: the reader's first-use pin sees the allowed_signers change of the second verify and answers exit 4 (pin_differs); a change signed by a key the pin trusts should move the pin forward")
+
 def test_bo_adding_his_own_second_key_in_a_commit_he_signs_is_valid_at_once(lab, tmp_path):
     team, keys, _ = lab
     bo = team["bo"]
@@ -135,9 +135,21 @@ def test_bo_adding_his_own_second_key_in_a_commit_he_signs_is_valid_at_once(lab,
     # Bo retires the old key: the new one stays valid, for its own commit proved its holder added it.
     allowed = bo.path / ALLOWED
     allowed.write_text(allowed.read_text().replace(allowed_line("bo@lab.example", keys["bo"]), ""))
-    bo.git("commit", "-q", "-am", "retire my old key")
+    bo.git("-c", "commit.gpgsign=true", "commit", "-q", "-am", "retire my old key")  # signed by the laptop key
     code, report, _ = verify(bo)
-    assert code == 0 and signed_by(report)[review_path(report)] == ["bo@lab.example"]
+    assert code == 0, [p.get("message") for p in report["problems"]]
+    assert signed_by(report)[review_path(report)] == ["bo@lab.example"]
+
+
+def test_an_unsigned_change_of_who_may_sign_does_not_move_the_readers_pin(lab, tmp_path):
+    team, keys, _ = lab
+    bo = team["bo"]
+    require_signatures(bo)
+    assert verify(bo)[0] == 0  # Bo's clone is pinned to the trust root it has now
+    laptop = keypair(tmp_path / "keys", "bo-laptop")
+    append_signer(bo, allowed_line("bo@lab.example", laptop), "my laptop key")  # no commit signature
+    code, report, _ = verify(bo)
+    assert code == 4 and [p["kind"] for p in report["problems"]] == ["pin_differs"]
 
 
 def test_a_key_ada_adds_for_bo_is_valid_once_bo_accepts_it_with_the_key_he_has(lab, tmp_path):
