@@ -71,6 +71,11 @@ SETS: dict[str, tuple[list[str], list[str], float]] = {
               0.95),
     "facts": (["logbook/runs/facts.py", "logbook/scoring/", "logbook/promises/predictions.py"],
               FACTS_TESTS, 0.90),
+    # The checks that keep the proof from trusting its prover: the reader's pin and trust on first use, who may
+    # sign for whom, and the scorecard recomputed from the log.
+    "proof": (["logbook/trust/pins.py", "logbook/trust/tofu.py", "logbook/trust/signers.py",
+               "logbook/proof/scorecard.py"],
+              ["tests/test_trust_pins.py", "tests/test_key_acceptance.py", "tests/test_outcome.py"], 0.95),
     # The facts set a part at a time (PARTS), for a machine that cannot run it whole in one sitting.
     "run-facts": (["logbook/runs/facts.py"], FACTS_TESTS, 0.90),
     "scoring": (["logbook/scoring/"], FACTS_TESTS, 0.90),

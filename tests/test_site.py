@@ -233,6 +233,33 @@ def test_hostile_notes_and_metric_names_show_as_text_and_never_run(demo, tmp_pat
     assert w.problems == []  # no dialog opened, no script error
 
 
+@pytest.mark.slow
+def test_the_index_filters_and_sorts_its_tables_in_the_browser(demo, tmp_path, browser):
+    where, _run = _with_hostile_text(demo, tmp_path / "two")  # a second preregistration, titled 'javascript:…'
+    site = _site(where, tmp_path / "site")
+    w = Watched(browser)
+    w.open(site / "index.html")
+
+    def titles() -> list[str]:
+        return w.page.eval_on_selector_all("#preregs-table tbody tr:not([hidden]) td:first-child",
+                                           "cells => cells.map(c => c.dataset.v)")
+
+    both = titles()
+    assert len(both) == 2
+    w.page.fill("#filter-preregs", "JAVASCRIPT quoted")  # every word, in any case
+    assert titles() == ['javascript:alert(3) "quoted" title']
+    w.page.fill("#filter-preregs", "")
+    assert sorted(titles()) == sorted(both)
+    title = w.page.locator("#preregs-table thead button[data-col='0']")
+    title.click()
+    ascending = titles()
+    assert ascending == sorted(both, key=str.lower)
+    assert w.page.locator("#preregs-table thead th").first.get_attribute("aria-sort") == "ascending"
+    title.click()
+    assert titles() == ascending[::-1]
+    assert w.problems == []
+
+
 def test_the_same_commit_builds_the_same_bytes(demo, tmp_path):
     project = open_project(demo)
     first, second = build_site(project, tmp_path / "a"), build_site(project, tmp_path / "b")
