@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from logbook.cli import app  # noqa: F401  (every command registered in its own order before a module below adds one)
-from logbook.cli.compare_cmd import fmt_value, markdown, text_lines
+from logbook.cli.compare_cmd import markdown, text_lines
+from logbook.runs.compare import fmt_value
 from logbook.cli.console_cmd import wrap_line
 from logbook.core.errors import UsageError
 from logbook.launch.change_requests import decode_request, is_stop, new_request, new_stop_request

@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
 import pytest
 from conftest import git
 
-from logbook.chronicle.site import build_site
+from logbook.chronicle.site import build_site, index_rows
 from logbook.core.errors import EXIT_REFUSED
 from logbook.core.project import open_project
 from logbook.eventlog.sink import MetricsWriter
@@ -257,6 +259,31 @@ def test_the_index_filters_and_sorts_its_tables_in_the_browser(demo, tmp_path, b
     assert w.page.locator("#preregs-table thead th").first.get_attribute("aria-sort") == "ascending"
     title.click()
     assert titles() == ascending[::-1]
+    assert w.problems == []
+
+
+@pytest.mark.slow
+def test_runs_that_answer_to_one_preregistration_get_a_side_by_side_page(demo, tmp_path, browser):
+    from logbook.runs.compare import compare_runs
+
+    where = tmp_path / "two-runs"
+    shutil.copytree(demo, where, symlinks=True)
+    (first,) = list_run_ids(open_project(where))
+    ran = subprocess.run([sys.executable, "-m", "logbook", "run", "--prereg", "tiny-gpt", "demo", "--run-id", "second",
+                          "--nproc", "1"], cwd=where, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    site = _site(where, tmp_path / "site")
+    project = open_project(where)
+    (prereg,) = [p for p in index_rows(project)[1] if len(p["runs"]) == 2]
+    w = Watched(browser)
+    w.open(site / "index.html")
+    w.page.click(f"a[href='compare/{prereg['id']}.html']")
+    assert w.page.url == (site / "compare" / f"{prereg['id']}.html").as_uri()
+    heads = w.page.eval_on_selector_all("table.compare thead a", "links => links.map(a => a.textContent)")
+    assert set(heads) == {first, "second"}
+    marked = w.page.eval_on_selector_all("tr.differs th", "cells => cells.map(c => c.firstChild.textContent.trim())")
+    cmp = compare_runs(project, prereg["runs"])
+    assert marked == [r.key for sec in cmp.sections for r in sec.rows if r.differs] and "goodput" in marked
     assert w.problems == []
 
 

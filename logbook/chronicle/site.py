@@ -39,6 +39,7 @@ from logbook.eventlog.kinds import counted_as, has_flag, is_kind, summary as eve
 from logbook.promises.prereg import list_preregs, runs_referencing
 from logbook.proof.verify import verify_project
 from logbook.records import gitbind
+from logbook.runs.compare import compare_runs, fmt_value
 from logbook.runs.facts import load_facts, RunFacts
 from logbook.runs.runlist import list_runs
 from logbook.scoring.calibration import calibration
@@ -104,7 +105,7 @@ def _environment(project: Project):
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in template_dirs(project)]),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters.update(num=fmt_num, comma=fmt_int, pct=fmt_pct, dur=fmt_duration)
+    env.filters.update(num=fmt_num, comma=fmt_int, pct=fmt_pct, dur=fmt_duration, cell=fmt_value)
     return env
 
 
@@ -238,6 +239,10 @@ def build_site(project: Project, out: Path) -> SiteResult:
              plots=run_plots(project, row["id"]))
     for day in days:
         page(f"days/{day['date']}.html", "day.html.j2", day=day)
+    for p in preregs:
+        if len(p["runs"]) >= 2:  # the runs that answer to one preregistration, side by side as `compare` shows them
+            page(f"compare/{p['id']}.html", "compare.html.j2", prereg=p,
+                 cmp=compare_runs(project, p["runs"]).to_dict())
     cal = calibration(project).to_dict()
     page("calibration.html", "calibration.html.j2", cal=cal,
          plot=_spec_json(reliability_spec(cal["forecasts"]["reliability"])) if cal["forecasts"]["reliability"] else None)

@@ -16,32 +16,9 @@ import typer
 
 from logbook.cli._app import JSON_OPTION, WIDE_OPTION, app, complete_run, print_json
 from logbook.cli.console_cmd import wrap_line
+from logbook.runs.compare import fmt_value
 
 
-SHOWN_AS = {"goodput": "percent", "wall seconds": "duration", "seconds per step": "duration"}
-"""Rows whose numbers read as a percentage or a duration, written as every other command writes them."""
-
-
-def fmt_value(v: Any, key: str | None = None) -> str:
-    """A value as a cell: ints with separators, floats to 4 significant digits, nothing as `-`; a goodput as a
-    percentage and seconds as a duration (`72.4%`, `20.4 s`), as `ls` and `status` show them."""
-    from logbook.core.textfmt import fmt_duration, fmt_pct, is_number
-
-    if v is None:
-        return "-"
-    if is_number(v) and SHOWN_AS.get(key or "") == "percent":
-        return fmt_pct(v)
-    if is_number(v) and SHOWN_AS.get(key or "") == "duration":
-        return fmt_duration(v)
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, (list, dict)):
-        return json.dumps(v, ensure_ascii=False)
-    return " ".join(str(v).split())
 
 
 def text_lines(cmp, width: int | None) -> list[str]:

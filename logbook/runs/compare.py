@@ -25,6 +25,7 @@ import yaml
 from logbook.core.bundled import safe_env, safe_python
 from logbook.core.errors import UsageError
 from logbook.core.project import Project
+from logbook.core.textfmt import fmt_duration, fmt_pct, is_number
 from logbook.eventlog.kinds import Event, is_kind
 from logbook.runs.facts import COUNTS, RunFacts, load_facts
 from logbook.runs.run_record import RunRecord, check_run_id, read_run_record
@@ -75,6 +76,30 @@ class Comparison:
         d["sections"] = [{"title": s.title, "rows": [{"key": r.key, "values": dict(zip(self.runs, r.values)),
                                                       "differs": r.differs} for r in s.rows]} for s in self.sections]
         return d
+
+
+SHOWN_AS = {"goodput": "percent", "wall seconds": "duration", "seconds per step": "duration"}
+"""Rows whose numbers read as a percentage or a duration, written as every other command writes them."""
+
+
+def fmt_value(v: Any, key: str | None = None) -> str:
+    """A value as a cell: ints with separators, floats to 4 significant digits, nothing as `-`; a goodput as a
+    percentage and seconds as a duration (`72.4%`, `20.4 s`), as `ls` and `status` show them."""
+    if v is None:
+        return "-"
+    if is_number(v) and SHOWN_AS.get(key or "") == "percent":
+        return fmt_pct(v)
+    if is_number(v) and SHOWN_AS.get(key or "") == "duration":
+        return fmt_duration(v)
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, ensure_ascii=False)
+    return " ".join(str(v).split())
 
 
 def _canon(v: Any) -> str:
