@@ -287,6 +287,31 @@ def test_runs_that_answer_to_one_preregistration_get_a_side_by_side_page(demo, t
     assert w.problems == []
 
 
+def test_a_run_page_names_each_records_stamp_as_verify_checked_it(demo, tmp_path, cli, monkeypatch, local_tsa):
+    from logbook.trust.stamp_fetch import run_records
+    from logbook.trust.stamp_store import earliest
+
+    where = tmp_path / "stamped"
+    shutil.copytree(demo, where, symlinks=True)
+    local_tsa.configure(where)
+    monkeypatch.chdir(where)
+    assert cli("stamp").exit_code == 0  # what was written before the authority was named is stamped now
+    git(where, "add", "-A")
+    git(where, "commit", "-q", "-m", "stamps")
+    project = open_project(where)
+    (run,) = list_run_ids(project)
+    site = _site(where, tmp_path / "site")
+    html = (site / "runs" / f"{run}.html").read_text()
+    proof = html[html.index('id="proof-h"'):]
+    own = [r for r in run_records(project) if r.run_id == run]
+    assert {r.kind for r in own} == {"run_record", "scorecard"}
+    for rec in own:
+        row = proof[proof.index(rec.path):].split("</tr>")[0]
+        stamp = earliest(project, rec.digest)
+        assert stamp is not None and stamp.time.strftime("%Y-%m-%d %H:%M:%S UTC") in row
+        assert "signing is off" in row
+
+
 def test_the_same_commit_builds_the_same_bytes(demo, tmp_path):
     project = open_project(demo)
     first, second = build_site(project, tmp_path / "a"), build_site(project, tmp_path / "b")

@@ -42,6 +42,8 @@ from logbook.records import gitbind
 from logbook.runs.compare import compare_runs, fmt_value
 from logbook.runs.facts import load_facts, RunFacts
 from logbook.runs.runlist import list_runs
+from logbook.trust.stamp_fetch import prereg_records, run_records
+from logbook.trust.stamp_store import earliest
 from logbook.scoring.calibration import calibration
 
 MARKER = ".logbook-site"
@@ -127,11 +129,34 @@ def built_from(project: Project) -> dict[str, Any]:
 
 
 def verify_said(project: Project) -> dict[str, Any]:
-    """What `verify` said at build time: its verdict and the first problems, in its words."""
+    """What `verify` said at build time: its verdict and the first problems, in its words, and per record file
+    who signed it as verify judged it (`signed`: path -> principals; empty where signing is off)."""
     report = verify_project(project)
+    identity = report.to_dict().get("identity") or {}
     return {"ok": report.ok, "problems": [f.message for f in report.problems][:10],
             "problem_count": len(report.problems), "warning_count": len(report.warnings),
-            "unverifiable": len(report.unverifiable)}
+            "unverifiable": len(report.unverifiable), "signing": bool(identity.get("enabled")),
+            "signed": {r["path"]: r.get("signed_by") or [] for r in identity.get("records") or []}}
+
+
+def record_proofs(project: Project, said: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per run: its records (its preregistration and amendments, its run record, its scorecards), each with its
+    earliest third-party stamp and the people verify found signed it."""
+    records = run_records(project)
+    preregs = prereg_records(project)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for run_id in sorted({r.run_id for r in records if r.run_id}):
+        own = [r for r in records if r.run_id == run_id]
+        pids = {r.prereg_id for r in own if r.prereg_id}
+        rows = []
+        for rec in [p for p in preregs if p.prereg_id in pids] + own:
+            stamp = earliest(project, rec.digest)
+            rows.append({"what": rec.what, "path": rec.path,
+                         "stamp": None if stamp is None else {"time": stamp.time.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                                                              "authority": stamp.authority},
+                         "signed_by": said["signed"].get(rec.path)})
+        out[run_id] = rows
+    return out
 
 
 # --- the pages ----------------------------------------------------------------------------------
@@ -229,6 +254,7 @@ def build_site(project: Project, out: Path) -> SiteResult:
         files[rel] = html.encode("utf-8")
 
     runs, preregs = index_rows(project)
+    proofs = record_proofs(project, common["verify"])
     common["run_ids"] = sorted(r["id"] for r in runs)
     days = day_pages(project, renderer)
     # Where each entry is, so a run page links its reviewed entries to their place in the chronicle.
@@ -236,6 +262,7 @@ def build_site(project: Project, out: Path) -> SiteResult:
     page("index.html", "index.html.j2", runs=runs, preregs=preregs, days=[d["date"] for d in days])
     for row in runs:
         page(f"runs/{row['id']}.html", "run.html.j2", r=report_data(project, row["id"]),
+             proofs=proofs.get(row["id"], []),
              plots=run_plots(project, row["id"]))
     for day in days:
         page(f"days/{day['date']}.html", "day.html.j2", day=day)
