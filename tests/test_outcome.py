@@ -58,14 +58,14 @@ def test_a_step_without_a_value_is_not_measured_unless_the_prediction_states_a_w
     p = _by_text(evaluate(project, "story"))
     near = p["val_loss@~60±10 < 10"]  # the preregistration said how: the nearest within 10 steps
     assert (near.status, near.at_step, near.value) == ("confirmed", 50, pytest.approx(4.0))
-    assert "nearest logged within 10 steps of step 60 (as preregistered)" in near.rule
+    assert "within 10 steps of step 60" in near.rule
     # Never a stale value from another step: the run evaluated at 50 and 75, so step 60 is not measured
     # (it was once scored "refuted" against step 50's 3.0).
     exact = p["val_loss@step:60 < 1"]
     assert (exact.status, exact.value) == ("inconclusive", None)
-    assert exact.reason == "not measured: no val_loss was logged at step 60 (logged nearest: step 50 and 75)"
+    assert exact.reason.startswith("not measured") and "step 60" in exact.reason and "step 50 and 75" in exact.reason
     narrow = p["val_loss@~60±5 < 10"]
-    assert (narrow.status, narrow.reason) == ("inconclusive", "not measured: no val_loss was logged within 5 steps of step 60")
+    assert narrow.status == "inconclusive" and "within 5 steps of step 60" in narrow.reason
 
 
 def test_a_step_whose_update_the_guard_skipped_is_scored_by_the_last_accepted_loss(logbook_repo, story_clock):
@@ -184,7 +184,7 @@ def test_a_preregistration_that_fails_verify_stops_the_outcome_and_nothing_is_wr
     path.write_text(path.read_text().replace("QK-norm keeps", "QK-norm surely keeps"))
     res = cli("outcome", "story")
     assert res.exit_code == 4, res.output
-    assert f"`logbook outcome` will not build on entries/prereg/{pid}.md, which fails its check" in res.stderr
+    assert f"entries/prereg/{pid}.md" in res.stderr and "fails its check" in res.stderr
     assert "was edited after HEAD committed it" in res.stderr and "Traceback" not in res.output
     assert sha256_of(run_dir / "events.jsonl") == before and not _has_outcome(project, "story")
     # The library still scores it, flagged, for whoever asks it directly.
@@ -204,8 +204,8 @@ def test_a_preregistration_that_cannot_be_read_is_named_with_its_first_problem_a
     first = verify_project(project, pid).problems[0].message
     with pytest.raises(TamperedError) as e:
         evaluate(project, "story")
-    assert e.value.message == f"preregistration {pid} of run story cannot be read, so it cannot be scored: {first}"
-    assert e.value.hint == "run `logbook verify` for the full list; restore the record from git"
+    assert pid in e.value.message and "cannot be scored" in e.value.message and e.value.message.endswith(first)
+    assert "`logbook verify`" in e.value.hint and "restore the record from git" in e.value.hint
 
 
 def test_an_exploratory_run_is_refused_and_nothing_is_written(logbook_repo, story_clock, cli):
@@ -220,10 +220,8 @@ def test_an_exploratory_run_is_refused_and_nothing_is_written(logbook_repo, stor
 
     with pytest.raises(RefusedError) as e:
         evaluate(project, "explore")
-    assert e.value.message == ("run explore is exploratory: it answers to no preregistration, so there is nothing "
-                               "to score")
-    assert e.value.hint == ("preregister the next run (`logbook prereg`) and launch it with "
-                            "`logbook run --prereg ID`")
+    assert e.value.message.startswith("run explore is exploratory") and "nothing to score" in e.value.message
+    assert "`logbook prereg`" in e.value.hint and "`logbook run --prereg ID`" in e.value.hint
 
 
 def test_a_run_is_scored_against_the_preregistration_its_record_names_or_failing_that_its_log(

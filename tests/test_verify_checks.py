@@ -88,13 +88,14 @@ def test_a_finding_without_two_distinct_commits_is_not_sent_to_one(had, lost):
 
 @pytest.mark.parametrize("kind", ["edited", "deleted", "log_lines_missing", "log_deleted", "log_edited"])
 def test_a_file_that_differs_from_head_is_restored_from_head(kind):
-    assert fix_hint(_f(kind)) == (f"restore it from git (`git checkout HEAD -- {REL}`); "
-                                  "a correction is a new record, never an edit")
+    hint = fix_hint(_f(kind))
+    assert f"`git checkout HEAD -- {REL}`" in hint and "never an edit" in hint
 
 
 @pytest.mark.parametrize("kind", ["symlink", "record_symlink"])
 def test_a_symlink_is_replaced_by_the_plain_file(kind):
-    assert fix_hint(_f(kind)) == f"replace {REL} by the plain file git has for it (`git checkout HEAD -- {REL}`)"
+    hint = fix_hint(_f(kind))
+    assert hint.startswith(f"replace {REL} by the plain file") and f"`git checkout HEAD -- {REL}`" in hint
 
 
 def test_a_record_a_remote_holds_is_taken_back_from_the_remote():
@@ -129,9 +130,9 @@ def test_a_time_finding_says_what_third_party_time_needs_even_with_two_commits_n
 
 def test_while_a_merge_is_under_way_the_hint_first_says_how_to_finish_it():
     report = VerifyReport(in_progress="a merge is in progress: `git merge --continue`")
-    assert report.hint_for(_f("record_edited", HAD, LOST)) == \
-        "a merge is in progress: `git merge --continue`, then run the command again"
-    assert report.hint_for(_f("edited")).endswith("; a correction is a new record, never an edit")
+    assert report.hint_for(_f("record_edited", HAD, LOST)).startswith("a merge is in progress: `git merge --continue`")
+    assert report.hint_for(_f("record_edited", HAD, LOST)).endswith("then run the command again")
+    assert report.hint_for(_f("edited")).endswith("never an edit")
     assert "git restore --source=HEAD" in report.hint_for(_f("deleted"))
     assert VerifyReport().hint_for(_f("record_edited", HAD, LOST)) == fix_hint(_f("record_edited", HAD, LOST))
     assert "git restore --source=HEAD" in VerifyReport().hint_for(_f("edited", HAD, None))
@@ -471,7 +472,7 @@ def test_two_problems_raise_naming_the_first_and_one_more():
 def test_a_record_edited_in_history_is_not_restored_from_head_while_a_merge_is_under_way():
     report = VerifyReport(in_progress="a merge: x")
     assert report.hint_for(_f("edited", HAD, LOST)) == "a merge: x, then run the command again"
-    assert report.hint_for(_f("deleted", HAD, None)).endswith("; a correction is a new record, never an edit")
+    assert report.hint_for(_f("deleted", HAD, None)).endswith("never an edit")
 
 
 def test_a_time_finding_gets_the_time_hint_before_its_own():
@@ -490,44 +491,42 @@ def test_a_finding_with_its_own_hint_keeps_it_before_any_by_kind():
 
 def test_a_remote_finding_with_two_commits_is_not_restored_from_the_first():
     hint = fix_hint(_f("remote_differs", HAD, LOST))
-    assert hint == f"take the remote's version back (`git checkout {HAD} -- {REL}`) and commit"
+    assert f"`git checkout {HAD} -- {REL}`" in hint and "take the remote's version back" in hint
 
 
 @pytest.mark.parametrize("kind", ["seed_mismatch", "seed_source_missing", "replay_differs", "replay_not_done"])
 def test_a_seed_or_replay_finding_says_a_run_must_train_from_the_stamps_seed(kind):
-    assert fix_hint(_f(kind)) == (
-        "a run answers to its preregistration only when it trained from the seed the preregistration's "
-        "earliest stamp gives: restore a deleted stamp from git, or start a new run with `--prereg`")
+    hint = fix_hint(_f(kind))
+    assert "earliest stamp" in hint and "restore a deleted stamp" in hint and hint.endswith("`--prereg`")
 
 
-ACK = (f"; if it was a mistake, `logbook acknowledge {REL} --reason TEXT` records it for a teammate to review "
-       "(the finding is then reported as acknowledged)")
+ACK = f"`logbook acknowledge {REL} --reason TEXT`"
 
 
 @pytest.mark.parametrize("kind", ["after_end", "outcome_in_log"])
 def test_a_line_after_the_end_is_pushed_back_from_a_clone_or_acknowledged(kind):
-    assert fix_hint(_f(kind)) == (
-        f"a clone that fetched {REL} before the line was added holds it as written: push that version back "
-        f"(`git log -p -- {REL}` shows which commit added the line){ACK}")
+    hint = fix_hint(_f(kind))
+    assert "push that version back" in hint and f"`git log -p -- {REL}`" in hint and ACK in hint
 
 
 @pytest.mark.parametrize("kind", ["snapshot_missing", "snapshot_moved"])
 def test_a_lost_snapshot_is_pushed_back_from_a_clone_that_has_it_or_acknowledged(kind):
-    assert fix_hint(_f(kind)) == (
-        "in a clone that still has the snapshot, run `logbook init` (it pushes the snapshots the remote "
-        f"lacks), then `git fetch` here{ACK}")
+    hint = fix_hint(_f(kind))
+    assert "in a clone that still has the snapshot, run `logbook init`" in hint and "`git fetch`" in hint
+    assert ACK in hint
 
 
 @pytest.mark.parametrize("kind", ["snapshot_prereg_differs", "seen_false", "prereg_differs_in_log"])
 def test_a_record_that_cannot_be_made_true_again_is_said_in_a_note_or_acknowledged(kind):
-    assert fix_hint(_f(kind)) == f"the record cannot be made true again: say so in a note (`logbook note`){ACK}"
+    hint = fix_hint(_f(kind))
+    assert "cannot be made true again" in hint and "`logbook note`" in hint and ACK in hint
 
 
 def test_any_other_finding_is_restored_from_git_and_superseded():
-    assert fix_hint(_f("chain_broken")) == \
-        "restore the record from git; a correction is a new record that supersedes it, never an edit"
-    assert fix_hint(_f("prereg_after_run")) == \
-        "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+    assert fix_hint(_f("chain_broken")).startswith("restore the record from git")
+    assert "supersedes it" in fix_hint(_f("chain_broken"))
+    assert "preregister anew" in fix_hint(_f("prereg_after_run"))
+    assert fix_hint(_f("prereg_after_run")).endswith("`--prereg`")
 
 
 def _run_for(repo, pid, created, run="r1"):
@@ -612,7 +611,7 @@ def test_a_run_seeded_from_a_stamp_that_is_not_there_is_a_problem(logbook_repo, 
 
 def test_a_late_run_is_never_sent_to_restore_a_commit_whatever_commits_it_names():
     late = Finding("entries/runs/r1/run.json", "prereg_after_run", "m", had=HAD, lost=LOST, hint="other")
-    assert fix_hint(late) == "the run cannot answer to it: preregister anew and start a new run with `--prereg`"
+    assert "preregister anew" in fix_hint(late) and "git checkout" not in fix_hint(late)
 
 
 def test_an_amendment_with_both_links_broken_names_both(logbook_repo, cli):
@@ -675,26 +674,22 @@ def test_a_preregistration_without_a_time_is_ordered_by_history_alone(logbook_re
 
 
 def test_the_hints_that_restore_a_record_say_it_is_never_edited_nor_withdrawn_in_full():
-    assert fix_hint(_f("record_edited", HAD, LOST)) == (
-        f"restore it as {HAD[:7]} had it (`git checkout {HAD[:7]} -- {REL}`) and commit; "
-        "a record is never edited: a correction is a new record that supersedes it")
-    assert fix_hint(_f("remote_erased", HAD, "origin/main")) == (
-        f"restore it as it was pushed (`git checkout {HAD[:7]} -- {REL}`), commit and push; "
-        "a record is never withdrawn: a later record supersedes it")
-    assert fix_hint(_f("uncommitted")) == \
-        "preregister with `logbook prereg`, which commits the record; a hand-written file proves nothing"
+    edited = fix_hint(_f("record_edited", HAD, LOST))
+    assert f"`git checkout {HAD[:7]} -- {REL}`" in edited and "never edited" in edited
+    erased = fix_hint(_f("remote_erased", HAD, "origin/main"))
+    assert f"`git checkout {HAD[:7]} -- {REL}`" in erased and "never withdrawn" in erased
+    assert "proves nothing" in fix_hint(_f("uncommitted"))
 
 
 def test_ignored_records_hint_names_the_rule_finder_in_full():
     with pytest.raises(RefusedError) as err:
         VerifyReport(unverifiable=[_f("ignored")]).raise_if_tampered()
-    assert err.value.hint == f"remove the ignore rule (`git check-ignore -v {REL}` names it), then `logbook commit`"
+    assert f"`git check-ignore -v {REL}`" in err.value.hint and err.value.hint.endswith("`logbook commit`")
 
 
 def test_a_file_that_differs_from_head_is_restored_by_its_own_path():
-    assert VerifyReport().hint_for(_f("deleted")) == (
-        f"restore it as committed: `git restore --source=HEAD --staged --worktree -- {REL}`; "
-        "a correction is a new record, never an edit")
+    hint = VerifyReport().hint_for(_f("deleted"))
+    assert f"`git restore --source=HEAD --staged --worktree -- {REL}`" in hint and "never an edit" in hint
 
 
 def test_mid_merge_a_file_that_differs_from_head_may_come_from_the_merge(logbook_repo):
