@@ -48,6 +48,7 @@ from logbook.core.errors import (EXIT_HANG, EXIT_PREEMPTED, LogbookError, NotFou
 if TYPE_CHECKING:
     from logbook.core.project import Project
     from logbook.eventlog.sink import EventSink, MetricsWriter
+    from logbook.runs.attempt_ends import Heartbeat
     from logbook.runs.rankmarks import RankMark
     from logbook.runs.run_record import RunRecord
 
@@ -155,6 +156,8 @@ class Run:
     """Per-step scalars: every row outside git, a thinned copy committed (`log_metrics`)."""
     rank_mark: RankMark
     """This rank's mark under `.logbook/ranks/`: how a restart tells a lost rank from a stopped one."""
+    heartbeat: Heartbeat | None = None
+    """The last step this attempt reached (rank 0), rewritten by `reached` and `log_metrics`: a kill keeps it."""
     launched: bool = False
     """True under `logbook run -- CMD`: the launcher records attempts, restarts and the end from outside."""
     _closed: bool = field(default=False, repr=False)
@@ -199,9 +202,20 @@ class Run:
             self._told_first = True
             self._tell(first_step=int(step), first_step_at=float(now))
         self.metrics.write({"step": step, "attempt": self.attempt, **values, "time": now})
+        self.reached(step)
         if time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:  # a kill loses a second of rows, not a run's worth
             self.metrics.flush()
             self._flushed_at = time.monotonic()
+
+    def reached(self, step: int) -> None:
+        """The loop has reached `step`: rewrite the heartbeat (a no-op off rank 0); `log_metrics` calls it too.
+
+        A killed attempt's `failed_at_step` and `steps_lost` are read from it,
+        since metrics rows reach the disk only once a second. A loop that logs
+        every few steps calls it every step.
+        """
+        if self.writes and self.heartbeat is not None:
+            self.heartbeat.beat(self.attempt, int(step), time.time())
 
     def resumed(self, step: int) -> None:
         """This attempt resumed from its checkpoint of step `step` (0: from scratch); call it before the first step.
@@ -253,6 +267,8 @@ class Run:
         self._closed = True
         self.rank_mark.ended()
         self.metrics.close()
+        if self.heartbeat is not None:
+            self.heartbeat.close()
 
 
 def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: int | None = None,
@@ -268,6 +284,7 @@ def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: i
     from logbook.core.project import open_project
     from logbook.eventlog.runlog import iter_events
     from logbook.eventlog.sink import EventSink, MetricsWriter, full_metrics_path
+    from logbook.runs.attempt_ends import Heartbeat, heartbeat_path
     from logbook.runs.rankmarks import RankMark, ranks_dir
     from logbook.runs.run_record import check_run_id, load_run_record
 
@@ -285,7 +302,7 @@ def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: i
     metrics = MetricsWriter(run_dir, rank, full_path=full_metrics_path(project.state_dir, run_id),
                             keep=_keep_rule(project, record, total_steps))
     return Run(project, run_id, run_dir, record, attempt, rank, sink, metrics,
-               RankMark(ranks_dir(project.state_dir, run_id), rank))
+               RankMark(ranks_dir(project.state_dir, run_id), rank), Heartbeat(heartbeat_path(project.state_dir, run_id)))
 
 
 def run_from_env(run_id: str | None = None, *, project_root: Path | str | None = None,

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 from logbook.core.project import open_project
-from logbook.runs.attempt_ends import (RunHistory, classify_restart, heartbeat_path, last_signs, metrics_tail,
-                                       peer_lost, read_heartbeat, restart_cost)
-from trainer.job.attempts import Heartbeat
+from logbook.runs.attempt_ends import (Heartbeat, RunHistory, classify_restart, heartbeat_path, last_signs,
+                                       metrics_tail, peer_lost, read_heartbeat, restart_cost)
 
 TS = "2026-11-30T00:00:0{}.000000Z"
 

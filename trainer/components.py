@@ -26,7 +26,6 @@ from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunHis
 
 from .checkpoints.checkpoint import Checkpointer
 from .job import dist
-from .job.attempts import Heartbeat
 from .observe.callbacks import CallbackList
 
 
@@ -79,7 +78,6 @@ class RunLogbook:
     """The abort that ended the run ({step, reason}), or None; the same on every rank."""
     finished_step: int | None
     """The step the run finished at, or None; the same on every rank."""
-    heartbeat: Heartbeat
 
     @property
     def project(self) -> Project:
@@ -112,7 +110,6 @@ class RunLogbook:
 
     def close(self) -> None:
         self.run.close()
-        self.heartbeat.close()
 
 
 @dataclass

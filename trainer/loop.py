@@ -90,7 +90,7 @@ class Trainer:
         self.autocast = runtime.autocast
         self.project, self.run_dir, self.run_record = book.project, book.run_dir, book.run_record
         self.history, self.attempt = book.history, book.attempt
-        self.sink, self.metrics, self.heartbeat, self.rank_mark = book.sink, book.metrics, book.heartbeat, book.rank_mark
+        self.sink, self.metrics, self.rank_mark = book.sink, book.metrics, book.rank_mark
         self.data, self.raw_model, self.model = parts.data, parts.raw_model, parts.model
         self.optimizer, self.checkpointer, self.callbacks = parts.optimizer, parts.checkpointer, parts.callbacks
         self.progress = parts.progress
@@ -204,7 +204,7 @@ class Trainer:
             # The attempt counts from here: one that dies while building or restoring leaves
             # no trace, so the next start takes its number and its restart names the attempt
             # before it (the failed start is downtime). Numbering it earlier lost its restart.
-            self.heartbeat.beat(self.attempt, self.step, time.time())
+            self._book.run.reached(self.step)
 
     # --- training ----------------------------------------------------------------------
 
@@ -298,7 +298,7 @@ class Trainer:
     def _after_step(self) -> None:
         step, c = self.step, self.cfg
         if self.dist.rank == 0:
-            self.heartbeat.beat(self.attempt, step, time.time())
+            self._book.run.reached(step)
         if (c.train.eval_every and step % c.train.eval_every == 0) or step == c.train.steps:
             self.evaluate()
         if step % c.checkpoint.every == 0 or step == c.train.steps:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from logbook.api import RunFailedError, RunHistory, heartbeat_path, open_project, open_run
+from logbook.api import RunFailedError, RunHistory, open_project, open_run
 
 from .checkpoints.checkpoint import Checkpointer
 from .checkpoints.checkpoint_dcp import resolve_format, save_group
@@ -37,7 +37,6 @@ from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard.callback import GuardCallback
 from .guard.plan import guard_from_plan
 from .job import dist
-from .job.attempts import Heartbeat
 from .live_control import ControlCallback
 from .loop import Trainer
 from .nn.data import DataStream, load_corpus
@@ -111,13 +110,12 @@ def _close(stop: StopSignals, book: RunLogbook | None, runtime: Runtime, parts: 
 
 
 def open_logbook(cfg: TrainConfig, project_root: Path, run_id: str, info: dist.DistInfo) -> RunLogbook:
-    """Open the run's logbook (`logbook.api.open_run`: event sink, metrics) and heartbeat, and number the attempt.
+    """Open the run's logbook (`logbook.api.open_run`: event sink, metrics, heartbeat) and number the attempt.
 
     Rank 0 reads the run's history; every rank acts on what it found (the
     attempt's number, whether the run was aborted or finished).
     """
     project = open_project(project_root)
-    heartbeat = Heartbeat(heartbeat_path(project.state_dir, run_id))
     history = RunHistory.of_run(project, run_id) if info.rank == 0 else RunHistory()
     aborted, finished = history.has("run_aborted"), history.has("run_finished")
     facts = dist.broadcast_object({
@@ -126,7 +124,7 @@ def open_logbook(cfg: TrainConfig, project_root: Path, run_id: str, info: dist.D
         "finished_step": None if finished is None else finished.get("step"),
     }, info)
     run = open_run(project_root, run_id, rank=info.rank, attempt=facts["attempt"], total_steps=cfg.train.steps)
-    return RunLogbook(run, history, facts["aborted"], facts["finished_step"], heartbeat)
+    return RunLogbook(run, history, facts["aborted"], facts["finished_step"])
 
 
 def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: str, extra: list[Callback],

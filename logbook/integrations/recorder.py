@@ -8,7 +8,7 @@ One `Recorder` per training run, driven by an adapter's hooks:
   `run_started`; what that attempt cost is read as the bundled trainer reads
   it (`logbook.runs.attempt_ends`). Under `logbook run -- CMD` the launcher records attempts,
   restarts and the end, so `begin`, `end` and `fail` say nothing of those.
-- `step` writes a metrics row, rewrites the heartbeat (the last step reached,
+- `step` writes a metrics row (which rewrites the heartbeat: the last step reached,
   which a kill cannot take back: metrics rows wait in memory for their flush), runs the loss-spike check
   (`SpikeDetector`) and writes the milestones that are due; `evaluation` (the validation loss and
   every other figure an evaluation logs), `checkpoint` likewise.
@@ -24,7 +24,6 @@ Values reach the log as plain floats (`as_float` turns tensors into numbers).
 from __future__ import annotations
 
 import math
-import os
 import time
 import traceback
 from collections import deque
@@ -33,7 +32,7 @@ from typing import Any
 from logbook.api import ProgressNotes, Run, RunHistory, UsageError, check_run_id, ending, is_kind, run_from_env
 from logbook.eventlog.kinds import RESTART_CAUSES
 from logbook.promises.metric_names import canonical, is_bundled
-from logbook.runs.attempt_ends import heartbeat_path, restart_cost
+from logbook.runs.attempt_ends import restart_cost
 from logbook.runs.spikes import METRICS as SPIKE_METRICS, Thresholds, spike_signal
 
 NO_RECORD = ("the process was killed (SIGKILL, the OOM killer, a lost node) or exited without closing the run, "
@@ -56,31 +55,6 @@ def as_float(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
-
-
-class _Heartbeat:
-    """The attempt's last sign of life, rewritten in place every step, as `attempt_ends.read_heartbeat` reads it.
-
-    The step a killed attempt reached is what its restart's `failed_at_step` and
-    `steps_lost` are worked out from; without this it is the last flushed metrics
-    row, up to 50 steps behind. One `pwrite` per step, no fsync: a killed process's
-    write survives in the page cache.
-    """
-
-    def __init__(self, path: Any) -> None:
-        self.path, self._fd = path, None
-
-    def beat(self, attempt: int, step: int) -> None:
-        if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        rec = b'{"attempt": %d, "step": %d, "time": %r, "pid": %d}' % (attempt, step, time.time(), os.getpid())
-        os.pwrite(self._fd, rec.ljust(256), 0)  # the fixed size leaves no tail of a longer record behind
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 class SpikeDetector:
@@ -163,7 +137,6 @@ class Recorder:
         self._configured = False
         self._held_for: int | None = None  # the step whose progress note waits for its evaluation
         self._outside_lr: float | None = None  # a learning rate set outside the scheduler, once recorded
-        self._heartbeat: _Heartbeat | None = None
 
     # --- start -------------------------------------------------------------------------------
 
@@ -180,7 +153,6 @@ class Recorder:
             return run
         history = RunHistory.of_run(run.project, run.run_id)  # what earlier attempts left, as the trainer reads it
         self.notes = ProgressNotes(self.fractions, self.total_steps, run.run_dir)
-        self._heartbeat = _Heartbeat(heartbeat_path(run.project.state_dir, run.run_id))
         self._first_started = history.first_started()
         if not run.launched:
             self._refuse_finished(history.events)
@@ -249,8 +221,6 @@ class Recorder:
         if not row:
             return False
         self.run.log_metrics(step, {**row, "time": round(time.time(), 3)})
-        if self._heartbeat is not None:
-            self._heartbeat.beat(self.run.attempt, step)
         stop = False
         if "loss" in row:
             self.last_loss = row["loss"]
@@ -408,9 +378,6 @@ class Recorder:
 
     def close(self) -> None:
         """Flush the metrics and let go of the run; a later `begin` opens the next attempt."""
-        if self._heartbeat is not None:
-            self._heartbeat.close()
-            self._heartbeat = None
         if self.run is not None:
             self.run.close()
             self.run = None

@@ -1,3 +1,3 @@
-"""This process's place in the job: its rank and process group (dist.py, rendezvous.py), and the heartbeat it
-writes as an attempt of the run (attempts.py); the Slurm job around it is `logbook.api.slurm_info`'s.
+"""This process's place in the job: its rank and process group (dist.py, rendezvous.py); the heartbeat it
+writes as an attempt of the run is `logbook.api.Run.reached`'s, the Slurm job around it `logbook.api.slurm_info`'s.
 """
