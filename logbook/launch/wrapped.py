@@ -132,6 +132,8 @@ class _Ended:
     number: int
     last_step: int | None
     cause: dict[str, Any]
+    heartbeat: dict[str, Any] | None = None
+    """The heartbeat as the attempt left it: the next attempt's rank 0 rewrites it before its `restart` is written."""
 
 
 def _cause(attempt: _Attempt, code: int, torchrun: bool) -> dict[str, Any]:
@@ -252,7 +254,7 @@ def resume_command(project: Project, run_id: str, opts: WrappedOptions, say: Say
         last = events[-1]
         steps = [e["step"] for e in events if isinstance(e.get("step"), int)]
         cause = {"cause": "preempted"} if is_kind(last, "preempted") else {"cause": "unknown"}
-        sup.resumed_after = _Ended(first - 1, max(steps, default=None), cause)
+        sup.resumed_after = _Ended(first - 1, max(steps, default=None), cause, sup.heartbeat())
     return sup.run()
 
 
@@ -318,7 +320,8 @@ class _Supervisor:
                 self._sink(number).emit("run_failed", step=attempt.last_step, reason=reason, exit_code=EXIT_INTERRUPTED,
                                         attempts=number, status="failed")
                 return self._result("failed", number, restarts, EXIT_INTERRUPTED, reason)
-            prev = _Ended(attempt.number, attempt.last_step, _cause(attempt, code, is_torchrun(self.opts.command)))
+            prev = _Ended(attempt.number, attempt.last_step, _cause(attempt, code, is_torchrun(self.opts.command)),
+                          self.heartbeat())
             if number < last:
                 restarts += 1
                 self.say(f"  attempt {number} {_how(attempt, prev.cause, code)}; restarting")
@@ -327,6 +330,11 @@ class _Supervisor:
         self._sink(attempt.number).emit("run_failed", step=attempt.last_step, reason=reason,
                                         exit_code=code if code > 0 else 1, attempts=attempt.number, status="failed")
         return self._result("failed", attempt.number, restarts, 5, reason)
+
+    def heartbeat(self) -> dict[str, Any] | None:
+        from logbook.runs.attempt_ends import heartbeat_path, read_heartbeat
+
+        return read_heartbeat(heartbeat_path(self.project.state_dir, self.record.run_id))
 
     def _sink(self, attempt: int) -> EventSink:
         return EventSink(self.run_dir, self.record.run_id, attempt, 0, root=self.project.root)
@@ -465,6 +473,8 @@ class _Supervisor:
         told = read_handshake(handshake_path(self.project.state_dir, self.record.run_id, attempt.number))
         self.metrics.flush()
         history = RunHistory.of_run(self.project, self.record.run_id)
+        if prev is not None and prev.heartbeat is not None:
+            history.heartbeat = prev.heartbeat
         if prev is None and attempt.number == 1:
             resumed: int | None = 0
         else:
