@@ -7,7 +7,7 @@ random ids, so nothing is downloaded and the data path costs nothing: this is
 the model and optimizer alone, an upper bound on what the trainer can reach.
 
 MFU = tokens/s x flops-per-token (6N + 12 L T d, trainer.nn.model) / peak, the
-peak from logbook/core/accelerators.py for the device, or `--peak-tflops`. The
+peak from trainer/observe/accelerators.py for the device, or `--peak-tflops`. The
 CPU has no entry in that table, so its MFU is reported as unknown unless a
 peak is given.
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from bench._result import result  # noqa: E402
-from logbook.core.accelerators import mfu, resolve_peak  # noqa: E402
+from trainer.observe.accelerators import mfu, resolve_peak  # noqa: E402
 from trainer.config import load_train_config  # noqa: E402
 from trainer.nn.model import GPT  # noqa: E402
 from trainer.observe.telemetry import device_name  # noqa: E402

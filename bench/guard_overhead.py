@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._result import result  # noqa: E402
 from trainer.config import ModelConfig, OptimConfig, ScheduleConfig  # noqa: E402
-from trainer.live_control import ControlChannel  # noqa: E402
+from logbook.launch.live_channel import ControlChannel  # noqa: E402
 from trainer.nn.data import stdlib_files  # noqa: E402
 from trainer.guard.callback import metrics_to_floats  # noqa: E402
-from trainer.guard.config import GuardConfig  # noqa: E402
-from trainer.guard.ladder import Guard  # noqa: E402
+from logbook.guard.config import GuardConfig  # noqa: E402
+from logbook.guard.ladder import Guard  # noqa: E402
 from trainer.nn.model import GPT  # noqa: E402
 from trainer.nn.optim import build_optimizer, lr_factor  # noqa: E402
 

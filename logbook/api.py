@@ -1,36 +1,34 @@
 """The logbook's public API for training loops: the one module a trainer imports from `logbook`.
 
-A training loop (the bundled trainer in `trainer/`, or any other) talks to the
-logbook only through this module:
+Twelve names (`__all__`), the main one an object. A training loop (the bundled
+trainer in `trainer/`, the Hugging Face and Lightning callbacks, any script)
+talks to the logbook only through them:
 
-- `open_run(project_root, run_id, rank=...)` returns a `Run`: the run's folder,
-  its record (`Run.record`, None when the loop was started without `logbook
-  run`), the attempt number, and the two streams it writes, events
-  (`Run.emit`, durable and hash chained) and per-step metrics
-  (`Run.log_metrics`). Every rank opens the run; only rank 0 writes, so callers
-  need no `if rank == 0` of their own.
-- What the run's preregistration asks of training: `Run.contingency_rules()`.
-- Live change requests (`logbook change`): the request files and their answers
-  (`PendingWatch`, `decode_request`, `finish_request`, `iter_answers`), and the
-  one allow-list of what may change (`SETTINGS`, `validate_changes`).
-- What earlier attempts of the run left and how the last one ended: `RunHistory`
-  (events, metrics tail, heartbeat, rank marks; `heartbeat_path` says where a
-  loop's heartbeat goes) and `classify_restart`, the payload of `restart`.
-- A mirror of the run into Weights & Biases (`WandbMirror`, `WandbConfig`): the
-  loop hands it its numbers; it reads the run's events itself.
-- The errors a loop raises or catches, with their exit codes, and a few small
-  pure helpers (an atomic JSON write, YAML that refuses surprises, ...).
-- A typed config read like the logbook reads its own: `resolve` (defaults,
-  layers, `a.b=c` overrides, typed into dataclasses with errors that name the
-  key path), dotted paths (`get_path`, `set_path`, `has_path`) and range checks.
+- `run_from_env()` (under `logbook run -- CMD`, or a run of its own) and
+  `open_run(project_root, run_id, rank=...)` return a `Run`. Every rank opens
+  the run; only rank 0 writes, so callers need no `if rank == 0` of their own.
+- `Run` is the seam: `log_metrics(step, values)`, `emit(kind, **fields)`,
+  `config(values, source=...)`, `resumed(step)`, `reached(step)`, `close()`;
+  what the preregistration asks (`contingency_rules()`); live changes
+  (`changes(config, ...)`: the channel behind `logbook set`, whose files and
+  answers stay inside the logbook); progress notes at milestones
+  (`progress_notes(...)`); checkpoint advice; the mirror into Weights &
+  Biases (`wandb_mirror(...)`, configured by `WandbConfig`); and, for a loop
+  that numbers its own attempts as the bundled trainer does, what earlier
+  attempts left (`Run.history`, `Run.restart_facts`). Its exit codes
+  (`Run.EXIT_PREEMPTED`, `Run.EXIT_HANG`) are what `logbook run` reads.
+- The errors a loop raises or catches: `LogbookError` and the three it meets.
+- Two torch-free rooms a loop builds on: `typedconfig` (a config read as the
+  logbook reads its own: defaults, layers, `a.b=c` overrides, typed into
+  dataclasses with errors that name the key path) and `guard` (the divergence
+  guard: spike rule, ladder, decisions, the plan's settings).
 
 Plots, scoring and rendering never happen in a training process: the logbook
 side (the launcher's watcher, `logbook render`) reads what the loop emitted.
 
-Importing this module costs no torch and almost nothing else: the names below
-`open_run` load their modules on first use (`_LAZY`). The names in `__all__`
-are the public surface; `API_VERSION` changes when one of them changes in a
-way that breaks a caller.
+Importing this module costs no torch and almost nothing else: `typedconfig`,
+`guard` and `WandbConfig` load on first use. `API_VERSION` changes when a name
+here changes in a way that breaks a caller.
 """
 
 from __future__ import annotations
@@ -43,75 +41,28 @@ from typing import TYPE_CHECKING, Any
 
 # Errors are light and every caller needs them: loaded with the module.
 from logbook.core.errors import (EXIT_HANG, EXIT_PREEMPTED, LogbookError, NotFoundError, RefusedError,
-                                 RunFailedError, UsageError, did_you_mean)
+                                 RunFailedError, UsageError)
 
 if TYPE_CHECKING:
     from logbook.core.project import Project
     from logbook.eventlog.sink import EventSink, MetricsWriter
-    from logbook.runs.attempt_ends import Heartbeat
+    from logbook.runs.attempt_ends import Heartbeat, RunHistory
     from logbook.runs.rankmarks import RankMark
     from logbook.runs.run_record import RunRecord
 
-API_VERSION = 1
+API_VERSION = 2
 """Raised when a name below changes in a way that breaks a caller."""
 FLUSH_EVERY_S = 1.0
 """`Run.log_metrics` rows reach the disk at least this often."""
 
 _LAZY: dict[str, str] = {
-    # small pure helpers
-    "atomic_write_json": "logbook.core.fsutil", "fsync_dir": "logbook.core.fsutil",
-    "load_training_config": "logbook.core.yamlsafe", "load_yaml_text": "logbook.core.yamlsafe",
-    "check_run_id": "logbook.runs.run_record",
-    # typed config: plain values into dataclasses, layers, `a.b=c` overrides, dotted paths, range checks
-    "resolve": "logbook.core.typedconfig", "parse_override": "logbook.core.typedconfig",
-    "get_path": "logbook.core.typedconfig", "has_path": "logbook.core.typedconfig",
-    "set_path": "logbook.core.typedconfig", "to_plain": "logbook.core.typedconfig",
-    "check_config": "logbook.core.typedconfig", "check_positive": "logbook.core.typedconfig",
-    "check_nonnegative": "logbook.core.typedconfig", "check_choice": "logbook.core.typedconfig",
-    "suggest_name": "logbook.core.typedconfig", "validate_sections": "logbook.core.typedconfig",
-    "resolve_peak": "logbook.core.accelerators", "mfu": "logbook.core.accelerators",
-    # the run, its record and its streams (what `open_run` builds from)
-    "Project": "logbook.core.project", "open_project": "logbook.core.project",
-    "RunRecord": "logbook.runs.run_record", "load_run_record": "logbook.runs.run_record",
-    "EventSink": "logbook.eventlog.sink", "MetricsWriter": "logbook.eventlog.sink", "KeepRule": "logbook.eventlog.sink",
-    "full_metrics_path": "logbook.eventlog.sink", "iter_events": "logbook.eventlog.runlog",
-    # the event registry's questions (never compare kinds against literals)
-    "KINDS": "logbook.eventlog.kinds", "kinds_where": "logbook.eventlog.kinds",
-    "is_kind": "logbook.eventlog.kinds", "kind_of": "logbook.eventlog.kinds",
-    "ending": "logbook.eventlog.kinds",
-    # the spike rule, defined once (the guard and the framework adapters judge with it)
-    "spike_signal": "logbook.runs.spikes", "judged_form": "logbook.runs.spikes", "judged_value": "logbook.runs.spikes",
-    "Signal": "logbook.runs.spikes", "SPIKE_METRICS": "logbook.runs.spikes:METRICS", "robust_stats": "logbook.runs.spikes",
-    # milestones: which fractions are due, and at which step
-    "ProgressNotes": "logbook.runs.milestones", "milestone_step": "logbook.runs.milestones",
-    # what earlier attempts left (their events, metrics, heartbeat, rank marks) and how the last one ended
-    "RankMark": "logbook.runs.rankmarks", "read_marks": "logbook.runs.rankmarks",
-    "lost_ranks": "logbook.runs.rankmarks", "name_ranks": "logbook.runs.rankmarks",
-    "oom_kill_count": "logbook.runs.oom", "oom_kills_between": "logbook.runs.oom",
-    "RunHistory": "logbook.runs.attempt_ends", "classify_restart": "logbook.runs.attempt_ends",
-    "heartbeat_path": "logbook.runs.attempt_ends",
-    # the preregistered plan: contingency actions and how an action is judged against it
-    "ACTION_KINDS": "logbook.promises.contingency", "judge_against_plan": "logbook.eventlog.plan",
-    "structured_rules": "logbook.eventlog.plan",
-    # live change requests and the one allow-list of what may change
-    "PendingWatch": "logbook.launch.change_requests", "decode_request": "logbook.launch.change_requests",
-    "finish_request": "logbook.launch.change_requests", "iter_answers": "logbook.launch.change_requests",
-    "is_stop": "logbook.launch.change_requests",
-    "processed_dir": "logbook.launch.change_requests", "REPLY_KEY": "logbook.launch.change_requests",
-    "SETTINGS": "logbook.launch.live_settings", "coerce_value": "logbook.launch.live_settings",
-    "validate_changes": "logbook.launch.live_settings", "live_config_path": "logbook.launch.live_settings:config_path",
-    # read-only questions a loop may ask of its own run (see also `checkpoint_advice`)
-    "goodput_of_run": "logbook.runs.goodput", "format_duration": "logbook.runs.ckpt_advice",
-    # the scheduler's facts about this process's job
-    "slurm_info": "logbook.launch.slurm",
-    # mirroring the run into Weights & Biases (wandb is imported only when a mirror starts)
-    "WandbConfig": "logbook.runs.wandb_mirror", "WandbMirror": "logbook.runs.wandb_mirror",
+    "typedconfig": "logbook.core.typedconfig:", "guard": "logbook.guard:",
+    "WandbConfig": "logbook.runs.wandb_mirror",
 }
-"""Public name -> the module that owns it (`module:attr` where the owner's name differs)."""
+"""Public name -> the module that owns it (`module:attr` where the owner's name differs; `module:` the module)."""
 
-__all__ = ["API_VERSION", "EXIT_HANG", "EXIT_PREEMPTED", "LogbookError", "NotFoundError", "RefusedError",
-           "RunFailedError", "UsageError", "did_you_mean", "Run", "open_run", "run_from_env", "checkpoint_advice",
-           "PROJECT_ENV", "RUN_ENV", "ATTEMPT_ENV", *_LAZY]
+__all__ = ["API_VERSION", "Run", "open_run", "run_from_env", "LogbookError", "UsageError", "RefusedError",
+           "RunFailedError", "WandbConfig", "typedconfig", "guard", "NotFoundError"]
 
 PROJECT_ENV = "LOGBOOK_PROJECT"
 """Set by `logbook run -- CMD` for the command: the logbook's repository root."""
@@ -126,8 +77,9 @@ def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, _, attr = target.partition(":")
-    value = getattr(importlib.import_module(module), attr or name)
+    module, colon, attr = target.partition(":")
+    owner = importlib.import_module(module)
+    value = owner if colon and not attr else getattr(owner, attr or name)
     globals()[name] = value  # the next lookup is a plain attribute
     return value
 
@@ -139,6 +91,11 @@ def __dir__() -> list[str]:
 @dataclass
 class Run:
     """One attempt of one run, as a training loop writes it. Built by `open_run`; close it when done."""
+
+    EXIT_PREEMPTED = EXIT_PREEMPTED
+    """Exit with it when a scheduler's SIGTERM stopped the attempt after a save: `logbook run` waits for a requeue."""
+    EXIT_HANG = EXIT_HANG
+    """Exit with it when a watchdog found the loop hung: `logbook run` records a hang, not a crash."""
 
     project: Project
     run_id: str
@@ -269,6 +226,105 @@ class Run:
         self.metrics.close()
         if self.heartbeat is not None:
             self.heartbeat.close()
+
+
+    # --- what a loop builds on its run --------------------------------------------------
+
+    def changes(self, config: Any, **options: Any) -> Any:
+        """The channel of `logbook set` / `logbook stop` for this run: `poll(step)` at each step boundary.
+
+        It applies allow-listed changes to `config` (a dataclass tree), records
+        `hparam_change` or `hparam_change_rejected` and answers each request;
+        `options` are `ControlChannel`'s (emit, rules, world_size, live,
+        broadcast, ...; logbook/launch/live_channel.py).
+        """
+        from logbook.launch.live_channel import ControlChannel
+
+        return ControlChannel(self.project, self.run_id, config, rank=self.rank, attempt=self.attempt, **options)
+
+    def progress_notes(self, fractions: Any, total_steps: int) -> Any:
+        """The milestones due for a run of `total_steps` (`ProgressNotes`): `write_due(emit, step, values)` as steps pass."""
+        from logbook.runs.milestones import ProgressNotes
+
+        return ProgressNotes(fractions, total_steps, self.run_dir)
+
+    def checkpoint_advice(self, *, mtbf_s: float | None = None) -> Any:
+        """Young's checkpoint interval for this run, from its own event log so far (see `checkpoint_advice`)."""
+        return checkpoint_advice(self.run_dir, mtbf_s=mtbf_s)
+
+    def wandb_mirror(self, cfg: Any, **options: Any) -> Any:
+        """A mirror of this run into Weights & Biases (`WandbMirror`; `options`: config, emit, say, load_wandb)."""
+        from logbook.runs.wandb_mirror import WandbMirror
+
+        return WandbMirror(cfg, root=self.project.root, state_dir=self.project.state_dir, run_id=self.run_id,
+                           run_dir=self.run_dir, **options)
+
+    # --- for a loop that numbers its own attempts (the bundled trainer) -------------------
+
+    @staticmethod
+    def history(project_root: Path | str, run_id: str) -> RunHistory:
+        """What earlier attempts of `run_id` left: events, metrics tail, heartbeat, rank marks (read it on rank 0)."""
+        from logbook.core.project import open_project
+        from logbook.runs.attempt_ends import RunHistory
+
+        return RunHistory.of_run(open_project(project_root), run_id)
+
+    @staticmethod
+    def no_history() -> RunHistory:
+        """An empty history: what the ranks that do not read it hold."""
+        from logbook.runs.attempt_ends import RunHistory
+
+        return RunHistory()
+
+    @staticmethod
+    def restart_facts(history: RunHistory, prev: int, resumed_from_step: int, started_at: float,
+                      env: dict[str, str]) -> dict[str, Any]:
+        """The payload of the `restart` that attempt `prev`'s end owes: cause, failed step, steps and time lost."""
+        from logbook.runs.attempt_ends import classify_restart
+
+        return classify_restart(history, prev, resumed_from_step, started_at, env)
+
+    @staticmethod
+    def job_facts(env: dict[str, str]) -> dict[str, Any] | None:
+        """The Slurm job this process runs in, as every path records it (None outside Slurm)."""
+        from logbook.launch.slurm import slurm_info
+
+        return slurm_info(env)
+
+    @staticmethod
+    def oom_kills() -> int | None:
+        """The kernel's count of OOM kills in this process's cgroup so far (None where it is not readable)."""
+        from logbook.runs.oom import oom_kill_count
+
+        return oom_kill_count()
+
+    @staticmethod
+    def is_kind(event: Any, kind: str) -> bool:
+        """Whether an event (or a kind's name) is of registered kind `kind`: never compare kinds as strings."""
+        from logbook.eventlog.kinds import is_kind
+
+        return is_kind(event, kind)
+
+    @staticmethod
+    def check_id(run_id: str) -> str:
+        """`run_id` if it is a valid run id, else a `UsageError` that says why: check it before any work."""
+        from logbook.runs.run_record import check_run_id
+
+        return check_run_id(run_id)
+
+    @staticmethod
+    def state_dir(project_root: Path | str) -> Path:
+        """The logbook's uncommitted state folder (`.logbook/`) of the repository at `project_root`."""
+        from logbook.core.project import open_project
+
+        return open_project(project_root).state_dir
+
+    @staticmethod
+    def format_duration(seconds: float) -> str:
+        """A duration as every view of the logbook writes it (`3.8 s`, `12 min`)."""
+        from logbook.runs.ckpt_advice import format_duration
+
+        return format_duration(seconds)
 
 
 def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: int | None = None,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from logbook.core.accelerators import ACCELERATORS, check_peak_tflops, lookup, mfu, resolve_peak
+from trainer.observe.accelerators import ACCELERATORS, check_peak_tflops, lookup, mfu, resolve_peak
 
 
 @pytest.mark.parametrize(

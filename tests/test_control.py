@@ -17,9 +17,9 @@ from logbook.promises.contingency import parse_rule
 from logbook.eventlog.runlog import iter_events
 from logbook.eventlog.sink import EventSink
 from trainer.config import TrainConfig
-from trainer.live_control import ControlChannel
-from trainer.guard.config import GuardConfig
-from trainer.guard.ladder import Guard
+from logbook.launch.live_channel import ControlChannel
+from logbook.guard.config import GuardConfig
+from logbook.guard.ladder import Guard
 
 
 @dataclass
@@ -117,7 +117,7 @@ def test_a_request_is_applied_once_even_when_its_answer_was_lost(run):
 
 
 def test_a_failed_answer_write_does_not_apply_twice(run, monkeypatch):
-    import trainer.live_control as tc
+    import logbook.launch.live_channel as tc
 
     control, sink, events = run
     cfg = Config()

@@ -20,7 +20,7 @@ from logbook.launch.live_settings import SETTINGS, WEIGHTS_PREFIX, parse_assignm
 from logbook.eventlog.runlog import iter_events
 from logbook.eventlog.sink import EventSink
 from trainer.config import TrainConfig, config_to_dict
-from trainer.live_control import ControlChannel
+from logbook.launch.live_channel import ControlChannel
 
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

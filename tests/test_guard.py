@@ -20,11 +20,13 @@ from logbook.promises.contingency import ACTION_KINDS, parse_rule
 from logbook.eventlog.runlog import iter_events
 from trainer.config import load_train_config
 from trainer.guard.callback import GuardCallback, checkpoints_to_keep, metrics_to_floats
-from trainer.guard.config import GuardConfig
-from trainer.guard.decision import Verdict
+from logbook.guard.config import GuardConfig
+from logbook.guard.decision import Verdict
 from logbook.runs.spikes import MAD_TO_SIGMA, judged_form, robust_stats, spike_signal
-from trainer.guard.ladder import Guard, agree
-from trainer.guard.replay import replay_check
+from logbook.guard.ladder import Guard
+from trainer.guard.callback import agree
+from trainer.live_control import _broadcast
+from logbook.guard.replay import replay_check
 
 MICRO = ROOT / "configs" / "micro-test.yaml"
 GUARD_KINDS = ("divergence_detected", "step_skipped", "rollback", "lr_scaled", "run_aborted")
@@ -475,19 +477,20 @@ def _two_rank_worker(rank: int, world: int, init_file: str, control_dir: str, ou
 
     import torch.distributed as dist
 
-    from trainer.live_control import ControlChannel
+    from logbook.launch.live_channel import ControlChannel
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         cfg = GuardConfig(warmup=10, cooldown=0, rollback_after=2, skip_batches=4)
-        g = Guard(cfg)
+        g = Guard(cfg, agree=agree)  # the bundled trainer's collective, as its callback passes it
         verdicts = []
         for step, (loss, norm) in enumerate(_series(30, seed=rank), start=1):
             if rank == 1 and step in (20, 25):
                 loss = 9.0  # only rank 1 sees the spikes
             verdicts.append(int(g.observe(step, loss, norm, batch_id=step).verdict))
         live_cfg = GuardConfig()
-        ch = ControlChannel(Path(control_dir), "r1", {"guard": live_cfg}, rank=rank, world_size=world, grace_s=0)
+        ch = ControlChannel(Path(control_dir), "r1", {"guard": live_cfg}, rank=rank, world_size=world, grace_s=0,
+                            broadcast=_broadcast)
         applied = ch.poll(31)
         Path(out, f"rank{rank}.json").write_text(_json.dumps({
             "verdicts": verdicts, "rollbacks": g.rollbacks, "skip_ranges": g.skip_ranges,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from logbook.promises.contingency import parse_rule
-from trainer.guard.config import GuardConfig
-from trainer.guard.plan import guard_from_plan
+from logbook.guard.config import GuardConfig
+from logbook.guard.plan import guard_from_plan
 
 
 def _rules(*texts: str) -> list[dict]:

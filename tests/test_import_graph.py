@@ -15,7 +15,8 @@ from pathlib import Path
 
 from conftest import ROOT
 
-LOGBOOK_LAYERS = ("core", "eventlog", "records", "promises", "runs", "scoring", "proof", "chronicle", "launch")
+LOGBOOK_LAYERS = ("core", "eventlog", "records", "promises", "runs", "scoring", "proof", "chronicle", "launch",
+                  "guard")
 """logbook/'s subpackages, lowest first; the CLI, the demo and the package root sit above them all."""
 TOP_LAYER = ("cli", "integrations")
 """Subpackages at the top, beside `api.py` and the demo: they may import the API and anything below.
@@ -209,6 +210,31 @@ def logbook_imports_besides_the_seam(package: Path) -> list[str]:
 def test_the_trainer_imports_only_the_seam_from_logbook():
     besides = logbook_imports_besides_the_seam(ROOT / "trainer")
     assert besides == [], "the trainer talks to the logbook only through logbook/api.py: add what it needs there"
+
+
+def names_taken_from_the_seam_outside_its_surface(package: Path, surface: list[str]) -> list[str]:
+    """`file:line: name` for each name `package` imports from the seam that is not in its `__all__`."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == SEAM:
+                found += [f"{path.relative_to(package.parent)}:{node.lineno}: {a.name}" for a in node.names
+                          if a.name not in surface]
+    return found
+
+
+def test_the_trainer_takes_only_the_public_names_from_the_seam():
+    """The bundled trainer reaches the logbook as HF, Lightning and a script do: through `__all__` alone."""
+    import logbook.api
+
+    assert names_taken_from_the_seam_outside_its_surface(ROOT / "trainer", logbook.api.__all__) == []
+
+
+def test_the_surface_check_finds_a_name_outside_it(tmp_path):
+    pkg = tmp_path / "trainer"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from logbook.api import Run, RunHistory\nfrom logbook.apis import X\n")
+    assert names_taken_from_the_seam_outside_its_surface(pkg, ["Run"]) == ["trainer/a.py:1: RunHistory"]
 
 
 def test_the_seam_check_finds_every_form_of_import(tmp_path):

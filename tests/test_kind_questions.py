@@ -35,7 +35,7 @@ REGISTRY = "logbook/eventlog/kinds.py"
 NOT_EVENTS: dict[str, str] = {
     "logbook/eventlog/plan.py": "guard and contingency actions ({kind: skip | rollback | lr_scale ...}), not events",
     "logbook/promises/contingency.py": "contingency rules' triggers and actions, not events",
-    "trainer/guard/plan.py": "contingency triggers and actions, keyed by the action's kind",
+    "logbook/guard/plan.py": "contingency triggers and actions, keyed by the action's kind",
     "trainer/faults.py": "fault drills (`Fault.kind`: sigkill | hang | nan ...), not events",
 }
 

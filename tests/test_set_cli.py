@@ -40,7 +40,7 @@ def running(logbook_repo):
 def trainer_answering(project, run_id: str = "r1", config=None):
     """A real control channel polling in a thread, as the training loop would at each step."""
     from trainer.config import TrainConfig
-    from trainer.live_control import ControlChannel
+    from logbook.launch.live_channel import ControlChannel
 
     cfg = config or TrainConfig()
     sink = EventSink(project.run_dir(run_id), run_id, attempt=1)

@@ -4,7 +4,9 @@
 """
 
 # The exit codes an attempt ends with live with every other exit code, in logbook/core/errors.py.
-from logbook.api import EXIT_HANG, EXIT_PREEMPTED  # noqa: F401  (re-exported)
+from logbook.api import Run
+
+EXIT_HANG, EXIT_PREEMPTED = Run.EXIT_HANG, Run.EXIT_PREEMPTED
 
 WARM_COMPILE_CACHE = "LOGBOOK_WARM_COMPILE_CACHE"
 """Set by the agent for its fork server (trainer/launch/agent.py, trainer/launch/prewarm.py): a compiled run's

@@ -29,7 +29,10 @@ import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from logbook.api import EXIT_PREEMPTED, LogbookError, atomic_write_json, check_run_id  # noqa: E402
+from logbook.api import LogbookError, Run  # noqa: E402
+
+from . import EXIT_PREEMPTED  # noqa: E402
+from .job.fsio import atomic_write_json  # noqa: E402
 
 from .config import config_hash, config_to_dict, load_train_config  # noqa: E402
 
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None, started_at: float | None = None) -> int:
             print("error: --run RUN_ID is required to train", file=sys.stderr)
             return 2
 
-        check_run_id(args.run_id)
+        Run.check_id(args.run_id)
     except LogbookError as e:
         return _fail(e)
     if cfg.train.deterministic:

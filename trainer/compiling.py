@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from logbook.api import atomic_write_json
+from .job.fsio import atomic_write_json
 
 from .checkpoints.rng import get_rng_state, set_rng_state
 from .nn.precompile import PrecompiledModel, identity, precompiled_folder

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from logbook.api import EventSink, MetricsWriter, Project, RankMark, Run, RunHistory, RunRecord
+from logbook.api import Run
 
 from .checkpoints.checkpoint import Checkpointer
 from .job import dist
@@ -72,7 +72,7 @@ class RunLogbook:
 
     run: Run
     """The API's handle: event sink, metrics, the run record, this rank's mark."""
-    history: RunHistory
+    history: Any
     """Read by rank 0; empty on the other ranks."""
     aborted: dict[str, Any] | None
     """The abort that ended the run ({step, reason}), or None; the same on every rank."""
@@ -80,7 +80,7 @@ class RunLogbook:
     """The step the run finished at, or None; the same on every rank."""
 
     @property
-    def project(self) -> Project:
+    def project(self) -> Any:
         return self.run.project
 
     @property
@@ -88,7 +88,7 @@ class RunLogbook:
         return self.run.run_dir
 
     @property
-    def run_record(self) -> RunRecord | None:
+    def run_record(self) -> Any:
         """None when the trainer was launched directly, not through `logbook run`."""
         return self.run.record
 
@@ -97,15 +97,15 @@ class RunLogbook:
         return self.run.attempt
 
     @property
-    def sink(self) -> EventSink:
+    def sink(self) -> Any:
         return self.run.sink
 
     @property
-    def metrics(self) -> MetricsWriter:
+    def metrics(self) -> Any:
         return self.run.metrics
 
     @property
-    def rank_mark(self) -> RankMark:
+    def rank_mark(self) -> Any:
         return self.run.rank_mark
 
     def close(self) -> None:
@@ -131,7 +131,7 @@ class TrainParts:
     progress: Any = None
     """The `ProgressReporter` among the callbacks, told of evaluations (None off rank 0)."""
     guard_from_plan: list[str] = field(default_factory=list)
-    """Guard settings the contingency plan set (trainer/guard/plan.py), as `run_started` records them."""
+    """Guard settings the contingency plan set (logbook/guard/plan.py), as `run_started` records them."""
 
     def close(self) -> None:
         try:
@@ -164,7 +164,7 @@ class StopSignals:
     signum: int | None = None
     """The first request: it is the cause. Slurm's USR1 reaches the trainer directly and again
     as the SIGTERM its launcher sends torchrun."""
-    rank_mark: RankMark | None = None
+    rank_mark: Any = None
     """Told at once: torchrun stops the survivors of a lost rank with SIGTERM, then SIGKILL."""
     _old: dict[int, Any] = field(default_factory=dict)
     _wake: tuple[socket.socket, socket.socket] | None = None

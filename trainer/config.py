@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbook.api import (check_choice, check_config, check_nonnegative, check_positive, load_training_config,
-                         resolve, suggest_name, validate_sections)
-from logbook.api import parse_override  # noqa: F401 - part of this module's surface (`a.b=value` -> path, value)
+
+from logbook.api import guard, typedconfig
+
+GuardConfig = guard.GuardConfig  # the guard's section, defined beside the guard (torch-free, in the logbook)
 
 # These sections are defined beside the components they configure; the
 # modules keep torch imports inside functions, so this file stays torch-free.
-from .guard.config import GuardConfig
 from .observe.straggler import StragglerConfig
 from .observe.telemetry import TelemetryConfig
 from .observe.wandb_sink import WandbConfig
@@ -70,11 +70,11 @@ class ModelConfig:
     to float rounding, not bit for bit: a deterministic run is refused a resume that changes it."""
 
     def validate(self, where: str) -> None:
-        check_positive(self, where, "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "mlp_ratio", "init_std")
-        check_config(self.n_embd % self.n_head == 0, f"{where}.n_head", f"must divide n_embd ({self.n_embd}), got {self.n_head}")
-        check_config(0.0 <= self.dropout < 1.0, f"{where}.dropout", f"must be in [0, 1), got {self.dropout}")
-        check_nonnegative(self, where, "z_loss")
-        check_choice(self, where, "attention_backend", ATTENTION_BACKENDS)
+        typedconfig.check_positive(self, where, "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "mlp_ratio", "init_std")
+        typedconfig.check_config(self.n_embd % self.n_head == 0, f"{where}.n_head", f"must divide n_embd ({self.n_embd}), got {self.n_head}")
+        typedconfig.check_config(0.0 <= self.dropout < 1.0, f"{where}.dropout", f"must be in [0, 1), got {self.dropout}")
+        typedconfig.check_nonnegative(self, where, "z_loss")
+        typedconfig.check_choice(self, where, "attention_backend", ATTENTION_BACKENDS)
 
 
 @dataclass
@@ -91,10 +91,10 @@ class SourceConfig:
     """Cap on the bytes read for stdlib and text sources (megabytes, 10**6 bytes); 0 means no cap."""
 
     def validate(self, where: str) -> None:
-        check_choice(self, where, "kind", ("stdlib", "text", "bin"))
-        check_config(bool(self.name), f"{where}.name", "must not be empty")
-        check_config(self.kind == "stdlib" or bool(self.path), f"{where}.path", f"is required for a {self.kind} source")
-        check_nonnegative(self, where, "max_mb")
+        typedconfig.check_choice(self, where, "kind", ("stdlib", "text", "bin"))
+        typedconfig.check_config(bool(self.name), f"{where}.name", "must not be empty")
+        typedconfig.check_config(self.kind == "stdlib" or bool(self.path), f"{where}.path", f"is required for a {self.kind} source")
+        typedconfig.check_nonnegative(self, where, "max_mb")
 
 
 @dataclass
@@ -121,22 +121,22 @@ class DataConfig:
     """Where the concatenated corpus is cached; default ~/.cache/logbook-trainer."""
 
     def validate(self, where: str) -> None:
-        check_config(bool(self.sources), f"{where}.sources", "needs at least one source")
+        typedconfig.check_config(bool(self.sources), f"{where}.sources", "needs at least one source")
         names = [s.name for s in self.sources]
-        check_config(len(set(names)) == len(names), f"{where}.sources", f"source names must be unique, got {names}")
+        typedconfig.check_config(len(set(names)) == len(names), f"{where}.sources", f"source names must be unique, got {names}")
         for i, s in enumerate(self.sources):
             s.validate(f"{where}.sources.{i}")
-        check_config(0.0 < self.val_fraction < 0.5, f"{where}.val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
+        typedconfig.check_config(0.0 < self.val_fraction < 0.5, f"{where}.val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
         last = 0.0
         for i, p in enumerate(self.phases):
             key = f"{where}.phases.{i}"
-            check_config(last < p.until <= 1.0, f"{key}.until", f"must increase and lie in (0, 1], got {p.until}")
+            typedconfig.check_config(last < p.until <= 1.0, f"{key}.until", f"must increase and lie in (0, 1], got {p.until}")
             last = p.until
             for name, w in p.weights.items():
-                check_config(name in names, f"{key}.weights.{name}", suggest_name(name, names, "unknown source"))
-                check_config(w >= 0, f"{key}.weights.{name}", f"must be >= 0, got {w}")
-            check_config(sum(p.weights.values()) > 0, f"{key}.weights", "need at least one positive weight")
-        check_config(not self.phases or last == 1.0, f"{where}.phases", "the last phase must end at until: 1.0")
+                typedconfig.check_config(name in names, f"{key}.weights.{name}", typedconfig.suggest_name(name, names, "unknown source"))
+                typedconfig.check_config(w >= 0, f"{key}.weights.{name}", f"must be >= 0, got {w}")
+            typedconfig.check_config(sum(p.weights.values()) > 0, f"{key}.weights", "need at least one positive weight")
+        typedconfig.check_config(not self.phases or last == 1.0, f"{where}.phases", "the last phase must end at until: 1.0")
 
 
 @dataclass
@@ -163,11 +163,11 @@ class OptimConfig:
     """MuonClip: after each update rescale a head's query/key scale when its max attention logit exceeds this; 0 turns it off."""
 
     def validate(self, where: str) -> None:
-        check_choice(self, where, "name", ("adamw", "muon"))
-        check_positive(self, where, "lr", "muon_lr", "eps")
-        check_config(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"{where}.betas", f"must be two numbers in [0, 1), got {self.betas}")
-        check_nonnegative(self, where, "weight_decay", "grad_clip", "qk_clip_tau")
-        check_config(0 <= self.muon_momentum < 1, f"{where}.muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
+        typedconfig.check_choice(self, where, "name", ("adamw", "muon"))
+        typedconfig.check_positive(self, where, "lr", "muon_lr", "eps")
+        typedconfig.check_config(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"{where}.betas", f"must be two numbers in [0, 1), got {self.betas}")
+        typedconfig.check_nonnegative(self, where, "weight_decay", "grad_clip", "qk_clip_tau")
+        typedconfig.check_config(0 <= self.muon_momentum < 1, f"{where}.muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
 
 
 @dataclass
@@ -186,11 +186,11 @@ class ScheduleConfig:
     """wsd: linear | cosine | sqrt (1 - sqrt) shape of the final decay."""
 
     def validate(self, where: str) -> None:
-        check_choice(self, where, "kind", ("cosine", "wsd", "constant"))
-        check_choice(self, where, "decay_shape", ("linear", "cosine", "sqrt"))
-        check_nonnegative(self, where, "warmup_steps")
-        check_config(0 <= self.min_lr_ratio <= 1, f"{where}.min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
-        check_config(0 < self.decay_fraction <= 1, f"{where}.decay_fraction", f"must be in (0, 1], got {self.decay_fraction}")
+        typedconfig.check_choice(self, where, "kind", ("cosine", "wsd", "constant"))
+        typedconfig.check_choice(self, where, "decay_shape", ("linear", "cosine", "sqrt"))
+        typedconfig.check_nonnegative(self, where, "warmup_steps")
+        typedconfig.check_config(0 <= self.min_lr_ratio <= 1, f"{where}.min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+        typedconfig.check_config(0 < self.decay_fraction <= 1, f"{where}.decay_fraction", f"must be in (0, 1], got {self.decay_fraction}")
 
 
 @dataclass
@@ -229,16 +229,16 @@ class TrainLoopConfig:
     """With several ranks: ddp (replicas) | fsdp (FSDP2 fully_shard per block); both on CPU (gloo) or GPU (nccl)."""
 
     def validate(self, where: str) -> None:
-        check_positive(self, where, "steps", "batch_size", "grad_accum", "log_every", "eval_batches")
-        check_choice(self, where, "device", ("auto", "cpu", "cuda"))
-        check_choice(self, where, "dtype", ("float32", "bfloat16"))
-        check_choice(self, where, "parallel", ("ddp", "fsdp"))
-        check_config(self.parallel != "fsdp" or self.grad_accum == 1, f"{where}.grad_accum",
+        typedconfig.check_positive(self, where, "steps", "batch_size", "grad_accum", "log_every", "eval_batches")
+        typedconfig.check_choice(self, where, "device", ("auto", "cpu", "cuda"))
+        typedconfig.check_choice(self, where, "dtype", ("float32", "bfloat16"))
+        typedconfig.check_choice(self, where, "parallel", ("ddp", "fsdp"))
+        typedconfig.check_config(self.parallel != "fsdp" or self.grad_accum == 1, f"{where}.grad_accum",
                f"must be 1 with train.parallel=fsdp, got {self.grad_accum}: this loop has no FSDP2 "
                "equivalent of no_sync, so each micro-batch would reduce-scatter its gradients; raise "
                "train.batch_size instead, or use ddp")
-        check_config(self.hang_factor >= 1, f"{where}.hang_factor", f"must be >= 1, got {self.hang_factor}")
-        check_nonnegative(self, where, "threads", "eval_every", "hang_timeout_s")
+        typedconfig.check_config(self.hang_factor >= 1, f"{where}.hang_factor", f"must be >= 1, got {self.hang_factor}")
+        typedconfig.check_nonnegative(self, where, "threads", "eval_every", "hang_timeout_s")
 
 
 @dataclass
@@ -262,9 +262,9 @@ class CheckpointConfig:
     """MTBF in seconds for the advice before this run has failed; 0 waits for the run's own failures."""
 
     def validate(self, where: str) -> None:
-        check_positive(self, where, "every", "keep")
-        check_choice(self, where, "format", ("auto", "torch", "dcp"))
-        check_nonnegative(self, where, "mtbf_s")
+        typedconfig.check_positive(self, where, "every", "keep")
+        typedconfig.check_choice(self, where, "format", ("auto", "torch", "dcp"))
+        typedconfig.check_nonnegative(self, where, "mtbf_s")
 
 
 @dataclass
@@ -285,12 +285,12 @@ class FaultConfig:
     """spike only: the loss and gradients of the step are multiplied by this."""
 
     def validate(self, where: str) -> None:
-        check_choice(self, where, "kind", ("exception", "sigkill", "sigterm", "hang", "corrupt_checkpoint", "nan", "spike"))
-        check_choice(self, where, "when", ("step", "save"))
-        check_positive(self, where, "step", "attempt")
-        check_config(self.rank is None or self.rank >= 0, f"{where}.rank", f"must be >= 0, got {self.rank}")
-        check_config(self.when == "step" or self.kind == "sigkill", f"{where}.when", "`save` is only for sigkill drills")
-        check_config(self.factor > 1, f"{where}.factor", f"must be > 1 (a blow-up), got {self.factor}")
+        typedconfig.check_choice(self, where, "kind", ("exception", "sigkill", "sigterm", "hang", "corrupt_checkpoint", "nan", "spike"))
+        typedconfig.check_choice(self, where, "when", ("step", "save"))
+        typedconfig.check_positive(self, where, "step", "attempt")
+        typedconfig.check_config(self.rank is None or self.rank >= 0, f"{where}.rank", f"must be >= 0, got {self.rank}")
+        typedconfig.check_config(self.when == "step" or self.kind == "sigkill", f"{where}.when", "`save` is only for sigkill drills")
+        typedconfig.check_config(self.factor > 1, f"{where}.factor", f"must be > 1 (a blow-up), got {self.factor}")
 
 
 @dataclass
@@ -321,10 +321,10 @@ class TrainConfig:
     """Detection of a rank persistently slower than the others."""
 
     def validate(self, where: str = "") -> None:
-        validate_sections(self)
+        typedconfig.validate_sections(self)
         for i, fault in enumerate(self.faults):
-            check_config(fault.step <= self.train.steps, f"faults.{i}.step", f"is after the last step ({self.train.steps})")
-            check_config(fault.kind != "hang" or self.train.hang_timeout_s > 0, f"faults.{i}.kind",
+            typedconfig.check_config(fault.step <= self.train.steps, f"faults.{i}.step", f"is after the last step ({self.train.steps})")
+            typedconfig.check_config(fault.kind != "hang" or self.train.hang_timeout_s > 0, f"faults.{i}.kind",
                    "a hang drill needs the watchdog: set train.hang_timeout_s > 0")
 
     @property
@@ -340,7 +340,7 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
 
 def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     """A validated TrainConfig from a (possibly partial) dict, e.g. one saved in a checkpoint."""
-    cfg = resolve(TrainConfig, raw)
+    cfg = typedconfig.resolve(TrainConfig, raw)
     cfg.validate()
     return cfg
 
@@ -353,7 +353,7 @@ def config_hash(cfg: TrainConfig) -> str:
 
 def load_train_config(path: Path | str | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """Defaults, then the YAML file (if any), then `key.sub=value` overrides; validated."""
-    loaded = load_training_config(Path(path)) if path is not None else None
-    cfg = resolve(TrainConfig, loaded, overrides=overrides)
+    loaded = typedconfig.load_training_config(Path(path)) if path is not None else None
+    cfg = typedconfig.resolve(TrainConfig, loaded, overrides=overrides)
     cfg.validate()
     return cfg

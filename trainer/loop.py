@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from logbook.api import RunFailedError, classify_restart, oom_kill_count, slurm_info
+from logbook.api import Run, RunFailedError
 
 from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_hash, config_to_dict
@@ -42,7 +42,6 @@ from .job import dist
 from .nn.optim import apply_hyperparams, lr_factor, qk_clip
 from .observe.callbacks import LoopAction
 from .restore import checkpoint_parts, resume, rollback
-from logbook.api import is_kind
 
 
 class Preempted(Exception):
@@ -131,6 +130,11 @@ class Trainer:
         """The step a nan/spike drill blew up, if one did."""
         return self._drills.step
 
+    @property
+    def book(self) -> RunLogbook:
+        """The run's logbook as this attempt writes it: `book.run` is the `logbook.api.Run`."""
+        return self._book
+
     # --- events -----------------------------------------------------------------
 
     def emit(self, kind: str, *, step: int | None = None, tokens: int | None = None, drill: bool = False, **data: Any):
@@ -170,20 +174,20 @@ class Trainer:
                 latest = prev == self.attempt - 1
                 # An older end is owed by an attempt that died starting: it is timed to that start.
                 start = self.started_at if latest else (self.history.first_event_time(prev + 1) or self.started_at)
-                payload = classify_restart(self.history, prev, self.step, start, self.env if latest else {})
+                payload = Run.restart_facts(self.history, prev, self.step, start, self.env if latest else {})
                 newer = [s for s in self.unfinished_saves if s > self.step]
                 if latest and newer:  # why the resume went back further than the checkpoint cadence says
                     payload["unfinished_checkpoint_step"] = newer[-1]
                 prev_events = self.history.of_attempt(prev)
-                drill = any(is_kind(e, "fault_injected") or e.get("drill") for e in prev_events)
-                self.emit("restart", drill=drill, next_attempt=prev + 1, slurm=slurm_info(self.env), **payload)
+                drill = any(Run.is_kind(e, "fault_injected") or e.get("drill") for e in prev_events)
+                self.emit("restart", drill=drill, next_attempt=prev + 1, slurm=Run.job_facts(self.env), **payload)
         rec = self.run_record
         snapshot = rec.snapshot if rec else {}
         self.emit(
             "run_started",
             config_hash=config_hash(self.cfg), config_path=self.config_path, world_size=self.dist.world_size,
             prereg_id=rec.prereg_id if rec else None, exploratory=rec.exploratory if rec else None,
-            snapshot_commit=snapshot.get("commit"), total_steps=self.cfg.train.steps, slurm=slurm_info(self.env),
+            snapshot_commit=snapshot.get("commit"), total_steps=self.cfg.train.steps, slurm=Run.job_facts(self.env),
             tokens_per_step=self.cfg.tokens_per_step * self.dist.world_size, device=str(self.device),
             resumed_from_step=self.step, resumed_from=str(self.resumed_from) if self.resumed_from else None,
             torchelastic_restart_count=int(self.env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
@@ -194,7 +198,7 @@ class Trainer:
             attention_backend=self.cfg.model.attention_backend, checkpoint_format=self.checkpointer.format, guard_from_plan=self._parts.guard_from_plan or None,
             deviations=list(rec.deviations) if rec and rec.deviations else None,
             config_changed=_changed_keys(self.saved_config, config_to_dict(self.cfg)) if self.saved_config else [],
-            members=self.dist.members, group_id=self.dist.group_id or None, oom_kills=oom_kill_count(),
+            members=self.dist.members, group_id=self.dist.group_id or None, oom_kills=Run.oom_kills(),
             seed=self.cfg.train.seed, seed_source=rec.seed_source if rec else None,
         )
         member = self.dist.members[self.dist.rank] if self.dist.members else \
@@ -391,7 +395,7 @@ class Trainer:
             self.save(sync=True)
         name = signal.Signals(sig).name
         self.emit("preempted", drill=self.drill_active, signal=name, saved_step=self.last_good_step,
-                  slurm=slurm_info(self.env))
+                  slurm=Run.job_facts(self.env))
         raise Preempted(name, self.last_good_step)
 
     # --- ending ------------------------------------------------------------------------

@@ -7,7 +7,7 @@ the newest good checkpoint when an attempt starts; `rollback` goes back to an
 older one when the guard asks, keeping what the deciders remember and the
 live learning-rate multiplier, and saves the new branch at once. The events a
 rollback writes are the ones the action carries (the guard's decision
-describes them, trainer/guard/decision.py); the restore only completes the
+describes them, logbook/guard/decision.py); the restore only completes the
 rollback event with what it alone knows (`complete_rollback`).
 """
 
@@ -18,13 +18,12 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from logbook.api import RefusedError, RunFailedError
+from logbook.api import RefusedError, RunFailedError, guard
 
 from .checkpoints import checkpoint_dcp
 from .checkpoints.checkpoint import check_model_compatible
 from .checkpoints.rng import get_rng_state, set_rng_state
 from .config import config_hash, config_to_dict
-from .guard.decision import complete_rollback
 from .job import dist
 from .nn.optim import apply_hyperparams
 from .observe.callbacks import LoopAction, TrainerView
@@ -146,7 +145,7 @@ def rollback(t: Trainer, action: LoopAction, failing_step: int) -> None:
     asked = action.events.get("rollback") or {
         "from_step": from_step, "reason": action.reason,
         "batches_skipped": list(action.skip_batches) if action.skip_batches else None}
-    t.emit("rollback", drill=action.drill, **complete_rollback(
+    t.emit("rollback", drill=action.drill, **guard.complete_rollback(
         asked, to_step=t.step, checkpoint=str(path), abandoned=[str(p) for p in abandoned], restore_s=restore_s,
         wanted_step=target if short else None))
     if action.lr_scale is not None and action.lr_scale != t.lr_scale:

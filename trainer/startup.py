@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from logbook.api import RunFailedError, RunHistory, open_project, open_run
+from logbook.api import Run, RunFailedError, guard, open_run
 
 from .checkpoints.checkpoint import Checkpointer
 from .checkpoints.checkpoint_dcp import resolve_format, save_group
@@ -35,7 +35,6 @@ from .components import Drills, RunLogbook, Runtime, StopSignals, TrainParts
 from .config import TrainConfig, config_to_dict
 from .faults import DivergenceDrill, FaultInjector, InjectedFault
 from .guard.callback import GuardCallback
-from .guard.plan import guard_from_plan
 from .job import dist
 from .live_control import ControlCallback
 from .loop import Trainer
@@ -50,7 +49,6 @@ from .observe.straggler import StragglerMonitor
 from .observe.telemetry import Telemetry
 from .observe.wandb_sink import WandbSink
 from .observe.watchdog import HangWatchdog
-from logbook.api import is_kind
 
 
 def build_trainer(cfg: TrainConfig, *, project_root: Path | str, run_id: str, config_path: str | None = None,
@@ -115,8 +113,7 @@ def open_logbook(cfg: TrainConfig, project_root: Path, run_id: str, info: dist.D
     Rank 0 reads the run's history; every rank acts on what it found (the
     attempt's number, whether the run was aborted or finished).
     """
-    project = open_project(project_root)
-    history = RunHistory.of_run(project, run_id) if info.rank == 0 else RunHistory()
+    history = Run.history(project_root, run_id) if info.rank == 0 else Run.no_history()
     aborted, finished = history.has("run_aborted"), history.has("run_finished")
     facts = dist.broadcast_object({
         "attempt": history.last_attempt() + 1,
@@ -156,9 +153,9 @@ def build_parts(cfg: TrainConfig, book: RunLogbook, runtime: Runtime, run_id: st
                                 emit=_checkpoint_emitter(book, drills), writer=info.rank == 0, format=fmt,
                                 group=save_group() if fmt == "dcp" else None)
     rules = _contingency_rules(book)
-    # The guard does what the plan promised (trainer/guard/plan.py); the same on every attempt, so the
+    # The guard does what the plan promised (logbook/guard/plan.py); the same on every attempt, so the
     # config a checkpoint saved and this one agree.
-    cfg.guard, planned = guard_from_plan(cfg.guard, rules)
+    cfg.guard, planned = guard.guard_from_plan(cfg.guard, rules)
     cfg.guard.validate("guard (as the contingency plan sets it)")
     # A callback passed in explicitly replaces the default one of the same name.
     names = {c.name for c in extra}
@@ -206,11 +203,11 @@ def _contingency_rules(book: RunLogbook) -> list[Any] | None:
 def _checkpoint_emitter(book: RunLogbook, drills: Drills) -> Callable[..., None]:
     """The checkpointer's `emit`: a rejection of a checkpoint that a drill corrupted is part of the drill."""
     drilled = {e.get("data", {}).get("path") for e in book.history.events
-               if is_kind(e, "fault_injected") and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
+               if Run.is_kind(e, "fault_injected") and e.get("data", {}).get("fault") == "corrupt_checkpoint"}
 
     def emit(kind: str, **kw: Any) -> None:
         path = kw.get("path")  # as recorded (relative to the repository) or, in older logs, as given
-        drill = is_kind(kind, "checkpoint_rejected") and (drills.active or path in drilled or book.sink.recorded(path) in drilled)
+        drill = Run.is_kind(kind, "checkpoint_rejected") and (drills.active or path in drilled or book.sink.recorded(path) in drilled)
         book.sink.emit(kind, drill=drill, **kw)
 
     return emit

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from logbook.core.errors import UsageError, did_you_mean
+from logbook.core.yamlsafe import load_training_config  # noqa: F401 - a loop reads its file with it, then `resolve`s it
 from logbook.core.yamlsafe import load_yaml_text
 
 T = typing.TypeVar("T")

@@ -29,7 +29,11 @@ import traceback
 from collections import deque
 from typing import Any
 
-from logbook.api import ProgressNotes, Run, RunHistory, UsageError, check_run_id, ending, is_kind, run_from_env
+from logbook.api import Run, UsageError, run_from_env
+from logbook.eventlog.kinds import ending, is_kind
+from logbook.runs.attempt_ends import RunHistory
+from logbook.runs.milestones import ProgressNotes
+from logbook.runs.run_record import check_run_id
 from logbook.eventlog.kinds import RESTART_CAUSES
 from logbook.promises.metric_names import canonical, is_bundled
 from logbook.runs.attempt_ends import restart_cost

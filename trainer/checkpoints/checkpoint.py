@@ -38,7 +38,9 @@ from typing import Any
 
 import torch
 
-from logbook.api import RefusedError, fsync_dir
+from logbook.api import RefusedError
+
+from ..job.fsio import fsync_dir
 
 from . import checkpoint_dcp
 

@@ -1,3 +1,3 @@
-"""The divergence guard: spike detection, the ladder from skip to rollback to abort, the ruling and
-its events, replay, the plan's settings, and the callback that puts it in the loop (callback.py).
+"""The divergence guard in the loop: the callback that feeds the logbook's guard (`logbook.guard`, torch-free)
+each step and carries out its skips and rollbacks on the model (callback.py).
 """

@@ -2,14 +2,14 @@
 
 After the backward pass and before `optimizer.step()`, `GuardCallback` hands
 each step's loss and gradient norm to the guard (`Guard` in
-trainer/guard/ladder.py), which judges them with robust rolling statistics
+logbook/guard/ladder.py), which judges them with robust rolling statistics
 (logbook/runs/spikes.py) and answers with a `Decision`
-(trainer/guard/decision.py): carry on, skip the update, roll back to a
+(logbook/guard/decision.py): carry on, skip the update, roll back to a
 checkpoint, or abort. The callback writes `divergence_detected`, sets the
 checkpoints around a rolled-back spike aside for study, optionally replays the
-flagged step (trainer/guard/replay.py), and hands the rest to the loop as a
+flagged step (logbook/guard/replay.py), and hands the rest to the loop as a
 `LoopAction` carrying the decision's event payloads, which the loop writes as
-they are. The guard's config is `GuardConfig` (trainer/guard/config.py).
+they are. The guard's config is `GuardConfig` (logbook/guard/config.py).
 
 Syncs. `observe` takes Python floats. `metrics_to_floats` turns the loss and
 gradient-norm tensors into floats with one host sync for both; when the loop
@@ -27,10 +27,8 @@ from typing import TYPE_CHECKING, Any
 from ..checkpoints.checkpoint import list_checkpoints, mark_keep
 from ..checkpoints.rng import get_rng_state, set_rng_state
 from ..observe.callbacks import Callback, LoopAction
-from .config import GuardConfig
-from .decision import Decision, Verdict
-from .ladder import Guard
-from .replay import label_replay, replay_check
+
+from logbook.api import guard
 
 if TYPE_CHECKING:
     import torch
@@ -69,8 +67,8 @@ class GuardCallback(Callback):
     name = "guard"
     priority = 20  # after live control (10), so a changed threshold counts from this step
 
-    def __init__(self, cfg: GuardConfig, rules: Iterable[Any] | None = None) -> None:
-        self.guard = Guard(cfg, rules)
+    def __init__(self, cfg: guard.GuardConfig, rules: Iterable[Any] | None = None) -> None:
+        self.guard = guard.Guard(cfg, rules, agree=agree)
         self._rng: dict[str, Any] | None = None
 
     def pre_step(self, step: int) -> None:
@@ -86,14 +84,14 @@ class GuardCallback(Callback):
         if d.ok:
             return None
         if self.guard.cfg.replay and self._rng is not None:
-            label_replay(d, replay_check(lambda: self._rerun(batch_id), d))
+            guard.label_replay(d, guard.replay_check(lambda: self._rerun(batch_id), d))
         drill = t.drill_step == step  # a nan/spike drill caused it
         t.emit("divergence_detected", step=step, drill=drill, **(d.payload("divergence_detected") or {}))
-        if d.verdict == Verdict.ROLLBACK:
+        if d.verdict == guard.Verdict.ROLLBACK:
             d.keep(self._keep_checkpoints(d))
         return to_loop_action(d, drill=drill)
 
-    def _keep_checkpoints(self, d: Decision) -> list[str]:
+    def _keep_checkpoints(self, d: guard.Decision) -> list[str]:
         """Set the checkpoints on either side of the spike aside under `spikes/`; returns their paths.
 
         There a save of the same step on the new branch cannot replace them,
@@ -144,15 +142,15 @@ class GuardCallback(Callback):
         self.guard.load_state_dict(state)
 
 
-def to_loop_action(d: Decision, *, drill: bool = False) -> LoopAction | None:
+def to_loop_action(d: guard.Decision, *, drill: bool = False) -> LoopAction | None:
     """What the loop must do for a decision, with the decision's event payloads to write as they are."""
     events = {k: data for k, data in d.events if k != "divergence_detected"}  # the callback wrote that one
-    if d.verdict == Verdict.SKIP:
+    if d.verdict == guard.Verdict.SKIP:
         return LoopAction("skip", d.reason, events=events, drill=drill)
-    if d.verdict == Verdict.ROLLBACK:
+    if d.verdict == guard.Verdict.ROLLBACK:
         return LoopAction("rollback", d.reason, to_step=d.to_step, skip_batches=d.skip_range, lr_scale=d.lr_scale,
                           events=events, drill=drill)
-    if d.verdict == Verdict.ABORT:
+    if d.verdict == guard.Verdict.ABORT:
         return LoopAction("abort", d.reason, events=events, drill=drill)
     return None
 
@@ -176,3 +174,19 @@ def _link_or_copy(src: str, dest: str) -> None:
         os.link(src, dest)
     except OSError:
         shutil.copy2(src, dest)
+
+
+def agree(decision: guard.Decision, group: Any = None) -> guard.Decision:
+    """Every rank's strongest decision, on every rank; the identity without a process group.
+
+    One all-reduce (MAX) of the five integers of `guard.agreement_code`.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return decision
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
+    t = torch.tensor(guard.agreement_code(decision), dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return guard.agreed(decision, t.tolist())

@@ -141,7 +141,7 @@ def _mark_killed(ranks_dir: Path, exitcode: object, pid: object) -> None:
     """Add `killed_by` (the signal's name) to the open mark of the worker `pid`, when a signal ended it."""
     import json
 
-    from logbook.api import atomic_write_json
+    from ..job.fsio import atomic_write_json
 
     if not isinstance(exitcode, int) or exitcode >= 0:
         return  # it exited by itself, with a code and a record of its own
@@ -161,12 +161,12 @@ def _mark_killed(ranks_dir: Path, exitcode: object, pid: object) -> None:
 def _trainer_run(trainer_args: list[str]) -> tuple[Any, Path] | None:
     """The trainer's parsed arguments and the run's state folder, read without importing torch (None when they
     are bad: the worker reports that itself)."""
-    from logbook.api import open_project
+    from logbook.api import Run
     from trainer.__main__ import _parser
 
     try:
         parsed, _ = _parser().parse_known_args([a for a in trainer_args if a != "--"])
-        return parsed, open_project(Path(parsed.project)).state_dir
+        return parsed, Run.state_dir(Path(parsed.project))
     except (Exception, SystemExit):  # noqa: BLE001
         return None
 

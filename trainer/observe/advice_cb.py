@@ -19,7 +19,7 @@ import time
 from collections import deque
 from typing import Any
 
-from logbook.api import checkpoint_advice, format_duration
+from logbook.api import Run
 
 from ..job import dist
 from .callbacks import Callback
@@ -71,7 +71,7 @@ class AdviceCallback(Callback):
     def _propose(self, step: int) -> dict[str, Any] | None:
         """Rank 0: the new interval in steps and its reason, or None to keep the current one."""
         t = self.trainer
-        adv = checkpoint_advice(t.run_dir, mtbf_s=t.cfg.checkpoint.mtbf_s or None)
+        adv = t.book.run.checkpoint_advice(mtbf_s=t.cfg.checkpoint.mtbf_s or None)
         if not adv.complete:
             return None
         step_s = statistics.median(self._times)
@@ -79,7 +79,7 @@ class AdviceCallback(Callback):
         current = t.cfg.checkpoint.every
         if abs(every - current) <= max(1, _HYSTERESIS * current):  # one step is within the noise
             return None
-        reason = (f"checkpoint advice: {adv.sentence()} At {format_duration(step_s)} a step, "
+        reason = (f"checkpoint advice: {adv.sentence()} At {Run.format_duration(step_s)} a step, "
                   f"that is every {every} steps")
         return {"every": every, "reason": reason}
 

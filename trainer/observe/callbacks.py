@@ -34,7 +34,7 @@ class LoopAction:
     """A request from `post_backward` that changes what the loop does with the step.
 
     Loop control, not the guard's vocabulary: the guard's own actions, in the
-    words preregistrations use, are `Decision.actions()` (trainer/guard/decision.py).
+    words preregistrations use, are `Decision.actions()` (logbook/guard/decision.py).
     """
 
     kind: Literal["skip", "rollback", "abort"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from logbook.api import ProgressNotes
 
 from .callbacks import Callback
 
@@ -30,7 +29,7 @@ class MilestoneNotes(Callback):
 
     def __init__(self, fractions: list[float] | None = None) -> None:
         self.fractions = fractions
-        self.notes: ProgressNotes | None = None
+        self.notes: Any = None
         self._next_step: int | None = None
         self._metrics: dict[str, Any] = {}
         self._mark: tuple[float, int, int] | None = None  # (time, step, tokens) when this attempt began training
@@ -41,7 +40,7 @@ class MilestoneNotes(Callback):
         tr = self.trainer
         if self.fractions is None:
             self.fractions = list(tr.project.config.milestones)
-        self.notes = ProgressNotes(self.fractions, tr.cfg.train.steps, tr.run_dir)
+        self.notes = tr.book.run.progress_notes(self.fractions, tr.cfg.train.steps)
         self._mark = (time.time(), tr.step, tr.tokens)
         self._plan()
         self._emit_due(tr.step, {})

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from logbook.api import check_config, check_nonnegative
+from logbook.api import typedconfig
 
 from .callbacks import Callback
 
@@ -43,10 +43,10 @@ class StragglerConfig:
     """Drill: seconds of sleep per step on `drill_rank`."""
 
     def validate(self, where: str) -> None:
-        check_nonnegative(self, where, "every")
-        check_config(self.ratio > 1, f"{where}.ratio", f"must be > 1, got {self.ratio}")
-        check_config(self.patience >= 1, f"{where}.patience", f"must be >= 1, got {self.patience}")
-        check_nonnegative(self, where, "drill_sleep_s")
+        typedconfig.check_nonnegative(self, where, "every")
+        typedconfig.check_config(self.ratio > 1, f"{where}.ratio", f"must be > 1, got {self.ratio}")
+        typedconfig.check_config(self.patience >= 1, f"{where}.patience", f"must be >= 1, got {self.patience}")
+        typedconfig.check_nonnegative(self, where, "drill_sleep_s")
 
 
 def slowest_rank(per_rank: list[float]) -> tuple[int, float, float]:

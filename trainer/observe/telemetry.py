@@ -24,7 +24,7 @@ loop's log step reads the loss, which waits for the device). With
 per log step, so the split is device time with no per-step host sync.
 
 MFU = tokens/s per device x the model's FLOPs per token / the device's peak
-(logbook/core/accelerators.py, or `telemetry.peak_tflops`). A missing or absurd
+(trainer/observe/accelerators.py, or `telemetry.peak_tflops`). A missing or absurd
 peak prints one warning line and leaves MFU out of the rows; training goes on.
 """
 
@@ -35,8 +35,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from logbook.api import check_choice, resolve_peak
-from logbook.api import mfu as mfu_of
+from logbook.api import typedconfig
+from .accelerators import mfu as mfu_of
+from .accelerators import resolve_peak
 
 from .callbacks import Callback
 
@@ -51,10 +52,10 @@ class TelemetryConfig:
     mode: str = "basic"
     """off | basic (wall clock around phases, never a device sync) | detailed (on CUDA, CUDA events read once per log step)."""
     peak_tflops: float | None = None
-    """Dense bf16 peak TFLOP/s per device for MFU; None looks the device up in logbook/core/accelerators.py. A missing or absurd figure (<= 0, > 10,000, not a number) leaves MFU unknown with a warning, never stops training."""
+    """Dense bf16 peak TFLOP/s per device for MFU; None looks the device up in trainer/observe/accelerators.py. A missing or absurd figure (<= 0, > 10,000, not a number) leaves MFU unknown with a warning, never stops training."""
 
     def validate(self, where: str) -> None:
-        check_choice(self, where, "mode", MODES)
+        typedconfig.check_choice(self, where, "mode", MODES)
 
 
 def peak_memory_mb(device: Any) -> float | None:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from logbook.api import WandbConfig, WandbMirror
+from logbook.api import WandbConfig
 
 from .callbacks import Callback
 
@@ -29,7 +29,7 @@ class WandbSink(Callback):
     def __init__(self, cfg: WandbConfig, *, say: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.mirror: WandbMirror | None = None
+        self.mirror: Any = None
         self._last_step = 0
         self._failing = False
 
@@ -46,9 +46,8 @@ class WandbSink(Callback):
     def pre_train(self) -> None:
         t = self.trainer
         if self.cfg.enabled and t.dist.rank == 0:
-            self.mirror = WandbMirror(self.cfg, root=t.project.root, state_dir=t.project.state_dir, run_id=t.run_id,
-                                      run_dir=t.run_dir, config=dataclasses.asdict(t.cfg), emit=t.emit, say=self.say,
-                                      load_wandb=_import_wandb)
+            self.mirror = t.book.run.wandb_mirror(self.cfg, config=dataclasses.asdict(t.cfg), emit=t.emit, say=self.say,
+                                                  load_wandb=_import_wandb)
             self.mirror.start()
 
     def post_step(self, step: int, metrics: dict[str, Any]) -> None:

@@ -30,9 +30,10 @@ live ladder instead of the older one in the checkpoint. Otherwise the count
 of rollbacks would rewind with the model and `max_rollbacks` never trip.
 
 Ranks. Every rank must take the same decision: feed the rank-averaged loss and
-the global gradient norm, and `agree` (called inside `observe` when a process
-group is initialised) all-reduces the decision code so that one rank's alarm
-is every rank's.
+the global gradient norm, and give the guard an `agree` (the bundled trainer's
+all-reduces `agreement_code` when a process group is initialised; this module
+runs no collective and imports no torch) so that one rank's alarm is every
+rank's.
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+from logbook.runs.spikes import METRICS, judged_form, judged_value, spike_signal
 
 from .config import GuardConfig
 from .decision import Decision, Verdict, describe
-from logbook.api import SPIKE_METRICS as METRICS, judged_form, judged_value, spike_signal
 
 STATE_VERSION = 1
 
@@ -53,8 +55,11 @@ STATE_VERSION = 1
 class Guard:
     """A pure decision engine: feed it each step's numbers, act on its `Decision`."""
 
-    def __init__(self, cfg: GuardConfig, rules: Iterable[Any] | None = None) -> None:
+    def __init__(self, cfg: GuardConfig, rules: Iterable[Any] | None = None,
+                 agree: Callable[[Decision, Any], Decision] | None = None) -> None:
         self.cfg = cfg
+        self.agree = agree
+        """Makes every rank's decision the strongest one (the loop's collective); None: one process."""
         self.rules = None if rules is None else list(rules)
         """The preregistration's contingency rules, to judge each action against."""
         self.history: dict[str, list[float]] = {m: [] for m in METRICS}
@@ -81,7 +86,7 @@ class Guard:
         if not self.cfg.enabled:
             return Decision(Verdict.OK, step, batch_id)
         proposal = self._judge(step, float(loss), None if grad_norm is None else float(grad_norm), batch_id, lr_scale)
-        decision = agree(proposal, group) if self.cfg.agree_across_ranks else proposal
+        decision = self.agree(proposal, group) if self.cfg.agree_across_ranks and self.agree else proposal
         self._commit(decision)
         if decision.verdict != Verdict.OK:  # the common step builds no reason and no events
             describe(decision, self.cfg, self.rules, self.rollbacks)
@@ -195,29 +200,25 @@ class Guard:
 # --- multi-rank agreement -------------------------------------------------------------
 
 
-def agree(decision: Decision, group: Any = None) -> Decision:
-    """Every rank's strongest decision, on every rank; the identity without a process group.
+def agreement_code(decision: Decision) -> list[int]:
+    """Five integers whose element-wise maximum over ranks is every rank's strongest decision.
 
-    One all-reduce (MAX) of five integers: the verdict code, whether the spike
-    counts, and the rollback target and skip range (equal on every rank that
-    rolls back, since their ladders are equal).
+    The verdict code, whether the spike counts, and the rollback target and skip
+    range (equal on every rank that rolls back, since their ladders are equal),
+    each shifted by one so that "none" (-1) is the smallest.
     """
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return decision
     lo, hi = decision.skip_range or (-1, -1)
     to = -1 if decision.to_step is None else decision.to_step
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
-    t = torch.tensor([int(decision.verdict), int(decision.counted), to + 1, lo + 1, hi + 1], dtype=torch.int64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    code, counted, to1, lo1, hi1 = t.tolist()
-    if code == decision.verdict and bool(counted) == decision.counted:
+    return [int(decision.verdict), int(decision.counted), to + 1, lo + 1, hi + 1]
+
+
+def agreed(decision: Decision, code: Sequence[int]) -> Decision:
+    """`decision` as the ranks' reduced `agreement_code` says it: unchanged when this rank's was the strongest."""
+    verdict, counted, to1, lo1, hi1 = (int(c) for c in code)
+    if verdict == decision.verdict and bool(counted) == decision.counted:
         return decision
     return dataclasses.replace(
-        decision, verdict=Verdict(code), counted=bool(counted),
+        decision, verdict=Verdict(verdict), counted=bool(counted),
         to_step=to1 - 1 if to1 else None, skip_range=(lo1 - 1, hi1 - 1) if hi1 else None,
         events=[],
     )
-

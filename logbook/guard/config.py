@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from logbook.api import SETTINGS, UsageError, check_config, coerce_value
+from logbook.core.errors import UsageError
+from logbook.core.typedconfig import check_config
+from logbook.launch.live_settings import SETTINGS, coerce_value
 
 @dataclass
 class GuardConfig:

@@ -25,7 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from logbook.api import ACTION_KINDS, Signal, judge_against_plan
+from logbook.eventlog.plan import judge_against_plan
+from logbook.promises.contingency import ACTION_KINDS
+from logbook.runs.spikes import Signal
 
 from .config import GuardConfig
 

@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from logbook.api import structured_rules
+from logbook.eventlog.plan import structured_rules
 
 from .config import GuardConfig
 
