@@ -33,6 +33,7 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # a real training run
 def test_in_a_pipe_the_run_prints_plain_summaries_and_none_of_torchruns_lines(logbook_repo):
     proc = subprocess.run([sys.executable, "-m", "logbook", "run", "--exploratory", "micro-test", DRILLS,
                            "--run-id", "piped", "--max-restarts", "2"],
@@ -51,6 +52,7 @@ def test_in_a_pipe_the_run_prints_plain_summaries_and_none_of_torchruns_lines(lo
     assert logs and "attempt 2: training steps" in logs[0].read_text("utf-8", "replace")
 
 
+@pytest.mark.slow  # a real training run
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_in_a_terminal_a_spinner_names_the_phase_then_the_progress_line_is_drawn(logbook_repo):
     sock, session = f"logbook-test-{os.getpid()}", "run"
@@ -82,6 +84,7 @@ GUARD_DRILLS = ("train.steps=40", "checkpoint.every=5", "checkpoint.background=f
                 "faults=[{kind: spike, step: 12}, {kind: spike, step: 18}, {kind: sigkill, step: 30}]")
 
 
+@pytest.mark.slow  # a real training run
 def test_an_80_column_pane_shows_a_rollback_and_a_restart_wrapped_at_spaces_never_by_the_terminal(logbook_repo):
     """Every line the run prints fits the pane or is wrapped by the logbook under its own text: tmux's joined
     capture (-J undoes the terminal's own wraps) is the same as what the pane shows."""

@@ -24,6 +24,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # the demo built once and every command run in a pane: half a minute
+
 WIDTH = 80
 HAS_TMUX = shutil.which("tmux") is not None
 TORCHRUN_LOG_LINE = re.compile(r"^[EWI]\d{4} ", re.M)
