@@ -308,6 +308,12 @@ def test_lightning_run_killed_and_resumed_is_chronicled_with_its_restart(logbook
     assert sorted(ours) == list(range(story["resumed"] + 1, 37))
     # CSVLogger logs at the step before the optimizer step counted it; the callback records after.
     assert all(ours[s] == pytest.approx(logged[s], rel=1e-6) for s in ours)
+    rows = [json.loads(line) for line in full_metrics_path(open_project(logbook_repo).state_dir, "pl-tiny")
+            .read_text().splitlines()]
+    evals = {r["step"]: r["val_loss"] for r in rows if r.get("attempt") == 2 and "val_loss" in r}
+    notes = {e["step"]: e["data"] for e in events if is_kind(e, "milestone")}
+    assert 36 in evals and notes[36]["val_step"] == 36  # Lightning validated at the 100% note's own step
+    assert notes[36]["val_loss"] == pytest.approx(evals[36], rel=1e-6)  # and the note waited to quote it
 
 
 def test_importing_the_cli_loads_no_framework_adapter():

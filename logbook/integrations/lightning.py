@@ -120,6 +120,8 @@ class LogbookCallback(Callback):
         if step == self._step:
             return  # no optimizer step yet (accumulating gradients)
         self._step = step
+        if self.recorder.milestone_due(step) and _validates_after(trainer, batch_idx):
+            self.recorder.hold_milestones(step)  # the note waits for this step's validation, and quotes it
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         lr = trainer.optimizers[0].param_groups[0].get("lr") if trainer.optimizers else None
         if self.recorder.step(step, loss, lr=lr, grad_norm=self._grad_norm,
@@ -152,6 +154,29 @@ class LogbookCallback(Callback):
         step, began = self._save
         self._save = (-1, began)  # recorded once
         self.recorder.checkpoint(step, _newest_checkpoint(trainer, since=began - 1.0))
+
+
+def _validates_after(trainer, batch_idx: int) -> bool:
+    """Whether Lightning validates right after this batch: its own rule for an `int` or fractional
+    `val_check_interval`, read from the trainer's public settings.
+
+    A validation at the epoch's end only (no interval) says False: a note due
+    then is written at its step and quotes the last validation before it, as
+    it says (`val_step`). Guessing True costs at most one step's delay.
+    """
+    try:
+        if not trainer.enable_validation:
+            return False
+        every = trainer.check_val_every_n_epoch
+        if every is not None and (trainer.current_epoch + 1) % every:
+            return False
+        interval = trainer.val_check_batch
+        if interval == float("inf"):
+            return False
+        index = trainer.fit_loop.epoch_loop.total_batch_idx if every is None else batch_idx
+        return (int(index) + 1) % int(interval) == 0
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return False  # another Lightning: the note keeps its step and names the validation it quotes
 
 
 def _newest_checkpoint(trainer, since: float) -> str | None:
