@@ -75,7 +75,10 @@ SETS: dict[str, tuple[list[str], list[str], float]] = {
     # sign for whom, and the scorecard recomputed from the log.
     "proof": (["logbook/trust/pins.py", "logbook/trust/tofu.py", "logbook/trust/signers.py",
                "logbook/proof/scorecard.py"],
-              ["tests/test_trust_pins.py", "tests/test_key_acceptance.py", "tests/test_outcome.py"], 0.95),
+              ["tests/test_trust_pins.py", "tests/test_key_acceptance.py", "tests/test_signer_rules.py",
+               "tests/test_forgeries_with_tsa.py", "tests/test_outcome.py"], 0.95),
+    # Its signers part alone: the rules of who may sign, on their own and through real keys and commits.
+    "signers": (["logbook/trust/signers.py"], ["tests/test_signer_rules.py", "tests/test_key_acceptance.py"], 0.95),
     # The facts set a part at a time (PARTS), for a machine that cannot run it whole in one sitting.
     "run-facts": (["logbook/runs/facts.py"], FACTS_TESTS, 0.90),
     "scoring": (["logbook/scoring/"], FACTS_TESTS, 0.90),

@@ -1,0 +1,122 @@
+"""The rules of `logbook/trust/signers.py` on their own: which keys may sign for which address, and how each came in.
+
+The whole path (real keys, real signed commits, a reader's clone) is
+tests/test_key_acceptance.py; these pin each rule's edges without git, so a
+changed rule fails here by name.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from logbook.trust.signatures import Signer, fingerprint_of_blob
+from logbook.trust.signers import KeyStanding, Standing, _pairs, _settle
+
+
+def _key() -> tuple[str, str]:
+    """(`ssh-ed25519 AAAA...`, its fingerprint) of a new key."""
+    line = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
+    return line, fingerprint_of_blob(base64.b64decode(line.split()[1]))
+
+
+def test_every_principal_of_a_line_gets_the_key_lower_cased_and_options_are_skipped():
+    (k1, f1), (k2, f2) = _key(), _key()
+    pairs = _pairs([f"Ann@Lab.org,ann@home.org {k1}", f'bo@lab.org namespaces="git" {k2}'])
+    assert pairs == {("ann@lab.org", f1): k1, ("ann@home.org", f1): k1, ("bo@lab.org", f2): k2}
+
+
+def test_a_line_without_a_key_or_with_a_broken_one_names_no_pair_and_the_first_listing_wins():
+    (k1, f1), (k2, _) = _key(), _key()
+    broken = k2.split()[0] + " not*base64"
+    assert _pairs(["", "ann@lab.org", f"ann@lab.org {broken}", "ssh-ed25519 AAAA", ",, " + k1]) == {}
+    other = "ssh-ed25519 " + k1.split()[1]  # the same blob under another spelling of its type
+    assert _pairs([f"ann@lab.org {k1}", f"ann@lab.org {other} comment"]) == {("ann@lab.org", f1): k1}
+
+
+def _added(commit: str, prior: list[str], signer: str | None = None) -> dict:
+    return {"commit": commit, "prior": prior, "signer": signer}
+
+
+def test_a_first_key_is_valid_a_holders_addition_too_and_a_strangers_waits():
+    added = {("ann", "A"): _added("c1", []), ("ann", "B"): _added("c2", ["A"], "A"),
+             ("ann", "X"): _added("c3", ["A", "B"], "X"), ("ann", "Y"): _added("c4", ["A"], None)}
+    how, accepted = _settle(added, set(added), [])
+    assert how == {("ann", "A"): "first", ("ann", "B"): "holder"} and accepted == {}
+
+
+def test_a_holder_of_another_address_cannot_add_a_key_for_this_one():
+    added = {("bo", "B"): _added("c1", []), ("ann", "A"): _added("c1", []), ("ann", "X"): _added("c2", ["A"], "B")}
+    how, _ = _settle(added, set(added), [])
+    assert ("ann", "X") not in how
+
+
+def test_an_acceptance_counts_only_when_a_key_valid_for_that_address_and_still_listed_signed_it():
+    added = {("ann", "A"): _added("c1", []), ("ann", "X"): _added("c2", ["A"], "X"), ("bo", "B"): _added("c1", [])}
+    head = set(added)
+
+    def acc(principal, fp, signers, path="k/1.json"):
+        return {"principal": principal, "fingerprint": fp, "signers": set(signers), "path": path}
+
+    assert _settle(added, head, [acc("ann", "X", {"A"})]) == (
+        {("ann", "A"): "first", ("bo", "B"): "first", ("ann", "X"): "accepted"}, {("ann", "X"): "k/1.json"})
+    assert ("ann", "X") not in _settle(added, head, [acc("ann", "X", {"X"})])[0]  # the pending key itself
+    assert ("ann", "X") not in _settle(added, head, [acc("ann", "X", {"B"})])[0]  # valid, but for bo
+    assert ("ann", "X") not in _settle(added, head, [acc("bo", "X", {"A"})])[0]  # an acceptance for bo
+    assert ("ann", "X") not in _settle(added, head, [acc("ann", "Y", {"A"})])[0]  # of another key
+    retired = head - {("ann", "A")}
+    assert ("ann", "X") not in _settle(added, retired, [acc("ann", "X", {"A"})])[0]  # A no longer listed
+
+
+def test_an_accepted_key_may_accept_the_next_in_any_order_of_the_records():
+    added = {("ann", "A"): _added("c1", []), ("ann", "X"): _added("c2", ["A"], None),
+             ("ann", "Y"): _added("c3", ["A", "X"], None)}
+    accs = [{"principal": "ann", "fingerprint": "Y", "signers": {"X"}, "path": "k/2.json"},
+            {"principal": "ann", "fingerprint": "X", "signers": {"A"}, "path": "k/1.json"}]
+    how, accepted = _settle(added, set(added), accs)
+    assert how[("ann", "Y")] == "accepted" and accepted == {("ann", "X"): "k/1.json", ("ann", "Y"): "k/2.json"}
+
+
+def test_a_holders_addition_signed_by_a_key_that_became_valid_later_in_the_walk_is_a_holders():
+    added = {("ann", "A"): _added("c1", []), ("ann", "X"): _added("c2", ["A"], None),
+             ("ann", "Z"): _added("c4", ["A", "X"], "X")}
+    accs = [{"principal": "ann", "fingerprint": "X", "signers": {"A"}, "path": "k/1.json"}]
+    how, _ = _settle(added, set(added), accs)
+    assert how[("ann", "Z")] == "holder"
+
+
+def test_each_way_a_key_came_in_reads_in_full():
+    k = dict(principal="ann@lab.org", fingerprint="SHA256:x", key="ssh-ed25519 AAAA")
+    assert KeyStanding(**k, how="first", added_in="0123456789").sentence() == \
+        "first key of ann@lab.org, added in commit 0123456"
+    assert KeyStanding(**k, how="holder", added_in="0123456789", added_by="SHA256:a").sentence() == \
+        "added in commit 0123456, signed by key SHA256:a, a key ann@lab.org already had"
+    assert KeyStanding(**k, how="accepted", added_in="0123456789", accepted_in="entries/k/1.json").sentence() == \
+        "added in commit 0123456, accepted by ann@lab.org in entries/k/1.json"
+    pending = KeyStanding(**k, how="pending")
+    assert pending.sentence() == (
+        "added in a file HEAD's logbook.yaml does not name, not signed by any SSH key, while ann@lab.org already "
+        "had a key: not valid for ann@lab.org until a key ann@lab.org holds accepts it")
+    assert not pending.valid and all(KeyStanding(**k, how=h).valid for h in ("first", "holder", "accepted"))
+
+
+class _Book:
+    def __init__(self, signers):
+        self._signers = signers
+
+    def signers(self, digest):
+        return self._signers
+
+
+def test_a_signature_counts_for_the_addresses_its_key_may_sign_for_and_a_key_valid_for_none_is_left_out():
+    st = Standing([KeyStanding("ann@lab.org", "A", "k", "first"), KeyStanding("ann@home.org", "A", "k", "pending"),
+                   KeyStanding("bo@lab.org", "B", "k", "pending")])
+    assert st.valid_principals("A", ("Ann@Lab.org", "ann@home.org", "cert@ca")) == ("Ann@Lab.org", "cert@ca")
+    assert [k.principal for k in st.pending_for("A", ("ann@lab.org", "ann@home.org"))] == ["ann@home.org"]
+    assert st.holders("ANN@lab.org") == {"A"} and st.holders("bo@lab.org") == set()
+    book = _Book([Signer("ann@home.org", ("ann@home.org", "ann@lab.org"), "A", Path("s/a")),
+                  Signer("bo@lab.org", ("bo@lab.org",), "B", Path("s/b"))])
+    assert st.signers(book, "d") == [Signer("ann@lab.org", ("ann@lab.org",), "A", Path("s/a"))]
