@@ -40,7 +40,10 @@ def check_text(value: str, what: str, *, required: bool = False) -> str:
         raise UsageError(f"{what} is not valid UTF-8 text") from None
     value = value.strip()
     if required and not value:
-        raise UsageError(f"{what} is empty", hint=f"say it in a sentence: a preregistration without {what} proves nothing")
+        hint = ("write the rule as `trigger -> action`, or leave the flag out: a preregistration may plan no contingency"
+                if what.startswith("contingency rule") else
+                f"say it in a sentence: a preregistration without {what} proves nothing")
+        raise UsageError(f"{what} is empty", hint=hint)
     bad = next((c for c in value if (unicodedata.category(c) == "Cc" and c not in "\n\t") or c in _BIDI), None)
     if bad is not None:
         raise UsageError(f"{what} contains a control character (U+{ord(bad):04X})", hint="remove it and retry")
