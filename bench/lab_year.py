@@ -16,9 +16,9 @@ For each fraction of the year it prints, measured in one run (medians of
 `--repeat`): `verify` from cold (no `.logbook/`), with nothing new, and after
 one more commit; `ls`, `ls --runs`, `status` of a long run, `compare` of two
 runs, `review --status` and `calibration`; and beside them the floor git sets
-for the same walk, `git log --raw` over every commit and `git cat-file
---batch-all-objects --batch` over every object, so each figure's gap to the
-limit is a ratio. Then each figure's growth from the smallest fraction to the
+for the same walk, `git log --raw` over every commit (each figure is printed
+as a ratio to it), and `git cat-file --batch-all-objects --batch`, reading
+every object once. Then each figure's growth from the smallest fraction to the
 whole year (1.0: linear in the history). Goals (issue 52, at the whole year):
 verify cold <= 30 s and within 3x of git's walk, after one commit <= 1 s,
 nothing new <= 0.5 s, each listing <= 1 s.
@@ -241,21 +241,21 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-lab-year-") as tmp:
             rows.append(measure(Path(tmp), scale, args.repeat))
         r = rows[-1]
-        floor = r["s"]["git log --raw"] + r["s"]["git cat-file --batch"]
+        floor = r["s"]["git log --raw"]
         print(f"\n{frac:g} of the year: {scale['commits']} commits, {scale['runs']} runs, {r['files']} files, "
               f"{r['mb']:.1f} MB (built in {r['build_s']:.1f} s)", flush=True)
         for name, s in r["s"].items():
-            print(f"  {name:<24} {s:7.2f} s  ({s / floor:5.1f}x git's walk)", flush=True)
+            print(f"  {name:<24} {s:7.2f} s  ({s / floor:5.1f}x git log --raw)", flush=True)
     big, small = rows[-1], rows[0]
     if len(rows) > 1:
         grew = big["scale"]["commits"] / small["scale"]["commits"]
         print(f"\ngrowth from {small['scale']['commits']} to {big['scale']['commits']} commits ({grew:.1f}x): "
               + ", ".join(f"{k} {big['s'][k] / small['s'][k] / grew:.2f}" for k in big["s"]) + " (1.0 = linear)")
     what = f"{big['scale']['commits']} commits, {big['scale']['runs']} runs"
-    floor = big["s"]["git log --raw"] + big["s"]["git cat-file --batch"]
+    floor = big["s"]["git log --raw"]  # the walk verify makes: every commit and the paths it changed
     for name, goal in (("verify cold", 30), ("verify after one commit", 1), ("verify, nothing new", 0.5)):
         result(f"{name}, {what}", round(big["s"][name], 2), "s", f"<= {goal}", big["s"][name] <= goal)
-    result(f"verify cold over git's own walk, {what}", round(big["s"]["verify cold"] / floor, 1), "ratio", "<= 3",
+    result(f"verify cold over `git log --raw` of the same history, {what}", round(big["s"]["verify cold"] / floor, 1), "ratio", "<= 3",
            big["s"]["verify cold"] / floor <= 3)
     for name in ("ls", "ls --runs", "status (a long run)", "compare (two runs)", "review --status", "calibration"):
         result(f"{name}, {what}", round(big["s"][name], 2), "s", "<= 1", big["s"][name] <= 1)
