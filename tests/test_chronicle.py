@@ -81,11 +81,11 @@ def test_divergence_change_and_drill_entries_say_what_the_plan_said(logbook_repo
     assert text.count("Follows the preregistered contingency rule 1.") == 3  # divergence, rollback, lr
     assert "Rolled back from step 47,390 to the checkpoint at step 47,000 (`ckpt/step-47000`): 390 steps to redo." in text
     assert "Batches 47,000–47,300 will be skipped." in text
-    assert "`grad_clip` 1.0 → 0.5, by j.doe (live request `r-12`)." in text
-    assert "Reason: “grad norm creeping up since 47k”." in text
-    assert "Not in the preregistered plan: recorded as a deviation." in text
-    assert "```diff\n--- config\n+++ config\n@@ -1 +1 @@\n-grad_clip: 1.0\n+grad_clip: 0.5\n```" in text
-    assert "· fault drill\n" in text and "**Drill:** fault `kill` injected at step 52,100." in text
+    # The whole wording of these entries is test_wording_chronicle's snapshot; here, the facts in them.
+    assert "`grad_clip` 1.0 → 0.5, by j.doe" in text and "`r-12`" in text
+    assert "grad norm creeping up since 47k" in text and "recorded as a deviation" in text
+    assert "-grad_clip: 1.0\n+grad_clip: 0.5\n" in text
+    assert "· fault drill\n" in text and "fault `kill` injected at step 52,100" in text
 
 
 def test_routine_checkpoints_are_one_line_per_run_per_day(logbook_repo, clock):

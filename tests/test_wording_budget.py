@@ -12,7 +12,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 LONG = 40
 # 336 before the first snapshot family; lower it as sentences move into snapshots.
-BUDGET = 309
+BUDGET = 304
 
 
 def long_literal_asserts(source: str) -> int:
