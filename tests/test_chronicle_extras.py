@@ -38,7 +38,7 @@ def test_a_restart_entry_carries_the_failures_so_far_and_the_advised_interval(lo
     text = day_path(project, "2026-12-02").read_text()
     # One failure is no MTBF: an interval advised from it (0.38 s once, from a single `kill -9`) is noise.
     assert ("Failures so far: 1; no checkpoint advice yet. An MTBF from this run needs at least 3 failures, and it "
-            "has seen 1: the advised interval would be uncertain by about ±50%. Give one (for example --mtbf 3.1h).") in text
+            "has seen 1: the advised interval would be uncertain by about ±50%. To advise anyway, give one: logbook ckpt-interval --mtbf 3.1h.") in text
     assert "Failures so far: 2; no checkpoint advice yet. An MTBF from this run needs at least 3 failures, and it " \
            "has seen 2: the advised interval would be uncertain by about ±35%." in text  # the drill is not a failure
     assert ("Failures so far: 3 in 6 h 00 min (MTBF 2 h 00 min). At the measured 2 s blocking save, "

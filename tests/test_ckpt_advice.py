@@ -103,7 +103,7 @@ def test_a_single_kill_advises_no_interval_and_says_how_many_failures_it_needs()
     adv = advise_from_run(events)
     assert (adv.complete, adv.young_s, adv.failures) == (False, None, 1)
     assert adv.notes == ["An MTBF from this run needs at least 3 failures, and it has seen 1: the advised interval "
-                         "would be uncertain by about ±50%. Give one (for example --mtbf 3.1h)."]
+                         "would be uncertain by about ±50%. To advise anyway, give one: logbook ckpt-interval --mtbf 3.1h."]
 
 
 def test_advice_from_a_run_without_failures_needs_a_given_mtbf():

@@ -259,11 +259,12 @@ class AdviceTracker:
             if mtbf_s is None and failures:
                 adv.notes.append(f"An MTBF from this run needs at least {MIN_FAILURES} failures, and it has seen "
                                  f"{failures}: the advised interval would be uncertain by about "
-                                 f"±{50 / math.sqrt(failures):.0f}%. Give one (for example --mtbf 3.1h).")
+                                 f"±{50 / math.sqrt(failures):.0f}%. To advise anyway, give one: "
+                                 "logbook ckpt-interval --mtbf 3.1h.")
             elif mtbf_s is None:
-                adv.notes.append("No failures yet, so no MTBF from this run: give one (for example --mtbf 3.1h).")
+                adv.notes.append("No failures yet, so no MTBF from this run: give one (logbook ckpt-interval --mtbf 3.1h).")
             if save_s is None:
-                adv.notes.append("No completed save in this run yet: give the save cost (for example --save-cost 5m).")
+                adv.notes.append("No completed save in this run yet: give the save cost (logbook ckpt-interval --save-cost 5m).")
             return adv
         adv = advise(save_s, mtbf_s, current)
         adv.failures, adv.wall_s, adv.mtbf_source, adv.save_source = failures, wall, mtbf_src, save_src
