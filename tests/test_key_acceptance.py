@@ -15,6 +15,7 @@ import pytest
 import base64
 import json
 
+from normalise import normalise
 from scoring_helpers import story_clock  # noqa: F401
 from test_signatures import ALLOWED, allowed_line, keypair, kinds, lab, signed_by, use_key, verify  # noqa: F401
 
@@ -152,7 +153,7 @@ def test_an_unsigned_change_of_who_may_sign_does_not_move_the_readers_pin(lab, t
     assert code == 4 and [p["kind"] for p in report["problems"]] == ["pin_differs"]
 
 
-def test_a_key_ada_adds_for_bo_is_valid_once_bo_accepts_it_with_the_key_he_has(lab, tmp_path):
+def test_a_key_ada_adds_for_bo_is_valid_once_bo_accepts_it_with_the_key_he_has(lab, tmp_path, snapshot):
     team, keys, _ = lab
     ada, bo = team["ada"], team["bo"]
     require_signatures(ada)
@@ -167,8 +168,14 @@ def test_a_key_ada_adds_for_bo_is_valid_once_bo_accepts_it_with_the_key_he_has(l
     bo.commit()
     assert verify(bo)[0] == 4
     fp = fingerprint(laptop)
-    assert bo.cli("signers", "accept", fp).exit_code == 3  # the key cannot accept itself
-    assert ada.cli("signers", "accept", fp).exit_code == 3  # nor can Ada, who holds no key for bo@
+    itself, by_ada = bo.cli("signers", "accept", fp), ada.cli("signers", "accept", fp)
+    assert itself.exit_code == 3  # the key cannot accept itself
+    assert by_ada.exit_code == 3  # nor can Ada, who holds no key for bo@
+    unknown = bo.cli("signers", "accept", "SHA256:no-such-key")
+    assert unknown.exit_code == 3  # not found, and nothing written
+    names = {"pending": fp, "ada": fingerprint(keys["ada"])}
+    refusals = {"the pending key accepts itself": itself.stderr, "ada, holding no key for bo": by_ada.stderr,
+                "a key the file does not list": unknown.stderr}
     listed = bo.ok("signers").stdout
     assert f"PENDING  bo@lab.example  {fp}" in listed and f"VALID    cy@lab.example  {fingerprint(cy)}" in listed
     use_key(bo, keys["bo"])
@@ -176,7 +183,10 @@ def test_a_key_ada_adds_for_bo_is_valid_once_bo_accepts_it_with_the_key_he_has(l
     assert [a["principal"] for a in accepted] == ["bo@lab.example"]
     assert verify(bo)[0] == 4  # an acceptance not committed yet grants nothing
     bo.commit()
-    assert bo.cli("signers", "accept", fp).exit_code == 3  # already valid: nothing to accept
+    again = bo.cli("signers", "accept", fp)
+    assert again.exit_code == 3  # already valid: nothing to accept
+    refusals["already valid"] = again.stderr
+    assert {k: normalise(v, **names) for k, v in refusals.items()} == snapshot  # the words, in full
     bo.push()
     fresh = team.join("dee")
     code, report, _ = verify(fresh)
