@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from logbook.trust.signatures import Signer, fingerprint_of_blob
-from logbook.trust.signers import KeyStanding, Standing, _pairs, _settle
+from logbook.core.project import open_project
+from logbook.trust.signers import KeyStanding, Standing, _pairs, _settle, key_standing
 
 
 def _key() -> tuple[str, str]:
@@ -117,3 +118,28 @@ def test_a_signature_counts_for_the_addresses_its_key_may_sign_for_and_a_key_val
     book = _Book([Signer("ann@home.org", ("ann@home.org", "ann@lab.org"), "A", Path("s/a")),
                   Signer("bo@lab.org", ("bo@lab.org",), "B", Path("s/b"))])
     assert st.signers(book, "d") == [Signer("ann@lab.org", ("ann@lab.org",), "A", Path("s/a"))]
+
+
+class _Allowed:
+    def __init__(self, data):
+        self.data = data
+
+
+class _AllowedBook:
+    """What `key_standing` reads of a signature book: HEAD's allowed-signers file, or none."""
+
+    def __init__(self, data):
+        self.allowed = None if data is False else _Allowed(data)
+
+
+def test_heads_allowed_signers_file_is_read_line_by_line_past_comments_blank_lines_and_bad_bytes(logbook_repo):
+    (k1, f1), (k2, f2) = _key(), _key()
+    data = (f"ann@lab.org {k1}\n   # bo@lab.org {k2}\n\n".encode() + b"\xff\xfe not text\n"
+            + f"cy@lab.org   {k2}\n".encode())
+    project = open_project(logbook_repo)
+    st = key_standing(project, _AllowedBook(data))
+    # No commit of this repository listed them, so nothing let them in: each is pending, added nowhere.
+    assert [(k.principal, k.fingerprint, k.key, k.how, k.added_in, k.accepted_in) for k in st.keys] == [
+        ("ann@lab.org", f1, k1, "pending", None, None), ("cy@lab.org", f2, k2, "pending", None, None)]
+    assert key_standing(project, _AllowedBook(None)).keys == []  # signing on, but HEAD holds no file
+    assert key_standing(project, _AllowedBook(False)).keys == []  # signing off
