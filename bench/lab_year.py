@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench._result import result  # noqa: E402
-from verify_history import _env  # noqa: E402 (the same scratch HOME and git config)
+from verify_history import scratch_repo  # noqa: E402 (the same scratch HOME and git config)
 
 from logbook.eventlog.chain import GENESIS, canonical, record_hash  # noqa: E402
 from logbook.eventlog.files import SCHEMA_VERSION, new_record_id  # noqa: E402
@@ -179,13 +179,7 @@ def _timed(cmd: list[str], repo: Path, env: dict[str, str], ok: tuple[int, ...] 
 
 
 def measure(base: Path, scale: dict, repeat: int) -> dict:
-    home = base / "home"
-    home.mkdir(parents=True)
-    (home / ".gitconfig").write_text("[user]\n\tname = Bench\n\temail = bench@example.org\n")
-    env = _env(home)
-    repo = base / "repo"
-    repo.mkdir()
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, env=env, check=True)
+    repo, env = scratch_repo(base)
     t0 = time.perf_counter()
     build(repo, **scale)
     built = time.perf_counter() - t0

@@ -280,9 +280,8 @@ def _one_more_commit(repo: Path, env: dict[str, str], day0: float, stamper: _Sta
     subprocess.run(["git", "commit", "-q", "-m", "one more"], cwd=repo, env=env, check=True)
 
 
-def measure(base: Path, commits: int, day0: float = DAY0, stamper: _Stamper | None = None, repeat: int = 1) -> dict:
-    """Build the history, then time `verify` `repeat` times each way (the medians are kept): cold (no
-    `.logbook/`), nothing new, and after one more commit (from the caches as they were before it)."""
+def scratch_repo(base: Path) -> tuple[Path, dict[str, str]]:
+    """An empty repository under `base`, and the environment of a scratch HOME whose git identity is the bench's."""
     home = base / "home"
     home.mkdir(parents=True)
     (home / ".gitconfig").write_text("[user]\n\tname = Bench\n\temail = bench@example.org\n")
@@ -290,6 +289,13 @@ def measure(base: Path, commits: int, day0: float = DAY0, stamper: _Stamper | No
     repo = base / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, env=env, check=True)
+    return repo, env
+
+
+def measure(base: Path, commits: int, day0: float = DAY0, stamper: _Stamper | None = None, repeat: int = 1) -> dict:
+    """Build the history, then time `verify` `repeat` times each way (the medians are kept): cold (no
+    `.logbook/`), nothing new, and after one more commit (from the caches as they were before it)."""
+    repo, env = scratch_repo(base)
     t0 = time.perf_counter()
     stamps = _fast_import(repo, commits, day0, stamper)
     built = time.perf_counter() - t0
