@@ -48,23 +48,19 @@ from typing import Any
 from logbook.core.errors import NotFoundError, RefusedError, TamperedError
 from logbook.core.gitstate import restore_hint
 from logbook.core.project import Project
-from logbook.records import gitbind
-from logbook.records import history
-from logbook.records import remote
-from logbook.records import verify_memo
-from logbook.records import worktree
 from logbook.eventlog.chain import verify_log
 from logbook.eventlog.files import damaged_records, run_record_problem
 from logbook.eventlog.files import read_record as read_json_record
 from logbook.promises.prereg import AMEND_RE, runs_referencing
 from logbook.promises.prereg_format import parse_or_none, record_hash
 from logbook.promises.prereg_input import ID_RE, check_id
-from logbook.trust.stamp_proof import check_time, time_hint
-from logbook.trust import signed_records
+from logbook.records import gitbind, history, remote, verify_memo, worktree
+from logbook.records.ancestry import Ancestry
+from logbook.trust import ack, no_third_party, pins, signed_records
 from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
 from logbook.trust.replay import check_seeds
-from logbook.trust import ack, no_third_party, pins
 from logbook.trust.signers import acceptances_dir
+from logbook.trust.stamp_proof import check_time, time_hint
 
 TRAILER = "Logbook-Prereg"
 
@@ -424,18 +420,21 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
     """
     entries = project.entries.relative_to(project.root).as_posix()
     runs = runs_referencing(project)
+    made_in = {c for rec in records if not rec.key for c in hist.introduced.get(rec.relpath[len(entries) + 1:], [])}
+    graph = Ancestry(project.root, hist.head, made_in) if hist.head and made_in else None
     for rec in records:
         if rec.key:
             continue
         made = hist.introduced.get(rec.relpath[len(entries) + 1:])
+        created = _prereg_created(project, rec) if made and runs.get(rec.prereg_id) else None
         for run in runs.get(rec.prereg_id, []):
             started = hist.introduced.get(f"runs/{run}/run.json")
             if not made or not started:
                 continue  # the run is not committed yet, or the record is reported as uncommitted
-            strictly = any(m != s and history.is_ancestor(project.root, m, s) for m in made for s in started)
+            strictly = graph is not None and any(m != s and graph.is_ancestor(m, s) for m in made for s in started)
             together = set(made) & set(started)
             # History's order is whatever the last person to push made it: the records' own times must agree too.
-            in_order = _created_in_order(project, rec, run, missing_ok=bool(strictly))
+            in_order = _created_in_order(project, created, run, missing_ok=bool(strictly))
             if (strictly or together) and in_order:
                 continue
             report.problems.append(Finding(f"{entries}/runs/{run}/run.json", "prereg_after_run", (
@@ -448,16 +447,22 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
                     f"{started[0][:7]}, where the run was first committed")), had=made[0], lost=started[0]))
 
 
-def _created_in_order(project: Project, rec: _Record, run: str, *, missing_ok: bool) -> bool:
-    """The preregistration's `created` is not later than the run's; `missing_ok`: a record without one passes."""
+def _prereg_created(project: Project, rec: _Record) -> str:
+    """The preregistration's `created` as the working tree has it ("" when it cannot be read or has none)."""
     try:
         parsed = parse_or_none((project.root / rec.relpath).read_bytes())
     except OSError:
         parsed = None
+    return str(parsed[0].get("created") or "") if parsed is not None else ""
+
+
+def _created_in_order(project: Project, made: str | None, run: str, *, missing_ok: bool) -> bool:
+    """The preregistration's `created` (`made`) is not later than the run's; `missing_ok`: a record without one
+    passes."""
     run_rec = read_json_record(project.run_dir(run) / "run.json")
-    if parsed is None or run_rec is None:
+    if run_rec is None:
         return missing_ok
-    made, started = str(parsed[0].get("created") or ""), str(run_rec.get("created") or "")
+    started = str(run_rec.get("created") or "")
     if not made or not started:
         return missing_ok
     return _to_the_second(made) <= _to_the_second(started)
