@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from logbook.core import statecache
 from logbook.core.project import Project
 from logbook.core.settings import LogbookConfig
 from logbook.eventlog.chain import ChainedLog
@@ -62,6 +63,11 @@ def project(repo: Path, entries: str = "entries") -> Project:
 
 def check(repo: Path, entries: str = "entries", **kw):
     return check_history(project(repo, entries), **kw)
+
+
+def cached(repo: Path, entries: str = "entries"):
+    """The history cache as `check_history` would read it (None: missing, or not sealed by this user here)."""
+    return statecache.load(project(repo, entries), CACHE_FILE)
 
 
 def found(res) -> list[tuple[str, str, str, str]]:
@@ -593,15 +599,15 @@ def test_a_clean_walk_is_cached_outside_the_entries_folder_and_the_next_walk_sta
     a = commit(repo)
     first = check(repo)
     assert first.commits_checked == 2
-    cache = json.loads((repo / ".logbook" / "verified-history.json").read_text())
-    assert cache == {"version": 1, "entries": "entries", "tip": a, "introduced": {"notes/n-1.json": [a]}}
+    assert CACHE_FILE == "verified-history.json" and (repo / ".logbook" / CACHE_FILE).is_file()
+    assert cached(repo) == {"version": 1, "entries": "entries", "tip": a, "introduced": {"notes/n-1.json": [a]}}
     again = check(repo)
     assert again.commits_checked == 0 and again.head == a and again.introduced == {"notes/n-1.json": [a]}
     put(repo, "notes/n-2.json", "{}\n")
     b = commit(repo)
     third = check(repo)
     assert third.commits_checked == 1 and third.introduced == {"notes/n-1.json": [a], "notes/n-2.json": [b]}
-    assert json.loads((repo / ".logbook" / CACHE_FILE).read_text())["tip"] == b
+    assert cached(repo)["tip"] == b
 
 
 def test_a_walk_without_the_cache_reads_everything_and_writes_no_cache(repo):
@@ -626,7 +632,7 @@ def test_a_break_is_never_cached_away_by_clean_commits_after_it(repo):
         res = check(repo)
         assert res.commits_checked == 2  # from the last clean commit, every time
         assert found(res) == [("entries/notes/n-1.json", "record_edited", had, lost)]
-    assert json.loads((repo / ".logbook" / CACHE_FILE).read_text())["tip"] == had
+    assert cached(repo)["tip"] == had
 
 
 def test_a_break_on_a_merged_side_branch_is_never_cached_away(repo):
@@ -673,8 +679,11 @@ def test_a_cache_of_another_version_folder_or_shape_is_ignored(repo, damage):
     commit(repo)
     check(repo)
     path = repo / ".logbook" / CACHE_FILE
-    cache = damage(json.loads(path.read_text()))
-    path.write_text(cache if isinstance(cache, str) else json.dumps(cache))
+    cache = damage(cached(repo))
+    if isinstance(cache, str):
+        path.write_text(cache)
+    else:
+        statecache.save(project(repo, "entries"), CACHE_FILE, cache)  # sealed as this user's own: the shape is what fails
     res = check(repo)
     assert res.commits_checked == 2 and res.breaks == []
 

@@ -438,7 +438,9 @@ def test_a_stamp_checked_once_is_not_checked_again_unless_its_bytes_change(logbo
     run = _run(logbook_repo, "r1", None)
     assert cli("stamp").exit_code == 0
     assert _verify(cli)[0] == 0
-    cache = json.loads((logbook_repo / ".logbook" / "verified-stamps.json").read_text())
+    from logbook.core import statecache
+
+    cache = statecache.load(open_project(logbook_repo), "verified-stamps.json")
     assert len(cache) == 2  # the run record's and the head's
     stamp = next(p for p in _stamp_files(logbook_repo) if p.parent.name == bytes_digest(run / "run.json"))
     data = bytearray(stamp.read_bytes())
@@ -587,11 +589,11 @@ def test_an_authority_that_embeds_its_chain_is_asked_without_certreq_once_its_ce
     assert _verify(cli)[0] == 0
 
 
-def test_verify_full_checks_every_stamp_again_whatever_the_cache_says(logbook_repo, cli, local_tsa):
-    """A cache that vouches for a bad token (left by an older version, or written by hand) misleads a warm verify
-    only: `--full` reads every token again."""
-    from logbook.core.project import open_project
-    from logbook.trust.stamp_store import _cache_key, authority_for
+def test_a_stamp_cache_not_sealed_here_never_vouches_and_full_reads_every_stamp_again(logbook_repo, cli, local_tsa):
+    """A cache that vouches for a bad token is read only when this user's logbook sealed it in this clone (a
+    planted or copied one is ignored), and `--full` reads every token again whatever the cache says."""
+    from logbook.core import statecache
+    from logbook.trust.stamp_store import StampCache, _cache_key, authority_for
 
     local_tsa.configure(logbook_repo)
     run = _run(logbook_repo, "r1", None)
@@ -602,10 +604,12 @@ def test_verify_full_checks_every_stamp_again_whatever_the_cache_says(logbook_re
     data[-8] ^= 0x01
     stamp.write_bytes(bytes(data))
     project = open_project(logbook_repo)
-    cache_file = logbook_repo / ".logbook" / "verified-stamps.json"
-    cache = json.loads(cache_file.read_text())
+    cache = statecache.load(project, StampCache.FILE)
     cache[_cache_key(project, authority_for(project, stamp), stamp.parent.name, bytes(data))] = \
         "2026-01-01T00:00:00+00:00"
-    cache_file.write_text(json.dumps(cache))
-    assert "stamp_invalid" not in _kinds(_verify(cli)[1])  # the cache vouched for it
+    (logbook_repo / ".logbook" / StampCache.FILE).write_text(json.dumps(cache))  # planted: no seal
+    assert "stamp_invalid" in _kinds(_verify(cli)[1])
+    statecache.save(project, StampCache.FILE, cache)  # as this user's own logbook would have written it
+    (logbook_repo / ".logbook" / "verified-report.json").unlink()  # the last report is kept while the tree is the same
+    assert "stamp_invalid" not in _kinds(_verify(cli)[1])  # the user's own cache vouched for it
     assert "stamp_invalid" in _kinds(json.loads(cli("verify", "--full", "--json").stdout))

@@ -31,12 +31,11 @@ starts at the shallow boundary: what lies before it is not checked here.
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logbook.core.fsutil import atomic_write_json
+from logbook.core import statecache
 from logbook.core.project import Project
 from logbook.core.recordkinds import TRACKED, classify
 from logbook.records import gitbind
@@ -326,10 +325,7 @@ def _cache_path(project: Project) -> Path:
 
 
 def _load_cache(project: Project, folder: str) -> dict | None:
-    try:
-        data = json.loads(_cache_path(project).read_bytes())
-    except (OSError, ValueError):
-        return None
+    data = statecache.load(project, CACHE_FILE)  # sealed: a planted cache naming HEAD clean is not read
     if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION or data.get("entries") != folder \
             or not isinstance(data.get("tip"), str) or not isinstance(data.get("introduced"), dict):
         return None
@@ -337,5 +333,5 @@ def _load_cache(project: Project, folder: str) -> dict | None:
 
 
 def _save_cache(project: Project, folder: str, tip: str, introduced: dict[str, list[str]]) -> None:
-    atomic_write_json(_cache_path(project), {"version": _CACHE_VERSION, "entries": folder, "tip": tip,
-                                             "introduced": introduced})
+    statecache.save(project, CACHE_FILE, {"version": _CACHE_VERSION, "entries": folder, "tip": tip,
+                                          "introduced": introduced})

@@ -21,8 +21,8 @@ The fingerprint covers:
   `logbook` code itself (a new version may check more);
 - what the caller asked: the preregistration in scope and the reader's pin.
 
-The memo is local state, like the other caches in `.logbook/`: whoever can
-write it can equally change the code that reads it.
+The memo is sealed as every cache in `.logbook/` is (`core.statecache`): one
+copied in from elsewhere is not read.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from logbook.core.fsutil import atomic_write_text
+from logbook.core import statecache
 from logbook.core.project import Project
 from logbook.records import gitbind
 
@@ -124,10 +124,7 @@ def _parts(project: Project, scope: dict[str, Any], git_dir: Path, refs: str) ->
 
 def recall(project: Project, digest: str) -> dict[str, Any] | None:
     """The report kept under `digest`, or None."""
-    try:
-        kept = json.loads((project.state_dir / MEMO_FILE).read_bytes())
-    except (OSError, ValueError):
-        return None
+    kept = statecache.load(project, MEMO_FILE)
     if not isinstance(kept, dict) or kept.get("fingerprint") != digest or not isinstance(kept.get("report"), dict):
         return None
     return kept["report"]
@@ -135,7 +132,4 @@ def recall(project: Project, digest: str) -> dict[str, Any] | None:
 
 def remember(project: Project, digest: str, report: dict[str, Any]) -> None:
     """Keep `report` under `digest` (one memo: the last call's)."""
-    try:
-        atomic_write_text(project.state_dir / MEMO_FILE, json.dumps({"fingerprint": digest, "report": report}))
-    except OSError:
-        pass  # a read-only clone verifies in full every time
+    statecache.save(project, MEMO_FILE, {"fingerprint": digest, "report": report})  # read-only: in full each time

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from logbook.eventlog.chain import iter_records
 from logbook.promises.predictions import milestone_step  # a fraction's step is the grammar's fact

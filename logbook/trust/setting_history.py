@@ -23,7 +23,6 @@ impossible to hide is that it is in the history every clone verifies.
 from __future__ import annotations
 
 import base64
-import json
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from logbook.core.fsutil import atomic_write_json
+from logbook.core import statecache
 from logbook.core.project import Project
 from logbook.core.settings import CONFIG_FILE
 from logbook.records import gitbind
@@ -92,18 +91,14 @@ def setting_changes(project: Project) -> list[SettingChange]:
         return []
     # History below HEAD never changes, so the answer for one HEAD (and today's path) is kept under .logbook/.
     key = f"2:{head}:{project.config.signing.allowed_signers if project.config.signing else ''}"
-    cache = project.state_dir / "setting-changes.json"
+    kept = statecache.load(project, "setting-changes.json")
     try:
-        kept = json.loads(cache.read_text("utf-8"))
         if kept.get("key") == key:
             return [SettingChange(**c) for c in kept["changes"]]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (TypeError, KeyError, AttributeError):
         pass
     changes = _changes(project)
-    try:
-        atomic_write_json(cache, {"key": key, "changes": [c.to_dict() for c in changes]})
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    statecache.save(project, "setting-changes.json", {"key": key, "changes": [c.to_dict() for c in changes]})
     return changes
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -43,8 +42,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from logbook.core import statecache
 from logbook.core.errors import RefusedError
-from logbook.core.fsutil import atomic_create_bytes, atomic_write_json
+from logbook.core.fsutil import atomic_create_bytes
 from logbook.core.project import Project
 
 NAMESPACE = "logbook-record"
@@ -312,16 +312,15 @@ def _plain_principals(allowed: bytes, key_blob: bytes) -> list[str] | None:
     return out or None
 
 
+_CACHE = "signatures-cache.json"
+
+
 class _Checker:
     """Checks signature files against one allowed-signers version, remembering answers under `.logbook/`."""
 
     def __init__(self, project: Project, allowed: AllowedSigners) -> None:
         self.project, self.allowed = project, allowed
-        self._cache_path = project.state_dir / "signatures-cache.json"
-        try:
-            loaded = json.loads(self._cache_path.read_text("utf-8"))
-        except (OSError, ValueError):
-            loaded = {}
+        loaded = statecache.load(project, _CACHE)
         self._cache: dict = loaded if isinstance(loaded, dict) and loaded.get("blob") == allowed.blob else {}
         self._cache.setdefault("blob", allowed.blob)
         self._cache.setdefault("checked", {})
@@ -409,10 +408,7 @@ class _Checker:
 
     def close(self) -> None:
         if self._dirty:
-            try:
-                atomic_write_json(self._cache_path, self._cache)
-            except OSError:
-                pass  # a cache that cannot be written only costs time
+            statecache.save(self.project, _CACHE, self._cache)
         if self._tmp is not None:
             self._tmp.cleanup()
 

@@ -39,13 +39,12 @@ a reader pins the allowed-signers file (`logbook pin`).
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logbook.core import statecache
 from logbook.core.errors import NotFoundError, RefusedError
-from logbook.core.fsutil import atomic_write_json
 from logbook.core.identity import signing_identity
 from logbook.core.project import Project
 from logbook.eventlog import chain
@@ -210,18 +209,14 @@ def _added(project: Project) -> dict[Pair, dict]:
         return {}
     paths = watched_paths(project)
     key = f"{head}:{','.join(paths)}"
-    cache = project.state_dir / "key-history.json"
+    kept = statecache.load(project, "key-history.json")
     try:
-        kept = json.loads(cache.read_text("utf-8"))
         if kept.get("key") == key:
             return {tuple(p.split(" ", 1)): a for p, a in kept["added"].items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (TypeError, KeyError, AttributeError):
         pass
     added = _walk(project, paths)
-    try:
-        atomic_write_json(cache, {"key": key, "added": {" ".join(p): a for p, a in added.items()}})
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    statecache.save(project, "key-history.json", {"key": key, "added": {" ".join(p): a for p, a in added.items()}})
     return added
 
 

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from logbook.core import statecache
 from logbook.core.errors import RefusedError, UsageError
-from logbook.core.fsutil import atomic_create_bytes, atomic_write_json
+from logbook.core.fsutil import atomic_create_bytes
 from logbook.core.project import Project
 from logbook.trust.tsa_client import (StampInvalid, TrustAnchors, TsaUnavailable, check_token, read_anchor_file,
                                       request_token)
@@ -250,21 +250,14 @@ class StampCache:
     FILE = "verified-stamps.json"
 
     def __init__(self, project: Project) -> None:
-        self.path = project.state_dir / self.FILE
-        try:
-            data = json.loads(self.path.read_text("utf-8"))
-        except (OSError, ValueError):
-            data = {}
+        self.project = project
+        data = statecache.load(project, self.FILE)
         self.entries: dict[str, str] = data if isinstance(data, dict) else {}
         self._size = len(self.entries)
 
     def save(self) -> None:
         if len(self.entries) != self._size:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_json(self.path, self.entries)
-            except OSError:
-                pass  # a cache that cannot be written costs time, never correctness
+            statecache.save(self.project, self.FILE, self.entries)  # unwritten: costs time, never correctness
 
 
 def verified_stamps(project: Project, digest_hex: str) -> list[VerifiedStamp]:
