@@ -41,6 +41,7 @@ must match their own hash.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -406,8 +407,15 @@ def _check_record(project: Project, rec: _Record, candidates: list[gitbind.Trail
 
 
 def _hash_bytes(data: bytes) -> str | None:
-    parsed = parse_or_none(data)
+    parsed = _parsed(data)
     return record_hash(*parsed) if parsed is not None else None
+
+
+@functools.lru_cache(maxsize=8192)
+def _parsed(data: bytes) -> tuple[dict[str, Any], str] | None:
+    """A record's bytes parsed once per process: the order check reads what the hash check has read (not to be
+    changed by a caller)."""
+    return parse_or_none(data)
 
 
 def _check_order(project: Project, records: list[_Record], hist: history.HistoryCheck, report: VerifyReport) -> None:
@@ -450,7 +458,7 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
 def _prereg_created(project: Project, rec: _Record) -> str:
     """The preregistration's `created` as the working tree has it ("" when it cannot be read or has none)."""
     try:
-        parsed = parse_or_none((project.root / rec.relpath).read_bytes())
+        parsed = _parsed((project.root / rec.relpath).read_bytes())
     except OSError:
         parsed = None
     return str(parsed[0].get("created") or "") if parsed is not None else ""
