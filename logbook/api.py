@@ -117,6 +117,9 @@ class Run:
     """The last step this attempt reached (rank 0), rewritten by `reached` and `log_metrics`: a kill keeps it."""
     launched: bool = False
     """True under `logbook run -- CMD`: the launcher records attempts, restarts and the end from outside."""
+    total_steps: int | None = None
+    """The run's length, when the loop said it (`open_run(total_steps=)`)."""
+    _last_step: int | None = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
     _told_first: bool = field(default=False, repr=False)
     _start_written: bool = field(default=False, repr=False)
@@ -171,6 +174,7 @@ class Run:
         since metrics rows reach the disk only once a second. A loop that logs
         every few steps calls it every step.
         """
+        self._last_step = int(step)
         if self.writes and self.heartbeat is not None:
             self.heartbeat.beat(self.attempt, int(step), time.time())
 
@@ -218,12 +222,20 @@ class Run:
         return list(load_prereg(self.project, self.record.prereg_id).all_contingency(self.record.amendments))
 
     def close(self) -> None:
-        """Flush the metrics and mark this rank as ended; safe to call twice."""
+        """Flush the metrics and mark this rank as ended; safe to call twice.
+
+        Under the launcher, rank 0 also says the step it closed at: an attempt
+        that closed at its last step and then failed in its teardown (a rank's
+        signal in torchrun's shutdown) has finished training, and is not
+        trained again.
+        """
         if self._closed:
             return
         self._closed = True
         self.rank_mark.ended()
         self.metrics.close()
+        if self.launched:
+            self._tell(closed_at_step=self._last_step, total_steps=self.total_steps)
         if self.heartbeat is not None:
             self.heartbeat.close()
 
@@ -358,7 +370,8 @@ def open_run(project_root: Path | str, run_id: str, *, rank: int = 0, attempt: i
     metrics = MetricsWriter(run_dir, rank, full_path=full_metrics_path(project.state_dir, run_id),
                             keep=_keep_rule(project, record, total_steps))
     return Run(project, run_id, run_dir, record, attempt, rank, sink, metrics,
-               RankMark(ranks_dir(project.state_dir, run_id), rank), Heartbeat(heartbeat_path(project.state_dir, run_id)))
+               RankMark(ranks_dir(project.state_dir, run_id), rank), Heartbeat(heartbeat_path(project.state_dir, run_id)),
+               total_steps=total_steps if isinstance(total_steps, int) and total_steps > 0 else None)
 
 
 def run_from_env(run_id: str | None = None, *, project_root: Path | str | None = None,

@@ -367,6 +367,58 @@ def test_a_wrapped_torchrun_records_its_world_size_and_the_rank_and_signal_that_
     assert "attempt 1 rank 1 was killed by SIGKILL; restarting" in res.stderr  # torchrun itself exited with 1
 
 
+
+TEARDOWN_CRASH = '''\
+import os, signal, sys
+import torch
+import torch.distributed as dist
+from logbook.api import run_from_env
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+steps = int(sys.argv[1])
+run = run_from_env(total_steps=20)
+run.resumed(0)
+for step in range(1, steps + 1):
+    t = torch.ones(1) * step
+    dist.all_reduce(t)
+    run.log_metrics(step, {"loss": 1.0 / step})
+run.close()
+dist.barrier()  # every rank has closed (rank 0 said its last step) before rank 1 crashes
+dist.destroy_process_group()
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGABRT)  # a crash in the teardown, after the loop closed its run
+'''
+
+
+def _two_ranks(repo: Path, run: str, steps: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "logbook", "run", "--exploratory", "--run-id", run, "--max-restarts",
+                           "1", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", "teardown.py", str(steps)],
+                          cwd=repo, env={**_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_a_rank_that_crashes_after_the_loop_closed_at_its_last_step_finishes_the_run_without_a_relaunch(logbook_repo):
+    (logbook_repo / "teardown.py").write_text(TEARDOWN_CRASH)
+    git(logbook_repo, "add", "teardown.py")
+    git(logbook_repo, "commit", "-q", "-m", "a two-rank script that crashes in its teardown")
+    res = _two_ranks(logbook_repo, "tear", 20)
+    assert res.returncode == 0, res.stderr[-3000:]
+    events = list(iter_events(logbook_repo / "entries" / "runs" / "tear" / "events.jsonl"))
+    assert [e["kind"] for e in events if e["kind"] in ("run_started", "restart", "run_finished")] == \
+        ["run_started", "run_finished"]
+    end = events[-1]
+    assert end["kind"] == "run_finished" and end["step"] == 20
+    assert end["data"]["teardown"] == "rank 1 was killed by SIGABRT"
+    assert "closed at its last step, then rank 1 was killed by SIGABRT: not trained again" in res.stderr
+    # Short of its last step, the same crash is a failure, and the attempt is trained again.
+    res = _two_ranks(logbook_repo, "short", 12)
+    events = list(iter_events(logbook_repo / "entries" / "runs" / "short" / "events.jsonl"))
+    assert res.returncode == 5 and [e["kind"] for e in events].count("restart") == 1
+    assert events[-1]["kind"] == "run_failed" and "teardown" not in events[-1]["data"]
+
+
 NO_CHECKPOINT = '''\
 import os, time
 with open("train.pid", "w") as f:

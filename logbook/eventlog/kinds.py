@@ -612,6 +612,8 @@ _KINDS: tuple[Kind, ...] = (
              _f("wall_s", "number", "seconds since the run's first attempt began"),
              _f("attempt_wall_s", "number", "seconds of the last attempt"),
              _f("checkpoint_blocking_s", "number", "seconds training waited for checkpoints"),
+             _f("teardown", "str", "how the last attempt failed after its loop closed at its last step "
+                                      "(\"rank 1 was killed by SIGABRT\"): training was over, so it was not relaunched"),
          )),
     Kind("run_stopped", "a person stopped the run cleanly (`logbook stop`): it saved a checkpoint and ended",
          "run stopped", terminal=True, ends_attempt=3, ending="stopped", run_state="stopped", console=True, summary=_sum_stopped, fields=(

@@ -37,7 +37,7 @@ from logbook.core.fsutil import atomic_write_json
 RESUMED_LINE = re.compile(r"^\s*logbook: resumed from step (\d+)\s*$")
 """The output line a wrapped script prints to say which step it resumed from."""
 
-_INT_FIELDS = ("world_size", "resumed_from_step", "first_step")
+_INT_FIELDS = ("world_size", "resumed_from_step", "first_step", "closed_at_step", "total_steps")
 START_WAIT_S = 30.0
 """How long a launched process waits for its start to be written before it writes its first event anyway."""
 
@@ -48,7 +48,8 @@ def handshake_path(state_dir: Path, run_id: str, attempt: int) -> Path:
 
 
 def read_handshake(path: Path) -> dict[str, Any]:
-    """What the command said, checked: {world_size, resumed_from_step, first_step: int >= 0, first_step_at: float}."""
+    """What the command said, checked: {world_size, resumed_from_step, first_step, closed_at_step, total_steps:
+    int >= 0, first_step_at, first_event_at: float}."""
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):

@@ -311,9 +311,13 @@ class _Supervisor:
                 return self._result("preempted", number, restarts, EXIT_PREEMPTED,
                                     f"preempted (SIGTERM) at step {attempt.last_step}; resume with "
                                     f"`logbook run --resume {self.record.run_id}`")
-            if code == 0:
+            teardown = self._failed_after_its_last_step(attempt, code)
+            if code == 0 or teardown:
                 self._sink(number).emit("run_finished", step=attempt.last_step, final_loss=attempt.last_loss,
-                                        attempt_wall_s=round(time.time() - attempt.began_at, 3))
+                                        attempt_wall_s=round(time.time() - attempt.began_at, 3),
+                                        **({"teardown": teardown} if teardown else {}))
+                if teardown:
+                    self.say(f"  attempt {number} closed at its last step, then {teardown}: not trained again")
                 return self._result("finished", number, restarts, 0)
             if code == -signal.SIGINT or code == EXIT_INTERRUPTED:
                 reason = "interrupted by Ctrl-C"
@@ -330,6 +334,22 @@ class _Supervisor:
         self._sink(attempt.number).emit("run_failed", step=attempt.last_step, reason=reason,
                                         exit_code=code if code > 0 else 1, attempts=attempt.number, status="failed")
         return self._result("failed", attempt.number, restarts, 5, reason)
+
+    def _failed_after_its_last_step(self, attempt: _Attempt, code: int) -> str | None:
+        """How an attempt failed after its loop closed the run at its last step (`Run.close`, rank 0), or None.
+
+        A sync-training loop's rank 0 reaches its last step only once every
+        rank has, so a failure after that is in the teardown (torchrun's
+        shutdown, a rank's exit handler): training is over, and a relaunch
+        would record a restart that lost nothing and trained nothing.
+        """
+        if code == 0 or attempt.hung or attempt.preempted or self.pattern is not None or self.tb is not None:
+            return None
+        told = read_handshake(handshake_path(self.project.state_dir, self.record.run_id, attempt.number))
+        total, closed = told.get("total_steps"), told.get("closed_at_step")
+        if not isinstance(total, int) or closed != total or attempt.last_step != total:
+            return None
+        return _how(attempt, _cause(attempt, code, is_torchrun(self.opts.command)), code)
 
     def heartbeat(self) -> dict[str, Any] | None:
         from logbook.runs.attempt_ends import heartbeat_path, read_heartbeat
