@@ -105,11 +105,16 @@ def damaged_records(folder: Path, root: Path) -> list[tuple[str, str]]:
     # Files not named by a record id are no records any reader takes in; history
     # still keeps them as committed (recordkinds), so they cannot change unseen.
     for path in record_files(folder):
-        rec = read_record(path)
-        why = "it is not a JSON record" if rec is None else record_intact(rec, path.name)
+        why = record_problem(path)
         if why:
             out.append((path.relative_to(root).as_posix(), why))
     return out
+
+
+def record_problem(path: Path) -> str | None:
+    """Why the one-file record at `path` is not as written (None when it is)."""
+    rec = read_record(path)
+    return "it is not a JSON record" if rec is None else record_intact(rec, path.name)
 
 
 _RUN_RECORD_FIELDS = ("run_id", "created", "config_path", "config_hash")

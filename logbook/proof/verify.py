@@ -50,13 +50,14 @@ from logbook.core.errors import NotFoundError, RefusedError, TamperedError
 from logbook.core.gitstate import restore_hint
 from logbook.core.project import Project
 from logbook.eventlog.chain import verify_log
-from logbook.eventlog.files import damaged_records, run_record_problem
+from logbook.eventlog.files import record_files, record_problem, run_record_problem
 from logbook.eventlog.files import read_record as read_json_record
 from logbook.promises.prereg import AMEND_RE, runs_referencing
 from logbook.promises.prereg_format import parse_or_none, record_hash
 from logbook.promises.prereg_input import ID_RE, check_id
 from logbook.records import gitbind, history, remote, verify_memo, worktree
 from logbook.records.ancestry import Ancestry
+from logbook.records.file_verdicts import FileVerdicts
 from logbook.trust import ack, no_third_party, pins, signed_records
 from logbook.trust.replay import WARNING_KINDS as SEED_WARNING_KINDS
 from logbook.trust.replay import check_seeds
@@ -264,8 +265,10 @@ def _verify(project: Project, prereg_id: str | None, full: bool, pin: pins.Trust
         finding = Finding(r.path, r.kind, r.message, had=r.had, lost=r.lost)
         (report.warnings if r.kind in ("remote_missing", "remote_erased_elsewhere") else report.problems).append(finding)
     head_files = _head_blobs(project)
-    _check_preregs(project, prereg_id, hist, head_files, report)
-    _check_logs(project, prereg_id, report)
+    verdicts = FileVerdicts(project, use_cache=not full)
+    _check_preregs(project, prereg_id, hist, head_files, report, verdicts)
+    _check_logs(project, prereg_id, report, verdicts)
+    verdicts.save()
     _check_scorecards(project, prereg_id, report)
     _check_time(project, report, use_cache=not full, require=bool(pin and pin.requires))
     report.identity = ident = signed_records.check_identity(project, prereg_id, hist.introduced)
@@ -315,7 +318,7 @@ def _keep_scope(project: Project, prereg_id: str, report: VerifyReport) -> None:
 
 
 def _check_preregs(project: Project, prereg_id: str | None, hist: history.HistoryCheck,
-                   head_files: dict[str, str], report: VerifyReport) -> None:
+                   head_files: dict[str, str], report: VerifyReport, verdicts: FileVerdicts) -> None:
     root = project.root
     has_head = hist.head is not None
     commits = gitbind.trailer_commits(root, TRAILER) if has_head else []
@@ -341,10 +344,10 @@ def _check_preregs(project: Project, prereg_id: str | None, hist: history.Histor
     report.preregs = sorted({r.prereg_id for r in records})
     report.amendments = sum(1 for r in records if r.key)
     if prereg_id is None:
-        _check_record_files(project, report)
+        _check_record_files(project, report, verdicts)
 
 
-def _check_record_files(project: Project, report: VerifyReport) -> None:
+def _check_record_files(project: Project, report: VerifyReport, verdicts: FileVerdicts) -> None:
     """One-file records (notes, reviews, scorecards) match their own hash, and each run record reads as one
     (deletions are `worktree`'s)."""
     root = project.root
@@ -352,12 +355,15 @@ def _check_record_files(project: Project, report: VerifyReport) -> None:
     folders += sorted(project.runs_dir.glob("*/outcomes"))  # no runs folder yet: nothing to glob
     named = {f.path for f in report.problems}  # a committed record edited on disk is named once, by `worktree`
     for folder in folders:
-        for rel, why in damaged_records(folder, root):
-            if rel not in named:
+        # Files not named by a record id are no records any reader takes in (history still keeps them).
+        for path in record_files(folder):
+            rel = path.relative_to(root).as_posix()
+            why = None if rel in named else verdicts.get("record", rel, lambda p=path: record_problem(p))
+            if why:
                 report.problems.append(Finding(rel, "edited", f"{rel}: {why}"))
     for path in sorted(project.runs_dir.glob("*/run.json")):
         rel = path.relative_to(root).as_posix()
-        why = None if rel in named else run_record_problem(path)
+        why = None if rel in named else verdicts.get("run_record", rel, lambda p=path: run_record_problem(p))
         if why:
             report.problems.append(Finding(rel, "edited", f"{rel}: {why}"))
 
@@ -541,16 +547,27 @@ def _log_paths(project: Project, prereg_id: str | None) -> list[str]:
     return [p for p in paths if (root / p).is_file() and not (root / p).is_symlink()]
 
 
-def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport) -> None:
+def _check_logs(project: Project, prereg_id: str | None, report: VerifyReport, verdicts: FileVerdicts) -> None:
     for rel in _log_paths(project, prereg_id):
         report.logs.append(rel)
-        problems = verify_log(project.root / rel)
-        for p in problems:
-            kind = "log_torn_tail" if p.kind == "torn_tail" else "log_edited"
-            finding = Finding(rel, kind, f"{rel}: {p.message}", p.line)
-            (report.warnings if kind == "log_torn_tail" else report.problems).append(finding)
-        if not problems and rel.endswith("/events.jsonl"):
-            _check_nothing_after_the_end(project.root / rel, rel, report)
+        # An outcome line is vouched for by the run's scorecard records (`runends.vouched_outcomes`).
+        found = verdicts.get("log", rel, lambda r=rel: _log_findings(project, r),
+                             depends_on=rel.rsplit("/", 1)[0] + "/outcome")
+        for bucket, kind, message, line in found:
+            (report.warnings if bucket == "warning" else report.problems).append(Finding(rel, kind, message, line))
+
+
+def _log_findings(project: Project, rel: str) -> list[tuple[str, str, str, int | None]]:
+    """(problem | warning, kind, message, line) for one log: its chain, and for a run's events what follows its end."""
+    from logbook.eventlog.runends import check_run_log
+
+    problems = verify_log(project.root / rel)
+    out = [("warning" if p.kind == "torn_tail" else "problem", "log_torn_tail" if p.kind == "torn_tail" else "log_edited",
+            f"{rel}: {p.message}", p.line) for p in problems]
+    if not problems and rel.endswith("/events.jsonl"):
+        # Only what the schema allows may follow a run's end; outcome lines must be vouched for (`runends`).
+        out += [("problem", p.kind, p.message, p.line) for p in check_run_log(project.root / rel, rel)]
+    return out
 
 
 def _check_scorecards(project: Project, prereg_id: str | None, report: VerifyReport) -> None:
@@ -562,13 +579,6 @@ def _check_scorecards(project: Project, prereg_id: str | None, report: VerifyRep
             "`git log -p -- PATH`; a correction is a new scorecard (`logbook outcome RUN`), never an edit")
     report.problems += [Finding(m.path, "scorecard_differs", m.message, hint=hint.replace("PATH", m.path))
                         for m in recheck_scorecards(project, runs)]
-
-
-def _check_nothing_after_the_end(path: Path, rel: str, report: VerifyReport) -> None:
-    """Only what the schema allows may follow a run's end; outcome lines must be vouched for (`runends`)."""
-    from logbook.eventlog.runends import check_run_log
-
-    report.problems += [Finding(rel, p.kind, p.message, p.line) for p in check_run_log(path, rel)]
 
 
 def verify_or_raise(project: Project, prereg_id: str | None = None) -> VerifyReport:

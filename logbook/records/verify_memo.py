@@ -27,6 +27,7 @@ copied in from elsewhere is not read.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -120,6 +121,12 @@ def _parts(project: Project, scope: dict[str, Any], git_dir: Path, refs: str) ->
             [_stat(p) for p in _named_files(project)],
             _worktree(project),
             _tree_stats(_CODE, skip=("__pycache__",))]
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of the `logbook` code as installed (a stat of each file): a cache of verdicts is this code's."""
+    return hashlib.sha256(json.dumps(_tree_stats(_CODE, skip=("__pycache__",))).encode()).hexdigest()
 
 
 def recall(project: Project, digest: str) -> dict[str, Any] | None:
