@@ -192,7 +192,7 @@ def test_a_silent_command_is_killed_as_hung_and_restarted(logbook_repo):
     assert time.monotonic() - t0 < 60  # killed after its timeout, not after its sleep
     events = list(iter_events(logbook_repo / "entries" / "runs" / "hangs" / "events.jsonl"))
     hang = next(e for e in events if e["kind"] == "hang")
-    assert hang["attempt"] == 1 and hang["data"]["timeout_s"] == 2 and hang["data"]["elapsed_s"] > 2
+    assert hang["attempt"] == 1 and hang["data"]["timeout_s"] == 2 and hang["data"]["elapsed_s"] >= 2
     restart = next(e for e in events if e["kind"] == "restart")
     assert restart["data"]["cause"] == "hang" and events[-1]["kind"] == "run_finished"
 
@@ -411,7 +411,7 @@ def test_a_rank_that_crashes_after_the_loop_closed_at_its_last_step_finishes_the
     end = events[-1]
     assert end["kind"] == "run_finished" and end["step"] == 20
     assert end["data"]["teardown"] == "rank 1 was killed by SIGABRT"
-    assert "closed at its last step, then rank 1 was killed by SIGABRT: not trained again" in res.stderr
+    assert "then rank 1 was killed by SIGABRT" in res.stderr and "not trained again" in res.stderr
     # Short of its last step, the same crash is a failure, and the attempt is trained again.
     res = _two_ranks(logbook_repo, "short", 12)
     events = list(iter_events(logbook_repo / "entries" / "runs" / "short" / "events.jsonl"))
