@@ -10,7 +10,6 @@ that HEAD has undone told apart from those it has not.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path

@@ -118,7 +118,7 @@ def test_without_a_writable_home_nothing_is_cached_and_verify_still_answers(logb
     blocked = tmp_path / "state-is-a-file"
     blocked.write_text("")
     monkeypatch.setenv("XDG_STATE_HOME", str(blocked))
-    had, lost = _forged_history(logbook_repo)
+    _forged_history(logbook_repo)
     for _ in range(2):
         code, kinds = _kinds(cli)
         assert code != 0 and "record_edited" in kinds

@@ -320,10 +320,6 @@ def _clean_head(commits: list[list[str]], breaks: list[Break]) -> str | None:
 
 # --- the cache ---------------------------------------------------------------
 
-def _cache_path(project: Project) -> Path:
-    return project.state_dir / CACHE_FILE
-
-
 def _load_cache(project: Project, folder: str) -> dict | None:
     data = statecache.load(project, CACHE_FILE)  # sealed: a planted cache naming HEAD clean is not read
     if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION or data.get("entries") != folder \
