@@ -156,7 +156,7 @@ def test_an_older_logbook_hook_is_rewritten_by_the_next_command_that_writes(logb
     assert res.exit_code == 0, res.output
     assert "rewrote this clone's post-merge hook" in res.stderr
     text = path.read_text()
-    assert HOOK_MARK in text and " -m logbook" not in text and "render --reports-since ORIG_HEAD" in text
+    assert HOOK_MARK in text and " -m logbook" not in text and "render --pulled ORIG_HEAD" in text
     assert "rewrote" not in cli("note", "a second note").stderr  # said once
     mine = hooks_dir(logbook_repo) / "post-rewrite"
     mine.write_text("#!/bin/sh\necho mine\n")

@@ -107,7 +107,7 @@ def test_a_hook_of_ones_own_is_left_alone_and_init_says_what_to_add(tmp_path, st
     hook.write_text("#!/bin/sh\necho mine\n")
     res = bo.ok("init")
     assert hook.read_text() == "#!/bin/sh\necho mine\n"
-    assert "to do:" in res.stderr and "post-merge" in res.stderr and "render --reports-since ORIG_HEAD" in res.stderr
+    assert "to do:" in res.stderr and "post-merge" in res.stderr and "render --pulled ORIG_HEAD" in res.stderr
 
 
 def _record_files(c, folder: str) -> list[str]:

@@ -72,7 +72,8 @@ def render_cmd(
     fmt: Optional[str] = typer.Option(None, "--format", help="md (dated day files, or one file with --out) or pdf; default: as --out's extension says, else md."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write one file here (default for pdf: chronicle.pdf)."),
     check: bool = typer.Option(False, "--check", help="Render in memory and compare with the day files on disk; exit 3 if any differ."),
-    reports_since: Optional[str] = typer.Option(None, "--reports-since", metavar="REV", help="Also write again the Markdown reports that changed since REV (what the clone's hooks pass after a pull: ORIG_HEAD)."),
+    reports_since: Optional[str] = typer.Option(None, "--reports-since", metavar="REV", help="Also write again the Markdown reports that changed since REV."),
+    pulled: Optional[str] = typer.Option(None, "--pulled", metavar="REV", help="Only what the commits since REV changed: the days their records show on and the reports they touch (what the clone's hooks run after a pull: ORIG_HEAD). Everything when that cannot be told."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Render the chronicle from the event logs and notes: dated Markdown files, one Markdown file, or a PDF.
@@ -88,6 +89,9 @@ def render_cmd(
 
     fmt = output_format(fmt, out)
     out = checked_out_path(out)
+    if pulled is not None and (out is not None or fmt != "md" or check or run or since or until):
+        raise UsageError("--pulled chooses the days itself: it takes no --out, --format pdf, --check, --run, --since "
+                         "or --until")
     project = open_project()
     root = project.root.resolve()
     require_intact(project, "render")
@@ -111,10 +115,16 @@ def render_cmd(
             typer.echo(str(pres.path))
         err(f"Rendered {plural(len(pres.days), 'day')}, {plural(pres.events, 'event')}, {plural(pres.notes, 'note')} to {pres.path}.")
         return
+    days = None
+    if pulled is not None:
+        from logbook.chronicle.pulled import pulled_days
+
+        days = pulled_days(project, pulled)
+        reports_since = reports_since or pulled
     if out is not None:
         res = render_markdown_file(project, out, run=run, since=since, until=until)
     else:
-        res = render_chronicle(project, run=run, since=since, until=until)
+        res = render_chronicle(project, run=run, since=since, until=until, days=days)
     for w in res.warnings:
         err(f"warning: {w}")
     if reports_since and out is None:

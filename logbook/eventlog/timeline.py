@@ -131,6 +131,8 @@ def stream_outcomes(project: Project, run: str, *, since: str | None = None, unt
 def _refuse_if_linked(project: Project, path: Path) -> None:
     """A log reached through a symlink could be any file: reading it as empty would make a renderer
     drop the days it held, so it is refused instead."""
+    if not path.is_symlink() and not path.parent.is_symlink() and not path.parent.parent.is_symlink():
+        return  # entries/runs/<run>/events.jsonl with no link on the way stays inside (two lstats, not a realpath)
     inside = project.entries.resolve()
     if path.is_symlink() or (path.exists() and not path.resolve().is_relative_to(inside)):
         rel = path.relative_to(project.root).as_posix()
@@ -259,8 +261,9 @@ def merged(project: Project, *, runs: Iterable[str] | None = None, notes: bool =
     """All logs' items in effective-time order."""
     from logbook.eventlog.runends import keep_vouched
 
-    streams = [keep_vouched(stream_log(s, p, since=since, until=until), p) for s, p in sources(project, runs)]
-    streams += [stream_outcomes(project, s, since=since, until=until) for s, _ in sources(project, runs)]
+    logs = sources(project, runs)
+    streams = [keep_vouched(stream_log(s, p, since=since, until=until), p) for s, p in logs]
+    streams += [stream_outcomes(project, s, since=since, until=until) for s, _ in logs]
     if notes:
         streams.append(stream_notes(project, since=since, until=until))
     return heapq.merge(*streams)

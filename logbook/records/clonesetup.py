@@ -12,7 +12,7 @@ day both change that day's file. The design, in two layers:
   entries are there), though it may be out of order until it is re-rendered.
 - **In each clone** (`logbook init`): git hooks (`post-merge` after a merge or
   a `git pull`, `post-rewrite` after a rebase or `git pull --rebase`) run
-  `logbook render --reports-since ORIG_HEAD`, so the day files and the reports
+  `logbook render --pulled ORIG_HEAD`, so the day files and the reports
   the pull merged match the records again as soon as git has brought new ones in, and `logbook render --check` passes without hand edits.
   Commit the re-rendered files with `logbook commit`. And refspecs, so that the
   code snapshots runs record (`refs/logbook/snapshots/<run>`) travel with
@@ -103,8 +103,9 @@ def _installed_logbook() -> list[str]:
 
 
 def _hook_text() -> str:
-    # ORIG_HEAD: where the branch was before the merge or rebase, so the reports it merged are written again.
-    cmd = " ".join(shlex.quote(a) for a in [*_installed_logbook(), "render", "--reports-since", "ORIG_HEAD"])
+    # ORIG_HEAD: where the branch was before the merge or rebase, so only the days and reports it changed are
+    # written again (a pull of ten commits re-renders a handful of days, not a lab's year).
+    cmd = " ".join(shlex.quote(a) for a in [*_installed_logbook(), "render", "--pulled", "ORIG_HEAD"])
     # A failed render must not turn a successful pull into a failed one: the records are merged either way.
     return f"#!/bin/sh\n{HOOK_MARK} (written by `logbook init`)\n{cmd} || echo 'logbook: run `logbook render`' >&2\n"
 
