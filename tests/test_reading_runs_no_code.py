@@ -185,3 +185,39 @@ def test_a_snapshot_that_ships_what_would_replace_the_trainer_is_named(logbook_r
     git(logbook_repo, "commit", "-q", "-m", "code")
     commit = git(logbook_repo, "rev-parse", "HEAD").strip()
     assert shadowing_paths(open_project(logbook_repo), "r", {"snapshot": {"commit": commit}}) == named
+
+
+def test_a_committed_template_runs_nothing_at_a_pull_a_render_or_a_site_build(tmp_path, monkeypatch):
+    """The repository's `templates/` overrides the bundled ones, and the hooks render it at every pull: a template
+    that climbs from a jinja global to Python's `os` is refused by the sandbox, with the file's fault named."""
+    team = make_team(tmp_path, ["ada", "bo"])
+    ada, bo = team["ada"], team["bo"]
+    ada.ok("note", "a first day")
+    ada.commit()
+    ada.push()
+    assert bo.pull().returncode == 0
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    climb = "{{ cycler.__init__.__globals__.os.system('touch %s') }}\n"
+    bundled = Path(__file__).resolve().parents[1] / "templates"
+    for rel in ("chronicle/day.md.j2", "site/base.html.j2"):
+        (ada.path / "templates" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ada.path / "templates" / rel).write_text(climb % (marks / rel.replace("/", "-")) + (bundled / rel).read_text())
+    ada.git("add", "templates")
+    ada.git("commit", "-q", "-m", "our own day template")
+    kept = ada.cli("note", "a second note")  # so the pull brings a record the hook renders
+    assert kept.exit_code == 3 and "is written and kept, but the day files that show it could not be written: a " \
+        "template tried what no template may" in kept.stderr and "hint: the repository's templates/ folder" in kept.stderr
+    ada.commit()
+    ada.push()
+
+    pulled = bo.pull("merge")
+    assert pulled.returncode == 0, pulled.stderr  # the records are merged either way
+    assert "a template tried what no template may" in pulled.stderr and "run `logbook render`" in pulled.stderr
+    res = _run(bo.path, "render")
+    assert res.returncode == 3, res.stderr
+    assert ("error: a template tried what no template may: access to attribute '__init__' of 'type' object is "
+            "unsafe; nothing was rendered from it\n") in res.stderr
+    site = _run(bo.path, "site", "--out", str(tmp_path / "site"))
+    assert site.returncode == 3 and "a template tried what no template may" in site.stderr, site.stderr
+    assert sorted(p.name for p in marks.iterdir()) == []

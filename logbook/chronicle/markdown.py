@@ -126,7 +126,9 @@ def _environment(project: Project | None):
 def _new_environment(dirs: list[Path]):
     import jinja2
 
-    env = jinja2.Environment(
+    from logbook.chronicle.sandbox import TemplateEnvironment
+
+    env = TemplateEnvironment(  # sandboxed: a repository's own templates/ is data, never code
         loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(d)) for d in dirs]),
         autoescape=False,
         finalize=_finalize,

@@ -16,7 +16,7 @@ from typing import Any
 
 from logbook.chronicle.build import RenderResult, day_path, render_chronicle
 from logbook.core.clockskew import clock_warnings
-from logbook.core.errors import NotFoundError, UsageError
+from logbook.core.errors import LogbookError, NotFoundError, UsageError
 from logbook.core.identity import signing_identity
 from logbook.core.project import Project
 from logbook.eventlog import chain
@@ -58,7 +58,10 @@ class NoteResult:
     rendered: RenderResult
     """The day files written or found up to date."""
     render_error: str | None = None
-    """Why the day files could not be written (a full disk), the record being kept; None when they were."""
+    """Why the day files could not be written (a full disk, a refused template), the record being kept; None when
+    they were."""
+    render_fix: str | None = None
+    """What to do first when a refusal, not the disk, kept the day files from being written."""
     retried: bool = False
     """True when this call found the record a failed earlier call had written, and only redid its day files."""
 
@@ -186,7 +189,7 @@ def add_note(project: Project, text: str | bytes, *, run: str | None = None, ste
         days.add(target.ts[:10])
     result = NoteResult(written, f"{NOTES_SOURCE}:{written['id']}", RenderResult(), retried=retried)
     if render:
-        result.rendered, result.render_error = _render_days(project, sorted(days))
+        result.rendered, result.render_error, result.render_fix = _render_days(project, sorted(days))
     return result
 
 
@@ -213,13 +216,16 @@ def _unrendered_twin(project: Project, rec: dict[str, Any], day: str) -> dict[st
     return None
 
 
-def _render_days(project: Project, days: list[str]) -> tuple[RenderResult, str | None]:
-    """Render `days`; a storage failure (a full disk) is returned as a sentence, the record being already kept."""
+def _render_days(project: Project, days: list[str]) -> tuple[RenderResult, str | None, str | None]:
+    """Render `days`; a storage failure (a full disk) or a refusal (a template the sandbox refused) is returned as
+    a sentence and what to do, the record being already kept."""
     try:
-        return render_chronicle(project, days=days, make_plots=False), None
+        return render_chronicle(project, days=days, make_plots=False), None, None
     except OSError as e:
         where = f": {_rel(project, e.filename)}" if e.filename else ""
-        return RenderResult(), f"{e.strerror or e}{where}"
+        return RenderResult(), f"{e.strerror or e}{where}", None
+    except LogbookError as e:
+        return RenderResult(), e.message, e.hint
 
 
 def _rel(project: Project, name: str) -> str:

@@ -105,7 +105,9 @@ def _markdown():
 def _environment(project: Project):
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in template_dirs(project)]),
+    from logbook.chronicle.sandbox import TemplateEnvironment
+
+    env = TemplateEnvironment(loader=jinja2.FileSystemLoader([str(d) for d in template_dirs(project)]),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(num=fmt_num, comma=fmt_int, pct=fmt_pct, dur=fmt_duration, cell=fmt_value)
     return env

@@ -52,7 +52,8 @@ def note_cmd(
     day = res.record["ts"][:10]
     if res.render_error:  # the record is kept: say so, and how the rest gets done (never "nothing was written")
         err(f"error: {res.id} is written and kept, but the day files that show it could not be written: {res.render_error}")
-        err("hint: free some space, then run `logbook render` to redo the day files "
+        first = f"{res.render_fix}; then run" if res.render_fix else "free some space, then run"
+        err(f"hint: {first} `logbook render` to redo the day files "
             f"(running this same note again finds {res.id} and redoes only them)")
         raise typer.Exit(EXIT_REFUSED)
     if as_json:
