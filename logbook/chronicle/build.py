@@ -30,9 +30,9 @@ from logbook.core.textfmt import fmt_fraction, fmt_int, plural
 from logbook.eventlog.chain import iter_records
 from logbook.eventlog.kinds import Event, is_afterwards, is_kind, is_routine
 from logbook.eventlog.timeline import (by_day, check_day, days_of, Item, list_event_runs, merged, NOTES_SOURCE, run_log_path, sources, torn_tail, TornTail)
-from logbook.eventlog.files import iter_folder
 from logbook.promises.prereg import load_prereg
 from logbook.promises.reviews import reviews_for
+from logbook.records.folder_index import folder_records
 from logbook.runs.ckpt_advice import AdviceTracker
 from logbook.runs.facts import load_facts
 from logbook.runs.run_record import check_run_id, load_run_record
@@ -52,7 +52,7 @@ def errata_index(project: Project) -> dict[str, list[dict[str, Any]]]:
     """Entry id -> the later notes that attach a warning to it (`logbook note --about`)."""
     out: dict[str, list[dict[str, Any]]] = {}
 
-    for rec in iter_folder(project.notes_dir):
+    for rec in folder_records(project, project.notes_dir, ("about", "ts", "id", "author")):
         about, ts, rid = rec.get("about"), rec.get("ts"), rec.get("id")
         if not isinstance(about, str) or not isinstance(ts, str) or not isinstance(rid, str):
             continue

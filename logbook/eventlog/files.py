@@ -16,6 +16,7 @@ without `hash`), so a changed byte is caught by reading the file alone.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -84,11 +85,13 @@ def read_record(path: Path) -> dict[str, Any] | None:
 def record_files(folder: Path, *, day: str | None = None) -> list[Path]:
     """The record files in `folder` in id order (time, then random), optionally only those minted on `day`."""
     folder = Path(folder)
-    if not folder.is_dir():
+    try:
+        names = os.listdir(folder)  # names, not Paths: a lab's year has thousands of files here
+    except (FileNotFoundError, NotADirectoryError):
         return []
     prefix = day.replace("-", "") if day else ""
-    return sorted(p for p in folder.iterdir()
-                  if p.suffix == ".json" and is_record_id(p.stem) and p.name.startswith(prefix))
+    return [folder / n for n in sorted(names)
+            if n.endswith(".json") and n.startswith(prefix) and is_record_id(n[:-5])]
 
 
 def iter_folder(folder: Path, *, day: str | None = None) -> Iterator[dict[str, Any]]:

@@ -12,9 +12,13 @@ from typing import Any
 
 from logbook.core.project import Project
 from logbook.eventlog.files import iter_folder
+from logbook.records.folder_index import folder_records
 
 ACTIONS = ("comment", "approve", "request_changes")
 """What a review record says of its entry."""
+
+_SHOWN = ("entry", "action", "ts", "id", "reviewer", "email", "text", "clock_warnings")
+"""The fields of a review the chronicle shows."""
 
 
 def review_records(project: Project) -> list[dict[str, Any]]:
@@ -30,7 +34,8 @@ def reviews_for(project: Project) -> dict[str, list[dict[str, Any]]]:
     """
     verbs = {"approve": "approved", "request_changes": "asked for changes", "comment": "commented"}
     out: dict[str, list[dict[str, Any]]] = {}
-    for rec in review_records(project):
+    shown = folder_records(project, project.reviews_dir, _SHOWN)  # a lab's year of reviews: only what changed is read
+    for rec in sorted(shown, key=lambda r: (str(r.get("ts")), str(r.get("id")))):
         entry, action, ts = rec.get("entry"), rec.get("action"), rec.get("ts")
         if not isinstance(entry, str) or action not in ACTIONS or not isinstance(ts, str):
             continue
