@@ -206,8 +206,7 @@ def test_a_committed_template_runs_nothing_at_a_pull_a_render_or_a_site_build(tm
     ada.git("add", "templates")
     ada.git("commit", "-q", "-m", "our own day template")
     kept = ada.cli("note", "a second note")  # so the pull brings a record the hook renders
-    assert kept.exit_code == 3 and "is written and kept, but the day files that show it could not be written: a " \
-        "template tried what no template may" in kept.stderr and "hint: the repository's templates/ folder" in kept.stderr
+    assert kept.exit_code == 3 and "is written and kept" in kept.stderr and "no template may" in kept.stderr
     ada.commit()
     ada.push()
 
@@ -216,8 +215,21 @@ def test_a_committed_template_runs_nothing_at_a_pull_a_render_or_a_site_build(tm
     assert "a template tried what no template may" in pulled.stderr and "run `logbook render`" in pulled.stderr
     res = _run(bo.path, "render")
     assert res.returncode == 3, res.stderr
-    assert ("error: a template tried what no template may: access to attribute '__init__' of 'type' object is "
-            "unsafe; nothing was rendered from it\n") in res.stderr
+    assert "no template may" in res.stderr and "'__init__' of 'type'" in res.stderr  # worded in full: test_wording_templates
     site = _run(bo.path, "site", "--out", str(tmp_path / "site"))
     assert site.returncode == 3 and "a template tried what no template may" in site.stderr, site.stderr
     assert sorted(p.name for p in marks.iterdir()) == []
+
+
+@pytest.mark.parametrize("climb", ["cycler.__init__.__globals__", "joiner.__init__.__globals__",
+                                   "''.__class__.__mro__", "range.__globals__.os", "lipsum.__globals__.os",
+                                   "namespace.__init__.__globals__", "[].__class__.__base__"])
+def test_the_template_sandbox_refuses_each_way_out_asked_twice(climb):
+    """The sandbox's verdicts are remembered by (type, attribute): the second asking is refused like the first."""
+    from logbook.chronicle.sandbox import TemplateEnvironment
+    from logbook.core.errors import RefusedError
+
+    env = TemplateEnvironment()
+    for _ in range(2):
+        with pytest.raises(RefusedError, match="a template tried what no template may"):
+            env.from_string("{{ %s }}" % climb).render()
