@@ -124,6 +124,7 @@ def build(repo: Path, commits: int, runs: int, preregs: int, notes: int, reviews
                 chain.add(t, "run_started", 0, total_steps=1_000_000, world_size=1024, resumed_from_step=0)
                 put(f"entries/runs/{chain.run}/run.json", _run_json(chain.run, t, None))
         # Each kind of record arrives at its own steady rate over the year.
+        earlier = pids[:]  # a run answers to a preregistration of an earlier commit
         for kind in ("prereg", "run", "note", "review"):
             due = quota[kind] * (c + 1) // commits
             while made_runs[kind] < due:
@@ -136,7 +137,7 @@ def build(repo: Path, commits: int, runs: int, preregs: int, notes: int, reviews
                     pids.append(pid)
                 elif kind == "run":
                     run = f"run-{n:04d}"
-                    pid = rng.choice(pids) if pids and rng.random() < 0.8 else None
+                    pid = rng.choice(earlier) if earlier and rng.random() < 0.8 else None  # preregistered before
                     put(f"entries/runs/{run}/run.json", _run_json(run, t, pid))
                     chain = _Chain(run)
                     _short_run(chain, t, rng)
@@ -165,15 +166,16 @@ def build(repo: Path, commits: int, runs: int, preregs: int, notes: int, reviews
 
 def _prereg_front(pid: str, n: int, t: float, who: int) -> dict:
     """A preregistration as `logbook prereg` writes one: a hypothesis, two predictions, a plan, a budget."""
-    final = {"kind": "final", "value": None}
+    def final() -> dict:
+        return {"kind": "final", "value": None}  # a fresh mapping each: one shared would be dumped as a YAML alias
     return {"schema": 1, "id": pid, "title": f"hypothesis {n}", "created": _ts(t)[:19] + "Z",
             "author": f"P{who} <p{who}@lab.example>",
             "hypothesis": f"Variant {n} reaches a lower validation loss than the baseline at the same budget.",
             "rationale": "It changed one thing against the last run.", "assumptions": [],
             "predictions": [
-                {"text": "val_loss@final < 3 (80%)", "metric": "val_loss", "at": final, "op": "<", "threshold": 3,
+                {"text": "val_loss@final < 3 (80%)", "metric": "val_loss", "at": final(), "op": "<", "threshold": 3,
                  "tolerance": 0, "confidence": 0.8},
-                {"text": "restarts@final <= 1", "metric": "restarts", "at": final, "op": "<=", "threshold": 1,
+                {"text": "restarts@final <= 1", "metric": "restarts", "at": final(), "op": "<=", "threshold": 1,
                  "tolerance": 0}],
             "contingency": [],
             "config": {"path": "configs/tiny.yaml", "sha256": "0" * 64},

@@ -217,11 +217,15 @@ def _load_amendment(project: Project, prereg_id: str, key: str, path: Path,
 def amendment_files(project: Project, prereg_id: str) -> list[tuple[str, Path]]:
     """(key, path) of the amendment files present (unordered: `load_prereg` orders them by time)."""
     out = []
-    if project.prereg_dir.is_dir():
-        for p in project.prereg_dir.glob(f"{check_id(prereg_id)}.amend-*.md"):
-            m = AMEND_RE.match(p.name)
-            if m and m.group("id") == prereg_id:
-                out.append((m.group("n"), p))
+    prefix = f"{check_id(prereg_id)}.amend-"
+    try:
+        names = os.listdir(project.prereg_dir)  # names, not a glob: verify asks this of every preregistration
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for name in names:
+        m = AMEND_RE.match(name) if name.startswith(prefix) and name.endswith(".md") else None
+        if m and m.group("id") == prereg_id:
+            out.append((m.group("n"), project.prereg_dir / name))
     return sorted(out)
 
 
