@@ -52,10 +52,14 @@ def _run(project, clock, run: str, day: str, steps: range, attempt: int = 1) -> 
             s.emit("checkpoint_saved", step=k * 10, path=f"ckpt/{k}", blocking_s=0.5, total_s=1.0, bytes=10)
 
 
-def test_a_pull_renders_only_the_days_its_commits_changed_and_leaves_what_a_full_render_leaves(tmp_path, clock):
+def _two_clones(tmp_path):
+    """ada writes records, bo pulls them; with ada's project."""
     team = make_team(tmp_path, ["ada", "bo"])
-    ada, bo = team["ada"], team["bo"]
-    pa = project_of(ada.path)
+    return team["ada"], team["bo"], project_of(team["ada"].path)
+
+
+def test_a_pull_renders_only_the_days_its_commits_changed_and_leaves_what_a_full_render_leaves(tmp_path, clock):
+    ada, bo, pa = _two_clones(tmp_path)
 
     _run(pa, clock, "long", "2026-11-02", range(0, 3))
     _run(pa, clock, "short", "2026-11-03", range(0, 2))
@@ -93,9 +97,7 @@ def test_a_pull_renders_only_the_days_its_commits_changed_and_leaves_what_a_full
 
 
 def test_metrics_rows_pulled_render_the_run_from_the_day_of_the_first_new_row(tmp_path, clock):
-    team = make_team(tmp_path, ["ada", "bo"])
-    ada, bo = team["ada"], team["bo"]
-    pa = project_of(ada.path)
+    ada, bo, pa = _two_clones(tmp_path)
     _run(pa, clock, "r", "2026-11-02", range(0, 3))
     _run(pa, clock, "r", "2026-11-05", range(3, 4))
     _run(pa, clock, "r", "2026-11-08", range(4, 5))
@@ -119,9 +121,7 @@ def test_metrics_rows_pulled_render_the_run_from_the_day_of_the_first_new_row(tm
 
 
 def test_a_change_that_can_reach_every_day_renders_them_all(tmp_path, clock):
-    team = make_team(tmp_path, ["ada", "bo"])
-    ada, bo = team["ada"], team["bo"]
-    pa = project_of(ada.path)
+    ada, bo, pa = _two_clones(tmp_path)
     _run(pa, clock, "r", "2026-11-02", range(0, 2))
     _run(pa, clock, "s", "2026-11-04", range(0, 2))
     _share_records_only(ada, "two runs")

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from logbook.core.project import Project
-from logbook.eventlog.timeline import days_of, run_log_path, stream_log
+from logbook.eventlog.timeline import days_of, line_ts, run_log_path, stream_log
 from logbook.records import gitbind
 from logbook.trust.setting_history import watched_paths
 
@@ -107,10 +107,10 @@ def _metrics_days(project: Project, since: str, path: str, run: str, runs_whole:
     if new is None:
         return None
     added = new[len(old):] if old is not None and new.startswith(old) else None
-    if added is None or any(_row_time(line) is None for line in added.splitlines() if line.strip()):
+    times = [_row_time(line) for line in (added or b"").splitlines() if line.strip()]
+    if added is None or None in times:
         runs_whole.add(run)  # rewritten, or a row placed by its step alone: any note of the run may read it
         return set()
-    times = [_row_time(line) for line in added.splitlines() if line.strip()]
     if not times:
         return set()
     first = datetime.fromtimestamp(min(times), timezone.utc).strftime("%Y-%m-%d")
@@ -172,16 +172,8 @@ def _days_from(run: str, log: Path, first: str) -> set[str]:
 
 
 def _days_in(data: bytes) -> set[str]:
-    out = set()
-    for line in data.splitlines():
-        try:
-            rec = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        ts = rec.get("ts") if isinstance(rec, dict) else None
-        if isinstance(ts, str) and len(ts) >= 10:
-            out.add(ts[:10])
-    return out
+    """The days of the readable records in a run of log lines."""
+    return {ts[:10] for ts in map(line_ts, data.splitlines()) if ts}
 
 
 def _row_time(line: bytes) -> float | None:

@@ -158,7 +158,7 @@ def day_before(day: str) -> str:
     return (date.fromisoformat(day) - timedelta(days=1)).isoformat()
 
 
-def _line_ts(raw: bytes) -> str | None:
+def line_ts(raw: bytes) -> str | None:
     try:
         rec = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -191,7 +191,7 @@ def seek_day(f, day: str) -> int:
         if not raw.endswith(b"\n"):
             hi = mid  # end of file or torn tail: the answer is at or before here
             continue
-        ts = _line_ts(raw)
+        ts = line_ts(raw)
         if ts is None or ts[:10] >= day:
             hi = mid
         else:
@@ -252,7 +252,7 @@ def torn_tail(source: str, path: Path) -> TornTail | None:
         tail = log_tail(f)
     if tail.complete_end == tail.size:
         return None  # empty, or ends with a newline: nothing is torn
-    ts = _line_ts(tail.last_line) if tail.last_line is not None else None
+    ts = line_ts(tail.last_line) if tail.last_line is not None else None
     return TornTail(source, path, tail.size - tail.complete_end, ts[:10] if ts else None)
 
 
