@@ -229,6 +229,15 @@ def amendment_files(project: Project, prereg_id: str) -> list[tuple[str, Path]]:
     return sorted(out)
 
 
+def amended_ids(project: Project) -> set[str]:
+    """The ids of the preregistrations that have at least one amendment file, from one listing of the folder."""
+    try:
+        names = os.listdir(project.prereg_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    return {m.group("id") for m in map(AMEND_RE.match, names) if m}
+
+
 def _order(a: Amendment) -> tuple[str, int, str]:
     """(created, key): the same order on every clone. Old numbered keys sort by number among themselves."""
     created = a.created if "." in a.created else a.created.replace("Z", ".000000Z")  # older: whole seconds

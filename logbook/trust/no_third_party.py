@@ -217,11 +217,14 @@ def seen_problems(project: Project, introduced: dict[str, list[str]]) -> list[tu
     (`run-started` is false); a run record there was a run (`nothing` is false).
     An amendment made in a clone that had not pulled the run yet is honest.
     """
-    from logbook.promises.prereg import load_prereg, runs_referencing
+    from logbook.promises.prereg import amended_ids, load_prereg, runs_referencing
 
     entries = project.entries.relative_to(project.root).as_posix()
+    amended = amended_ids(project)  # only an amendment can say `seen`: the others need not be read
     out = []
     for pid, runs in runs_referencing(project).items():
+        if pid not in amended:
+            continue
         try:
             prereg = load_prereg(project, pid)
         except Exception:  # noqa: BLE001  a damaged or missing preregistration is verify's own finding
