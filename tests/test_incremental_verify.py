@@ -125,3 +125,27 @@ def test_a_verdict_cache_planted_to_clear_a_forged_log_is_not_read(logbook_repo,
     (logbook_repo / ".logbook" / "verified-report.json").unlink()
     code, found = _findings(cli)
     assert code != 0 and ("problems", log.relative_to(logbook_repo).as_posix(), "log_edited") in found
+
+
+def test_a_preregistration_whose_hash_and_time_were_kept_is_read_again_once_its_bytes_change(logbook_repo, cli):
+    from test_history import _prereg
+
+    pid = _prereg(cli)
+    project = open_project(logbook_repo)
+    write_run_record(project, RunRecord(run_id="r1", created="2099-01-01T00:00:00.000000Z", config_path="c.yaml",
+                                        config_hash="0" * 64, prereg_id=pid))
+    _commit(logbook_repo, "run r1")
+    assert _same_as_cold(cli) == []  # the warm verify keeps the preregistration's hash and `created`
+    _note(logbook_repo, "a later commit")
+    _commit(logbook_repo, "a note")
+    assert _same_as_cold(cli) == []  # read from what was kept
+    path = project.prereg_dir / f"{pid}.md"
+    text = path.read_text("utf-8")
+    created = next(line for line in text.splitlines() if line.startswith("created:"))
+    path.write_text(text.replace(created, "created: '2100-01-01T00:00:00Z'"), "utf-8")
+    edited = _same_as_cold(cli)
+    assert ("problems", "entries/runs/r1/run.json", "prereg_after_run") in edited
+    _commit(logbook_repo, "a later `created`")
+    committed = _same_as_cold(cli)
+    assert ("problems", "entries/runs/r1/run.json", "prereg_after_run") in committed
+    assert any(kind == "hash_mismatch" or kind == "record_edited" for _, _, kind in committed)

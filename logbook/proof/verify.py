@@ -338,9 +338,10 @@ def _check_preregs(project: Project, prereg_id: str | None, hist: history.Histor
     hashes: dict[tuple[str, str], str | None] = {}
     for rec in records:
         cands = by_key.get((rec.prereg_id, rec.key), [])
-        hashes[(rec.prereg_id, rec.key)] = _check_record(project, rec, cands, on_head, head_files, blobs, report)
+        hashes[(rec.prereg_id, rec.key)] = _check_record(project, rec, cands, on_head, head_files, blobs, report,
+                                                         verdicts)
     _check_chains(project, records, hashes, report)
-    _check_order(project, records, hist, report)
+    _check_order(project, records, hist, report, verdicts)
     report.preregs = sorted({r.prereg_id for r in records})
     report.amendments = sum(1 for r in records if r.key)
     if prereg_id is None:
@@ -384,7 +385,8 @@ def _records(project: Project, head_files: dict[str, str]) -> list[_Record]:
 
 
 def _check_record(project: Project, rec: _Record, candidates: list[gitbind.TrailerCommit], on_head: set[str],
-                  head_files: dict[str, str], blobs: dict[str, bytes | None], report: VerifyReport) -> str | None:
+                  head_files: dict[str, str], blobs: dict[str, bytes | None], report: VerifyReport,
+                  verdicts: FileVerdicts) -> str | None:
     """Check one preregistration or amendment; returns its hash as committed (None when it cannot be trusted)."""
     committed = blobs.get(head_files[rec.relpath]) if rec.relpath in head_files else None
     if committed is None:
@@ -398,7 +400,8 @@ def _check_record(project: Project, rec: _Record, candidates: list[gitbind.Trail
             report.problems.append(Finding(rec.relpath, "uncommitted", (
                 f"{rec.relpath} ({rec.label}) is in no commit of HEAD's history, so nothing proves when it was written")))
         return None
-    actual = _hash_bytes(committed)
+    # Kept by the blob only while the tree holds HEAD's bytes there, which are then `committed` itself.
+    actual = verdicts.get("prereg_hash", rec.relpath, lambda: _hash_bytes(committed))
     if any(f.path == rec.relpath and f.kind == "record_edited" for f in report.problems):
         return None  # history named the commit that changed it, and the line: a hash says no more
     for c in candidates:
@@ -424,7 +427,8 @@ def _parsed(data: bytes) -> tuple[dict[str, Any], str] | None:
     return parse_or_none(data)
 
 
-def _check_order(project: Project, records: list[_Record], hist: history.HistoryCheck, report: VerifyReport) -> None:
+def _check_order(project: Project, records: list[_Record], hist: history.HistoryCheck, report: VerifyReport,
+                 verdicts: FileVerdicts) -> None:
     """A run answers to a preregistration only if the preregistration was committed first.
 
     Provable from history: some commit that added the preregistration is an
@@ -440,7 +444,8 @@ def _check_order(project: Project, records: list[_Record], hist: history.History
         if rec.key:
             continue
         made = hist.introduced.get(rec.relpath[len(entries) + 1:])
-        created = _prereg_created(project, rec) if made and runs.get(rec.prereg_id) else None
+        created = verdicts.get("prereg_created", rec.relpath, lambda r=rec: _prereg_created(project, r)) \
+            if made and runs.get(rec.prereg_id) else None
         for run in runs.get(rec.prereg_id, []):
             started = hist.introduced.get(f"runs/{run}/run.json")
             if not made or not started:
