@@ -149,3 +149,20 @@ def test_a_preregistration_whose_hash_and_time_were_kept_is_read_again_once_its_
     committed = _same_as_cold(cli)
     assert ("problems", "entries/runs/r1/run.json", "prereg_after_run") in committed
     assert any(kind == "hash_mismatch" or kind == "record_edited" for _, _, kind in committed)
+
+
+def test_a_run_record_rewritten_to_answer_to_a_preregistration_is_caught_from_its_kept_log(logbook_repo, cli):
+    from test_history import _prereg
+
+    pid = _prereg(cli)
+    project = open_project(logbook_repo)
+    record = RunRecord(run_id="r1", created="2099-01-01T00:00:00.000000Z", config_path="c.yaml",
+                       config_hash="0" * 64, prereg_id=None, exploratory=True, amendments=[])
+    write_run_record(project, record)
+    EventSink(project.run_dir("r1"), "r1", attempt=1).emit("run_started", prereg_id=None)
+    _commit(logbook_repo, "run r1")
+    assert [kind for _, _, kind in _same_as_cold(cli)] == []  # what the log says is kept by its blob
+    path = project.run_dir("r1") / "run.json"
+    path.write_text(json.dumps({**json.loads(path.read_text("utf-8")), "prereg_id": pid, "exploratory": False}))
+    _commit(logbook_repo, "r1 answers to the preregistration after all")
+    assert ("problems", "entries/runs/r1/run.json", "prereg_differs_in_log") in _same_as_cold(cli)

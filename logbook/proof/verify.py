@@ -268,7 +268,6 @@ def _verify(project: Project, prereg_id: str | None, full: bool, pin: pins.Trust
     verdicts = FileVerdicts(project, use_cache=not full)
     _check_preregs(project, prereg_id, hist, head_files, report, verdicts)
     _check_logs(project, prereg_id, report, verdicts)
-    verdicts.save()
     _check_scorecards(project, prereg_id, report)
     _check_time(project, report, use_cache=not full, require=bool(pin and pin.requires))
     report.identity = ident = signed_records.check_identity(project, prereg_id, hist.introduced)
@@ -276,7 +275,8 @@ def _verify(project: Project, prereg_id: str | None, full: bool, pin: pins.Trust
     report.warnings += [Finding(f.path, f.kind, f.message, hint=f.hint) for f in ident.warnings]
     for f in check_seeds(project, prereg_id):
         (report.warnings if f.kind in SEED_WARNING_KINDS else report.problems).append(Finding(f.path, f.kind, f.message))
-    no_third_party.check(project, report, hist.introduced)
+    no_third_party.check(project, report, hist.introduced, verdicts)
+    verdicts.save()
     ack.apply_acknowledgements(project, report)  # last: it may cover any check's finding
     if prereg_id is not None:
         _keep_scope(project, prereg_id, report)

@@ -42,9 +42,10 @@ from logbook.eventlog.files import iter_folder
 LOGBOOK_REFSPEC = "+refs/logbook/*:refs/logbook/*"
 
 
-def check(project: Project, report: Any, introduced: dict[str, list[str]]) -> None:
+def check(project: Project, report: Any, introduced: dict[str, list[str]], verdicts: Any = None) -> None:
     """Add this module's findings to `report` (a `verify.VerifyReport`); `introduced`: history's commits that
-    added each path (relative to the entries folder)."""
+    added each path (relative to the entries folder); `verdicts`: verify's `FileVerdicts`, which keeps what a
+    log alone says."""
     if gitbind.head_commit(project.root) is None:
         return
     for path, message in stray_files(project):
@@ -53,7 +54,7 @@ def check(project: Project, report: Any, introduced: dict[str, list[str]]) -> No
         report.add(path, kind, message, warning=kind == "snapshot_unknown")
     for path, message in seen_problems(project, introduced):
         report.add(path, "seen_false", message)
-    for path, line, message in prereg_in_log_problems(project):
+    for path, line, message in prereg_in_log_problems(project, verdicts):
         report.add(path, "prereg_differs_in_log", message, line)
 
 
@@ -93,7 +94,7 @@ def _run_records(project: Project) -> list[tuple[str, dict[str, Any]]]:
 
 # --- the preregistration a run's record and its log name -----------------------------------------
 
-def prereg_in_log_problems(project: Project) -> list[tuple[str, int, str]]:
+def prereg_in_log_problems(project: Project, verdicts: Any = None) -> list[tuple[str, int, str]]:
     """Run records whose `prereg_id` is not the one a `run_started` line of the run's log names.
 
     The launcher writes both at launch; a run record rewritten afterwards to
@@ -103,15 +104,26 @@ def prereg_in_log_problems(project: Project) -> list[tuple[str, int, str]]:
     out = []
     for run, rec in _run_records(project):
         log = project.run_dir(run) / "events.jsonl"
-        for n, event in enumerate(iter_records(log), start=1):
-            data = event.get("data") if is_kind(event, "run_started") else None
-            if isinstance(data, dict) and "prereg_id" in data and data["prereg_id"] != rec.get("prereg_id"):
+        rel_log = log.relative_to(project.root).as_posix()
+        claims = verdicts.get("log_preregs", rel_log, lambda p=log: _log_preregs(p)) if verdicts is not None \
+            else _log_preregs(log)
+        for n, named in claims:
+            if named != rec.get("prereg_id"):
                 rel = (project.run_dir(run) / "run.json").relative_to(project.root).as_posix()
                 out.append((rel, n, f"{rel} says run {run} answers to {rec.get('prereg_id') or 'no preregistration'}, "
                                     f"but line {n} of its log (run_started) says "
-                                    f"{data['prereg_id'] or 'no preregistration'}: the record was rewritten after "
-                                    "the launch"))
+                                    f"{named or 'no preregistration'}: the record was rewritten after the launch"))
                 break
+    return out
+
+
+def _log_preregs(log: Path) -> list[list[Any]]:
+    """[line, prereg id] of each `run_started` line of a log that names one: what the log alone says."""
+    out = []
+    for n, event in enumerate(iter_records(log), start=1):
+        data = event.get("data") if is_kind(event, "run_started") else None
+        if isinstance(data, dict) and "prereg_id" in data:
+            out.append([n, data["prereg_id"]])
     return out
 
 
